@@ -1,0 +1,133 @@
+"""Prefix broadcasting, as JAX does for `vmap`'s `in_axes` (seed 004).
+
+An optional-parameter tree may be a *prefix* of the value tree it describes: a leaf of the
+prefix stands for the whole subtree of the value below it. `broadcast_prefix` expands the
+prefix to the value's full structure, and names the first path where the two disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jax.tree_util import tree_flatten, tree_flatten_with_path, tree_structure
+
+from ._paths import Path, keypath_to_path, path_str
+
+
+class PrefixError(ValueError):
+    """A prefix tree does not fit the tree it is broadcast against."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def _is_none(x: object) -> bool:
+    return x is None
+
+
+def broadcast_prefix(
+    prefix: object,
+    tree: object,
+    *,
+    is_leaf: Callable[[object], bool] | None = None,
+    name: str = "prefix",
+) -> object:
+    """Expand `prefix` to the full structure of `tree`.
+
+    Every leaf of `prefix` (`None` counts as a leaf, as `in_axes=None` does in JAX) is
+    repeated over the subtree of `tree` at the same path. The result has `tree`'s exact
+    structure with prefix leaves in place of `tree`'s leaves:
+
+    >>> broadcast_prefix((None, 0), (1, {"k1": 2, "k2": 3}))
+    (None, {'k1': 0, 'k2': 0})
+
+    Raises:
+        PrefixError: `prefix` is not a prefix of `tree`; the message names the first path
+            where they disagree and what each side has there. `name` says which argument
+            the prefix came from (`in_axes`, say).
+    """
+    leaves: list[object] = []
+
+    def expand(_path: Path, prefix_leaf: object, subtree: object) -> None:
+        count = tree_structure(subtree, is_leaf=is_leaf).num_leaves
+        leaves.extend([prefix_leaf] * count)
+
+    _walk(prefix, tree, (), expand, is_leaf, name)
+    return tree_structure(tree, is_leaf=is_leaf).unflatten(leaves)
+
+
+def _walk(
+    prefix: object,
+    tree: object,
+    path: Path,
+    on_leaf: Callable[[tuple, object, object], None],
+    is_leaf: Callable[[object], bool] | None,
+    name: str,
+) -> None:
+    prefix_def = tree_structure(prefix, is_leaf=_is_none)
+    if prefix_def.num_nodes == 1 and prefix_def.num_leaves == 1:
+        on_leaf(path, prefix, tree)
+        return
+    tree_def = tree_structure(tree, is_leaf=is_leaf)
+    if tree_def.num_nodes == 1 and tree_def.num_leaves == 1:
+        raise PrefixError(
+            f"`{name}` does not fit the value at {path_str(path)}: `{name}` has a "
+            f"{type(prefix).__name__} there, the value has the leaf {_short(tree)}. A `{name}` "
+            "leaf may stand for a whole subtree, never the other way round.",
+            path,
+        )
+    prefix_children = _children_with_keys(prefix, _is_none)
+    tree_children = _children_with_keys(tree, is_leaf)
+    if type(prefix) is not type(tree) or [k for k, _ in prefix_children] != [
+        k for k, _ in tree_children
+    ]:
+        raise PrefixError(
+            f"`{name}` does not fit the value at {path_str(path)}: `{name}` has "
+            f"{_describe(prefix, prefix_children)}, the value has "
+            f"{_describe(tree, tree_children)}. Make `{name}` a prefix of the value's "
+            "structure (same containers and keys), or use one leaf for the whole subtree.",
+            path,
+        )
+    for (key, prefix_child), (_, tree_child) in zip(prefix_children, tree_children, strict=True):
+        _walk(prefix_child, tree_child, (*path, key), on_leaf, is_leaf, name)
+
+
+def _children_with_keys(
+    node: object, is_leaf: Callable[[object], bool] | None
+) -> list[tuple[object, object]]:
+    """The direct children of one pytree node, each with its plain key."""
+    with_path, _ = tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
+    return [(keypath_to_path(kp)[0], child) for kp, child in with_path if kp]
+
+
+def _describe(node: object, children: list[tuple[object, object]]) -> str:
+    keys = ", ".join(repr(k) for k, _ in children[:6])
+    more = ", ..." if len(children) > 6 else ""
+    return f"a {type(node).__name__} with keys [{keys}{more}]"
+
+
+def _short(value: object) -> str:
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"{type(value).__name__}{tuple(shape)}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def tree_map_with_prefix(
+    f: Callable[..., object],
+    prefix: object,
+    tree: object,
+    *,
+    is_leaf: Callable[[object], bool] | None = None,
+    name: str = "prefix",
+) -> object:
+    """Map `f(prefix_leaf, tree_leaf)` over `tree`, broadcasting `prefix` first."""
+    full = broadcast_prefix(prefix, tree, is_leaf=is_leaf, name=name)
+    tree_leaves, treedef = tree_flatten(tree, is_leaf=is_leaf)
+    prefix_leaves = treedef.flatten_up_to(full)
+    return treedef.unflatten(map(f, prefix_leaves, tree_leaves))
+
+
+__all__ = ["PrefixError", "broadcast_prefix", "tree_map_with_prefix"]

@@ -1,0 +1,1 @@
+"""NNX-style backend plugin."""
