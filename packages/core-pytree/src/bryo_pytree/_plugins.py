@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 import os
+import re
 import threading
 import warnings
 import weakref
@@ -35,6 +36,11 @@ BLOCK_ENV = "BRYO_BLOCK_PLUGINS"
 
 # Distributions of this monorepo. Their plugins are bryo's built-ins: they load even when
 # autoload is off (the way pytest keeps its own plugins with autoload disabled).
+def normalize_distribution_name(name: str) -> str:
+    """A distribution name as PyPI compares them (PEP 503): `Bryo_Core.Pytree` -> `bryo-core-pytree`."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 BUILTIN_DISTRIBUTIONS = frozenset(
     {
         "bryo",
@@ -57,7 +63,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 class PluginError(RuntimeError):
-    """A plugin could not be validated: it implements a hook no package declares."""
+    """A plugin is misbuilt: it implements a hook no package declares, or it asks for the
+    plugin manager while that manager is still loading it."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,16 @@ _lock = threading.RLock()
 _hookspec_modules: list[ModuleType | type] = []
 _live_managers: weakref.WeakSet[BryoPluginManager] = weakref.WeakSet()
 _manager: BryoPluginManager | None = None
+# Names of the entry points this thread is importing right now (innermost last): a plugin
+# that calls `get_plugin_manager()` at import time would otherwise start a second load.
+_loading = threading.local()
+
+
+def _loading_stack() -> list[str]:
+    stack = getattr(_loading, "stack", None)
+    if stack is None:
+        stack = _loading.stack = []
+    return stack
 
 
 def add_hookspecs(module_or_class: ModuleType | type) -> None:
@@ -127,6 +144,18 @@ def _blocked_names() -> frozenset[str]:
     return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
 
+def _is_blocked(
+    entry_point: importlib.metadata.EntryPoint, dist_name: str | None, blocked: frozenset[str]
+) -> bool:
+    if entry_point.name in blocked:
+        return True
+    if dist_name is None:
+        return False
+    return normalize_distribution_name(dist_name) in {
+        normalize_distribution_name(name) for name in blocked
+    }
+
+
 def _autoload_enabled() -> bool:
     return os.environ.get(AUTOLOAD_ENV, "").strip().lower() not in {"1", "true", "yes", "on"}
 
@@ -144,75 +173,115 @@ def _distribution_of(entry_point: importlib.metadata.EntryPoint) -> tuple[str, s
     return dist.metadata["Name"], dist.version
 
 
+def _record_failure(pm: BryoPluginManager, failure: PluginFailure) -> None:
+    pm.failures.append(failure)
+    warnings.warn(str(failure), RuntimeWarning, stacklevel=4)
+
+
 def _load_entry_point(pm: BryoPluginManager, entry_point: importlib.metadata.EntryPoint) -> None:
     """Import one plugin and register it; record, never raise, when it fails."""
     dist = _distribution_of(entry_point)
     dist_name = dist[0] if dist else None
-    if pm.get_plugin(entry_point.name) is not None or pm.is_blocked(entry_point.name):
+    if pm.is_blocked(entry_point.name):
         return
+    if pm.get_plugin(entry_point.name) is not None:
+        owner = pm.distributions.get(entry_point.name, ("another plugin",))[0]
+        if dist_name != owner:
+            conflict = ValueError(
+                f"the entry-point name {entry_point.name!r} is already taken by {owner}; "
+                f"rename one of the two entry points in group {ENTRY_POINT_GROUP!r}"
+            )
+            _record_failure(pm, PluginFailure(entry_point.name, dist_name, conflict))
+        return
+    stack = _loading_stack()
+    stack.append(entry_point.name)
     try:
         plugin = entry_point.load()
         pm.register(plugin, name=entry_point.name)
     except Exception as error:  # a broken plugin must not take bryo down with it
-        failure = PluginFailure(entry_point.name, dist_name, error)
-        pm.failures.append(failure)
-        warnings.warn(str(failure), RuntimeWarning, stacklevel=3)
+        _record_failure(pm, PluginFailure(entry_point.name, dist_name, error))
         return
+    finally:
+        stack.pop()
     if dist is not None:
         pm.distributions[entry_point.name] = dist
 
 
 def _check_pending(pm: BryoPluginManager) -> None:
     """Fail loudly, naming plugin and hook, when a plugin implements an undeclared hook."""
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as error:
-        known = sorted(
-            name for name in dir(pm.hook) if name.startswith("bryo_") and _has_spec(pm, name)
-        )
-        hook_name = _unknown_hook_name(pm)
-        hint = difflib.get_close_matches(hook_name or "", known, n=1)
-        suggestion = f" Did you mean {hint[0]!r}?" if hint else ""
-        raise PluginError(
-            f"{error}. Known bryo hooks: {', '.join(known) or 'none'}.{suggestion} "
-            "Fix the hook's name in the plugin, or block the plugin with "
-            f"{BLOCK_ENV}=<name>."
-        ) from error
+    unknown = _unknown_hookimpls(pm)
+    if not unknown:
+        pm.check_pending()  # anything pluggy finds that we do not, it reports itself
+        return
+    known = sorted(name for name, caller in vars(pm.hook).items() if _is_declared(caller))
+    lines = []
+    for plugin_name, hook_name in unknown:
+        hint = difflib.get_close_matches(hook_name, known, n=1)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+        lines.append(f"plugin {plugin_name!r} implements unknown hook {hook_name!r}{suggestion}")
+    raise PluginError(
+        f"{'; '.join(lines)}. Known bryo hooks: {', '.join(known) or 'none'}. Fix the hook's "
+        "name in the plugin (or import the package that declares it, or mark the "
+        f"implementation `@hookimpl(optionalhook=True)`), or skip the plugin with "
+        f"{BLOCK_ENV}={','.join(dict.fromkeys(name for name, _ in unknown))}."
+    )
 
 
-def _has_spec(pm: BryoPluginManager, name: str) -> bool:
-    return getattr(pm.hook, name).spec is not None
+def _is_declared(caller: object) -> bool:
+    return isinstance(caller, pluggy.HookCaller) and caller.has_spec()
 
 
-def _unknown_hook_name(pm: BryoPluginManager) -> str | None:
-    for name in dir(pm.hook):
-        caller = getattr(pm.hook, name)
-        if isinstance(caller, pluggy.HookCaller) and caller.spec is None:
-            if any(not impl.optionalhook for impl in caller.get_hookimpls()):
-                return name
-    return None
+def _unknown_hookimpls(pm: BryoPluginManager) -> list[tuple[str, str]]:
+    """(plugin name, hook name) for every required implementation of an undeclared hook."""
+    unknown = []
+    for hook_name, caller in vars(pm.hook).items():
+        if hook_name.startswith("_") or not isinstance(caller, pluggy.HookCaller):
+            continue
+        if caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if not impl.optionalhook:
+                unknown.append((impl.plugin_name, hook_name))
+    return unknown
 
 
 def load_plugins(pm: BryoPluginManager) -> BryoPluginManager:
-    """Register the installed plugins on `pm`, honouring the environment, then validate."""
-    for name in _blocked_names():
+    """Register the installed plugins on `pm`, honouring the environment, then validate.
+
+    Raises:
+        PluginError: a loaded plugin implements a hook that no package declares.
+    """
+    blocked = _blocked_names()
+    for name in blocked:
         pm.set_blocked(name)
     autoload = _autoload_enabled()
-    blocked = _blocked_names()
     for entry_point in _entry_points():
         dist = _distribution_of(entry_point)
         dist_name = dist[0] if dist else None
-        if dist_name in blocked:
+        if _is_blocked(entry_point, dist_name, blocked):
             continue
-        if not autoload and dist_name not in BUILTIN_DISTRIBUTIONS:
+        if not autoload and not _is_builtin(dist_name):
             continue
         _load_entry_point(pm, entry_point)
     _check_pending(pm)
     return pm
 
 
+def _is_builtin(dist_name: str | None) -> bool:
+    return dist_name is not None and normalize_distribution_name(dist_name) in BUILTIN_DISTRIBUTIONS
+
+
 def new_plugin_manager(*, load: bool = True) -> BryoPluginManager:
-    """A fresh manager with every declared hookspec, and the installed plugins if `load`."""
+    """A fresh manager with every declared hookspec, and the installed plugins if `load`.
+
+    Args:
+        load: import and register the plugins of the `bryo` entry-point group (honouring
+            `BRYO_DISABLE_PLUGIN_AUTOLOAD` and `BRYO_BLOCK_PLUGINS`); `False` gives an
+            empty manager that only knows the hookspecs.
+
+    Returns:
+        The new manager. It is not bryo's manager until passed to `use_plugin_manager`.
+    """
     pm = BryoPluginManager()
     with _lock:
         for spec in _hookspec_modules:
@@ -222,13 +291,27 @@ def new_plugin_manager(*, load: bool = True) -> BryoPluginManager:
 
 
 def get_plugin_manager() -> BryoPluginManager:
-    """bryo's plugin manager, created and loaded on first use."""
+    """bryo's plugin manager, created and loaded on first use.
+
+    Raises:
+        PluginError: a plugin implements an unknown hook (see `load_plugins`), or a plugin
+            module called this function while it was being imported.
+    """
     global _manager
-    if _manager is None:
-        with _lock:
-            if _manager is None:
-                _manager = new_plugin_manager()
-    return _manager
+    manager = _manager
+    if manager is not None:
+        return manager
+    stack = _loading_stack()
+    if stack:
+        raise PluginError(
+            f"plugin {stack[-1]!r} called `get_plugin_manager()` while it was being imported, "
+            "before bryo finished loading its plugins. Call `get_plugin_manager()` inside "
+            "your functions (at call time), never at module level."
+        )
+    with _lock:
+        if _manager is None:
+            _manager = new_plugin_manager()
+        return _manager
 
 
 def plugin_failures() -> list[PluginFailure]:
