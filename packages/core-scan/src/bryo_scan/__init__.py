@@ -1,0 +1,35 @@
+"""bryo_scan: scan over layers, with memory-saving checkpoint policies.
+
+`scan(f, axis)(init, xs)`, `fold` and `map` are curried versions of `jax.lax.scan` that
+scan a positional axis of plain arrays or, through a backend such as bryo-backend-named,
+a named axis of NamedArrays. `ScanCheckpointPolicy` chooses what is kept for the backward
+pass (`remat=True`, `"nested"`, `"offload"`, saved internals). `Stacked` stores a stack of
+identical blocks as one block with stacked arrays and applies it with one scan; `BlockSeq`
+does the same with a Python loop. Backends extend all of this through `hookspecs`.
+"""
+
+from bryo_pytree import add_hookspecs as _add_hookspecs
+
+from . import hookspecs as hookspecs
+from ._hooks import resolve_axis as resolve_axis
+from ._policy import CARRY_NAME as CARRY_NAME
+from ._policy import INPUTS_NAME as INPUTS_NAME
+from ._policy import ScanCheckpointPolicy as ScanCheckpointPolicy
+from ._policy import check_can_offload as check_can_offload
+from ._policy import tree_checkpoint_name as tree_checkpoint_name
+from ._scan import fold as fold
+from ._scan import map as map  # noqa: A004
+from ._scan import scan as scan
+from ._stacked import BlockFoldable as BlockFoldable
+from ._stacked import BlockSeq as BlockSeq
+from ._stacked import Stacked as Stacked
+from ._types import AxisInfo as AxisInfo
+from ._types import BlockSplitter as BlockSplitter
+from ._types import NamedLeaf as NamedLeaf
+from ._types import OffloadUnavailableError as OffloadUnavailableError
+from ._types import ScanAxisError as ScanAxisError
+from ._vmap import vmap as vmap
+
+_add_hookspecs(hookspecs)
+
+__version__ = "0.1.0"
