@@ -1,0 +1,214 @@
+"""The Filter DSL: predicates over `(path, value)` pairs and the literals that stand for them.
+
+A filter is anything `to_predicate` understands: a predicate `(path, value) -> bool`, or a
+literal — `...`/`True` (everything), `None`/`False` (nothing), a type (`OfType`), a string
+(`WithTag`), a tuple or list (`Any` of its items). Plugins add literals through the
+`bryo_filter_predicate` hook. Every filter class here is a frozen dataclass, so filters are
+hashable, compare by value, and can key dicts (`StateAxes({(Param, 'dropout'): 0})`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+from collections.abc import Callable
+from typing import TypeAlias
+
+from bryo_pytree import Key, Path
+
+from . import _hooks
+
+Predicate: TypeAlias = Callable[[Path, object], bool]
+Filter: TypeAlias = (
+    type | str | bool | None | Predicate | tuple["Filter", ...] | list["Filter"] | object
+)
+
+ACCEPTED_LITERALS = (
+    "`...` or `True` (everything), `None` or `False` (nothing), a type such as `Param` "
+    "(values of that type, or with a `type` attribute that is a subclass of it), a string "
+    "(values whose `tag` equals it, e.g. an rng stream name), a tuple or list of filters "
+    "(any of them), a callable `(path, value) -> bool`, or a literal a plugin declares"
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OfType:
+    """Values that are instances of `type`, or whose `type` attribute is a subclass of it.
+
+    The second case covers `VariableState(type=Param, value=...)`.
+    """
+
+    type: type
+
+    def __call__(self, path: Path, value: object) -> bool:
+        if isinstance(value, self.type):
+            return True
+        value_type = getattr(value, "type", None)
+        return isinstance(value_type, builtins.type) and issubclass(value_type, self.type)
+
+    def __repr__(self) -> str:
+        return f"OfType({self.type.__name__})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PathContains:
+    """Values whose path contains `key`, exactly, or as a substring when `exact=False`."""
+
+    key: Key
+    exact: bool = True
+
+    def __call__(self, path: Path, value: object) -> bool:
+        if self.exact:
+            return self.key in path
+        needle = str(self.key)
+        return builtins.any(needle in str(step) for step in path)
+
+    def __repr__(self) -> str:
+        exact = "" if self.exact else ", exact=False"
+        return f"PathContains({self.key!r}{exact})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, init=False)
+class PathIn:
+    """Values whose path is one of `paths` (each a tuple of keys)."""
+
+    paths: frozenset[Path]
+
+    def __init__(self, *paths: Path) -> None:
+        object.__setattr__(self, "paths", frozenset(tuple(p) for p in paths))
+
+    def __call__(self, path: Path, value: object) -> bool:
+        return path in self.paths
+
+    def __repr__(self) -> str:
+        return f"PathIn({', '.join(map(repr, sorted(self.paths, key=repr)))})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WithTag:
+    """Values with a string `tag` attribute equal to `tag` (`RngKey`, `RngCount`)."""
+
+    tag: str
+
+    def __call__(self, path: Path, value: object) -> bool:
+        return getattr(value, "tag", None) == self.tag
+
+    def __repr__(self) -> str:
+        return f"WithTag({self.tag!r})"
+
+
+def _predicates(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
+    return tuple(to_predicate(f) for f in filters)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, init=False)
+class Any:
+    """Values that match any of `filters`."""
+
+    predicates: tuple[Predicate, ...]
+
+    def __init__(self, *filters: Filter) -> None:
+        object.__setattr__(self, "predicates", _predicates(filters))
+
+    def __call__(self, path: Path, value: object) -> bool:
+        return builtins.any(predicate(path, value) for predicate in self.predicates)
+
+    def __repr__(self) -> str:
+        return f"Any({', '.join(map(repr, self.predicates))})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, init=False)
+class All:
+    """Values that match all of `filters`."""
+
+    predicates: tuple[Predicate, ...]
+
+    def __init__(self, *filters: Filter) -> None:
+        object.__setattr__(self, "predicates", _predicates(filters))
+
+    def __call__(self, path: Path, value: object) -> bool:
+        return builtins.all(predicate(path, value) for predicate in self.predicates)
+
+    def __repr__(self) -> str:
+        return f"All({', '.join(map(repr, self.predicates))})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, init=False)
+class Not:
+    """Values that do not match `filter`."""
+
+    predicate: Predicate
+
+    def __init__(self, filter: Filter, /) -> None:
+        object.__setattr__(self, "predicate", to_predicate(filter))
+
+    def __call__(self, path: Path, value: object) -> bool:
+        return not self.predicate(path, value)
+
+    def __repr__(self) -> str:
+        return f"Not({self.predicate!r})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Everything:
+    """Every value."""
+
+    def __call__(self, path: Path, value: object) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "Everything()"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Nothing:
+    """No value."""
+
+    def __call__(self, path: Path, value: object) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "Nothing()"
+
+
+_FILTER_CLASSES = (OfType, PathContains, PathIn, WithTag, Any, All, Not, Everything, Nothing)
+
+
+def to_predicate(filter: Filter) -> Predicate:
+    """Turn a filter literal into its predicate `(path, value) -> bool`.
+
+    >>> to_predicate((Param, "dropout"))  # doctest: +SKIP
+    Any(OfType(Param), WithTag('dropout'))
+
+    Raises:
+        TypeError: `filter` is not a literal bryo or any plugin understands; the message
+            lists the accepted literals.
+    """
+    if isinstance(filter, _FILTER_CLASSES):
+        return filter
+    if filter is Ellipsis or filter is True:
+        return Everything()
+    if filter is None or filter is False:
+        return Nothing()
+    if isinstance(filter, type):
+        return OfType(filter)
+    if isinstance(filter, str):
+        return WithTag(filter)
+    if isinstance(filter, tuple | list):
+        return Any(*filter)
+    predicate = _hooks.plugin_predicate(filter)
+    if predicate is not None:
+        return predicate
+    if callable(filter):
+        return filter
+    raise TypeError(
+        f"`filter` must be one of: {ACCEPTED_LITERALS}. Got {type(filter).__name__}: "
+        f"{filter!r}."
+    )
+
+
+
+
+def filters_to_predicates(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
+    """`to_predicate` over several filters, in order."""
+    return _predicates(filters)

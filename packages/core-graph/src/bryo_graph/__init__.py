@@ -1,0 +1,47 @@
+"""bryo_graph: Variables, State, GraphDef, and split/merge/state/update on any module style.
+
+A model is a graph of nodes (modules of any registered backend, dicts, lists, tuples)
+holding `Variable`s. `split(model, *filters)` separates its structure, a hashable
+`GraphDef`, from its state, one `State` per filter; `merge` puts them back together,
+shared references and cycles included; `update` writes a State into a live model. Node
+types come from backends through the `bryo_graph_node_types` hook: the core itself
+knows only dicts, lists and tuples, plus `Object`, the base of mutable NNX-style nodes.
+"""
+
+from bryo_pytree import add_hookspecs as _add_hookspecs
+
+from . import graph as graph
+from . import hookspecs as _hookspecs
+from ._graph import GraphDef as GraphDef
+from ._graph import GraphError as GraphError
+from ._graph import clone as clone
+from ._graph import flatten as flatten
+from ._graph import graphdef as graphdef
+from ._graph import iter_graph as iter_graph
+from ._graph import merge as merge
+from ._graph import pop as pop
+from ._graph import split as split
+from ._graph import state as state
+from ._graph import unflatten as unflatten
+from ._graph import update as update
+from ._graph import variables as variables
+from ._nodes import NodeType as NodeType
+from ._nodes import is_graph_node as is_graph_node
+from ._nodes import node_type_of as node_type_of
+from ._nodes import structure_changed as structure_changed
+from ._object import Dict as Dict
+from ._object import List as List
+from ._object import Object as Object
+from ._object import object_node_type as object_node_type
+from ._state import GraphState as GraphState
+from ._state import State as State
+from ._variables import BatchStat as BatchStat
+from ._variables import Cache as Cache
+from ._variables import Intermediate as Intermediate
+from ._variables import Param as Param
+from ._variables import Variable as Variable
+from ._variables import VariableState as VariableState
+
+_add_hookspecs(_hookspecs)
+
+__version__ = "0.1.0"

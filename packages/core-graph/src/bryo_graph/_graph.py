@@ -1,0 +1,501 @@
+"""Graph functions: flatten a module graph into a `GraphDef` and a `State`, and back.
+
+A graph is any nest of registered node types (modules of every backend, dicts, lists,
+tuples) holding `Variable`s, raw array leaves and static values, possibly with shared
+references and cycles. `flatten` walks it once, depth first, giving each node and
+Variable an index: a second reference to either becomes a `ref` in the GraphDef, so
+`unflatten` rebuilds the sharing. Flattening a graph whose nodes all report their
+structural changes (or cannot change) is cached: re-splitting an unchanged model only
+reads the Variables' current values.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any as _Any
+
+from bryo_filters import Filter, filters_to_predicates
+from bryo_pytree import Key, Path, path_str
+
+from ._nodes import NodeType, node_types, structure_version
+from ._state import State, group_flat
+from ._variables import Variable, VariableState
+
+# GraphDef entries are plain tuples (C-speed hashing and equality), tagged by kind:
+#   (NODE, type, index, aux, ((key, entry), ...))  a node and its children
+#   (REF, index)                                   a node or Variable seen before
+#   (VAR, type, index)                             a Variable; its value is in the State
+#   (LEAF, type)                                   a raw array; its value is in the State
+#   (STATIC, value)                                a static value kept in the GraphDef
+NODE, REF, VAR, LEAF, STATIC = "node", "ref", "var", "leaf", "static"
+
+
+class GraphError(ValueError):
+    """A graph operation cannot be done as asked; the message names the paths involved."""
+
+
+class _Opaque:
+    """An unhashable static value, kept by identity so the GraphDef stays hashable."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Opaque) and other.value is self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class GraphDef:
+    """A graph's structure without its state: hashable, structurally comparable.
+
+    The hash is computed once. Two GraphDefs are equal when their graphs have the same
+    node types, keys, static values and sharing, whatever the values in their States.
+    """
+
+    __slots__ = ("_hash", "_leaf_paths", "root")
+
+    def __init__(self, root: tuple) -> None:
+        self.root = root
+        self._hash = hash(root)
+        self._leaf_paths: frozenset[Path] | None = None
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return (
+            isinstance(other, GraphDef) and self._hash == other._hash and self.root == other.root
+        )
+
+    @property
+    def leaf_paths(self) -> frozenset[Path]:
+        """The paths a State must have to merge with this GraphDef."""
+        if self._leaf_paths is None:
+            paths: list[Path] = []
+            _collect_leaf_paths(self.root, (), paths)
+            self._leaf_paths = frozenset(paths)
+        return self._leaf_paths
+
+    def __repr__(self) -> str:
+        return "GraphDef(" + _render_def(self.root, 0) + ")"
+
+
+def _collect_leaf_paths(entry: tuple, path: Path, out: list[Path]) -> None:
+    kind = entry[0]
+    if kind is VAR or kind is LEAF:
+        out.append(path)
+    elif kind is NODE:
+        for key, child in entry[4]:
+            _collect_leaf_paths(child, (*path, key), out)
+
+
+def _render_def(entry: tuple, depth: int) -> str:
+    kind = entry[0]
+    if kind is NODE:
+        pad = "  " * (depth + 1)
+        head = f"{entry[1].__name__}#{entry[2]}"
+        if not entry[4]:
+            return head + "()"
+        lines = [f"{pad}{key}={_render_def(child, depth + 1)}" for key, child in entry[4]]
+        return head + "(\n" + ",\n".join(lines) + "\n" + "  " * depth + ")"
+    if kind is REF:
+        return f"<ref #{entry[1]}>"
+    if kind is VAR:
+        return f"{entry[1].__name__}#{entry[2]}"
+    if kind is LEAF:
+        return f"<array as {entry[1].__name__}>"
+    return repr(entry[1])
+
+
+# Flattening -------------------------------------------------------------------------
+
+
+class _Source:
+    """Where one State leaf lives in the graph: a Variable, or a raw leaf of a parent."""
+
+    __slots__ = ("key", "leaf_type", "parent", "parent_type", "value", "variable")
+
+    def __init__(
+        self,
+        variable: Variable | None,
+        value: object,
+        leaf_type: type,
+        parent: object,
+        parent_type: NodeType | None,
+        key: Key,
+    ) -> None:
+        self.variable = variable
+        self.value = value
+        self.leaf_type = leaf_type
+        self.parent = parent
+        self.parent_type = parent_type
+        self.key = key
+
+    def snapshot(self) -> VariableState:
+        if self.variable is not None:
+            return self.variable.to_state()
+        return VariableState(self.leaf_type, self.value)
+
+
+class _Flat:
+    """One flattening of a graph: its GraphDef and the sources of its State leaves."""
+
+    __slots__ = ("_index", "graphdef", "nodes", "paths", "sources")
+
+    def __init__(
+        self, graphdef: GraphDef, paths: list[Path], sources: list[_Source], nodes: list
+    ) -> None:
+        self.graphdef = graphdef
+        self.paths = paths
+        self.sources = sources
+        self.nodes = nodes
+        self._index: dict[Path, _Source] | None = None
+
+    @property
+    def index(self) -> dict[Path, _Source]:
+        if self._index is None:
+            self._index = dict(zip(self.paths, self.sources))
+        return self._index
+
+    def flat_state(self) -> dict[Path, VariableState]:
+        return {path: source.snapshot() for path, source in zip(self.paths, self.sources)}
+
+
+def _is_array(value: object) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, type)
+
+
+class _Flattener:
+    def __init__(self) -> None:
+        self.registry = node_types()
+        self.index: dict[int, int] = {}
+        self.paths: list[Path] = []
+        self.sources: list[_Source] = []
+        self.nodes: list[tuple[Path, object]] = []
+        self.cacheable = True
+
+    def visit(
+        self,
+        value: object,
+        path: Path,
+        parent: object,
+        parent_type: NodeType | None,
+        key: Key,
+        leaf_type: type,
+    ) -> tuple:
+        if isinstance(value, Variable):
+            seen = self.index.get(id(value))
+            if seen is not None:
+                return (REF, seen)
+            index = self.index[id(value)] = len(self.index)
+            self.paths.append(path)
+            self.sources.append(_Source(value, None, type(value), parent, parent_type, key))
+            return (VAR, type(value), index)
+        node_type = self.registry.lookup(type(value))
+        if node_type is not None:
+            return self.visit_node(value, node_type, path, leaf_type)
+        if _is_array(value):
+            self.paths.append(path)
+            self.sources.append(_Source(None, value, leaf_type, parent, parent_type, key))
+            return (LEAF, leaf_type)
+        try:
+            hash(value)
+        except TypeError:
+            return (STATIC, _Opaque(value))
+        return (STATIC, value)
+
+    def visit_node(self, node: object, node_type: NodeType, path: Path, leaf_type: type) -> tuple:
+        seen = self.index.get(id(node))
+        if seen is not None:
+            return (REF, seen)
+        index = self.index[id(node)] = len(self.index)
+        if not node_type.cacheable:
+            self.cacheable = False
+        children, aux = node_type.flatten(node)
+        child_leaf_type = node_type.leaf_type or leaf_type
+        entries = tuple(
+            (key, self.visit(child, (*path, key), node, node_type, key, child_leaf_type))
+            for key, child in children
+        )
+        self.nodes.append((path, node))
+        return (NODE, type(node), index, aux, entries)
+
+
+_CACHE_SIZE = 128
+_cache: dict[int, tuple[weakref.ref, int, _Flat]] = {}
+
+
+def _flatten(node: object) -> _Flat:
+    """Flatten `node`, reusing the last flattening when its structure cannot have changed."""
+    version = structure_version()
+    cached = _cache.get(id(node))
+    if cached is not None and cached[1] == version and cached[0]() is node:
+        return cached[2]
+    flattener = _Flattener()
+    node_type = flattener.registry.lookup(type(node))
+    if node_type is None:
+        raise GraphError(
+            f"`node` must be a graph node (a module of a registered backend, a dict, list or "
+            f"tuple); got {type(node).__name__}: {node!r:.80}. Install or import the backend "
+            "that defines it, or wrap arrays in a Variable inside a Module."
+        )
+    root = flattener.visit_node(node, node_type, (), Variable)
+    flat = _Flat(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
+    if flattener.cacheable:
+        _remember(node, version, flat)
+    return flat
+
+
+def _remember(node: object, version: int, flat: _Flat) -> None:
+    try:
+        ref = weakref.ref(node)
+    except TypeError:
+        return
+    if len(_cache) >= _CACHE_SIZE:
+        _cache.pop(next(iter(_cache)))
+    _cache[id(node)] = (ref, version, flat)
+
+
+# Unflattening -----------------------------------------------------------------------
+
+
+class _Builder:
+    def __init__(self, flat: Mapping[Path, object]) -> None:
+        self.flat = flat
+        self.registry = node_types()
+        self.built: dict[int, object] = {}
+
+    def build(self, entry: tuple, path: Path) -> object:
+        kind = entry[0]
+        if kind is VAR:
+            variable = _to_variable(self.flat[path], entry[1])
+            self.built[entry[2]] = variable
+            return variable
+        if kind is LEAF:
+            leaf = self.flat[path]
+            return leaf.value if isinstance(leaf, VariableState) else leaf
+        if kind is REF:
+            try:
+                return self.built[entry[1]]
+            except KeyError:
+                raise GraphError(
+                    f"the node at {path_str(path)} refers back to a node still being built; "
+                    "cycles may only go through mutable nodes."
+                ) from None
+        if kind is STATIC:
+            value = entry[1]
+            return value.value if isinstance(value, _Opaque) else value
+        return self.build_node(entry, path)
+
+    def build_node(self, entry: tuple, path: Path) -> object:
+        _, cls, index, aux, children = entry
+        node_type = self.registry.lookup(cls)
+        if node_type is None:
+            raise GraphError(
+                f"no backend registers the node type {cls.__qualname__} found at "
+                f"{path_str(path)}; import the plugin that defines it before merging."
+            )
+        if node_type.create is not None:
+            node = node_type.create(cls, aux)
+            self.built[index] = node
+            init_key = node_type.init_key or node_type.set_key
+            for key, child in children:
+                init_key(node, key, self.build(child, (*path, key)))
+            return node
+        built = [(key, self.build(child, (*path, key))) for key, child in children]
+        node = node_type.unflatten(cls, aux, built)
+        self.built[index] = node
+        return node
+
+
+def _to_variable(leaf: object, variable_type: type[Variable]) -> Variable:
+    if isinstance(leaf, VariableState):
+        return leaf.to_variable()
+    if isinstance(leaf, Variable):
+        return leaf.type.from_metadata(leaf.raw_value, leaf._metadata)
+    return variable_type.from_metadata(leaf, {})
+
+
+def _check_fits(graphdef: GraphDef, flat: Mapping[Path, object]) -> None:
+    expected = graphdef.leaf_paths
+    if len(flat) == len(expected) and all(path in expected for path in flat):
+        return
+    missing = sorted((p for p in expected if p not in flat), key=repr)
+    extra = sorted((p for p in flat if p not in expected), key=repr)
+    problems = []
+    if missing:
+        problems.append(f"missing {_list_paths(missing)}")
+    if extra:
+        problems.append(f"not in the graph {_list_paths(extra)}")
+    raise GraphError(
+        f"the state does not fit the graphdef: {'; '.join(problems)}. Merge states that "
+        "came from splitting a graph with this GraphDef (all of its groups), or rebuild the "
+        "GraphDef from the model you want to merge into."
+    )
+
+
+def _list_paths(paths: list[Path], limit: int = 6) -> str:
+    shown = ", ".join(path_str(p) for p in paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+# Public functions -------------------------------------------------------------------
+
+
+def flatten(node: object, /) -> tuple[GraphDef, State]:
+    """`node`'s GraphDef and its whole State (`graph.flatten` of seed 000)."""
+    flat = _flatten(node)
+    return flat.graphdef, State._from_flat(flat.flat_state())
+
+
+def unflatten(graphdef: GraphDef, state: State | Mapping, /) -> _Any:
+    """Build a new graph from `graphdef` and a State that fits it exactly."""
+    flat = state._flat if isinstance(state, State) else State(state)._flat
+    _check_fits(graphdef, flat)
+    return _Builder(flat).build(graphdef.root, ())
+
+
+def split(node: object, /, *filters: Filter) -> tuple[_Any, ...]:
+    """`(graphdef, state)`, or `(graphdef, state_1, ..., state_n)`, one per filter.
+
+    Each value goes to the first filter that matches it (filtering is order-dependent:
+    put specific filters before general ones). A value that no filter matches raises a
+    `ValueError` naming its path and value; end with `...` to catch the rest.
+    """
+    flat = _flatten(node)
+    flat_state = flat.flat_state()
+    if not filters:
+        return flat.graphdef, State._from_flat(flat_state)
+    return (flat.graphdef, *group_flat(flat_state, filters, require_all=True))
+
+
+def state(node: object, /, *filters: Filter) -> _Any:
+    """`node`'s State, or one sub-State per filter (values matching none are left out)."""
+    flat_state = _flatten(node).flat_state()
+    if not filters:
+        return State._from_flat(flat_state)
+    states = group_flat(flat_state, filters, require_all=False)
+    return states[0] if len(filters) == 1 else states
+
+
+def graphdef(node: object, /) -> GraphDef:
+    """`node`'s GraphDef."""
+    return _flatten(node).graphdef
+
+
+def merge(graphdef: GraphDef, state: State | Mapping, /, *states: State | Mapping) -> _Any:
+    """A new graph from `graphdef` and the States `split` returned (in any grouping)."""
+    return unflatten(graphdef, State.merge(state, *states))
+
+
+def update(node: object, state: State | Mapping, /, *states: State | Mapping) -> None:
+    """Write the values of `states` into `node`'s Variables and array leaves, in place.
+
+    All paths are checked before anything is written: a path the model does not have,
+    or an array leaf inside an immutable node, raises a `GraphError` naming the paths,
+    and leaves the model exactly as it was.
+    """
+    flat = _flatten(node)
+    updates = State.merge(state, *states)._flat
+    index = flat.index
+    unknown = [path for path in updates if path not in index]
+    if unknown:
+        raise GraphError(
+            f"`update` got paths the model does not have: {_list_paths(unknown)}. The model's "
+            f"paths include {_list_paths(flat.paths)}; pass a State split from this model."
+        )
+    frozen = [
+        path
+        for path, source in ((p, index[p]) for p in updates)
+        if source.variable is None and (source.parent_type is None or not source.parent_type.set_key)
+    ]
+    if frozen:
+        raise GraphError(
+            f"`update` cannot write {_list_paths(frozen)}: those arrays sit in immutable "
+            "nodes (Equinox-style modules or tuples). Build an updated copy with "
+            "`merge(graphdef, state)` instead."
+        )
+    for path, leaf in updates.items():
+        source = index[path]
+        if source.variable is not None:
+            _write_variable(source.variable, leaf)
+        else:
+            value = leaf.value if isinstance(leaf, VariableState) else leaf
+            source.parent_type.set_key(source.parent, source.key, value)  # type: ignore[union-attr]
+
+
+def _write_variable(variable: Variable, leaf: object) -> None:
+    if isinstance(leaf, VariableState | Variable):
+        variable.copy_from(leaf)
+    else:
+        variable.value = leaf
+
+
+def clone(node: object, /) -> _Any:
+    """A deep copy of `node` with the same sharing, new Variables and new nodes."""
+    return merge(*split(node))
+
+
+def pop(node: object, /, *filters: Filter) -> _Any:
+    """Remove the Variables matching `filters` from `node` and return them as State(s)."""
+    if not filters:
+        raise TypeError("`pop` needs at least one filter, e.g. `pop(model, Intermediate)`.")
+    flat = _flatten(node)
+    flat_state = flat.flat_state()
+    states = group_flat(flat_state, filters, require_all=False)
+    for group in states:
+        for path in group._flat:
+            source = flat.index[path]
+            if source.parent_type is None or source.parent_type.pop_key is None:
+                raise GraphError(
+                    f"`pop` cannot remove {path_str(path)}: its parent "
+                    f"{type(source.parent).__name__} cannot drop children in place."
+                )
+    for group in states:
+        for path in group._flat:
+            source = flat.index[path]
+            source.parent_type.pop_key(source.parent, source.key)  # type: ignore[union-attr]
+    return states[0] if len(filters) == 1 else states
+
+
+def iter_graph(node: object, /) -> Iterator[tuple[Path, _Any]]:
+    """Every node, Variable and leaf of `node` with its path, each once, children first."""
+    yield from _iter(node, (), set(), node_types())
+
+
+def _iter(value: object, path: Path, seen: set[int], registry: object) -> Iterator[tuple]:
+    node_type = registry.lookup(type(value))  # type: ignore[attr-defined]
+    if node_type is not None or isinstance(value, Variable):
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+    if node_type is not None:
+        children, _ = node_type.flatten(value)
+        for key, child in list(children):
+            yield from _iter(child, (*path, key), seen, registry)
+    yield path, value
+
+
+def variables(node: object, /, *filters: Filter) -> _Any:
+    """`node`'s live Variables by path (not snapshots), optionally filtered like `state`."""
+    flat = _flatten(node)
+    found = {p: s.variable for p, s in zip(flat.paths, flat.sources) if s.variable is not None}
+    if not filters:
+        return State._from_flat(found)
+    predicates = filters_to_predicates(filters)
+    groups = group_flat(found, tuple(predicates), require_all=False)
+    return groups[0] if len(filters) == 1 else groups
+
+
+Key = Key  # re-exported for `graph.Key` (seed 000 annotates paths with it)
+

@@ -1,0 +1,181 @@
+"""Node types: how each kind of graph node flattens into children and is rebuilt.
+
+The core knows nothing of any backend. Every node type, even `dict`, `list` and
+`tuple`, arrives through the `bryo_graph_node_types` hook as a `NodeType`. Lookups go
+through a table rebuilt only when the plugin manager's epoch changes, so traversals never
+call pluggy per node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable, Iterable, Sequence
+
+from bryo_pytree import Key, get_plugin_manager
+
+Children = Iterable[tuple[Key, object]]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeType:
+    """How bryo's graph functions treat one type of node.
+
+    Attributes:
+        type: the node's class; subclasses use it too unless they have their own.
+        flatten: `node -> (children, aux)`: `children` are `(key, child)` pairs in a stable
+            order, `aux` is hashable static data kept in the GraphDef.
+        unflatten: immutable nodes: `(type, aux, children) -> node`, children a list of
+            `(key, child)` pairs already rebuilt.
+        create: mutable nodes: `(type, aux) -> empty node`; children then go in through
+            `init_key`. Mutable nodes can take part in reference cycles.
+        init_key: `(node, key, child)`, fills one child of a node made by `create` (a node
+            nobody else sees yet: no change tracking needed).
+        set_key: `(node, key, child)`, sets one child of a live node in place (used by
+            `update` for raw array leaves); a tracked node reports the change.
+        pop_key: `(node, key)`, removes one child in place (used by `pop`).
+        leaf_type: the `Variable` class that a raw array child of this node stands for in a
+            State (Equinox arrays are `Param`s); None keeps the parent's choice.
+        tracks_structure: the backend calls `bryo_graph.structure_changed()` on every
+            structural change of such nodes (attribute set or delete), so flattening a
+            graph made only of such and immutable nodes can be cached.
+    """
+
+    type: type
+    flatten: Callable[[object], tuple[Children, Hashable]]
+    unflatten: Callable[[type, Hashable, list[tuple[Key, object]]], object] | None = None
+    create: Callable[[type, Hashable], object] | None = None
+    init_key: Callable[[object, Key, object], None] | None = None
+    set_key: Callable[[object, Key, object], None] | None = None
+    pop_key: Callable[[object, Key], None] | None = None
+    leaf_type: type | None = None
+    tracks_structure: bool = False
+
+    @property
+    def mutable(self) -> bool:
+        """Whether nodes are built empty and filled in place (and can form cycles)."""
+        return self.create is not None
+
+    @property
+    def cacheable(self) -> bool:
+        """Whether a graph of such nodes can keep its flattening between changes."""
+        return self.tracks_structure or not self.mutable and self.set_key is None
+
+
+class _Registry:
+    """type -> NodeType, rebuilt from the hook when the plugin manager changes."""
+
+    def __init__(self) -> None:
+        self.epoch = -1
+        self.manager_id = 0
+        self.by_type: dict[type, NodeType | None] = {}
+        self.declared: dict[type, NodeType] = {}
+
+    def refresh(self) -> None:
+        pm = get_plugin_manager()
+        if pm.epoch == self.epoch and id(pm) == self.manager_id:
+            return
+        declared: dict[type, NodeType] = {}
+        for node_types in reversed(pm.hook.bryo_graph_node_types()):
+            for node_type in node_types:
+                declared[node_type.type] = node_type
+        self.declared = declared
+        self.by_type = dict(declared)
+        self.epoch, self.manager_id = pm.epoch, id(pm)
+
+    def lookup(self, cls: type) -> NodeType | None:
+        try:
+            return self.by_type[cls]
+        except KeyError:
+            found = next((self.declared[b] for b in cls.__mro__ if b in self.declared), None)
+            self.by_type[cls] = found
+            return found
+
+
+_registry = _Registry()
+
+
+def node_types() -> _Registry:
+    """The current registry, refreshed if plugins changed since the last call."""
+    _registry.refresh()
+    return _registry
+
+
+def node_type_of(value: object) -> NodeType | None:
+    """The NodeType for `value`, or None when it is a leaf."""
+    return node_types().lookup(type(value))
+
+
+def is_graph_node(value: object) -> bool:
+    """Whether bryo's graph functions traverse into `value`."""
+    return node_type_of(value) is not None
+
+
+_version = [0]
+
+
+def structure_changed() -> None:
+    """Tell bryo that some tracked node changed structure; cached flattenings expire."""
+    _version[0] += 1
+
+
+def structure_version() -> int:
+    """A counter that grows on every tracked structural change."""
+    return _version[0]
+
+
+def builtin_node_types() -> Sequence[NodeType]:
+    """dict, list and tuple: the only node types the core itself knows."""
+    return (
+        NodeType(
+            dict,
+            flatten=dict_flatten,
+            unflatten=lambda cls, aux, children: _rebuild_dict(cls, children),
+            set_key=_setitem,
+            pop_key=_delitem,
+        ),
+        NodeType(
+            list,
+            flatten=lambda node: (enumerate(node), None),
+            unflatten=lambda cls, aux, children: _rebuild_list(cls, children),
+            set_key=_setitem,
+        ),
+        NodeType(
+            tuple,
+            flatten=lambda node: (enumerate(node), None),
+            unflatten=lambda cls, aux, children: _rebuild_tuple(cls, children),
+        ),
+    )
+
+
+def dict_flatten(node: dict) -> tuple[Children, Hashable]:
+    """A dict's items, sorted by key when the keys compare (as jax sorts them)."""
+    try:
+        return sorted(node.items()), None
+    except TypeError:  # keys of mixed types keep insertion order
+        return list(node.items()), None
+
+
+def _setitem(node: object, key: Key, child: object) -> None:
+    node[key] = child  # type: ignore[index]
+
+
+def _delitem(node: object, key: Key) -> None:
+    del node[key]  # type: ignore[attr-defined]
+
+
+def _rebuild_dict(cls: type, children: list[tuple[Key, object]]) -> dict:
+    return dict(children) if cls is dict else cls(children)
+
+
+def _rebuild_list(cls: type, children: list[tuple[Key, object]]) -> list:
+    values = [child for _, child in children]
+    return values if cls is list else cls(values)
+
+
+def _rebuild_tuple(cls: type, children: list[tuple[Key, object]]) -> tuple:
+    values = [child for _, child in children]
+    if cls is tuple:
+        return tuple(values)
+    if hasattr(cls, "_fields"):  # namedtuple
+        return cls(*values)
+    return cls(values)

@@ -1,0 +1,15 @@
+"""core-graph's built-in node types, registered through the same hook as any backend's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bryo_pytree import hookimpl
+
+from ._nodes import NodeType, builtin_node_types
+from ._object import Object, object_node_type, tracked_container_node_types
+
+
+@hookimpl
+def bryo_graph_node_types() -> Sequence[NodeType]:
+    return (*builtin_node_types(), *tracked_container_node_types(), object_node_type(Object))

@@ -1,0 +1,272 @@
+"""`State`: a nested mapping of a model's state, stored flat by path.
+
+A State reads like nested dicts (`state['linear']['kernel']`, `state.linear.kernel`) and
+prints nested, but keeps one flat `{path: leaf}` dict inside, so that splitting,
+filtering and merging states cost one pass over the leaves. It is a registered pytree
+whose children are its leaves (usually `VariableState`s), in path order of insertion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any as _Any
+
+from bryo_filters import Filter, filters_to_predicates
+from bryo_pytree import Key, Path, path_str
+from jax.tree_util import DictKey, register_pytree_with_keys
+
+from ._variables import VariableState
+
+
+class _Paths:
+    """State aux data: the tuple of paths, hashed once so jit's cache lookups stay cheap."""
+
+    __slots__ = ("_hash", "paths")
+
+    def __init__(self, paths: tuple[Path, ...]) -> None:
+        self.paths = paths
+        self._hash = hash(paths)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _Paths) and self.paths == other.paths)
+
+
+class State(Mapping[Key, _Any]):
+    """A model's state: nested by path, printable, a pytree.
+
+    >>> state = State({"linear": {"kernel": VariableState(Param, 1.0)}})  # doctest: +SKIP
+    >>> state.flat_state()                                                # doctest: +SKIP
+    {('linear', 'kernel'): VariableState(type=Param, value=1.0)}
+    """
+
+    __slots__ = ("_flat",)
+
+    def __init__(self, mapping: Mapping | None = None, /) -> None:
+        flat: dict[Path, object] = {}
+        if mapping is not None:
+            _flatten_nested(mapping, (), flat)
+        object.__setattr__(self, "_flat", flat)
+
+    @classmethod
+    def _from_flat(cls, flat: dict[Path, object]) -> State:
+        state = object.__new__(cls)
+        object.__setattr__(state, "_flat", flat)
+        return state
+
+    @classmethod
+    def from_flat_path(cls, flat: Mapping[Path, object] | object, /) -> State:
+        """Build a State from `{path: leaf}` pairs (a dict or an iterable of pairs)."""
+        items = flat.items() if isinstance(flat, Mapping) else flat
+        return cls._from_flat({tuple(path): leaf for path, leaf in items})
+
+    from_flat_state = from_flat_path
+
+    def flat_state(self) -> dict[Path, _Any]:
+        """The `{path: leaf}` dict, in insertion order (a copy)."""
+        return dict(self._flat)
+
+    # Mapping over the first path step ------------------------------------------------
+    def _top_keys(self) -> list[Key]:
+        return list(dict.fromkeys(path[0] for path in self._flat if path))
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._top_keys())
+
+    def __len__(self) -> int:
+        return len(self._top_keys())
+
+    def __contains__(self, key: object) -> bool:
+        return any(path and path[0] == key for path in self._flat)
+
+    def __getitem__(self, key: Key) -> _Any:
+        leaf = self._flat.get((key,), _MISSING)
+        if leaf is not _MISSING:
+            return leaf
+        sub = {path[1:]: leaf for path, leaf in self._flat.items() if path and path[0] == key}
+        if not sub:
+            raise KeyError(
+                f"{key!r} is not in this State; its keys are {self._top_keys()}"
+            )
+        return State._from_flat(sub)
+
+    def __getattr__(self, name: str) -> _Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError as error:
+            raise AttributeError(str(error)) from None
+
+    def __setitem__(self, key: Key, value: object) -> None:
+        """Replace the subtree under `key` (a leaf, a State, or a nested mapping)."""
+        flat = {path: leaf for path, leaf in self._flat.items() if not (path and path[0] == key)}
+        if isinstance(value, Mapping) and not isinstance(value, VariableState):
+            sub: dict[Path, object] = {}
+            _flatten_nested(value, (key,), sub)
+            flat.update(sub)
+        else:
+            flat[(key,)] = value
+        object.__setattr__(self, "_flat", flat)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        self[name] = value
+
+    # Filtering ------------------------------------------------------------------------
+    def filter(self, first: Filter, /, *filters: Filter) -> State | tuple[State, ...]:
+        """The sub-States matching each filter (first match wins); the rest is dropped."""
+        states = group_flat(self._flat, (first, *filters), require_all=False)
+        return states[0] if not filters else states
+
+    def split(self, first: Filter, /, *filters: Filter) -> State | tuple[State, ...]:
+        """Group every leaf by the first filter it matches; a leaf no filter matches raises."""
+        states = group_flat(self._flat, (first, *filters), require_all=True)
+        return states[0] if not filters else states
+
+    @staticmethod
+    def merge(state: State | Mapping, /, *states: State | Mapping) -> State:
+        """One State with the leaves of all `states`; later ones win on equal paths."""
+        flat: dict[Path, object] = {}
+        for each in (state, *states):
+            flat.update(_as_flat(each))
+        return State._from_flat(flat)
+
+    def __or__(self, other: State | Mapping) -> State:
+        return State.merge(self, other)
+
+    def to_pure_dict(self) -> dict:
+        """Nested plain dicts holding the raw values (no VariableStates)."""
+        nested: dict = {}
+        for path, leaf in self._flat.items():
+            node = nested
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = leaf.value if isinstance(leaf, VariableState) else leaf
+        return nested
+
+    def replace_by_pure_dict(self, pure: Mapping) -> State:
+        """A State like this one whose values come from nested plain dicts of raw values."""
+        flat_pure: dict[Path, object] = {}
+        _flatten_nested(pure, (), flat_pure)
+        unknown = [p for p in flat_pure if p not in self._flat]
+        if unknown:
+            raise KeyError(
+                f"`pure` has paths this State does not: {', '.join(map(path_str, unknown[:5]))}"
+            )
+        flat = dict(self._flat)
+        for path, value in flat_pure.items():
+            leaf = flat[path]
+            flat[path] = leaf.replace(value) if isinstance(leaf, VariableState) else value
+        return State._from_flat(flat)
+
+    def __repr__(self) -> str:
+        return "State(" + _render(self.to_nested(), 0) + ")"
+
+    def to_nested(self) -> dict:
+        """Nested plain dicts holding the leaves as they are."""
+        nested: dict = {}
+        for path, leaf in self._flat.items():
+            node = nested
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = leaf
+        return nested
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, State):
+            return NotImplemented
+        return self._flat.keys() == other._flat.keys() and all(
+            _leaf_equal(a, other._flat[p]) for p, a in self._flat.items()
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_MISSING = object()
+
+
+def _leaf_equal(a: object, b: object) -> bool:
+    if isinstance(a, VariableState) and isinstance(b, VariableState):
+        return a.type is b.type and _leaf_equal(a.value, b.value)
+    if a is b:
+        return True
+    try:
+        import numpy as np
+
+        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    except Exception:
+        return False
+
+
+def _render(node: object, depth: int) -> str:
+    if not isinstance(node, dict):
+        return repr(node)
+    if not node:
+        return "{}"
+    pad = "  " * (depth + 1)
+    lines = [f"{pad}{key!r}: {_render(child, depth + 1)}" for key, child in node.items()]
+    return "{\n" + ",\n".join(lines) + "\n" + "  " * depth + "}"
+
+
+def _flatten_nested(mapping: Mapping, prefix: Path, out: dict[Path, object]) -> None:
+    if isinstance(mapping, State):
+        for path, leaf in mapping._flat.items():
+            out[prefix + path] = leaf
+        return
+    for key, value in mapping.items():
+        if isinstance(value, Mapping) and not isinstance(value, VariableState):
+            _flatten_nested(value, (*prefix, key), out)
+        else:
+            out[(*prefix, key)] = value
+
+
+def _as_flat(state: State | Mapping) -> dict[Path, object]:
+    if isinstance(state, State):
+        return state._flat
+    flat: dict[Path, object] = {}
+    _flatten_nested(state, (), flat)
+    return flat
+
+
+def group_flat(
+    flat: Mapping[Path, object], filters: tuple[Filter, ...], *, require_all: bool
+) -> tuple[State, ...]:
+    """Group `flat` by the first matching filter (seed 000); `require_all` as `split` does."""
+    predicates = filters_to_predicates(filters)
+    groups: list[dict[Path, object]] = [{} for _ in predicates]
+    for path, leaf in flat.items():
+        for group, predicate in zip(groups, predicates):
+            if predicate(path, leaf):
+                group[path] = leaf
+                break
+        else:
+            if require_all:
+                raise ValueError(
+                    f"No filter matched path {path_str(path)} (path = {path!r}), value = "
+                    f"{leaf!r}. The filters were {list(predicates)}; add a filter that "
+                    "matches it, or end the list with `...` to catch the rest."
+                )
+    return tuple(State._from_flat(group) for group in groups)
+
+
+def _state_flatten_with_keys(state: State) -> tuple[list, _Paths]:
+    flat = state._flat
+    return [(DictKey(path), leaf) for path, leaf in flat.items()], _Paths(tuple(flat))
+
+
+def _state_flatten(state: State) -> tuple[list, _Paths]:
+    flat = state._flat
+    return list(flat.values()), _Paths(tuple(flat))
+
+
+def _state_unflatten(paths: _Paths, leaves: list) -> State:
+    return State._from_flat(dict(zip(paths.paths, leaves)))
+
+
+register_pytree_with_keys(State, _state_flatten_with_keys, _state_unflatten, _state_flatten)
+
+GraphState = State
+"""Flax's name for the State of a graph node."""
+

@@ -1,0 +1,74 @@
+"""`Module`: the NNX-style module, a mutable object whose attributes are its state.
+
+Subclass it and assign `Variable`s, other Modules, lists and dicts of them, and static
+values in `__init__`; call it like a function. It is a graph node (through the
+`bryo_graph_node_types` hook), so `split`, `merge`, `state` and `update` work on it,
+shared submodules and cycles included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from bryo_graph import Object, iter_graph
+from bryo_pytree import Path
+
+
+class Module(Object):
+    """Base class of NNX-style modules.
+
+    >>> class Foo(Module):
+    ...     def __init__(self):
+    ...         self.a = Param(0)
+    """
+
+    def iter_modules(self) -> Iterator[tuple[Path, Module]]:
+        """Every Module in this one's graph (itself included) with its path, children first."""
+        for path, value in iter_graph(self):
+            if isinstance(value, Module):
+                yield path, value
+
+    def set_attributes(self, *, raise_if_not_found: bool = True, **attributes: object) -> None:
+        """Set `attributes` on every submodule that has them (e.g. `deterministic=True`).
+
+        Raises:
+            ValueError: with `raise_if_not_found`, when some attribute exists on no module.
+        """
+        found: set[str] = set()
+        for _, module in self.iter_modules():
+            for name, value in attributes.items():
+                if name in vars(module):
+                    setattr(module, name, value)
+                    found.add(name)
+        missing = sorted(set(attributes) - found)
+        if missing and raise_if_not_found:
+            raise ValueError(
+                f"no module in {type(self).__name__} has the attribute(s) {missing}; pass "
+                "`raise_if_not_found=False` to ignore them."
+            )
+
+    def train(self, **attributes: object) -> None:
+        """Training mode: `deterministic=False`, `use_running_average=False` where present."""
+        self.set_attributes(
+            deterministic=False, use_running_average=False, **attributes, raise_if_not_found=False
+        )
+
+    def eval(self, **attributes: object) -> None:
+        """Evaluation mode: `deterministic=True`, `use_running_average=True` where present."""
+        self.set_attributes(
+            deterministic=True, use_running_average=True, **attributes, raise_if_not_found=False
+        )
+
+    def __repr__(self) -> str:
+        from bryo_pytree import describe_leaf
+
+        fields = []
+        for name, value in sorted(vars(self).items()):
+            if isinstance(value, Module):
+                text = f"{type(value).__name__}(...)"
+            elif hasattr(value, "shape") and hasattr(value, "dtype"):
+                text = describe_leaf(value)
+            else:
+                text = repr(value)
+            fields.append(f"{name}={text}")
+        return f"{type(self).__name__}({', '.join(fields)})"
