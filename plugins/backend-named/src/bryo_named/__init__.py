@@ -1,0 +1,88 @@
+"""bryo_named: named axes for JAX, in the style of Haliax.
+
+An `Axis` is a name and a size; a `NamedArray` is a JAX array with one `Axis` per
+dimension, registered as a pytree. Operations find axes by name: `x + y` lines axes up by
+name, `sum(x, "Features")` reduces by name, `dot(x, w, axis="In")` contracts by name, and
+`x["Time", 3]` indexes by name. A missing or repeated axis is an `AxisError` naming it.
+The package's plugin teaches bryo_scan to scan, fold, map and stack over named axes, so
+`bryo_scan.scan(f, "Time")(init, xs)` scans NamedArrays along "Time".
+"""
+
+from bryo_scan import tree_checkpoint_name as tree_checkpoint_name
+
+from . import nn as nn
+from . import random as random
+from ._axis import Axis as Axis
+from ._axis import AxisError as AxisError
+from ._axis import AxisSelection as AxisSelection
+from ._axis import AxisSelector as AxisSelector
+from ._axis import Shape as Shape
+from ._axis import axis_sizes as axis_sizes
+from ._named_array import NamedArray as NamedArray
+from ._named_array import broadcast_axes as broadcast_axes
+from ._named_array import named as named
+from ._ops import abs as abs  # noqa: A004
+from ._ops import add as add
+from ._ops import all as all  # noqa: A004
+from ._ops import any as any  # noqa: A004
+from ._ops import arange as arange
+from ._ops import argmax as argmax
+from ._ops import argmin as argmin
+from ._ops import ceil as ceil
+from ._ops import clip as clip
+from ._ops import concatenate as concatenate
+from ._ops import cos as cos
+from ._ops import divide as divide
+from ._ops import dot as dot
+from ._ops import exp as exp
+from ._ops import floor as floor
+from ._ops import full as full
+from ._ops import full_like as full_like
+from ._ops import gelu as gelu
+from ._ops import is_named_array as is_named_array
+from ._ops import isfinite as isfinite
+from ._ops import isnan as isnan
+from ._ops import log as log
+from ._ops import log1p as log1p
+from ._ops import log_softmax as log_softmax
+from ._ops import logical_and as logical_and
+from ._ops import logical_not as logical_not
+from ._ops import logical_or as logical_or
+from ._ops import logsumexp as logsumexp
+from ._ops import max as max  # noqa: A004
+from ._ops import maximum as maximum
+from ._ops import mean as mean
+from ._ops import min as min  # noqa: A004
+from ._ops import minimum as minimum
+from ._ops import multiply as multiply
+from ._ops import negative as negative
+from ._ops import ones as ones
+from ._ops import ones_like as ones_like
+from ._ops import power as power
+from ._ops import prod as prod
+from ._ops import relu as relu
+from ._ops import rename as rename
+from ._ops import round as round  # noqa: A004
+from ._ops import rsqrt as rsqrt
+from ._ops import sigmoid as sigmoid
+from ._ops import sign as sign
+from ._ops import silu as silu
+from ._ops import sin as sin
+from ._ops import softmax as softmax
+from ._ops import softplus as softplus
+from ._ops import sqrt as sqrt
+from ._ops import square as square
+from ._ops import stack as stack
+from ._ops import std as std
+from ._ops import subtract as subtract
+from ._ops import sum as sum  # noqa: A004
+from ._ops import tan as tan
+from ._ops import tanh as tanh
+from ._ops import var as var
+from ._ops import where as where
+from ._ops import zeros as zeros
+from ._ops import zeros_like as zeros_like
+from ._rearrange import rearrange as rearrange
+from ._vmap import vmap as vmap
+
+__version__ = "0.1.0"

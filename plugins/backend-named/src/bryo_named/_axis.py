@@ -1,0 +1,155 @@
+"""Axes: a name and a size. Every operation finds an array's axes by name.
+
+Shapes are written as dicts (`{"Time": 100, "Features": 16}`), a single `Axis`, or a
+sequence of `Axis`. `axis_sizes` declares sizes for bare names in a block, so that a scan
+over `"Time"` with no inputs knows how long to run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import operator
+from collections.abc import Iterator, Mapping, Sequence
+
+
+class AxisError(ValueError):
+    """An axis that is missing, duplicated, of the wrong size, or not an axis at all."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """A named axis with a size, e.g. `Axis("Layers", 12)`.
+
+    An `Axis` converts to its size where Python wants an int, so
+    `jax.random.split(key, Layers)` makes one key per layer.
+
+    Example:
+        >>> Time = Axis("Time", 100)
+        >>> Time.size, Time.resize(10)
+        (100, Axis(name='Time', size=10))
+    """
+
+    name: str
+    size: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise AxisError(f"an axis `name` must be a non-empty string; got {self.name!r}.")
+        try:
+            size = operator.index(self.size)
+        except TypeError:
+            raise AxisError(
+                f"axis {self.name!r}: `size` must be an integer; got {self.size!r}."
+            ) from None
+        if size < 0:
+            raise AxisError(f"axis {self.name!r}: `size` must be >= 0; got {size}.")
+        object.__setattr__(self, "size", size)
+
+    def __index__(self) -> int:
+        return self.size
+
+    def resize(self, size: int) -> Axis:
+        """The same name with another size."""
+        return Axis(self.name, size)
+
+    def alias(self, name: str) -> Axis:
+        """Another name with the same size."""
+        return Axis(name, self.size)
+
+
+AxisSelector = Axis | str
+"""An axis by name: an `Axis` (its size is checked where it matters) or its name."""
+
+AxisSelection = AxisSelector | Sequence[AxisSelector]
+"""One axis or several."""
+
+Shape = Mapping[str, int] | Axis | Sequence[Axis]
+"""A shape: `{"Time": 100}`, `Axis("Time", 100)` or `(Axis("Time", 100), ...)`."""
+
+
+def name_of(selector: object, what: str = "axis") -> str:
+    """The name of an axis selector (`"Time"` or `Axis("Time", 100)`)."""
+    if isinstance(selector, Axis):
+        return selector.name
+    if isinstance(selector, str):
+        return selector
+    raise AxisError(f"`{what}` must be an axis name or an Axis; got {selector!r}.")
+
+
+def names_of(selection: object, what: str = "axis") -> tuple[str, ...]:
+    """The names of one selector or of a sequence of them."""
+    if isinstance(selection, Axis | str):
+        return (name_of(selection, what),)
+    if isinstance(selection, Sequence):
+        return tuple(name_of(s, what) for s in selection)
+    raise AxisError(f"`{what}` must be an axis, a name or a sequence of them; got {selection!r}.")
+
+
+def format_axes(axes: Sequence[Axis]) -> str:
+    """`{'Time': 100, 'Features': 16}`: how error messages list an array's axes."""
+    return "{" + ", ".join(f"{a.name!r}: {a.size}" for a in axes) + "}"
+
+
+def check_unique(axes: Sequence[Axis], what: str) -> tuple[Axis, ...]:
+    """`axes` as a tuple, or an `AxisError` naming the duplicated axis."""
+    seen: set[str] = set()
+    for axis in axes:
+        if axis.name in seen:
+            raise AxisError(
+                f"`{what}`: axis {axis.name!r} appears twice in {format_axes(axes)}; "
+                "each axis name may appear once per array (rename one of them)."
+            )
+        seen.add(axis.name)
+    return tuple(axes)
+
+
+def axes_of(shape: object, what: str = "shape") -> tuple[Axis, ...]:
+    """Normalize a `Shape` into a tuple of `Axis`, checking names are unique."""
+    if isinstance(shape, Axis):
+        return (shape,)
+    if isinstance(shape, Mapping):
+        return check_unique([Axis(name, size) for name, size in shape.items()], what)
+    if isinstance(shape, Sequence) and not isinstance(shape, str):
+        bad = [a for a in shape if not isinstance(a, Axis)]
+        if bad:
+            raise AxisError(
+                f"`{what}` must hold Axis objects (a bare name has no size); got {bad[0]!r}. "
+                "Write Axis(name, size) or a dict {name: size}."
+            )
+        return check_unique(list(shape), what)
+    raise AxisError(
+        f"`{what}` must be a dict {{name: size}}, an Axis or a sequence of Axis; got {shape!r}."
+    )
+
+
+_declared_sizes: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar(
+    "bryo_named_axis_sizes", default={}
+)
+
+
+@contextlib.contextmanager
+def axis_sizes(sizes: Mapping[str, int] | None = None, /, **more: int) -> Iterator[None]:
+    """Declare sizes for axis names inside the block (nested blocks add to them).
+
+    Scans over a bare name with no inputs (`scan(f, "Time")(init, None)`) take their
+    length from here.
+
+    Example:
+        >>> with axis_sizes(Time=100):
+        ...     pass
+    """
+    merged = {**_declared_sizes.get(), **(sizes or {}), **more}
+    for name, size in merged.items():
+        Axis(name, size)  # validates
+    token = _declared_sizes.set(merged)
+    try:
+        yield
+    finally:
+        _declared_sizes.reset(token)
+
+
+def declared_size(name: str) -> int | None:
+    """The size declared for `name` by an enclosing `axis_sizes`, if any."""
+    return _declared_sizes.get().get(name)

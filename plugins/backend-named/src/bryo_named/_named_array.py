@@ -1,0 +1,405 @@
+"""`NamedArray`: a JAX array whose axes have names, registered as a pytree.
+
+The array is the pytree child and the axes are static, so a NamedArray passes through
+`jax.jit`, `grad` and `vmap` like any array. Binary operations line axes up by name: the
+result has the first operand's axes, then the other's new ones. Python scalars and 0-d
+arrays mix freely with NamedArrays; other unnamed arrays must be named first (`named`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.tree_util import GetAttrKey, register_pytree_with_keys
+
+from ._axis import Axis, AxisError, AxisSelector, Shape, axes_of, check_unique, format_axes, name_of
+
+Scalar = int | float | complex | bool
+
+_NAMED_INDEXING_HELP = (
+    "Index a NamedArray by axis name: arr['Time', 3], arr['Time', 2:5], "
+    "arr['Time', 3, 'Features', 0] or arr[{'Time': 3}]."
+)
+
+
+class NamedArray:
+    """An array with named axes.
+
+    Args:
+        array: a JAX (or NumPy) array.
+        axes: one `Axis` per dimension, as a sequence of `Axis` or a dict {name: size}.
+
+    Example:
+        >>> x = NamedArray(jnp.ones((2, 3)), {"Batch": 2, "Features": 3})
+        >>> x.shape
+        {'Batch': 2, 'Features': 3}
+        >>> (x + 1).sum("Features").shape
+        {'Batch': 2}
+    """
+
+    __slots__ = ("array", "axes")
+    __array_ufunc__ = None  # NumPy defers to our reflected operators
+    __hash__ = None  # type: ignore[assignment]
+
+    array: jax.Array
+    axes: tuple[Axis, ...]
+
+    def __init__(self, array: Any, axes: Shape) -> None:
+        axes = axes_of(axes, "axes")
+        if not isinstance(array, jax.Array):
+            array = jnp.asarray(array)
+        if tuple(array.shape) != tuple(a.size for a in axes):
+            raise AxisError(
+                f"`array` of shape {tuple(array.shape)} does not fit the axes "
+                f"{format_axes(axes)}: give one axis per dimension with the same sizes."
+            )
+        object.__setattr__(self, "array", array)
+        object.__setattr__(self, "axes", axes)
+
+    @classmethod
+    def _wrap(cls, array: Any, axes: tuple[Axis, ...]) -> NamedArray:
+        """Build without checks (inside transformations the array may be a placeholder)."""
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "array", array)
+        object.__setattr__(obj, "axes", axes)
+        return obj
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("NamedArray is immutable; build a new one instead.")
+
+    # -- description --------------------------------------------------------------------
+
+    @property
+    def shape(self) -> dict[str, int]:
+        """The axes as a dict {name: size}."""
+        return {a.name: a.size for a in self.axes}
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes)
+
+    @property
+    def dtype(self) -> Any:
+        return self.array.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.axes)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod([a.size for a in self.axes], dtype=np.int64))
+
+    def describe(self) -> str:
+        """`NamedArray(float32, {'Time': 100, 'Features': 16})`, for messages."""
+        return f"NamedArray({getattr(self.array, 'dtype', '?')}, {format_axes(self.axes)})"
+
+    def __repr__(self) -> str:
+        return f"NamedArray(axes={format_axes(self.axes)}, array={self.array!r})"
+
+    # -- axes by name -------------------------------------------------------------------
+
+    def axis_position(self, axis: AxisSelector) -> int | None:
+        """The position of `axis` (a name or an `Axis`), or None when absent."""
+        name = name_of(axis)
+        for position, own in enumerate(self.axes):
+            if own.name == name:
+                return position
+        return None
+
+    def position_of(self, axis: AxisSelector, what: str = "axis") -> int:
+        """The position of `axis`, or an `AxisError` naming it and listing the axes.
+
+        An `Axis` (with its size) must also match the array's size of that axis.
+        """
+        position = self.axis_position(axis)
+        if position is None:
+            raise AxisError(
+                f"`{what}`: axis {name_of(axis, what)!r} is not in this array; its axes are "
+                f"{format_axes(self.axes)}."
+            )
+        if isinstance(axis, Axis) and axis.size != self.axes[position].size:
+            raise AxisError(
+                f"`{what}`: axis {axis.name!r} has size {self.axes[position].size} in this "
+                f"array, not {axis.size}; its axes are {format_axes(self.axes)}."
+            )
+        return position
+
+    def has_axis(self, axis: AxisSelector) -> bool:
+        return self.axis_position(axis) is not None
+
+    def resolve_axis(self, axis: AxisSelector) -> Axis:
+        """The array's `Axis` of that name (with its size)."""
+        return self.axes[self.position_of(axis)]
+
+    def axis_size(self, axis: AxisSelector) -> int:
+        return self.resolve_axis(axis).size
+
+    # -- conversions --------------------------------------------------------------------
+
+    def astype(self, dtype: Any) -> NamedArray:
+        return NamedArray._wrap(self.array.astype(dtype), self.axes)
+
+    def item(self) -> Any:
+        return self.array.item()
+
+    def __float__(self) -> float:
+        return float(self.array)
+
+    def __int__(self) -> int:
+        return int(self.array)
+
+    def __bool__(self) -> bool:
+        return bool(self.array)
+
+    def __len__(self) -> int:
+        raise TypeError(
+            "a NamedArray has no first axis to take the length of; use "
+            "`arr.axis_size(name)` or `arr.shape`."
+        )
+
+    def __iter__(self) -> Any:
+        raise TypeError(
+            "a NamedArray cannot be iterated without an axis; index by name "
+            "(arr['Time', i]) or scan over the axis (hax.scan / hax.map)."
+        )
+
+    # -- indexing -----------------------------------------------------------------------
+
+    def __getitem__(self, index: Any) -> NamedArray:
+        return _index(self, _index_pairs(index))
+
+    # -- methods mirroring the module functions ----------------------------------------
+
+    def sum(self, axis: Any = None, **kwargs: Any) -> NamedArray:
+        return _ops().sum(self, axis, **kwargs)
+
+    def mean(self, axis: Any = None, **kwargs: Any) -> NamedArray:
+        return _ops().mean(self, axis, **kwargs)
+
+    def max(self, axis: Any = None, **kwargs: Any) -> NamedArray:
+        return _ops().max(self, axis, **kwargs)
+
+    def min(self, axis: Any = None, **kwargs: Any) -> NamedArray:
+        return _ops().min(self, axis, **kwargs)
+
+    def prod(self, axis: Any = None, **kwargs: Any) -> NamedArray:
+        return _ops().prod(self, axis, **kwargs)
+
+    def var(self, axis: Any = None, **kwargs: Any) -> NamedArray:
+        return _ops().var(self, axis, **kwargs)
+
+    def std(self, axis: Any = None, **kwargs: Any) -> NamedArray:
+        return _ops().std(self, axis, **kwargs)
+
+    def dot(self, other: NamedArray, *, axis: Any = None) -> NamedArray:
+        return _ops().dot(self, other, axis=axis)
+
+    def rename(self, renames: Mapping[AxisSelector, AxisSelector]) -> NamedArray:
+        return _ops().rename(self, renames)
+
+    def rearrange(self, expression: str, **sizes: int) -> NamedArray:
+        from ._rearrange import rearrange
+
+        return rearrange(self, expression, **sizes)
+
+
+def _ops() -> Any:
+    from . import _ops as ops
+
+    return ops
+
+
+def _flatten_with_keys(x: NamedArray) -> tuple[list[tuple[GetAttrKey, Any]], tuple[Axis, ...]]:
+    return [(GetAttrKey("array"), x.array)], x.axes
+
+
+def _flatten(x: NamedArray) -> tuple[list[Any], tuple[Axis, ...]]:
+    return [x.array], x.axes
+
+
+def _unflatten(axes: tuple[Axis, ...], children: Sequence[Any]) -> NamedArray:
+    return NamedArray._wrap(children[0], axes)
+
+
+register_pytree_with_keys(NamedArray, _flatten_with_keys, _unflatten, _flatten)
+
+
+# -- broadcasting by name ------------------------------------------------------------------
+
+
+def is_scalar_like(value: object) -> bool:
+    """Python numbers and 0-d arrays: they broadcast against any NamedArray."""
+    if isinstance(value, Scalar):
+        return True
+    return isinstance(value, jax.Array | np.ndarray | np.generic) and np.ndim(value) == 0
+
+
+def broadcast_axes(*arrays: NamedArray, what: str = "arrays") -> tuple[Axis, ...]:
+    """The union of the arrays' axes, in order of first appearance; sizes must agree."""
+    seen: dict[str, Axis] = {}
+    for array in arrays:
+        for axis in array.axes:
+            known = seen.setdefault(axis.name, axis)
+            if known.size != axis.size:
+                shapes = "; ".join(format_axes(a.axes) for a in arrays)
+                raise AxisError(
+                    f"`{what}`: axis {axis.name!r} has size {known.size} in one operand and "
+                    f"{axis.size} in another (axes: {shapes}). Same-named axes must have "
+                    "the same size; rename one of them or slice it."
+                )
+    return tuple(seen.values())
+
+
+def aligned(x: NamedArray, axes: Sequence[Axis]) -> jax.Array:
+    """`x`'s array transposed to the order of `axes`, with size-1 dims for missing ones."""
+    order = [x.position_of(a.name) for a in axes if x.has_axis(a.name)]
+    array = x.array if order == list(range(x.ndim)) else jnp.transpose(x.array, order)
+    shape = tuple(a.size if x.has_axis(a.name) else 1 for a in axes)
+    return array if shape == array.shape else jnp.reshape(array, shape)
+
+
+def raw_operand(value: object, axes: Sequence[Axis], what: str) -> Any:
+    """A NamedArray aligned to `axes`, a scalar as it is, anything else an error."""
+    if isinstance(value, NamedArray):
+        return aligned(value, axes)
+    if is_scalar_like(value) or value is None:
+        return value
+    shape = tuple(np.shape(value)) if hasattr(value, "shape") else type(value).__name__
+    raise AxisError(
+        f"`{what}`: cannot combine a NamedArray with an unnamed value of shape {shape}; "
+        "name its axes first, e.g. hax.named(array, ('Time', ...)) or NamedArray(array, axes)."
+    )
+
+
+def elementwise(fn: Callable[..., Any], *args: Any, what: str | None = None, **kwargs: Any) -> Any:
+    """Apply `fn` to arrays lined up by axis name; a NamedArray when any input is one."""
+    named = [a for a in args if isinstance(a, NamedArray)]
+    if not named:
+        return fn(*args, **kwargs)
+    label = what or getattr(fn, "__name__", "operation")
+    axes = broadcast_axes(*named, what=label)
+    raws = [raw_operand(a, axes, label) for a in args]
+    return NamedArray._wrap(fn(*raws, **kwargs), axes)
+
+
+def _binary(fn: Callable[[Any, Any], Any], name: str) -> tuple[Callable, Callable]:
+    def forward(self: NamedArray, other: Any) -> Any:
+        if not (isinstance(other, NamedArray) or is_scalar_like(other) or _is_unnamed(other)):
+            return NotImplemented
+        return elementwise(fn, self, other, what=name)
+
+    def reflected(self: NamedArray, other: Any) -> Any:
+        if not (is_scalar_like(other) or _is_unnamed(other)):
+            return NotImplemented
+        return elementwise(fn, other, self, what=name)
+
+    return forward, reflected
+
+
+def _is_unnamed(value: object) -> bool:
+    return isinstance(value, jax.Array | np.ndarray)
+
+
+for _name, _fn in {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+}.items():
+    _fwd, _rev = _binary(_fn, _name)
+    setattr(NamedArray, f"__{_name}__", _fwd)
+    setattr(NamedArray, f"__r{_name}__", _rev)
+
+for _name, _fn in {
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "eq": operator.eq,
+    "ne": operator.ne,
+}.items():
+    setattr(NamedArray, f"__{_name}__", _binary(_fn, _name)[0])
+
+for _name, _fn in {"neg": operator.neg, "pos": operator.pos, "abs": abs, "invert": operator.invert}.items():
+    setattr(NamedArray, f"__{_name}__", lambda self, _fn=_fn: NamedArray._wrap(_fn(self.array), self.axes))
+
+
+# -- indexing ---------------------------------------------------------------------------
+
+
+def _index_pairs(index: Any) -> list[tuple[Any, Any]]:
+    if isinstance(index, Mapping):
+        return list(index.items())
+    if isinstance(index, tuple) and len(index) % 2 == 0 and index:
+        pairs = list(zip(index[::2], index[1::2], strict=True))
+        if all(isinstance(name, str | Axis) for name, _ in pairs):
+            return pairs
+    raise AxisError(f"cannot index a NamedArray with {index!r}. {_NAMED_INDEXING_HELP}")
+
+
+def _index(x: NamedArray, pairs: list[tuple[Any, Any]]) -> NamedArray:
+    selectors: list[Any] = [slice(None)] * x.ndim
+    new_axes: list[Axis | None] = list(x.axes)
+    for axis, selector in pairs:
+        position = x.position_of(axis, "index")
+        size = x.axes[position].size
+        if isinstance(selector, slice):
+            selectors[position] = selector
+            new_axes[position] = x.axes[position].resize(len(range(*selector.indices(size))))
+        elif _is_integer_scalar(selector):
+            if isinstance(selector, int | np.integer) and not -size <= selector < size:
+                raise IndexError(
+                    f"index {selector} is out of range for axis {x.axes[position].name!r} "
+                    f"of size {size} (axes {format_axes(x.axes)})."
+                )
+            selectors[position] = selector
+            new_axes[position] = None
+        else:
+            raise AxisError(
+                f"axis {x.axes[position].name!r}: index {selector!r} must be an int, an "
+                f"integer scalar array or a slice. {_NAMED_INDEXING_HELP}"
+            )
+    return NamedArray._wrap(x.array[tuple(selectors)], tuple(a for a in new_axes if a is not None))
+
+
+def _is_integer_scalar(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | np.integer):
+        return True
+    return (
+        isinstance(value, jax.Array | np.ndarray)
+        and np.ndim(value) == 0
+        and jnp.issubdtype(value.dtype, jnp.integer)
+    )
+
+
+def named(array: Any, axes: Shape | Sequence[AxisSelector] | AxisSelector) -> NamedArray:
+    """Name the axes of a plain array: `named(jnp.ones((2, 3)), ("Batch", "Features"))`.
+
+    Axes may be bare names here (the sizes come from the array).
+    """
+    array = array if isinstance(array, jax.Array) else jnp.asarray(array)
+    if isinstance(axes, str | Axis):
+        axes = (axes,)
+    if isinstance(axes, Sequence) and all(isinstance(a, str | Axis) for a in axes):
+        if len(axes) != array.ndim:
+            raise AxisError(
+                f"`axes` {tuple(axes)!r} name {len(axes)} dimensions but the array has shape "
+                f"{tuple(array.shape)}; give one name per dimension."
+            )
+        axes = [a if isinstance(a, Axis) else Axis(a, n) for a, n in zip(axes, array.shape, strict=True)]
+        check_unique(axes, "axes")
+    return NamedArray(array, axes)  # type: ignore[arg-type]
