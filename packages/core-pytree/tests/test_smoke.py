@@ -1,3 +1,0 @@
-import bryo_pytree
-def test_import():
-    assert bryo_pytree.__version__
