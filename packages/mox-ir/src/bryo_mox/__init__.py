@@ -1,0 +1,30 @@
+"""bryo_mox: MoX, module expressions over jaxprs.
+
+`make_mox(f)(*args)` traces `f` into a tree of `module_call` nodes (reported by backend
+plugins) whose leaves are jaxpr equations; `eval_mox` evaluates it under any JAX
+transformation; `query` selects nodes with XPath 1.0; `sub` rewrites them; `dumps`/`loads`
+serialize through serializer plugins (XML, YSON). See `docs/mox.md`.
+"""
+
+from bryo_pytree import add_hookspecs as _add_hookspecs
+
+from . import hookspecs as _hookspecs
+from ._errors import MoxError as MoxError
+from ._errors import MoxSerializationError as MoxSerializationError
+from ._errors import MoxTypeError as MoxTypeError
+from ._eval import eval_mox as eval_mox
+from ._hooks import CallHandler as CallHandler
+from ._hooks import Interceptor as Interceptor
+from ._hooks import Serializer as Serializer
+from ._ir import Block as Block
+from ._ir import Equation as Equation
+from ._ir import ModuleCall as ModuleCall
+from ._ir import ModuleInfo as ModuleInfo
+from ._ir import Mox as Mox
+from ._ir import Node as Node
+from ._pretty import pformat as pformat
+from ._trace import make_mox as make_mox
+
+_add_hookspecs(_hookspecs)
+
+__version__ = "0.1.0"

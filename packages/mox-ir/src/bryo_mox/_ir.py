@@ -1,0 +1,251 @@
+"""The MoX tree: a root `Mox`, `ModuleCall` nodes and `Equation` leaves over jaxpr equations.
+
+A `Block` is a closed region of computation, like a jaxpr: input variables, constants,
+a sequence of nodes and output atoms. A `ModuleCall` owns the block of its module's body,
+whose first `n_state` inputs are the module's array state (its parameters) and the rest
+its call arguments; its own `invars` are the caller's atoms bound to those inputs.
+Leaves are `Equation`s wrapping a `jax.extend.core.JaxprEqn` as traced; sub-jaxprs of
+higher-order equations (`jit`, `custom_jvp_call`, `scan`, ...) are also converted to blocks
+(`Equation.regions`) so that module calls inside them can be queried. Nodes are immutable.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import jax
+from jax.extend import core as jex
+
+from ._types import type_str
+
+Var = jex.Var
+Literal = jex.Literal
+Atom = jex.Var | jex.Literal
+
+#: The name jax gives its `jit` primitive now (`jit` since jax 0.7, `pjit` before).
+JIT_NAME: str = jex.primitives.jit_p.name
+#: Spellings of the jit primitive that queries accept: the seed's `pjit` and today's name.
+JIT_ALIASES: frozenset[str] = frozenset({"jit", "pjit"})
+CUSTOM_DERIVATIVE_NAMES: frozenset[str] = frozenset({"custom_jvp_call", "custom_vjp_call"})
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """What a backend reports about one module call.
+
+    Attributes:
+        type: the module's class as a dotted path, `"bryo_nnx.Linear"`.
+        name: the module's path in the model, `"layers/0/linear"` (`""` for the root).
+        attrs: static attributes (`in_features=3`, `features=10`, ...): ints, floats,
+            bools, strings, `None` or tuples of these.
+    """
+
+    type: str
+    name: str = ""
+    attrs: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attrs", MappingProxyType(dict(self.attrs)))
+
+    @property
+    def short_type(self) -> str:
+        """The class name without its module: `"Linear"` for `"bryo_nnx.Linear"`."""
+        return self.type.rsplit(".", 1)[-1]
+
+
+class Node:
+    """A node of the MoX tree: `Mox`, `ModuleCall` or `Equation`."""
+
+    invars: tuple[Atom, ...]
+    outvars: tuple[Atom, ...]
+
+    @property
+    def in_avals(self) -> tuple[jax.core.ShapedArray, ...]:
+        return tuple(v.aval for v in self.invars)
+
+    @property
+    def out_avals(self) -> tuple[jax.core.ShapedArray, ...]:
+        return tuple(v.aval for v in self.outvars)
+
+    def __str__(self) -> str:
+        from ._pretty import pformat
+
+        return pformat(self)
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """A closed region: `constvars` bound to `consts`, `invars`, `nodes`, `outvars`."""
+
+    constvars: tuple[Var, ...]
+    consts: tuple[object, ...]
+    invars: tuple[Var, ...]
+    nodes: tuple[Node, ...]
+    outvars: tuple[Atom, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Equation(Node):
+    """A leaf: one jaxpr equation, kept as traced (custom derivative rules included).
+
+    `regions` holds the equation's sub-jaxprs converted to blocks, as
+    `(param_name, index_or_None, block)`; they serve queries and rewrites, while
+    evaluation binds `eqn` itself.
+    """
+
+    eqn: jex.JaxprEqn
+    regions: tuple[tuple[str, int | None, Block], ...] = ()
+
+    @property
+    def primitive(self) -> jex.Primitive:
+        return self.eqn.primitive
+
+    @property
+    def params(self) -> Mapping[str, object]:
+        return self.eqn.params
+
+    @property
+    def invars(self) -> tuple[Atom, ...]:  # type: ignore[override]
+        return tuple(self.eqn.invars)
+
+    @property
+    def outvars(self) -> tuple[Atom, ...]:  # type: ignore[override]
+        return tuple(self.eqn.outvars)
+
+    @property
+    def name(self) -> str | None:
+        """The `name` param (`jit`), or the wrapped function's name (custom derivatives)."""
+        return equation_name(self.eqn)
+
+    def __repr__(self) -> str:
+        return f"Equation({self.primitive.name}{f' {self.name!r}' if self.name else ''})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ModuleCall(Node):
+    """One call of a module: `body` computes the module, `invars`/`outvars` wire it in.
+
+    `invars[:n_state]` are the module's state leaves (its parameters), the rest the call's
+    array arguments. `outvars[:n_state_out]` are state leaves the call changed (an rng
+    count, batch statistics), the rest the call's outputs.
+    """
+
+    info: ModuleInfo
+    invars: tuple[Atom, ...]
+    outvars: tuple[Atom, ...]
+    body: Block
+    n_state: int = 0
+    n_state_out: int = 0
+
+    @property
+    def type(self) -> str:
+        return self.info.type
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def attrs(self) -> Mapping[str, object]:
+        return self.info.attrs
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return self.body.nodes
+
+    def __repr__(self) -> str:
+        return f"ModuleCall({self.info.short_type} {self.info.name!r})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Mox(Node):
+    """A module expression: the root of the tree, callable through `eval_mox`.
+
+    Attributes:
+        block: the computation; its invars are the leaves of the traced arguments,
+            followed by one leaf per `extra_params` entry.
+        in_tree: the treedef of the traced positional arguments (`None` after loading a
+            file whose argument structure could not be written: pass flat leaves then).
+        out_tree: the treedef of the result (`None`: a flat list of leaves is returned).
+        extra_params: parameters added by `sub` (a LoRA adapter's matrices, say), as
+            `(key, jax.ShapeDtypeStruct)` pairs; `eval_mox` takes them as one trailing
+            dict `{key: array}`.
+    """
+
+    block: Block
+    in_tree: jax.tree_util.PyTreeDef | None = None
+    out_tree: jax.tree_util.PyTreeDef | None = None
+    extra_params: tuple[tuple[str, jax.ShapeDtypeStruct], ...] = ()
+
+    @property
+    def invars(self) -> tuple[Atom, ...]:  # type: ignore[override]
+        return self.block.invars
+
+    @property
+    def outvars(self) -> tuple[Atom, ...]:  # type: ignore[override]
+        return self.block.outvars
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return self.block.nodes
+
+    @property
+    def extra_param_types(self) -> dict[str, jax.ShapeDtypeStruct]:
+        """`{key: ShapeDtypeStruct}` of the parameters `sub` added, for initialising them."""
+        return dict(self.extra_params)
+
+    def __repr__(self) -> str:
+        types = " ".join(type_str(v.aval) for v in self.invars)
+        return f"Mox(lambda {types}: {len(self.nodes)} nodes)"
+
+    @functools.cached_property
+    def _view(self):  # the cached element view used by `query`
+        from ._view import ElementView
+
+        return ElementView(self)
+
+
+def equation_name(eqn: jex.JaxprEqn) -> str | None:
+    """A readable name for an equation: its `name` param or its sub-function's name."""
+    name = eqn.params.get("name")
+    if isinstance(name, str):
+        return name
+    call_jaxpr = eqn.params.get("call_jaxpr")
+    debug_info = getattr(getattr(call_jaxpr, "jaxpr", None), "debug_info", None)
+    return getattr(debug_info, "func_name", None)
+
+
+def jaxpr_params(params: Mapping[str, object]) -> list[tuple[str, int | None, object]]:
+    """The (open or closed) jaxprs among an equation's params, as `(name, index, jaxpr)`."""
+    found = []
+    for key in sorted(params):
+        value = params[key]
+        if _is_jaxpr(value):
+            found.append((key, None, value))
+        elif isinstance(value, tuple) and value and all(_is_jaxpr(v) for v in value):
+            found.extend((key, i, v) for i, v in enumerate(value))
+    return found
+
+
+def _is_jaxpr(value: object) -> bool:
+    return isinstance(value, (jex.ClosedJaxpr, jex.Jaxpr))
+
+
+def iter_nodes(block: Block) -> Sequence[Node]:
+    """Every node under `block` in document order (regions of equations included)."""
+    out: list[Node] = []
+
+    def walk(b: Block) -> None:
+        for node in b.nodes:
+            out.append(node)
+            if isinstance(node, ModuleCall):
+                walk(node.body)
+            elif isinstance(node, Equation):
+                for _, _, region in node.regions:
+                    walk(region)
+
+    walk(block)
+    return out

@@ -1,0 +1,146 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bryo_mox import Equation, ModuleCall, MoxError, eval_mox, make_mox
+from bryo_mox.testing import Counter, Linear, ResBlock
+
+
+def apply(model, x):
+    return model(x)
+
+
+def test_module_calls_become_nodes(toy, mlp, x):
+    mox = make_mox(apply)(mlp, x)
+    (root,) = mox.nodes
+    assert isinstance(root, ModuleCall) and root.info.short_type == "MLP"
+    calls = [n for n in root.nodes if isinstance(n, ModuleCall)]
+    assert [c.name for c in calls] == ["layers/0", "layers/1"]
+    assert calls[0].attrs == {"in_features": 3, "features": 4}
+    assert calls[0].type == "bryo_mox.testing.Linear"
+    # parameters are inputs of the node that uses them
+    assert calls[0].n_state == 2
+    assert [v.aval.shape for v in calls[0].invars] == [(3, 4), (4,), (2, 3)]
+    assert all(isinstance(n, Equation) for n in calls[0].nodes)
+    relu = [n for n in root.nodes if isinstance(n, Equation)]
+    assert relu[0].primitive.name == "custom_jvp_call" and relu[0].name == "relu"
+
+
+def test_without_backend_calls_are_plain_equations(bryo_plugin_manager, mlp, x):
+    mox = make_mox(apply)(mlp, x)
+    assert not any(isinstance(n, ModuleCall) for n in mox.nodes)
+    np.testing.assert_allclose(eval_mox(mox, mlp, x), mlp(x))
+
+
+def test_eval_matches_original(toy, mlp, x):
+    mox = make_mox(apply)(mlp, x)
+    expected = mlp(x)
+    np.testing.assert_allclose(eval_mox(mox, mlp, x), expected, rtol=1e-6)
+    np.testing.assert_allclose(
+        jax.jit(lambda m, x: eval_mox(mox, m, x))(mlp, x), expected, rtol=1e-6
+    )
+
+
+def test_eval_under_grad_vmap_scan(toy, mlp, x):
+    mox = make_mox(apply)(mlp, x[0])
+    loss = lambda f: (lambda m: jnp.sum(f(m, x[0]) ** 2))
+    g_mox = jax.grad(loss(lambda m, v: eval_mox(mox, m, v)))(mlp)
+    g_ref = jax.grad(loss(apply))(mlp)
+    for a, b in zip(jax.tree_util.tree_leaves(g_mox), jax.tree_util.tree_leaves(g_ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    batched = jax.vmap(lambda v: eval_mox(mox, mlp, v))(x)
+    np.testing.assert_allclose(batched, mlp(x), rtol=1e-6)
+
+    def step(carry, v):
+        return carry + eval_mox(mox, mlp, v).sum(), None
+
+    total, _ = jax.lax.scan(step, 0.0, x)
+    np.testing.assert_allclose(total, mlp(x).sum(), rtol=1e-5)
+
+
+def _hlo_ops(f, *args):
+    """(type, opcode) of every instruction of the optimized HLO, names stripped."""
+    text = jax.jit(f).lower(*args).compile().as_text()
+    ops = []
+    for line in text.splitlines():
+        line = line.strip().removeprefix("ROOT ")
+        if line.startswith("%") and " = " in line:
+            rhs = line.split(" = ", 1)[1]
+            type_, _, rest = rhs.partition(" ")
+            ops.append((type_, rest.split("(", 1)[0]))
+    return sorted(ops)
+
+
+def test_jitted_eval_compiles_to_same_program(toy, mlp, x):
+    mox = make_mox(apply)(mlp, x)
+    via_mox = lambda m, v: eval_mox(mox, m, v)
+    assert _hlo_ops(via_mox, mlp, x) == _hlo_ops(apply, mlp, x)
+    cost = lambda f: jax.jit(f).lower(mlp, x).compile().cost_analysis()
+    a, b = cost(via_mox), cost(apply)
+    a, b = (a[0], b[0]) if isinstance(a, list) else (a, b)
+    assert a["flops"] == b["flops"]
+
+
+def test_custom_jvp_kept_relu_grad_at_zero(bryo_plugin_manager):
+    mox = make_mox(jax.nn.relu)(0.0)
+    assert mox.nodes[0].primitive.name == "custom_jvp_call"
+    assert jax.grad(lambda v: eval_mox(mox, v))(0.0) == 0.0
+
+
+def test_custom_vjp_kept(bryo_plugin_manager):
+    @jax.custom_vjp
+    def f(v):
+        return jnp.sin(v)
+
+    f.defvjp(lambda v: (jnp.sin(v), None), lambda _, g: (7.0 * g,))
+    mox = make_mox(f)(1.0)
+    assert mox.nodes[0].primitive.name == "custom_vjp_call"
+    assert jax.grad(lambda v: eval_mox(mox, v))(1.0) == 7.0
+
+
+def test_state_mutation_stays_inside_and_module_is_restored(toy):
+    counter = Counter()
+    mox = make_mox(lambda v: counter(counter(v)))(jnp.ones(2))
+    first, second = mox.nodes
+    assert first.n_state_out == 1 and second.invars[0] is first.outvars[0]
+    assert int(counter.count) == 0  # not a tracer, not incremented
+    np.testing.assert_allclose(eval_mox(mox, jnp.ones(2)), 4.0 * jnp.ones(2))
+
+
+def test_unchanged_state_outputs_are_pruned(toy, mlp, x):
+    mox = make_mox(apply)(mlp, x)
+    assert all(c.n_state_out == 0 for c in mox.nodes if isinstance(c, ModuleCall))
+    assert len(mox.nodes[0].outvars) == 1
+
+
+def test_closed_over_module_params_are_constants(toy):
+    block = ResBlock(4, key=jax.random.key(1))
+    mox = make_mox(block)(jnp.ones((1, 4)))
+    assert len(mox.block.constvars) == 2 and len(mox.invars) == 1
+    np.testing.assert_allclose(eval_mox(mox, jnp.ones((1, 4))), block(jnp.ones((1, 4))))
+
+
+def test_static_kwargs_of_module_calls(toy):
+    class Scale(Linear):
+        def forward(self, v, *, double=False):
+            return super().forward(v) * (2.0 if double else 1.0)
+
+    layer = Scale(2, 2, key=jax.random.key(0))
+    mox = make_mox(lambda v: layer(v, double=True))(jnp.ones((1, 2)))
+    np.testing.assert_allclose(eval_mox(mox, jnp.ones((1, 2))), layer(jnp.ones((1, 2)), double=True))
+
+
+def test_pretty_printer(toy, mlp, x):
+    text = str(make_mox(apply)(mlp, x))
+    assert text.startswith("{ lambda ; a:f32[3,4]")
+    assert "module_call[type=Linear name=layers/0 in_features=3 features=4]" in text
+    assert "dot_general[" in text and text.rstrip().endswith("}")
+
+
+def test_bad_args(toy, mlp, x):
+    mox = make_mox(apply)(mlp, x)
+    with pytest.raises(MoxError, match="structure"):
+        eval_mox(mox, x, mlp)
+    with pytest.raises(MoxError, match="not an array"):
+        make_mox(lambda s, v: v)("text", x)

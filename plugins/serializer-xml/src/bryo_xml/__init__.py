@@ -1,0 +1,1 @@
+"""MoX xml serializer."""

@@ -1,0 +1,1 @@
+"""MoX yson serializer."""
