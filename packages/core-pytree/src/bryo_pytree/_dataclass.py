@@ -67,10 +67,10 @@ def _register(cls: type) -> None:
     fields = dataclasses.fields(cls)
     data_names = tuple(f.name for f in fields if not f.metadata.get(_STATIC))
     static_names = tuple(f.name for f in fields if f.metadata.get(_STATIC))
-    data_keys = tuple(GetAttrKey(name) for name in data_names)
+    keyed_names = tuple((GetAttrKey(name), name) for name in data_names)
 
     def flatten_with_keys(obj: object) -> tuple[list[tuple[GetAttrKey, object]], tuple]:
-        children = [(key, getattr(obj, name)) for key, name in zip(data_keys, data_names)]
+        children = [(key, getattr(obj, name)) for key, name in keyed_names]
         return children, tuple(getattr(obj, name) for name in static_names)
 
     def flatten(obj: object) -> tuple[list[object], tuple]:
@@ -79,9 +79,9 @@ def _register(cls: type) -> None:
 
     def unflatten(static: tuple, children: list[object]) -> object:
         obj = object.__new__(cls)
-        for name, value in zip(data_names, children):
+        for name, value in zip(data_names, children, strict=True):
             object.__setattr__(obj, name, value)
-        for name, value in zip(static_names, static):
+        for name, value in zip(static_names, static, strict=True):
             object.__setattr__(obj, name, value)
         return obj
 

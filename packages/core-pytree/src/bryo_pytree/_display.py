@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jax.tree_util import tree_flatten_with_path
-
-from ._paths import key_to_plain
+from ._paths import _is_leaf, node_children
 
 
 def describe_leaf(leaf: object) -> str:
@@ -36,11 +34,22 @@ def tree_display(
 ) -> str:
     """One line per container and leaf, indented by depth.
 
-    >>> print(tree_display({"w": jnp.ones((2, 3)), "b": [1, 2]}))  # doctest: +SKIP
+    Containers show their type, leaves `describe_leaf`; `None` and empty containers (which
+    jax treats as nodes without leaves) show as `None`, `dict (empty)` and so on.
+
+    Args:
+        tree: any pytree.
+        is_leaf: as in `jax.tree_util.tree_flatten`: show nodes it returns True for as leaves.
+        indent: the indentation per level.
+
+    Returns:
+        The display, lines joined by newlines (no trailing newline).
+
+    >>> print(tree_display({"w": np.ones((2, 3), np.float32), "b": [1, None]}))  # doctest: +SKIP
     dict
       b: list
         [0]: 1
-        [1]: 2
+        [1]: None
       w: f32[2,3]
     """
     lines = [_node_label(tree, is_leaf)]
@@ -49,16 +58,13 @@ def tree_display(
 
 
 def _node_label(node: object, is_leaf: Callable[[object], bool] | None) -> str:
+    if node is None:
+        return "None"
     if _is_leaf(node, is_leaf):
         return describe_leaf(node)
+    if not node_children(node, is_leaf):
+        return f"{type(node).__name__} (empty)"
     return type(node).__name__
-
-
-def _is_leaf(node: object, is_leaf: Callable[[object], bool] | None) -> bool:
-    if is_leaf is not None and is_leaf(node):
-        return True
-    with_path, treedef = tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
-    return treedef.num_nodes == 1 and treedef.num_leaves == 1
 
 
 def _render(
@@ -68,11 +74,7 @@ def _render(
     is_leaf: Callable[[object], bool] | None,
     indent: str,
 ) -> None:
-    if _is_leaf(node, is_leaf):
-        return
-    with_path, _ = tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
-    for keypath, child in with_path:
-        key = key_to_plain(keypath[0])
+    for key, child in node_children(node, is_leaf):
         label = f"[{key}]" if isinstance(key, int) else str(key)
         lines.append(f"{indent * depth}{label}: {_node_label(child, is_leaf)}")
         _render(child, depth + 1, lines, is_leaf, indent)

@@ -5,11 +5,15 @@ JAX names a position in a tree with a tuple of key objects (`DictKey`, `Sequence
 well, hash fast, and are what filters such as `PathContains` compare against. These
 helpers convert between the two and flatten a tree to a `{path: leaf}` dict and back,
 always through `jax.tree_util`.
+
+Flattening the same structure again and again (a training loop) is the common case, so
+the paths of a structure are computed once and kept per treedef: a repeated
+`flatten_to_paths` costs one `tree_flatten` plus building the dict.
 """
 
 from __future__ import annotations
 
-import functools
+import threading
 from collections.abc import Callable, Hashable, Mapping
 from typing import TypeAlias
 
@@ -19,6 +23,7 @@ from jax.tree_util import (
     FlattenedIndexKey,
     GetAttrKey,
     SequenceKey,
+    tree_flatten,
     tree_flatten_with_path,
 )
 
@@ -30,45 +35,99 @@ Path: TypeAlias = tuple[Key, ...]
 
 JaxKey: TypeAlias = DictKey | SequenceKey | GetAttrKey | FlattenedIndexKey
 
+IsLeaf: TypeAlias = Callable[[object], bool] | None
+
+# One dict lookup instead of an isinstance chain: this runs once per key of every path.
+_PLAIN_KEY: dict[type, Callable[[JaxKey], Key]] = {
+    DictKey: lambda key: key.key,
+    SequenceKey: lambda key: key.idx,
+    GetAttrKey: lambda key: key.name,
+    FlattenedIndexKey: lambda key: key.key,
+}
+
 
 def key_to_plain(key: JaxKey) -> Key:
-    """The plain key inside one jax path entry (`DictKey('a')` -> `'a'`)."""
-    if isinstance(key, DictKey):
-        return key.key
-    if isinstance(key, SequenceKey):
-        return key.idx
-    if isinstance(key, GetAttrKey):
-        return key.name
-    if isinstance(key, FlattenedIndexKey):
-        return key.key
-    raise TypeError(
-        f"`key` must be a jax.tree_util path entry (DictKey, SequenceKey, GetAttrKey or "
-        f"FlattenedIndexKey); got {type(key).__name__}: {key!r}."
-    )
+    """The plain key inside one jax path entry.
+
+    Args:
+        key: a `DictKey`, `SequenceKey`, `GetAttrKey` or `FlattenedIndexKey`.
+
+    Returns:
+        Its dict key, index, attribute name or flattened index.
+
+    >>> key_to_plain(DictKey("a")), key_to_plain(SequenceKey(0)), key_to_plain(GetAttrKey("w"))
+    ('a', 0, 'w')
+    """
+    convert = _PLAIN_KEY.get(type(key))
+    if convert is None:
+        raise TypeError(
+            f"`key` must be a jax.tree_util path entry (DictKey, SequenceKey, GetAttrKey or "
+            f"FlattenedIndexKey); got {type(key).__name__}: {key!r}."
+        )
+    return convert(key)
 
 
 def keypath_to_path(keypath: tuple[JaxKey, ...]) -> Path:
-    """Turn a jax key path into a plain path: `(GetAttrKey('w'), SequenceKey(0))` -> `('w', 0)`."""
+    """Turn a jax key path into a plain path.
+
+    >>> keypath_to_path((GetAttrKey("w"), SequenceKey(0)))
+    ('w', 0)
+    """
     return tuple(map(key_to_plain, keypath))
 
 
 def path_to_keypath(path: Path, tree: object | None = None) -> tuple[JaxKey, ...]:
     """Turn a plain path back into a jax key path.
 
-    Without `tree`, ints become `SequenceKey`s and everything else `DictKey`s. With `tree`,
-    the key types are the ones jax itself uses for that position (so attribute steps come
-    back as `GetAttrKey`), and a path that is not in `tree` raises a `KeyError`.
+    Args:
+        path: a plain path such as `('layers', 0, 'kernel')`.
+        tree: the tree the path points into. Without it, ints become `SequenceKey`s and
+            everything else `DictKey`s. With it, the key types are the ones jax itself uses
+            at that position (attribute steps come back as `GetAttrKey`, int dict keys as
+            `DictKey`), and the path may end at any node, empty containers included.
+
+    Returns:
+        The jax key path, usable with `jax.tree_util.keystr` or to compare with the key
+        paths of `jax.tree_util.tree_flatten_with_path`.
+
+    Raises:
+        KeyError: `tree` was given and `path` is not in it; the message names the first
+            step that is missing and the keys present there.
+
+    >>> path_to_keypath(("a", 0))
+    (DictKey(key='a'), SequenceKey(idx=0))
     """
+    path = tuple(path)
     if tree is None:
         return tuple(SequenceKey(k) if isinstance(k, int) else DictKey(k) for k in path)
-    for keypath, _ in tree_flatten_with_path(tree)[0]:
-        if len(keypath) >= len(path) and keypath_to_path(keypath[: len(path)]) == tuple(path):
-            return tuple(keypath[: len(path)])
-    raise KeyError(f"path {path_str(path)} is not in the tree; its paths are {_some_paths(tree)}")
+    keypath: list[JaxKey] = []
+    node = tree
+    for depth, step in enumerate(path):
+        children = _node_children_with_jax_keys(node)
+        match = next(((k, c) for k, c in children if key_to_plain(k) == step), None)
+        if match is None:
+            there = path_str(path[:depth])
+            if not children:
+                found = f"a leaf ({type(node).__name__})" if _is_leaf(node) else "no children"
+            else:
+                found = "keys " + ", ".join(repr(key_to_plain(k)) for k, _ in children[:8])
+                found += ", ..." if len(children) > 8 else ""
+            raise _PathKeyError(
+                f"path {path_str(path)} is not in the tree: at {there} there is no key "
+                f"{step!r}, the tree has {found} there. Check the path against "
+                "`flatten_to_paths(tree)`."
+            )
+        keypath.append(match[0])
+        node = match[1]
+    return tuple(keypath)
 
 
 def path_str(path: Path) -> str:
-    """A path as a user reads it: `('layers', 0, 'kernel')` -> `layers[0].kernel`."""
+    """A path as a user reads it.
+
+    >>> path_str(("layers", 0, "kernel")), path_str(())
+    ('layers[0].kernel', '<root>')
+    """
     if not path:
         return "<root>"
     parts: list[str] = []
@@ -82,26 +141,38 @@ def path_str(path: Path) -> str:
     return "".join(parts)
 
 
-def _some_paths(tree: object, limit: int = 5) -> str:
-    paths = list(flatten_to_paths(tree))
-    shown = ", ".join(path_str(p) for p in paths[:limit])
-    return shown + (f", ... ({len(paths)} in all)" if len(paths) > limit else "")
+def flatten_to_paths(tree: object, *, is_leaf: IsLeaf = None) -> dict[Path, object]:
+    """Flatten `tree` to an insertion-ordered `{path: leaf}` dict, in jax's leaf order.
 
+    Args:
+        tree: any pytree.
+        is_leaf: as in `jax.tree_util.tree_flatten`: stop at nodes it returns True for.
 
-def flatten_to_paths(
-    tree: object, *, is_leaf: Callable[[object], bool] | None = None
-) -> dict[Path, object]:
-    """Flatten `tree` to an insertion-ordered `{path: leaf}` dict (jax's leaf order)."""
-    with_path, _ = tree_flatten_with_path(tree, is_leaf=is_leaf)
-    return {tuple(map(key_to_plain, keypath)): leaf for keypath, leaf in with_path}
+    Returns:
+        `{path: leaf}`, one entry per leaf of `jax.tree_util.tree_leaves(tree)`.
+
+    >>> flatten_to_paths({"b": [1, 2], "a": 3})
+    {('a',): 3, ('b', 0): 1, ('b', 1): 2}
+    """
+    return flatten_with_treedef(tree, is_leaf=is_leaf)[0]
 
 
 def flatten_with_treedef(
-    tree: object, *, is_leaf: Callable[[object], bool] | None = None
+    tree: object, *, is_leaf: IsLeaf = None
 ) -> tuple[dict[Path, object], jax.tree_util.PyTreeDef]:
-    """Like `flatten_to_paths`, also returning the treedef that `unflatten_paths` rebuilds."""
-    with_path, treedef = tree_flatten_with_path(tree, is_leaf=is_leaf)
-    return {tuple(map(key_to_plain, keypath)): leaf for keypath, leaf in with_path}, treedef
+    """Like `flatten_to_paths`, also returning the treedef that `unflatten_paths` rebuilds.
+
+    >>> flat, treedef = flatten_with_treedef({"w": 1.0, "b": 0.0})
+    >>> unflatten_paths({path: 2 * leaf for path, leaf in flat.items()}, treedef)
+    {'b': 0.0, 'w': 2.0}
+    """
+    leaves, treedef = tree_flatten(tree, is_leaf=is_leaf)
+    paths = _PATH_CACHE.get(treedef)
+    if paths is None:
+        with_path, treedef = tree_flatten_with_path(tree, is_leaf=is_leaf)
+        paths = tuple(tuple(map(key_to_plain, keypath)) for keypath, _ in with_path)
+        _PATH_CACHE.put(treedef, paths)
+    return dict(zip(paths, leaves, strict=True)), treedef
 
 
 def unflatten_paths(
@@ -109,35 +180,110 @@ def unflatten_paths(
 ) -> object:
     """Rebuild a tree from a `{path: leaf}` dict.
 
-    With `treedef` (from `flatten_with_treedef`), the original structure comes back
-    exactly, in whatever order `flat` lists the paths; a missing or extra path raises a
-    `KeyError` naming it. Without it, the result is nested dicts keyed by the path steps.
+    Args:
+        flat: `{path: leaf}`, as `flatten_to_paths` or `flatten_with_treedef` return it.
+        treedef: the structure to rebuild (from `flatten_with_treedef`). The original
+            structure comes back exactly, in whatever order `flat` lists the paths.
+            Without it, the result is nested dicts keyed by the path steps.
+
+    Returns:
+        The rebuilt tree. `flat` is never modified.
+
+    Raises:
+        KeyError: `flat` misses paths of `treedef` or has paths it lacks; the message
+            names them.
+        ValueError: without `treedef`, a path runs through another path's leaf.
+
+    >>> unflatten_paths({("a", "x"): 1, ("b",): 2})
+    {'a': {'x': 1}, 'b': 2}
     """
     if treedef is None:
         return _nest(flat)
-    expected = _treedef_paths(treedef)
+    expected = _PATH_CACHE.get(treedef) or _treedef_paths(treedef)
     if len(flat) == len(expected) and tuple(flat) == expected:
         return treedef.unflatten(list(flat.values()))
     missing = [p for p in expected if p not in flat]
-    extra = [p for p in flat if p not in frozenset(expected)]
+    expected_set = frozenset(expected)
+    extra = [p for p in flat if p not in expected_set]
     if missing or extra:
         problems = []
         if missing:
-            problems.append(f"missing paths {', '.join(map(path_str, missing[:5]))}")
+            problems.append(f"missing {_path_list(missing)}")
         if extra:
-            problems.append(f"unexpected paths {', '.join(map(path_str, extra[:5]))}")
-        raise KeyError(
+            problems.append(f"unexpected {_path_list(extra)}")
+        raise _PathKeyError(
             f"`flat` does not fit `treedef`: {'; '.join(problems)}. Pass the dict returned by "
             "`flatten_with_treedef` for the same tree, with only its leaves changed."
         )
     return treedef.unflatten([flat[p] for p in expected])
 
 
-@functools.lru_cache(maxsize=256)
+class _PathKeyError(KeyError):
+    """A `KeyError` whose message prints as text, not as the repr of a key."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _path_list(paths: list[Path], limit: int = 5) -> str:
+    shown = ", ".join(path_str(p) for p in paths[:limit])
+    more = f", ... ({len(paths)} in all)" if len(paths) > limit else ""
+    return f"path{'s' if len(paths) > 1 else ''} {shown}{more}"
+
+
+class _PathCache:
+    """Paths per treedef, bounded by the total number of paths it holds.
+
+    Keys are treedefs, so a structure is looked up by value (jax hashes and compares
+    treedefs in C++). Treedefs whose node data cannot be hashed or compared (arrays used
+    as metadata) are simply not cached.
+    """
+
+    def __init__(self, max_paths: int = 2_000_000) -> None:
+        self._paths: dict[jax.tree_util.PyTreeDef, tuple[Path, ...]] = {}
+        self._size = 0
+        self._max_paths = max_paths
+        self._lock = threading.Lock()
+
+    def get(self, treedef: jax.tree_util.PyTreeDef) -> tuple[Path, ...] | None:
+        try:
+            return self._paths.get(treedef)
+        except (TypeError, ValueError):  # node data that cannot be hashed or compared
+            return None
+
+    def put(self, treedef: jax.tree_util.PyTreeDef, paths: tuple[Path, ...]) -> None:
+        if len(paths) > self._max_paths:
+            return
+        with self._lock:
+            try:
+                if treedef in self._paths:
+                    return
+                self._paths[treedef] = paths
+            except (TypeError, ValueError):
+                return
+            self._size += len(paths)
+            while self._size > self._max_paths:
+                oldest = next(iter(self._paths))
+                self._size -= len(self._paths.pop(oldest))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._paths.clear()
+            self._size = 0
+
+
+_PATH_CACHE = _PathCache()
+
+
 def _treedef_paths(treedef: jax.tree_util.PyTreeDef) -> tuple[Path, ...]:
-    placeholder = treedef.unflatten([_Slot()] * treedef.num_leaves)
-    with_path = tree_flatten_with_path(placeholder, is_leaf=_is_slot)[0]
-    return tuple(tuple(map(key_to_plain, keypath)) for keypath, _ in with_path)
+    """The paths of `treedef`'s leaves, in order; read off a placeholder tree if unseen."""
+    paths = _PATH_CACHE.get(treedef)
+    if paths is None:
+        placeholder = treedef.unflatten([_Slot()] * treedef.num_leaves)
+        with_path = tree_flatten_with_path(placeholder, is_leaf=_is_slot)[0]
+        paths = tuple(tuple(map(key_to_plain, keypath)) for keypath, _ in with_path)
+        _PATH_CACHE.put(treedef, paths)
+    return paths
 
 
 class _Slot:
@@ -148,8 +294,34 @@ def _is_slot(x: object) -> bool:
     return isinstance(x, _Slot)
 
 
+def _node_children_with_jax_keys(
+    node: object, is_leaf: IsLeaf = None
+) -> list[tuple[JaxKey, object]]:
+    """The direct children of one pytree node with their jax keys; `[]` for a leaf."""
+    if is_leaf is not None and is_leaf(node):
+        return []
+    # Everything below `node` counts as a leaf, so this flattens exactly one level (jax's
+    # `flatten_one_level_with_keys` gives namedtuples the wrong keys in jax 0.10).
+    with_path, _ = tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
+    return [(keypath[0], child) for keypath, child in with_path if keypath]
+
+
+def node_children(node: object, is_leaf: IsLeaf = None) -> list[tuple[Key, object]]:
+    """The direct children of one pytree node with their plain keys; `[]` for a leaf."""
+    return [(key_to_plain(k), c) for k, c in _node_children_with_jax_keys(node, is_leaf)]
+
+
+def _is_leaf(node: object, is_leaf: IsLeaf = None) -> bool:
+    """True for a leaf of jax's registry (or one `is_leaf` picks); `None` is an empty node."""
+    if is_leaf is not None and is_leaf(node):
+        return True
+    treedef = tree_flatten(node, is_leaf=lambda x: x is not node)[1]
+    return treedef.num_nodes == 1 and treedef.num_leaves == 1
+
+
 def _nest(flat: Mapping[Path, object]) -> dict:
     root: dict = {}
+    made = {id(root)}  # only descend into dicts built here: a leaf may be a dict itself
     for path, leaf in flat.items():
         if not path:
             raise ValueError(
@@ -157,12 +329,21 @@ def _nest(flat: Mapping[Path, object]) -> dict:
                 "pass `treedef` to rebuild a tree that is a single leaf."
             )
         node = root
-        for key in path[:-1]:
-            child = node.setdefault(key, {})
-            if not isinstance(child, dict):
+        for depth, key in enumerate(path[:-1]):
+            child = node.get(key)
+            if child is None and key not in node:
+                child = node[key] = {}
+                made.add(id(child))
+            elif id(child) not in made:
                 raise ValueError(
-                    f"path {path_str(path)} goes through the leaf at {path_str(path[:-1])}"
+                    f"`flat` has a leaf at {path_str(path[: depth + 1])} and also the path "
+                    f"{path_str(path)} below it; a leaf cannot have children."
                 )
             node = child
+        if id(node.get(path[-1])) in made:
+            raise ValueError(
+                f"`flat` has a leaf at {path_str(path)} and also paths below it; "
+                "a leaf cannot have children."
+            )
         node[path[-1]] = leaf
     return root

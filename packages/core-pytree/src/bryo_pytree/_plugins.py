@@ -34,13 +34,14 @@ ENTRY_POINT_GROUP = "bryo"
 AUTOLOAD_ENV = "BRYO_DISABLE_PLUGIN_AUTOLOAD"
 BLOCK_ENV = "BRYO_BLOCK_PLUGINS"
 
-# Distributions of this monorepo. Their plugins are bryo's built-ins: they load even when
-# autoload is off (the way pytest keeps its own plugins with autoload disabled).
+
 def normalize_distribution_name(name: str) -> str:
-    """A distribution name as PyPI compares them (PEP 503): `Bryo_Core.Pytree` -> `bryo-core-pytree`."""
+    """A distribution name as PyPI compares them (PEP 503): `Bryo_Core.Pytree` -> `bryo-core-pytree`."""  # noqa: E501
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+# Distributions of this monorepo. Their plugins are bryo's built-ins: they load even when
+# autoload is off (the way pytest keeps its own plugins with autoload disabled).
 BUILTIN_DISTRIBUTIONS = frozenset(
     {
         "bryo",
@@ -161,9 +162,7 @@ def _autoload_enabled() -> bool:
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:
-    return sorted(
-        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name
-    )
+    return sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
 
 
 def _distribution_of(entry_point: importlib.metadata.EntryPoint) -> tuple[str, str] | None:

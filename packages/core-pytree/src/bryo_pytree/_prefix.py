@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jax.tree_util import tree_flatten, tree_flatten_with_path, tree_structure
+from jax.tree_util import tree_flatten, tree_structure
 
-from ._paths import Path, keypath_to_path, path_str
+from ._paths import Path, _is_leaf, node_children, path_str
 
 
 class PrefixError(ValueError):
@@ -20,10 +20,6 @@ class PrefixError(ValueError):
     def __init__(self, message: str, path: Path) -> None:
         super().__init__(message)
         self.path = path
-
-
-def _is_none(x: object) -> bool:
-    return x is None
 
 
 def broadcast_prefix(
@@ -61,50 +57,40 @@ def _walk(
     prefix: object,
     tree: object,
     path: Path,
-    on_leaf: Callable[[tuple, object, object], None],
+    on_leaf: Callable[[Path, object, object], None],
     is_leaf: Callable[[object], bool] | None,
     name: str,
 ) -> None:
-    prefix_def = tree_structure(prefix, is_leaf=_is_none)
-    if prefix_def.num_nodes == 1 and prefix_def.num_leaves == 1:
+    if prefix is None or _is_leaf(prefix):
         on_leaf(path, prefix, tree)
         return
-    tree_def = tree_structure(tree, is_leaf=is_leaf)
-    if tree_def.num_nodes == 1 and tree_def.num_leaves == 1:
+    if _is_leaf(tree, is_leaf):
         raise PrefixError(
             f"`{name}` does not fit the value at {path_str(path)}: `{name}` has a "
-            f"{type(prefix).__name__} there, the value has the leaf {_short(tree)}. A `{name}` "
-            "leaf may stand for a whole subtree, never the other way round.",
+            f"{type(prefix).__name__} there, the value has the leaf {_short(tree)}. A leaf of "
+            f"`{name}` may stand for a whole subtree, never the other way round.",
             path,
         )
-    prefix_children = _children_with_keys(prefix, _is_none)
-    tree_children = _children_with_keys(tree, is_leaf)
-    if type(prefix) is not type(tree) or [k for k, _ in prefix_children] != [
-        k for k, _ in tree_children
-    ]:
+    prefix_children = node_children(prefix)
+    tree_children = node_children(tree, is_leaf)
+    prefix_keys = [key for key, _ in prefix_children]
+    tree_keys = [key for key, _ in tree_children]
+    if type(prefix) is not type(tree) or prefix_keys != tree_keys:
         raise PrefixError(
             f"`{name}` does not fit the value at {path_str(path)}: `{name}` has "
-            f"{_describe(prefix, prefix_children)}, the value has "
-            f"{_describe(tree, tree_children)}. Make `{name}` a prefix of the value's "
-            "structure (same containers and keys), or use one leaf for the whole subtree.",
+            f"{_describe(prefix, prefix_keys)}, the value has {_describe(tree, tree_keys)}. "
+            f"Make `{name}` a prefix of the value's structure (same containers and keys), "
+            "or use one leaf for the whole subtree.",
             path,
         )
     for (key, prefix_child), (_, tree_child) in zip(prefix_children, tree_children, strict=True):
         _walk(prefix_child, tree_child, (*path, key), on_leaf, is_leaf, name)
 
 
-def _children_with_keys(
-    node: object, is_leaf: Callable[[object], bool] | None
-) -> list[tuple[object, object]]:
-    """The direct children of one pytree node, each with its plain key."""
-    with_path, _ = tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
-    return [(keypath_to_path(kp)[0], child) for kp, child in with_path if kp]
-
-
-def _describe(node: object, children: list[tuple[object, object]]) -> str:
-    keys = ", ".join(repr(k) for k, _ in children[:6])
-    more = ", ..." if len(children) > 6 else ""
-    return f"a {type(node).__name__} with keys [{keys}{more}]"
+def _describe(node: object, keys: list[object]) -> str:
+    shown = ", ".join(repr(k) for k in keys[:6])
+    more = ", ..." if len(keys) > 6 else ""
+    return f"a {type(node).__name__} with keys [{shown}{more}]"
 
 
 def _short(value: object) -> str:
