@@ -1,0 +1,21 @@
+"""bryo_equinox: bryo on `equinox.Module` models, with nothing rewritten.
+
+Importing nothing is needed: the plugin registers itself through its entry point, and
+`bryo.split(model, Param, ...)`, `merge`, `state`, `graphdef` and `clone` then work on
+Equinox models, with paths made of field names (`('layers', 0, 'weight')`). Array leaves
+are `Param`s, the initial and current values of stateful layers (`eqx.nn.StateIndex`,
+`eqx.nn.State`) are `BatchStat`s, and static fields stay in the GraphDef. Equinox
+predicates (`eqx.is_array`) are bryo filters, and `filter_spec`/`partition` turn bryo
+filters into Equinox filter specs. Equinox models are immutable: `bryo.update` refuses
+them, `updated` returns an updated copy.
+"""
+
+from ._filters import ValuePredicate as ValuePredicate
+from ._filters import filter_spec as filter_spec
+from ._filters import partition as partition
+from ._nodes import FrozenDict as FrozenDict
+from ._nodes import FrozenList as FrozenList
+from ._nodes import FrozenTuple as FrozenTuple
+from ._update import updated as updated
+
+__version__ = "0.1.0"

@@ -1,0 +1,240 @@
+"""How `equinox.Module`s, and the containers and stateful layers inside them, are graph nodes.
+
+An Equinox module is an immutable pytree: its dataclass fields are its children, named by
+field, and a rebuilt module is made the way Equinox's own unflatten makes one (a bare
+`object.__new__` whose fields are set directly, no `__init__`, converters or
+`__check_init__`). Static fields (`eqx.field(static=True)`) and any extra instance
+attributes (the `__name__`/`__doc__` of a wrapped function) stay in the GraphDef. Lists,
+dicts and tuples held by a module are part of its immutable pytree too: they flatten
+through frozen views, so that `update` never writes into them behind the module's back and
+so that core-graph may cache the flattening of a whole Equinox model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Hashable, Iterable, Sequence
+
+import equinox as eqx
+from bryo_graph import BatchStat, NodeType, Param
+from bryo_pytree import Key
+
+Children = Iterable[tuple[Key, object]]
+
+
+
+class _ByIdentity:
+    """An unhashable static value, kept by identity so that the GraphDef stays hashable."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ByIdentity) and other.value is self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def _is_hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _kept(value: object) -> object:
+    return value if _is_hashable(value) else _ByIdentity(value)
+
+
+# Modules ------------------------------------------------------------------------------
+
+
+class _Layout:
+    """A module class's fields: dynamic ones are children, static ones go in the GraphDef."""
+
+    __slots__ = ("dynamic", "direct", "names", "static")
+
+    def __init__(self, cls: type) -> None:
+        fields = dataclasses.fields(cls)
+        self.dynamic = tuple(f.name for f in fields if not f.metadata.get("static", False))
+        self.static = tuple(f.name for f in fields if f.metadata.get("static", False))
+        self.names = frozenset(f.name for f in fields)
+        # Fields are written straight into `__dict__` unless the class puts a data
+        # descriptor on one of them; then `object.__setattr__` goes through it, as
+        # Equinox's own unflatten does.
+        self.direct = not any(
+            hasattr(type(inspect.getattr_static(cls, name, None)), "__set__")
+            for name in self.names
+        )
+
+
+_layouts: dict[type, _Layout] = {}
+
+
+def _layout(cls: type) -> _Layout:
+    try:
+        return _layouts[cls]
+    except KeyError:
+        layout = _layouts[cls] = _Layout(cls)
+        return layout
+
+
+def _module_flatten(module: object) -> tuple[Children, Hashable]:
+    layout = _layout(type(module))
+    attrs = module.__dict__
+    try:
+        children = [(name, _frozen(attrs[name])) for name in layout.dynamic]
+        statics = tuple([attrs[name] for name in layout.static])
+    except KeyError:  # a field never set (Equinox allows it while tracing `__init__`)
+        return _unusual_flatten(module, layout)
+    if len(attrs) != len(layout.names):
+        return _unusual_flatten(module, layout)
+    try:
+        hash(statics)
+    except TypeError:
+        return _unusual_flatten(module, layout)
+    return children, (statics, None)
+
+
+def _unusual_flatten(module: object, layout: _Layout) -> tuple[Children, Hashable]:
+    """Fields never set, unhashable static values, or extra instance attributes.
+
+    The aux then holds `(name, value)` pairs of every static field and extra attribute
+    that is set, unhashable values kept by identity.
+    """
+    attrs = module.__dict__
+    children = [(n, _frozen(attrs[n])) for n in layout.dynamic if n in attrs]
+    statics = [(n, _kept(attrs[n])) for n in layout.static if n in attrs]
+    extras = sorted((k, _kept(v)) for k, v in attrs.items() if k not in layout.names)
+    return children, (None, tuple(statics + extras))
+
+
+def _module_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
+    statics, unusual = aux  # type: ignore[misc]
+    layout = _layout(cls)
+    module = object.__new__(cls)
+    if unusual is None and layout.direct:
+        attrs = module.__dict__
+        attrs.update(children)
+        attrs.update(zip(layout.static, statics))
+        return module
+    pairs = children + list(unusual or zip(layout.static, statics))
+    for name, value in pairs:
+        if layout.direct or name not in layout.names:  # extras live in `__dict__` as-is
+            module.__dict__[name] = _unwrap(value)
+        else:
+            object.__setattr__(module, name, _unwrap(value))
+    return module
+
+
+# Containers inside modules ------------------------------------------------------------
+
+
+class _Frozen:
+    """A view of a list, dict or tuple inside an Equinox module: an immutable graph node."""
+
+    __slots__ = ("__weakref__", "value")
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.value!r})"
+
+
+class FrozenList(_Frozen):
+    """A list held by an Equinox module; merges back into a list."""
+
+    __slots__ = ()
+
+
+class FrozenTuple(_Frozen):
+    """A tuple held by an Equinox module; merges back into a tuple."""
+
+    __slots__ = ()
+
+
+class FrozenDict(_Frozen):
+    """A dict held by an Equinox module; merges back into a dict (keys sorted, as jax does)."""
+
+    __slots__ = ()
+
+
+_FROZEN = {list: FrozenList, tuple: FrozenTuple, dict: FrozenDict}
+
+
+def _frozen(value: object) -> object:
+    view = _FROZEN.get(type(value))
+    return value if view is None else view(value)
+
+
+def _sequence_flatten(view: _Frozen) -> tuple[Children, Hashable]:
+    return [(i, _frozen(item)) for i, item in enumerate(view.value)], None  # type: ignore[arg-type]
+
+
+def _dict_flatten(view: _Frozen) -> tuple[Children, Hashable]:
+    items = view.value.items()  # type: ignore[attr-defined]
+    try:
+        items = sorted(items)
+    except TypeError:  # keys of mixed types keep insertion order
+        items = list(items)
+    return [(key, _frozen(item)) for key, item in items], None
+
+
+def _list_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> list:
+    return [child for _, child in children]
+
+
+def _tuple_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> tuple:
+    return tuple([child for _, child in children])
+
+
+def _dict_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> dict:
+    return dict(children)
+
+
+# Stateful layers ----------------------------------------------------------------------
+
+_STALE_STATE = (
+    "this `eqx.nn.State` was already used: `state.set(...)` (or a layer's call) returned a "
+    "new State and invalidated this one. Split the State that the last call returned."
+)
+
+
+def _state_flatten(state: eqx.nn.State) -> tuple[Children, Hashable]:
+    values = state._state
+    if not isinstance(values, dict):
+        raise ValueError(_STALE_STATE)
+    return [(marker, _frozen(value)) for marker, value in values.items()], None
+
+
+def _state_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
+    state = object.__new__(cls)
+    state._state = dict(children)
+    return state
+
+
+def node_types() -> Sequence[NodeType]:
+    """The NodeTypes of this backend: modules, their containers, and stateful layers.
+
+    Array leaves of modules are `Param`s; those of a `StateIndex` (its initial state) and
+    of an `eqx.nn.State` are `BatchStat`s.
+    """
+    module = {"flatten": _module_flatten, "unflatten": _module_unflatten}
+    return (
+        NodeType(eqx.Module, leaf_type=Param, **module),
+        NodeType(eqx.nn.StateIndex, leaf_type=BatchStat, **module),
+        NodeType(eqx.nn.State, flatten=_state_flatten, unflatten=_state_unflatten,
+                 leaf_type=BatchStat),
+        NodeType(FrozenList, flatten=_sequence_flatten, unflatten=_list_unflatten),
+        NodeType(FrozenTuple, flatten=_sequence_flatten, unflatten=_tuple_unflatten),
+        NodeType(FrozenDict, flatten=_dict_flatten, unflatten=_dict_unflatten),
+    )

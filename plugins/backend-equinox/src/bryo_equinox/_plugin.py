@@ -1,0 +1,22 @@
+"""The Equinox backend's hooks: graph node types for `equinox.Module` and friends, and
+Equinox-style one-argument predicates (`eqx.is_array`) as bryo filters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from bryo_graph import NodeType
+from bryo_pytree import hookimpl
+
+from ._filters import value_predicate
+from ._nodes import node_types
+
+
+@hookimpl
+def bryo_graph_node_types() -> Sequence[NodeType]:
+    return node_types()
+
+
+@hookimpl(trylast=True)
+def bryo_filter_predicate(filter: object) -> Callable[[tuple, object], bool] | None:
+    return value_predicate(filter)
