@@ -35,3 +35,9 @@ from bryo_graph import state as state
 from bryo_graph import update as update
 from bryo_graph import variables as variables
 from bryo_nnx import Module as Module
+from bryo_rngs import RngCount as RngCount
+from bryo_rngs import RngKey as RngKey
+from bryo_rngs import Rngs as Rngs
+from bryo_rngs import RngState as RngState
+from bryo_rngs import RngStream as RngStream
+from bryo_rngs import reseed as reseed

@@ -1,0 +1,337 @@
+"""`Rngs` and `RngStream`: named streams of PRNG keys, held as model state.
+
+A stream keeps a root `key` and a `count` in two Variables (`RngKey`, `RngCount`). Each
+draw returns `fold_in(key, count)` and adds one to the count, so a stream never hands out
+the same key twice, and because both live in Variables, the count travels through
+`split`/`merge`, `jax.jit` and bryo's lifted transforms like any other state. `Rngs`
+gathers streams by name, with an optional `default` stream for names it does not have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeAlias
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from bryo_filters import Filter, Predicate, to_predicate
+from bryo_graph import Object
+from bryo_pytree import Path, describe_leaf
+
+from ._variables import RngCount, RngKey
+
+RngValue: TypeAlias = int | jax.Array
+"""What a stream can be seeded with: an int seed or a `jax.random.key` array."""
+
+Splits: TypeAlias = int | tuple[int, ...] | None
+"""How to split a stream's key: into `n` keys, into an array of keys of that shape, or
+not at all (`None`: fork into one new key)."""
+
+DEFAULT = "default"
+
+
+class UnknownStreamError(AttributeError, KeyError):
+    """An rng stream was asked for by a name the `Rngs` lacks, and it has no default."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def as_key(value: object, *, name: str) -> jax.Array:
+    """`value` as a typed key array: int seeds become `jax.random.key(seed)`.
+
+    Raw `uint32` key data (`jax.random.PRNGKey(0)`) is wrapped; typed keys are kept.
+    """
+    if isinstance(value, bool):
+        pass
+    elif isinstance(value, int | np.integer):
+        return jax.random.key(value)
+    elif isinstance(value, jax.Array | np.ndarray):
+        dtype = value.dtype
+        if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+            return value  # type: ignore[return-value]
+        if dtype == jnp.uint32 and value.shape[-1:] == (2,):
+            return jax.random.wrap_key_data(value)
+        if jnp.issubdtype(dtype, jnp.integer) and value.ndim == 0:
+            return jax.random.key(value)
+    raise TypeError(
+        f"the seed of rng stream `{name}` must be an int or a `jax.random.key(...)` array; "
+        f"got {type(value).__name__}: {value!r:.80}."
+    )
+
+
+class RandomMethods:
+    """The `jax.random` samplers as methods: `rngs.normal((2, 3))` draws a key first.
+
+    Each method takes `jax.random`'s arguments without the key; the key comes from
+    `self()` (a stream's next key; on `Rngs`, the default stream's).
+    """
+
+    def __call__(self) -> jax.Array:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+
+_SAMPLERS = (
+    "ball", "bernoulli", "beta", "binomial", "bits", "categorical", "cauchy", "chisquare",
+    "choice", "dirichlet", "double_sided_maxwell", "exponential", "f", "gamma",
+    "generalized_normal", "geometric", "gumbel", "laplace", "loggamma", "logistic",
+    "lognormal", "maxwell", "multinomial", "multivariate_normal", "normal", "orthogonal",
+    "pareto", "permutation", "poisson", "rademacher", "randint", "rayleigh", "split", "t",
+    "triangular", "truncated_normal", "uniform", "wald", "weibull_min",
+)
+
+
+def _sampler_method(name: str) -> Callable[..., jax.Array]:
+    function = getattr(jax.random, name)
+
+    def method(self: RandomMethods, *args: object, **kwargs: object) -> jax.Array:
+        return function(self(), *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (
+        f"`jax.random.{name}` with a key drawn from this stream (on `Rngs`, from the "
+        f"default stream): the same arguments, without `key`."
+    )
+    return method
+
+
+SAMPLER_NAMES = tuple(name for name in _SAMPLERS if hasattr(jax.random, name))
+for _name in SAMPLER_NAMES:
+    setattr(RandomMethods, _name, _sampler_method(_name))
+
+
+def _scalar_text(value: object) -> str:
+    if getattr(value, "ndim", None) == 0 and not jnp.issubdtype(value.dtype, jax.dtypes.prng_key):  # type: ignore[attr-defined]
+        try:
+            return str(int(value))  # type: ignore[call-overload]
+        except Exception:  # a tracer
+            pass
+    return describe_leaf(value)
+
+
+class RngStream(RandomMethods, Object):
+    """One stream of keys: `stream()` returns `fold_in(key, count)`, then count += 1.
+
+    >>> stream = RngStream(0, tag="dropout")
+    >>> k0, k1 = stream(), stream()
+    >>> int(stream.count.value)
+    2
+
+    Attributes:
+        key: the root key, an `RngKey` Variable (never changed by drawing).
+        count: the number of keys drawn, an `RngCount` Variable (`uint32`, key-shaped).
+        tag: the stream's name, also the `tag` of both Variables.
+    """
+
+    def __init__(self, key: RngValue, *, tag: str, count: object = None) -> None:
+        key = as_key(key, name=tag)
+        if count is None:
+            count = jnp.zeros(key.shape, jnp.uint32)
+        self.key = RngKey(key, tag=tag)
+        self.count = RngCount(jnp.asarray(count, jnp.uint32), tag=tag)
+        self.tag = tag
+
+    def __call__(self) -> jax.Array:
+        """The next key of this stream; adds one to `count`."""
+        key = self.key.value
+        if key.ndim != 0:
+            raise ValueError(
+                f"rng stream {self.tag!r} holds split keys of shape {tuple(key.shape)}, so it "
+                "cannot hand out a single key here. Draw from it inside a transform that maps "
+                f"over those axes (e.g. `vmap` with `StateAxes({{{self.tag!r}: 0, ...: None}})`), "
+                "or draw before splitting."
+            )
+        count = self.count.value
+        self.count.value = count + 1
+        return jax.random.fold_in(key, count)
+
+    def fork(self, split: Splits = None, *, tag: str | None = None) -> RngStream:
+        """A new, independent stream whose key is drawn from this one.
+
+        Args:
+            split: `None` for one key; an int `n` (or a shape) for a stream of `n` split
+                keys whose key and count have that leading shape (for `vmap`/`scan`).
+            tag: the new stream's name; this stream's by default.
+
+        Returns:
+            The new stream (count zero). This stream's count advances by one.
+        """
+        key = self()
+        if split is not None:
+            key = jax.random.split(key, split)
+        return RngStream(key, tag=self.tag if tag is None else tag)
+
+    def __repr__(self) -> str:
+        return (
+            f"RngStream(tag={self.tag!r}, key={describe_leaf(self.key.value)}, "
+            f"count={_scalar_text(self.count.value)})"
+        )
+
+
+# Names that probe for arrays or Variables; an Rngs must not answer them with a stream.
+_NOT_STREAM_NAMES = frozenset({"shape", "dtype", "ndim", "size", "aval", "value", "raw_value", "type"})
+
+
+class Rngs(RandomMethods, Object):
+    """Named rng streams, with `default` as the fallback for names not given.
+
+    >>> rngs = Rngs(0, params=1)        # default stream from seed 0, params from seed 1
+    >>> params_key = rngs.params()      # or rngs['params']()
+    >>> dropout_key = rngs.dropout()    # no dropout stream: drawn from the default one
+    >>> z = rngs.normal((2, 3))         # jax.random.normal with a default-stream key
+
+    Args:
+        default: seed or key of the `default` stream (optional, positional only).
+        **streams: one stream per keyword: an int seed, a `jax.random.key` array, or an
+            `RngStream` (its key and count are copied, so its sequence continues).
+    """
+
+    def __init__(self, default: RngValue | RngStream | None = None, /, **streams: RngValue | RngStream) -> None:
+        if default is not None:
+            if DEFAULT in streams:
+                raise TypeError(
+                    "`Rngs` got the default stream twice: as the first argument and as "
+                    "`default=`; pass it once."
+                )
+            streams = {DEFAULT: default, **streams}
+        for name in streams:
+            _check_stream_name(name)
+        built = {name: _to_stream(value, name) for name, value in streams.items()}
+        for name, stream in built.items():
+            setattr(self, name, stream)
+
+    # Streams by name --------------------------------------------------------------------
+    def __getattr__(self, name: str) -> RngStream:
+        if name.startswith("_") or name in _NOT_STREAM_NAMES:
+            raise AttributeError(name)
+        return self.stream(name)
+
+    def __getitem__(self, name: str) -> RngStream:
+        return self.stream(name)
+
+    def stream(self, name: str) -> RngStream:
+        """The stream `name`, or the default stream when there is none by that name.
+
+        Raises:
+            UnknownStreamError: neither exists; the message lists the streams there are.
+        """
+        streams = vars(self)
+        found = streams.get(name)
+        if isinstance(found, RngStream):
+            return found
+        default = streams.get(DEFAULT)
+        if isinstance(default, RngStream):
+            return default
+        names = ", ".join(repr(n) for n in self) or "none"
+        raise UnknownStreamError(
+            f"this Rngs has no rng stream {name!r} and no {DEFAULT!r} stream to fall back on; "
+            f"its streams are {names}. Give it one (`Rngs(..., {name}=0)`) or a default seed "
+            "as the first argument (`Rngs(0, ...)`)."
+        )
+
+    def __call__(self) -> jax.Array:
+        """The next key of the default stream."""
+        return self.stream(DEFAULT)()
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(vars(self).get(name), RngStream)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, value in vars(self).items() if isinstance(value, RngStream))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def items(self) -> Iterator[tuple[str, RngStream]]:
+        """`(name, stream)` pairs."""
+        return ((name, vars(self)[name]) for name in list(self))
+
+    # Forking ----------------------------------------------------------------------------
+    def fork(self, *, split: Splits | Mapping[Filter, Splits] = None) -> Rngs:
+        """A new Rngs whose streams are forked from these: independent keys, count zero.
+
+        Args:
+            split: `None` forks every stream into one key; an int (or shape) splits every
+                stream's key into that many; a mapping `{filter: n}` splits the streams the
+                first matching filter selects (by stream name, as in `{'dropout': 5}`) and
+                forks the others unsplit. A stream whose key is split has key and count of
+                shape `(n,)`: map over it with `vmap` or `scan`.
+
+        Returns:
+            The new Rngs. Each of these streams' counts advances by one, so forking twice
+            never gives the same keys.
+        """
+        rules = split_rules(split)
+        forked = {}
+        for name, stream in self.items():
+            matched = first_match(rules, (name,), stream)
+            forked[name] = stream.fork(split=None if matched is NO_MATCH else matched)  # type: ignore[arg-type]
+        new = object.__new__(Rngs)
+        for name, stream in forked.items():
+            setattr(new, name, stream)
+        return new
+
+    def __repr__(self) -> str:
+        if not len(self):
+            return "Rngs()"
+        lines = [f"  {name}={stream!r}," for name, stream in self.items()]
+        return "Rngs(\n" + "\n".join(lines) + "\n)"
+
+
+def _check_stream_name(name: str) -> None:
+    if name.startswith("_") or hasattr(Rngs, name) or name in _NOT_STREAM_NAMES:
+        raise ValueError(
+            f"rng stream name {name!r} is reserved: it starts with '_' or is an attribute of "
+            "`Rngs` (a method or jax.random shorthand); pick another name."
+        )
+
+
+def _to_stream(value: RngValue | RngStream, name: str) -> RngStream:
+    if isinstance(value, RngStream):
+        # Keep the count: restarting it would hand out the stream's past keys again.
+        return RngStream(value.key.value, tag=name, count=value.count.value)
+    return RngStream(value, tag=name)
+
+
+# Split rules, shared by `fork` and the in-place split ------------------------------------
+
+NO_MATCH = object()
+
+
+def split_rules(
+    split: Splits | Mapping[Filter, Splits], only: Filter = ...
+) -> list[tuple[Predicate, Splits]]:
+    """`split` as `[(predicate, splits), ...]`, checked. An int or shape applies to `only`."""
+    if split is None:
+        return []
+    items = split.items() if isinstance(split, Mapping) else [(only, split)]
+    rules = []
+    for filter, splits in items:
+        _check_splits(splits, filter)
+        rules.append((to_predicate(filter), splits))
+    return rules
+
+
+def _check_splits(splits: object, filter: object) -> None:
+    shape = splits if isinstance(splits, tuple) else (splits,)
+    if splits is None or all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+        return
+    raise ValueError(
+        f"`split` must be a positive int, a tuple of them, or None (no split); got {splits!r} "
+        f"for filter {filter!r}."
+    )
+
+
+def stream_matches(predicate: Predicate, path: Path, stream: RngStream) -> bool:
+    """Whether `predicate` selects `stream` (at `path`): it must accept its key and count."""
+    return predicate((*path, "key"), stream.key) and predicate((*path, "count"), stream.count)
+
+
+def first_match(rules: list[tuple[Predicate, Splits]], path: Path, stream: RngStream) -> object:
+    """The splits of the first rule selecting `stream`, or `NO_MATCH`."""
+    for predicate, splits in rules:
+        if stream_matches(predicate, path, stream):
+            return splits
+    return NO_MATCH
+

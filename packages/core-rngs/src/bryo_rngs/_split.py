@@ -1,0 +1,155 @@
+"""Split the rng streams of a graph in place, and put them back: the lifted transforms' primitive.
+
+`split_rngs_in_place(model, {'dropout': 5})` turns the key of every matching stream into
+5 keys (key and count of shape `(5,)`) so that a `vmap` or `scan` over axis 0 gives each
+step its own stream; `restore_rngs(token)` puts the streams back afterwards. Three rules
+keep this safe:
+
+* The split keys come from a draw, so the stream's count advances by one first: keys
+  handed out inside never come back after the restore, and splitting twice never
+  repeats itself.
+* Only the matching streams are touched. Streams left out of the mapping keep their key
+  and their count, and draws from them inside (and their count) are kept on restore.
+* Restoring writes back only streams that still hold the split keys. Anything that put a
+  stream back in between (a `reseed`, an inner restore) is not clobbered. Layers built
+  inside (e.g. a stack of Dropouts made by a vmapped constructor) hold streams *forked*
+  from the split ones, so the restore cannot turn their stacked keys back into one key and
+  break a later `scan` over the stack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+
+import jax
+import jax.numpy as jnp
+from bryo_filters import Filter
+from bryo_graph import iter_graph
+from bryo_pytree import Path
+
+from ._rngs import NO_MATCH, RngStream, Splits, first_match, split_rules
+
+
+def iter_streams(node: object, /) -> Iterator[tuple[Path, RngStream]]:
+    """Every `RngStream` in `node`'s graph with its path, each once."""
+    for path, value in iter_graph(node):
+        if isinstance(value, RngStream):
+            yield path, value
+
+
+@dataclasses.dataclass
+class _Backup:
+    path: Path
+    stream: RngStream
+    key: jax.Array
+    count: jax.Array
+    split_shape: tuple[int, ...]
+
+
+class RngSplit:
+    """What `split_rngs_in_place` did, to undo with `restore_rngs` (or a `with` block).
+
+    Attributes:
+        paths: the paths of the streams that were split, in graph order.
+    """
+
+    def __init__(self, backups: list[_Backup]) -> None:
+        self._backups = backups
+        self.restored = False
+
+    @property
+    def paths(self) -> list[Path]:
+        return [backup.path for backup in self._backups]
+
+    def __enter__(self) -> RngSplit:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        restore_rngs(self)
+
+    def __repr__(self) -> str:
+        state = "restored" if self.restored else "active"
+        return f"RngSplit({state}, paths={self.paths})"
+
+
+def split_rngs_in_place(
+    node: object, /, splits: Splits | Mapping[Filter, Splits], *, only: Filter = ...
+) -> RngSplit:
+    """Split the keys of the streams in `node` that match, in place.
+
+    Each matching stream draws one key (its count advances by one), splits it into
+    `splits` keys and holds those, with a zero count of the same shape, until
+    `restore_rngs`. Use the result as a context manager to restore on exit.
+
+    Args:
+        node: any graph (a Module, an `Rngs`, a list or dict of them).
+        splits: an int `n` (or a shape) for every stream `only` selects, or a mapping
+            `{filter: n}`: each stream takes the `n` of the first filter selecting it (by
+            stream name, `{'dropout': 5}`, or any filter on its key and count); a value of
+            `None` forks the stream into one fresh key without splitting. Streams no
+            filter selects are left exactly as they are.
+        only: with an int `splits`, which streams to split (all by default).
+
+    Returns:
+        The token to pass to `restore_rngs`.
+
+    Example:
+        >>> token = split_rngs_in_place(model, {'dropout': 5})   # doctest: +SKIP
+        >>> ...  # vmap over axis 0 of the dropout stream's state
+        >>> restore_rngs(token)                                   # doctest: +SKIP
+    """
+    rules = split_rules(splits, only)
+    plan = []
+    for path, stream in iter_streams(node):
+        matched = first_match(rules, path, stream)
+        if matched is not NO_MATCH:
+            plan.append((path, stream, matched))
+    backups = []
+    for path, stream, matched in plan:
+        key = stream.key.value
+        drawn = _draw_all(stream)
+        new_key = drawn if matched is None else _split_all(drawn, matched)  # type: ignore[arg-type]
+        backups.append(_Backup(path, stream, key, stream.count.value, tuple(new_key.shape)))
+        stream.key.value = new_key
+        stream.count.value = jnp.zeros(new_key.shape, jnp.uint32)
+    return RngSplit(backups)
+
+
+def restore_rngs(token: RngSplit, /) -> None:
+    """Put back the streams `split_rngs_in_place` split: their key, and their count
+    (as it was after the split's draw). A second call does nothing.
+
+    A stream that no longer holds split keys of the shape the split gave it was put back
+    by something else in between (`reseed`, another restore) and is left alone.
+    """
+    if token.restored:
+        return
+    for backup in reversed(token._backups):
+        stream = backup.stream
+        if tuple(stream.key.value.shape) != backup.split_shape:
+            continue
+        stream.key.value = backup.key
+        stream.count.value = backup.count
+    token.restored = True
+
+
+def _draw_all(stream: RngStream) -> jax.Array:
+    """A key from every key of `stream` (of any shape), each from its own count."""
+    key, count = stream.key.value, stream.count.value
+    if key.ndim == 0:
+        return stream()
+    flat = jax.vmap(jax.random.fold_in)(key.reshape(-1), count.reshape(-1).astype(jnp.uint32))
+    stream.count.value = count + 1
+    return flat.reshape(key.shape)
+
+
+def _split_all(keys: jax.Array, splits: int | tuple[int, ...]) -> jax.Array:
+    """Split each of `keys` into `splits`; the new axes go in front: `(*splits, *keys.shape)`."""
+    shape = splits if isinstance(splits, tuple) else (splits,)
+    if keys.ndim == 0:
+        return jax.random.split(keys, shape)
+    flat = jax.vmap(lambda k: jax.random.split(k, shape))(keys.reshape(-1))
+    stacked = flat.reshape(*keys.shape, *shape)
+    new_axes = list(range(keys.ndim, keys.ndim + len(shape)))
+    return jnp.moveaxis(stacked, new_axes, list(range(len(shape))))
