@@ -54,6 +54,10 @@ def _kept(value: object) -> object:
     return value if _is_hashable(value) else _ByIdentity(value)
 
 
+def _unwrap(value: object) -> object:
+    return value.value if isinstance(value, _ByIdentity) else value
+
+
 # Modules ------------------------------------------------------------------------------
 
 
