@@ -1,0 +1,212 @@
+"""Checkpoint policies: aliases, validation, gradients equal to the unrolled loop, and
+what each policy keeps for the backward pass."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bryo_scan import (
+    OffloadUnavailableError,
+    ScanCheckpointPolicy,
+    fold,
+    scan,
+    tree_checkpoint_name,
+)
+
+POLICIES = [
+    False,
+    True,
+    "full",
+    "nested",
+    "save_all",
+    ScanCheckpointPolicy(nested=2),
+    ScanCheckpointPolicy(save_block_internals=["hidden"]),
+    ScanCheckpointPolicy(save_carries=False, save_inputs=False),
+    ScanCheckpointPolicy(prevent_cse=True),
+    ScanCheckpointPolicy(nested=True, save_block_internals=["hidden"]),
+]
+
+
+def _block(carry, layer):
+    hidden = jnp.tanh(carry @ layer["w"] + layer["b"])
+    hidden = tree_checkpoint_name(hidden, "hidden")
+    return carry + jnp.sin(hidden), hidden.sum()
+
+
+def _layers(n, d=3, seed=0):
+    kw, kb = jax.random.split(jax.random.key(seed))
+    return {"w": jax.random.normal(kw, (n, d, d)) * 0.5, "b": jax.random.normal(kb, (n, d))}
+
+
+INIT, LAYERS = jnp.linspace(-1, 1, 3), _layers(8)
+
+
+def _losses(scan_fn, fold_fn, reverse):
+    """Loss of a scan (carry and outputs) and of a fold, both through the same layers."""
+
+    def scan_loss(init, layers):
+        carry, ys = scan_fn(init, layers)
+        return carry.sum() + ys.sum()
+
+    def fold_loss(init, layers):
+        return fold_fn(init, layers).sum()
+
+    return jax.jit(jax.grad(lambda i, l: scan_loss(i, l) + 0.5 * fold_loss(i, l), argnums=(0, 1)))
+
+
+def _loop_scan(init, layers, reverse=False):
+    carry, outs = init, []
+    order = range(layers["w"].shape[0])
+    for i in reversed(order) if reverse else order:
+        carry, y = _block(carry, jax.tree_util.tree_map(lambda a: a[i], layers))
+        outs.append(y)
+    return carry, jnp.stack(outs)
+
+
+@functools.cache
+def _want(reverse):
+    loop_fold = lambda i, l: _loop_scan(i, l)[0]
+    grads = _losses(functools.partial(_loop_scan, reverse=reverse), loop_fold, reverse)
+    return grads(INIT, LAYERS)
+
+
+def _assert_trees_close(got, want):
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("remat", "reverse"),
+    [(p, False) for p in POLICIES] + [(False, True), (True, True), ("nested", True)],
+    ids=str,
+)
+def test_gradients_equal_unrolled_loop(remat, reverse):
+    scan_fn = scan(_block, 0, remat=remat, reverse=reverse)
+    fold_fn = fold(lambda c, layer: _block(c, layer)[0], 0, remat=remat)
+    _assert_trees_close(_losses(scan_fn, fold_fn, reverse)(INIT, LAYERS), _want(reverse))
+
+
+def _scan_loss(remat):
+    def loss(init, layers):
+        carry, ys = scan(_block, 0, remat=remat)(init, layers)
+        return carry.sum() + ys.sum()
+
+    return loss
+
+
+def test_aliases():
+    assert ScanCheckpointPolicy.from_remat(True) == ScanCheckpointPolicy()
+    assert ScanCheckpointPolicy.from_remat("full") == ScanCheckpointPolicy(save_carries=True, save_inputs=True)
+    assert ScanCheckpointPolicy.from_remat(False) == ScanCheckpointPolicy(disable=True)
+    assert ScanCheckpointPolicy.from_remat("nested") == ScanCheckpointPolicy(nested=True)
+    assert ScanCheckpointPolicy.from_remat("offload") == ScanCheckpointPolicy(
+        save_carries="offload", save_inputs="offload"
+    )
+    assert ScanCheckpointPolicy.from_remat("save_all") == ScanCheckpointPolicy(
+        save_carries=True, save_inputs=True, save_block_internals=True
+    )
+    assert ScanCheckpointPolicy.from_bool_or_str is not None
+    policy = ScanCheckpointPolicy(save_block_internals=["y"], offload_block_internals=["z"])
+    assert policy.save_block_internals == ("y",) and hash(policy)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"save_carries": "yes"}, "`save_carries` must be True, False or 'offload'"),
+        ({"save_inputs": 1.5}, "`save_inputs`"),
+        ({"save_block_internals": "y"}, r"Write \['y'\]"),
+        ({"offload_block_internals": True}, "`offload_block_internals` must be a list of names"),
+        ({"nested": 0}, "`nested` must be"),
+        ({"save_block_internals": ["y"], "offload_block_internals": ["y"]}, "in both"),
+    ],
+)
+def test_policy_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ScanCheckpointPolicy(**kwargs)
+
+
+def test_unknown_remat_and_bad_nested():
+    with pytest.raises(ValueError, match="not a checkpoint policy.*'nested'"):
+        scan(_block, 0, remat="sometimes")
+    with pytest.raises(ValueError, match="do not divide the scan length 6"):
+        jax.eval_shape(scan(_block, 0, remat=ScanCheckpointPolicy(nested=4)), jnp.ones(3), _layers(6))
+
+
+def test_nested_outer_blocks():
+    policy = ScanCheckpointPolicy(nested=True)
+    assert [policy.outer_blocks(n) for n in (16, 64, 100, 128, 7, 12)] == [4, 8, 10, 8, 1, 3]
+    assert ScanCheckpointPolicy(disable=True, nested=True).outer_blocks(16) is None
+
+
+def _count_in_grad(remat, primitive):
+    def loss(init, xs):
+        def step(c, x):
+            y = jnp.sin(c * x)
+            y = tree_checkpoint_name(y, "y")
+            return jnp.cos(y) + x
+        return fold(step, 0, remat=remat)(init, xs).sum()
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss))(jnp.ones(3), jnp.ones((4, 3)))
+    return str(jaxpr).count(f" {primitive} ")
+
+
+def test_saving_a_named_internal_avoids_recomputing_it():
+    # remat=True recomputes sin in the backward pass; saving "y" keeps it; no remat never recomputes.
+    # (the derivative of cos adds one sin to every count)
+    saved = _count_in_grad(ScanCheckpointPolicy(save_block_internals=["y"]), "sin")
+    assert _count_in_grad(True, "sin") == saved + 1
+    assert _count_in_grad(False, "sin") == saved == _count_in_grad("save_all", "sin")
+
+
+def test_remat_false_adds_no_checkpoint_and_true_one():
+    def grad_text(remat):
+        return str(jax.make_jaxpr(jax.grad(_scan_loss(remat), argnums=1))(INIT, LAYERS))
+
+    assert "checkpoint" not in grad_text(False) and "remat" not in grad_text(False)
+    assert "remat" in grad_text(True) or "checkpoint" in grad_text(True)
+
+
+OFFLOADING = [
+    "offload",
+    ScanCheckpointPolicy(save_carries="offload"),
+    ScanCheckpointPolicy(save_inputs="offload"),
+    ScanCheckpointPolicy(save_block_internals=["hidden"], offload_block_internals=["other"]),
+    ScanCheckpointPolicy(save_block_internals=True, save_carries="offload"),
+]
+
+
+@pytest.mark.parametrize("remat", OFFLOADING, ids=str)
+def test_offload_works_or_says_the_device_cannot(remat):
+    scan_fn = scan(_block, 0, remat=remat)
+    fold_fn = fold(lambda c, layer: _block(c, layer)[0], 0, remat=remat)
+    run = _losses(scan_fn, fold_fn, False)
+    if jax.devices()[0].platform == "cpu":
+        with pytest.raises(OffloadUnavailableError, match="cannot offload.*host memory"):
+            jax.eval_shape(run, INIT, LAYERS)
+    else:
+        _assert_trees_close(run(INIT, LAYERS), _want(False))
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    length=st.integers(1, 9),
+    width=st.integers(1, 4),
+    reverse=st.booleans(),
+    remat=st.sampled_from([False, True, "nested", "save_all"]),
+    seed=st.integers(0, 2**16),
+)
+def test_scan_equals_python_loop(length, width, reverse, remat, seed):
+    xs = jax.random.normal(jax.random.key(seed), (length, width))
+    step = lambda c, x: (c * 0.5 + jnp.cos(x), c.sum() + x)
+    carry, ys = scan(step, 0, remat=remat, reverse=reverse)(jnp.zeros(width), xs)
+    want_c, want_ys = jnp.zeros(width), [None] * length
+    for i in reversed(range(length)) if reverse else range(length):
+        want_c, want_ys[i] = step(want_c, xs[i])
+    np.testing.assert_allclose(carry, want_c, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ys, jnp.stack(want_ys), rtol=1e-5, atol=1e-6)
