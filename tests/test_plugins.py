@@ -20,6 +20,7 @@ from bryo_pytree import (
     BLOCK_ENV,
     BryoPluginManager,
     PluginError,
+    _plugins,
     describe_plugins,
     get_plugin_manager,
     hookimpl,
@@ -28,7 +29,6 @@ from bryo_pytree import (
     plugin_failures,
     use_plugin_manager,
 )
-from bryo_pytree import _plugins
 
 HELLO = """
     import bryo  # owns the hook below: importing it declares `bryo_cli_commands`
@@ -113,7 +113,9 @@ def test_describe_plugins_names_distribution_version_and_hooks(fake_dists):
 
 
 def test_one_distribution_may_ship_several_plugins(fake_dists):
-    fake_dists.add("acme-bryo-pair", {"pair-a": HELLO.replace('"hello"', '"a"'), "pair-b": OPTIONAL})
+    fake_dists.add(
+        "acme-bryo-pair", {"pair-a": HELLO.replace('"hello"', '"a"'), "pair-b": OPTIONAL}
+    )
     pm = new_plugin_manager()
     assert pm.distributions["pair-a"][0] == pm.distributions["pair-b"][0] == "acme-bryo-pair"
 
@@ -154,9 +156,7 @@ def test_broken_plugin_is_reported_and_the_rest_keeps_working(fake_dists, capsys
     assert "ZeroDivisionError: boom at import" in out
 
 
-def test_plugin_calling_get_plugin_manager_at_import_gets_a_clear_error(
-    fake_dists, monkeypatch
-):
+def test_plugin_calling_get_plugin_manager_at_import_gets_a_clear_error(fake_dists, monkeypatch):
     fake_dists.add("acme-eager", {"eager": REENTRANT})
     monkeypatch.setattr(_plugins, "_manager", None)  # force a first, global load
     with pytest.warns(RuntimeWarning, match="'eager'.*get_plugin_manager"):
@@ -356,6 +356,7 @@ def test_pytest_plugin_is_shipped_through_pytest11(pytestconfig):
     assert pytestconfig.pluginmanager.hasplugin("bryo")
 
 
+@pytest.mark.slow  # a fresh interpreter imports jax and every installed plugin
 def test_fixtures_work_in_a_fresh_pytest_process(tmp_path):
     """The `pytest11` entry point makes the fixtures available with no conftest at all."""
     (tmp_path / "test_uses_fixture.py").write_text(
