@@ -192,11 +192,22 @@ def _vmapped_blocks(module: Callable[..., M], info: AxisInfo, args: tuple, kwarg
         step_args, step_kwargs = inputs.rebuild(slices)
         block = module(*step_args, **step_kwargs)
         tree, rebuild = block_splitter(block)(block)
+        _check_is_pytree(block, tree)
         rebuilds.append(rebuild)
         return outputs.flatten(tree)
 
     stacked = jax.vmap(one, axis_size=info.size)(inputs.arrays)
     return rebuilds[-1](outputs.unflatten(stacked, info))
+
+
+def _check_is_pytree(block: object, tree: PyTree) -> None:
+    leaves = jax.tree_util.tree_leaves(tree)
+    if leaves == [tree] and not isinstance(tree, jax.Array):
+        raise TypeError(
+            f"`module` built a block of type {type(block).__name__}, which is not a pytree, so "
+            "its arrays cannot be stacked. Make it a pytree (an Equinox module, a "
+            "bryo_pytree.pytree_dataclass) or give its backend a `bryo_scan_block_splitters` hook."
+        )
 
 
 @pytree_dataclass

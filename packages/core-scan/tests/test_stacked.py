@@ -1,0 +1,161 @@
+"""Stacked, BlockSeq and BlockFoldable with plain-pytree blocks and a positional layers axis
+given through a test plugin (core-scan alone has no named axes)."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bryo_pytree import hookimpl, pytree_dataclass, static_field
+from bryo_scan import AxisInfo, BlockFoldable, BlockSeq, ScanAxisError, Stacked
+
+LAYERS = AxisInfo(name=None, size=4, position=0)  # a sized positional axis
+
+
+@pytree_dataclass
+class Dense:
+    w: jax.Array
+    b: jax.Array
+    scale: jax.Array
+    activation: object = static_field(default=jnp.tanh)
+
+    @classmethod
+    def make(cls, width, *, key, scale):
+        return cls(jax.random.normal(key, (width, width)) * 0.3, jnp.zeros(width), scale)
+
+    def __call__(self, x):
+        return x + self.scale * self.activation(x @ self.w + self.b)
+
+
+@pytree_dataclass
+class ScanDense(Dense):
+    def __call__(self, x):  # a "scan block": (carry, output)
+        y = super().__call__(x)
+        return y, y.sum()
+
+
+def _make(cls, factory=Stacked, remat=True):
+    keys = jax.random.split(jax.random.key(0), 4)
+    return factory.init(LAYERS, cls.make, remat=remat)(3, key=keys, scale=jnp.arange(4.0) / 4)
+
+
+def _loop(blocks, x):
+    for block in blocks:
+        x = block(x)
+    return x
+
+
+def test_init_stacks_every_array():
+    stacked = _make(Dense)
+    assert stacked.stacked.w.shape == (4, 3, 3)
+    assert stacked.stacked.scale.shape == (4,)
+    assert stacked.stacked.activation is jnp.tanh
+    assert len(stacked) == 4
+    layer = stacked.get_layer(2)
+    assert layer.w.shape == (3, 3) and float(layer.scale) == 0.5
+    np.testing.assert_allclose(stacked.get_layer(-1).w, stacked.stacked.w[3])
+    with pytest.raises(IndexError, match="out of range for 4 layers"):
+        stacked.get_layer(4)
+
+
+@pytest.mark.parametrize("remat", [False, True, "nested"])
+def test_fold_matches_loop_and_blockseq(remat):
+    stacked = _make(Dense, remat=remat)
+    x = jnp.linspace(-1.0, 1.0, 3)
+    want = _loop(stacked.unstacked(), x)
+    np.testing.assert_allclose(stacked.fold(x), want, rtol=1e-6)
+    seq = BlockSeq(stacked.unstacked(), LAYERS, stacked.gradient_checkpointing)
+    np.testing.assert_allclose(seq.fold(x), want, rtol=1e-6)
+    np.testing.assert_allclose(_loop(stacked, x), want, rtol=1e-6)  # iteration
+
+
+def test_gradients_of_fold_equal_loop():
+    stacked = _make(Dense)
+    x = jnp.linspace(-1.0, 1.0, 3)
+    grad_stacked = jax.jit(jax.grad(lambda s, x: s.fold(x).sum(), argnums=(0, 1)))(stacked, x)
+    loop = lambda s, x: _loop(s.unstacked(), x).sum()
+    want = jax.grad(loop, argnums=(0, 1))(stacked, x)
+    for g, w in zip(jax.tree_util.tree_leaves(grad_stacked), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_scan_vmap_and_via():
+    stacked = _make(ScanDense)
+    seq = _make(ScanDense, factory=BlockSeq)
+    x = jnp.linspace(-1.0, 1.0, 3)
+    carry, outs = stacked.scan(x)
+    seq_carry, seq_outs = seq.scan(x)
+    np.testing.assert_allclose(carry, seq_carry, rtol=1e-6)
+    np.testing.assert_allclose(outs, seq_outs, rtol=1e-6)
+    assert outs.shape == (4,)
+    ys, sums = stacked.vmap(x)
+    assert ys.shape == (4, 3)
+    np.testing.assert_allclose(ys[1], stacked.get_layer(1)(x)[0], rtol=1e-6)
+    np.testing.assert_allclose(seq.vmap(x)[0], ys, rtol=1e-6)
+    half = lambda block, carry, factor: block(carry)[0] * factor
+    np.testing.assert_allclose(stacked.fold_via(half)(x, 0.5), seq.fold_via(half)(x, 0.5), rtol=1e-6)
+    pair = lambda block, carry: (block(carry)[0], carry.mean())
+    for a, b in zip(stacked.scan_via(pair)(x), seq.scan_via(pair)(x), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_both_are_block_foldable_and_pytrees():
+    stacked, seq = _make(Dense), _make(Dense, factory=BlockSeq)
+    assert isinstance(stacked, BlockFoldable) and isinstance(seq, BlockFoldable)
+    assert len(seq) == 4 and seq.get_layer(1).w.shape == (3, 3)
+    doubled = jax.tree_util.tree_map(lambda a: a * 2, stacked)
+    assert isinstance(doubled, Stacked) and doubled.Block == LAYERS
+
+
+def test_init_errors():
+    with pytest.raises(ScanAxisError, match="has no size"):
+        Stacked.init(0, Dense.make)(3, key=jax.random.split(jax.random.key(0), 4), scale=0.1)
+    with pytest.raises(ScanAxisError, match="has size 3"):
+        Stacked.init(LAYERS, Dense.make)(3, key=jax.random.split(jax.random.key(0), 3), scale=0.1)
+    with pytest.raises(TypeError, match="not both"):
+        Stacked.init(LAYERS, Dense.make, remat=True, gradient_checkpointing=False)
+
+
+@dataclasses.dataclass
+class MutableBlock:
+    """A block that is not a pytree (like a graph-style module): needs the splitter hook."""
+
+    weight: jax.Array
+
+    def __call__(self, x):
+        return x * self.weight
+
+
+def test_block_splitter_hook(bryo_plugin_manager):
+    class MutableBlocks:
+        @hookimpl
+        def bryo_scan_block_splitters(self):
+            return {MutableBlock: lambda block: (block.weight, MutableBlock)}
+
+    bryo_plugin_manager.register(MutableBlocks())
+    stacked = Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))
+    assert isinstance(stacked.stacked, MutableBlock) and stacked.stacked.weight.shape == (4,)
+    assert float(stacked.fold(1.0)) == 24.0
+    assert [float(b.weight) for b in stacked.unstacked()] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_block_that_is_not_a_pytree_is_an_error():
+    with pytest.raises(TypeError, match="MutableBlock.*not a pytree.*bryo_scan_block_splitters"):
+        Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))
+
+
+def test_resolve_axis_hook(bryo_plugin_manager):
+    @dataclasses.dataclass(frozen=True)
+    class Depth:
+        size: int
+
+    class DepthAxes:
+        @hookimpl
+        def bryo_scan_resolve_axis(self, axis):
+            return AxisInfo(None, axis.size, 0, axis) if isinstance(axis, Depth) else None
+
+    bryo_plugin_manager.register(DepthAxes())
+    stacked = Stacked.init(Depth(2), Dense.make)(3, key=jax.random.split(jax.random.key(0), 2), scale=1.0)
+    assert stacked.stacked.w.shape == (2, 3, 3)
