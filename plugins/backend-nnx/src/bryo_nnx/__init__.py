@@ -7,5 +7,48 @@ and the core packages under Flax NNX's names.
 """
 
 from ._module import Module as Module
+from . import initializers as initializers
+from ._activations import celu as celu
+from ._activations import elu as elu
+from ._activations import gelu as gelu
+from ._activations import glu as glu
+from ._activations import hard_sigmoid as hard_sigmoid
+from ._activations import hard_silu as hard_silu
+from ._activations import hard_swish as hard_swish
+from ._activations import hard_tanh as hard_tanh
+from ._activations import identity as identity
+from ._activations import leaky_relu as leaky_relu
+from ._activations import log_sigmoid as log_sigmoid
+from ._activations import log_softmax as log_softmax
+from ._activations import logsumexp as logsumexp
+from ._activations import mish as mish
+from ._activations import one_hot as one_hot
+from ._activations import relu as relu
+from ._activations import relu6 as relu6
+from ._activations import selu as selu
+from ._activations import sigmoid as sigmoid
+from ._activations import silu as silu
+from ._activations import soft_sign as soft_sign
+from ._activations import softmax as softmax
+from ._activations import softplus as softplus
+from ._activations import standardize as standardize
+from ._activations import swish as swish
+from ._activations import tanh as tanh
+from ._attention import MultiHeadAttention as MultiHeadAttention
+from ._attention import combine_masks as combine_masks
+from ._attention import dot_product_attention as dot_product_attention
+from ._attention import dot_product_attention_weights as dot_product_attention_weights
+from ._attention import make_attention_mask as make_attention_mask
+from ._attention import make_causal_mask as make_causal_mask
+from ._conv import Conv as Conv
+from ._display import display as display
+from ._display import render as render
+from ._dropout import Dropout as Dropout
+from ._embed import Embed as Embed
+from ._linear import Linear as Linear
+from ._linear import LinearGeneral as LinearGeneral
+from ._normalization import BatchNorm as BatchNorm
+from ._normalization import LayerNorm as LayerNorm
+from ._normalization import RMSNorm as RMSNorm
 
 __version__ = "0.1.0"

@@ -1,0 +1,89 @@
+"""What every layer needs: keys from the `Rngs` it is given, and dtype promotion.
+
+Layers take their parameter keys from the `params` stream and keep, for call-time
+randomness, a stream *forked* from the one they use (`dropout` by default): each layer then
+owns its own stream, so splitting or restoring the caller's `Rngs` never reaches into it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from bryo_rngs import Rngs, RngStream
+
+RngsArg = Rngs | RngStream
+"""What a layer accepts as `rngs=`: an `Rngs`, or one of its streams."""
+
+
+def _check_rngs(rngs: object, layer: str) -> RngsArg:
+    if isinstance(rngs, Rngs | RngStream):
+        return rngs
+    raise TypeError(
+        f"`rngs` of {layer} must be an `nnx.Rngs` (e.g. `rngs=nnx.Rngs(0)`) or an "
+        f"`RngStream`; got {type(rngs).__name__}: {rngs!r:.60}."
+    )
+
+
+def params_key(rngs: object, layer: str) -> jax.Array:
+    """The next key of the `params` stream (or the default stream) of `rngs`."""
+    rngs = _check_rngs(rngs, layer)
+    return rngs.stream("params")() if isinstance(rngs, Rngs) else rngs()
+
+
+def fork_stream(rngs: object, collection: str, layer: str) -> RngStream:
+    """A stream for `layer`'s own use, forked from `rngs[collection]`, tagged `collection`.
+
+    The tag is the collection even when `rngs` has no such stream and the default one
+    serves it, so the filter `'dropout'` always finds every layer's dropout stream.
+    """
+    rngs = _check_rngs(rngs, layer)
+    stream = rngs.stream(collection) if isinstance(rngs, Rngs) else rngs
+    return stream.fork(tag=collection)
+
+
+def call_key(
+    rngs: object, stored: RngStream | None, collection: str, layer: str
+) -> jax.Array:
+    """The key for one random call: from `rngs` given at call time, else the stored stream.
+
+    `rngs` may be an `Rngs` (its `collection` stream is used), an `RngStream`, or a key.
+    """
+    if rngs is None:
+        if stored is None:
+            raise ValueError(
+                f"{layer} needs random keys for this call but has none: pass `rngs=` to the "
+                f"call (an `nnx.Rngs` with a {collection!r} or default stream), build it with "
+                "`rngs=`, or make it deterministic (`deterministic=True` / `model.eval()`)."
+            )
+        return stored()
+    if isinstance(rngs, Rngs):
+        return rngs.stream(collection)()
+    if isinstance(rngs, RngStream):
+        return rngs()
+    if isinstance(rngs, jax.Array) and jnp.issubdtype(rngs.dtype, jax.dtypes.prng_key):
+        return rngs
+    raise TypeError(
+        f"`rngs` of {layer} must be an `nnx.Rngs`, an `RngStream` or a `jax.random.key`; "
+        f"got {type(rngs).__name__}."
+    )
+
+
+def promote_dtype(dtype: object, *arrays: object) -> list[jax.Array | None]:
+    """`arrays` cast to `dtype`, or to their common result type when `dtype` is None."""
+    present = [jnp.asarray(a) for a in arrays if a is not None]
+    target = dtype if dtype is not None else jnp.result_type(*present)
+    return [None if a is None else jnp.asarray(a, target) for a in arrays]
+
+
+def canonical_axes(axes: int | Sequence[int], ndim: int) -> tuple[int, ...]:
+    """`axes` as a tuple of non-negative ints for an array of rank `ndim`."""
+    if isinstance(axes, int):
+        axes = (axes,)
+    return tuple(a % ndim for a in axes)
+
+
+def first_not_none(*values: object) -> object:
+    """The first value that is not None (None if all are)."""
+    return next((v for v in values if v is not None), None)

@@ -1,0 +1,134 @@
+"""`display`: print Modules, `Rngs`, States and Variables as readable indented trees.
+
+Arrays show as `f32[20,10]` (scalars with their value), typed keys as `key<fry>[]`, and a
+module's heading counts its parameters, so `display(model)` fits on a screen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax.numpy as jnp
+from bryo_graph import Object, Param, State, Variable, VariableState
+from bryo_pytree import describe_leaf
+
+_INDENT = "  "
+
+
+def display(*nodes: object) -> None:
+    """Print each of `nodes` as an indented tree (Modules, Rngs, States, Variables, ...)."""
+    for node in nodes:
+        print(render(node))
+
+
+def render(node: object) -> str:
+    """The text `display` prints for `node`."""
+    return _render(node, 0, set())
+
+
+def _render(node: object, depth: int, seen: set[int]) -> str:
+    if isinstance(node, Variable | VariableState):
+        return _render_variable(node)
+    if isinstance(node, State):
+        return "State(" + _render_mapping(node.to_nested(), depth, seen, "{", "}") + ")"
+    if isinstance(node, Object):
+        return _render_object(node, depth, seen)
+    if isinstance(node, Mapping):
+        return _render_mapping(node, depth, seen, "{", "}")
+    if isinstance(node, list | tuple) and node and any(_is_branch(v) for v in node):
+        open_, close = ("[", "]") if isinstance(node, list) else ("(", ")")
+        return _render_items([(None, v) for v in node], depth, seen, open_, close)
+    return _leaf(node)
+
+
+def _is_branch(value: object) -> bool:
+    return isinstance(value, Object | Variable | VariableState | State | Mapping | list | tuple)
+
+
+def _leaf(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return repr(type(value)(_Raw(_leaf(v)) for v in value))
+    if isinstance(value, type) and hasattr(value, "dtype"):  # jnp.float32 and friends
+        return f"jnp.{jnp.dtype(value).name}"
+    if callable(value) and hasattr(value, "__qualname__") and not isinstance(value, type):
+        return f"<function {value.__qualname__}>"
+    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, type):
+        text = describe_leaf(value)
+        if getattr(value, "ndim", 1) == 0 and not jnp.issubdtype(value.dtype, jnp.dtype("V")):  # type: ignore[attr-defined]
+            try:
+                return f"{text} {value.item()}"  # type: ignore[attr-defined]
+            except Exception:  # a tracer, or a key
+                return text
+        return text
+    return repr(value)
+
+
+class _Raw(str):
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _render_variable(variable: Variable | VariableState) -> str:
+    kind = variable.type.__name__
+    fields = [f"value={_leaf(variable.value)}"]
+    fields += [f"{k}={v!r}" for k, v in variable.metadata.items()]
+    head = kind if isinstance(variable, Variable) else f"VariableState[{kind}]"
+    return f"{head}({', '.join(fields)})"
+
+
+def _render_object(node: Object, depth: int, seen: set[int]) -> str:
+    name = type(node).__name__
+    if id(node) in seen:
+        return f"{name}(...)  # shared, shown above"
+    seen.add(id(node))
+    items = sorted(vars(node).items())
+    if not items:
+        return f"{name}()"
+    count, size = _param_totals(node)
+    note = f"  # {count:,} params ({_bytes(size)})" if count else ""
+    lines = [f"{name}({note}"]
+    pad = _INDENT * (depth + 1)
+    for key, value in items:
+        lines.append(f"{pad}{key}={_render(value, depth + 1, seen)},")
+    lines.append(_INDENT * depth + ")")
+    return "\n".join(lines)
+
+
+def _render_mapping(mapping: Mapping, depth: int, seen: set[int], open_: str, close: str) -> str:
+    return _render_items(list(mapping.items()), depth, seen, open_, close)
+
+
+def _render_items(items: list, depth: int, seen: set[int], open_: str, close: str) -> str:
+    if not items:
+        return open_ + close
+    pad = _INDENT * (depth + 1)
+    lines = [open_]
+    for key, value in items:
+        label = "" if key is None else f"{key!r}: "
+        lines.append(f"{pad}{label}{_render(value, depth + 1, seen)},")
+    lines.append(_INDENT * depth + close)
+    return "\n".join(lines)
+
+
+def _param_totals(node: Object) -> tuple[int, int]:
+    from bryo_graph import variables
+
+    count = size = 0
+    try:
+        params = variables(node, Param)
+    except Exception:
+        return 0, 0
+    for variable in params.flat_state().values():
+        value = variable.value
+        n = int(getattr(value, "size", 0))
+        count += n
+        size += n * getattr(getattr(value, "dtype", None), "itemsize", 0)
+    return count, size
+
+
+def _bytes(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    return f"{size} B"

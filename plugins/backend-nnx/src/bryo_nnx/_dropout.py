@@ -1,0 +1,78 @@
+"""`Dropout`: zero a random fraction `rate` of the inputs, scale the rest by `1 / (1 - rate)`.
+
+Masks come from the `dropout` stream (or `rng_collection`): of the `rngs` passed at call
+time (explicit style), or of the stream the layer forked from the `rngs` it was built with
+(implicit style, seed 002). `deterministic=True`, or `model.eval()`, turns it off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from bryo_rngs import RngStream
+from jax import lax
+
+from ._common import call_key, first_not_none, fork_stream
+from ._module import Module
+
+
+def dropout(
+    inputs: jax.Array, rate: float, key: jax.Array, broadcast_dims: Sequence[int] = ()
+) -> jax.Array:
+    """Inputs with a fraction `rate` zeroed (one mask value shared along `broadcast_dims`)."""
+    if rate == 0.0:
+        return inputs
+    if rate == 1.0:
+        return jnp.zeros_like(inputs)
+    keep = 1.0 - rate
+    shape = list(inputs.shape)
+    for dim in broadcast_dims:
+        shape[dim] = 1
+    mask = jnp.broadcast_to(jax.random.bernoulli(key, keep, tuple(shape)), inputs.shape)
+    return lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
+
+
+class Dropout(Module):
+    """Randomly zero inputs during training.
+
+    >>> drop = Dropout(0.5, rngs=Rngs(dropout=1))   # implicit: keeps its own stream
+    >>> y = drop(x)                                  # doctest: +SKIP
+    >>> y = Dropout(0.5)(x, rngs=Rngs(dropout=1))    # explicit: rngs at call time
+
+    Args:
+        rate: the probability of zeroing each element (0 <= rate <= 1).
+        broadcast_dims: axes along which one mask value is shared.
+        deterministic: if True, return the inputs unchanged (`model.eval()` sets it).
+        rng_collection: the stream to draw masks from.
+        rngs: optional; the layer keeps a stream forked from `rngs[rng_collection]`.
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        *,
+        broadcast_dims: Sequence[int] = (),
+        deterministic: bool = False,
+        rng_collection: str = "dropout",
+        rngs: object = None,
+    ) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"`rate` of Dropout must be in [0, 1]; got {rate}.")
+        self.rate = rate
+        self.broadcast_dims = tuple(broadcast_dims)
+        self.deterministic = deterministic
+        self.rng_collection = rng_collection
+        self.rngs: RngStream | None = (
+            None if rngs is None else fork_stream(rngs, rng_collection, "Dropout")
+        )
+
+    def __call__(
+        self, inputs: jax.Array, *, deterministic: bool | None = None, rngs: object = None
+    ) -> jax.Array:
+        """Apply dropout; `deterministic` and `rngs` override the layer's for this call."""
+        if first_not_none(deterministic, self.deterministic) or self.rate == 0.0:
+            return inputs
+        key = call_key(rngs, self.rngs, self.rng_collection, "Dropout")
+        return dropout(inputs, self.rate, key, self.broadcast_dims)
