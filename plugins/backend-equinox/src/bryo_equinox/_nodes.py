@@ -130,7 +130,7 @@ def _module_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object
         attrs.update(children)
         attrs.update(zip(layout.static, statics))
         return module
-    pairs = children + list(unusual or zip(layout.static, statics))
+    pairs = children + list(zip(layout.static, statics) if unusual is None else unusual)
     for name, value in pairs:
         if layout.direct or name not in layout.names:  # extras live in `__dict__` as-is
             module.__dict__[name] = _unwrap(value)
