@@ -23,7 +23,9 @@ from ._ir import ModuleInfo as ModuleInfo
 from ._ir import Mox as Mox
 from ._ir import Node as Node
 from ._pretty import pformat as pformat
+from ._sub import sub as sub
 from ._trace import make_mox as make_mox
+from ._view import query as query
 
 _add_hookspecs(_hookspecs)
 

@@ -186,9 +186,12 @@ class LoRA(Module):
     """A low-rank adapter around a Linear: `base(x) + x @ a @ b`."""
 
     def __init__(self, base: Linear, rank: int, *, key: jax.Array) -> None:
-        self.base = base
+        # The adapter's own parameters come first in the pytree, the base layer's after:
+        # `make_mox(lambda lora, x: lora(x))` then takes `(a, b, w, bias, x)`, which is
+        # what `sub(..., with_state=True)` expects (new params, the Linear's state, args).
         self.a = jax.random.normal(key, (base.in_features, rank)) * 0.1
         self.b = jnp.zeros((rank, base.features))
+        self.base = base
 
     def forward(self, x: jax.Array) -> jax.Array:
         return self.base(x) + x @ self.a @ self.b

@@ -1,0 +1,323 @@
+"""`sub`: replace nodes of a MoX with another MoX, returning a new MoX.
+
+The new expression is built by replaying the old one under `jax.make_jaxpr`: untouched
+equations are bound as they were, module calls are re-emitted as module regions, and each
+target node is replaced by an evaluation of the replacement. Nothing is mutated; all type
+checks run before the replay, so a failed `sub` leaves everything as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+from jax.extend import core as jex
+
+from ._errors import MoxError, MoxTypeError
+from ._eval import eval_equation
+from ._ir import (
+    CUSTOM_DERIVATIVE_NAMES,
+    JIT_NAME,
+    Block,
+    Equation,
+    Literal,
+    ModuleCall,
+    ModuleInfo,
+    Mox,
+    Node,
+    Var,
+)
+from ._trace import call_region, convert_closed, intercepting
+from ._types import same_type, type_str
+from ._view import query
+
+Location = tuple[Any, ...]
+
+
+@dataclass
+class _Target:
+    node: Node
+    location: Location
+    n_skip: int  # leading node inputs not passed to the replacement (module state)
+    keys: tuple[str, ...] = ()
+
+
+def sub(
+    target: str | Node | Iterable[Node],
+    replacement: Mox,
+    mox: Mox,
+    *,
+    with_state: bool = False,
+) -> Mox:
+    """Replace the nodes selected by `target` with `replacement`; return a new MoX.
+
+    Inputs are matched from the end: the replacement's last inputs take the replaced
+    node's inputs (for a `module_call`, its call arguments, after the module's state;
+    with `with_state=True`, the state leaves followed by the arguments), and any
+    replacement inputs before them are new parameters. New parameters become inputs of
+    the root, listed in `result.extra_params` under keys `"<node name>:<i>"`
+    (`"layers/0:0"`); pass them to `eval_mox` as one trailing dict. The replacement's
+    outputs must match the node's outputs. Nodes inside a `custom_jvp_call` or
+    `custom_vjp_call` are replaced together with it (so no stale derivative rule stays).
+
+    Args:
+        target: an XPath query (see `query`), a node of `mox`, or an iterable of nodes.
+        replacement: the new computation, e.g. `make_mox(jax.nn.gelu)(x)` or
+            `make_mox(lora_apply)(lora_params, x)`.
+        mox: the module expression to rewrite; it is not modified.
+        with_state: pass a replaced module's state leaves to the replacement too.
+
+    Returns:
+        A new `Mox` (`mox` itself when nothing matched).
+
+    Raises:
+        MoxTypeError: an input or output type of the replacement does not match; the
+            message names the node and both types.
+
+    Example:
+        >>> gelu = make_mox(jax.nn.gelu)(x)                       # doctest: +SKIP
+        >>> new = sub('//pjit[@name="relu"]', gelu, mox)           # doctest: +SKIP
+    """
+    if not isinstance(mox, Mox):
+        raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
+    if not isinstance(replacement, Mox):
+        raise MoxError(
+            f"`replacement` must be a Mox (from `make_mox`), got {type(replacement).__name__}."
+        )
+    targets = _resolve(target, mox, with_state)
+    if not targets:
+        return mox
+    _check_and_name(targets, replacement, mox)
+    return _replay_root(mox, replacement, targets)
+
+
+def _resolve(target: Any, mox: Mox, with_state: bool) -> list[_Target]:
+    if isinstance(target, str):
+        nodes = [n for n in query(target, mox) if isinstance(n, (ModuleCall, Equation))]
+    elif isinstance(target, Node):
+        nodes = [target]
+    else:
+        nodes = list(target)
+    view = mox._view
+    found: dict[Location, Node] = {}
+    for node in nodes:
+        location = view.location_of(node) if isinstance(node, Node) else None
+        if location is None or isinstance(node, Mox):
+            raise MoxError(
+                f"`target` {node!r} is not a module_call or equation of this `mox`; pass "
+                "nodes returned by `query(..., mox)` on the same MoX, or an XPath string."
+            )
+        location, node = _lift(mox, location, node)
+        found[location] = node
+    locations = sorted(found, key=_sort_key)
+    kept = [
+        loc for loc in locations
+        if not any(loc[: len(other)] == other and loc != other for other in locations)
+    ]
+    return [
+        _Target(found[loc], loc, found[loc].n_state
+                if isinstance(found[loc], ModuleCall) and not with_state else 0)
+        for loc in kept
+    ]
+
+
+def _sort_key(location: Location) -> tuple[Any, ...]:
+    return tuple((0, s) if isinstance(s, int) else (1, s[1]) for s in location)
+
+
+def node_at(block: Block, location: Location) -> Node:
+    """The node at `location` (indices into blocks, `("region", r)` into an equation)."""
+    node: Node | None = None
+    current = block
+    for step in location:
+        if isinstance(step, int):
+            node = current.nodes[step]
+            if isinstance(node, ModuleCall):
+                current = node.body
+        else:
+            assert isinstance(node, Equation)
+            current = node.regions[step[1]][2]
+    assert node is not None
+    return node
+
+
+def _lift(mox: Mox, location: Location, node: Node) -> tuple[Location, Node]:
+    """Targets inside a custom derivative equation are replaced with the whole equation."""
+    for end, step in enumerate(location):
+        if not isinstance(step, int):
+            outer = node_at(mox.block, location[:end])
+            if isinstance(outer, Equation) and outer.primitive.name in CUSTOM_DERIVATIVE_NAMES:
+                return location[:end], outer
+    return location, node
+
+
+def describe(node: Node, location: Location = ()) -> str:
+    """`module_call Linear 'layers/0'` or `equation custom_jvp_call 'relu'`, for messages."""
+    where = f" at node path {'/'.join(str(s if isinstance(s, int) else s[1]) for s in location)}"
+    if isinstance(node, ModuleCall):
+        return f"module_call {node.info.short_type} {node.name!r}{where}"
+    assert isinstance(node, Equation)
+    name = f" {node.name!r}" if node.name else ""
+    return f"equation {node.primitive.name}{name}{where}"
+
+
+def _types(avals: Sequence[Any]) -> str:
+    return "(" + ", ".join(type_str(a) for a in avals) + ")"
+
+
+def _check_and_name(targets: list[_Target], replacement: Mox, mox: Mox) -> None:
+    repl_in = [v.aval for v in replacement.block.invars]
+    repl_out = [v.aval for v in replacement.block.outvars]
+    used = {k for k, _ in mox.extra_params}
+    labels: dict[str, int] = {}
+    for target in targets:
+        node = target.node
+        node_in = [v.aval for v in node.invars][target.n_skip:]
+        node_out = [v.aval for v in node.outvars]
+        what = describe(node, target.location)
+        if len(repl_in) < len(node_in):
+            raise MoxTypeError(
+                f"`replacement` takes {len(repl_in)} inputs {_types(repl_in)} but {what} "
+                f"passes {len(node_in)} {_types(node_in)}; its last inputs must take the "
+                "node's inputs."
+            )
+        n_new = len(repl_in) - len(node_in)
+        for i, (want, got) in enumerate(zip(node_in, repl_in[n_new:])):
+            if not same_type(want, got):
+                raise MoxTypeError(
+                    f"`replacement` input {n_new + i} has type {type_str(got)}, but {what} "
+                    f"passes {type_str(want)} there (node inputs {_types(node_in)}, "
+                    f"replacement inputs {_types(repl_in)})."
+                )
+        if len(repl_out) != len(node_out) or not all(map(same_type, node_out, repl_out)):
+            raise MoxTypeError(
+                f"`replacement` returns {_types(repl_out)}, but {what} returns "
+                f"{_types(node_out)}; outputs must match in number, shape and dtype."
+            )
+        label = node.name if isinstance(node, ModuleCall) else (
+            f"{node.primitive.name}/{node.name}" if node.name else node.primitive.name
+        )
+        labels[label] = labels.get(label, 0) + 1
+        if labels[label] > 1 or any(k.startswith(f"{label}:") for k in used):
+            label = f"{label}@{labels[label] - 1}"
+        target.keys = tuple(f"{label}:{j}" for j in range(n_new))
+        used.update(target.keys)
+
+
+class _Plan:
+    def __init__(self, targets: list[_Target], replacement: Mox) -> None:
+        self.targets = {t.location: t for t in targets}
+        self.prefixes = {t.location[:i] for t in targets for i in range(len(t.location))}
+        self.replacement = replacement
+        self.extra: dict[str, Any] = {}
+
+
+def _replay_root(mox: Mox, replacement: Mox, targets: list[_Target]) -> Mox:
+    plan = _Plan(targets, replacement)
+    new_keys = [k for t in targets for k in t.keys]
+    n_new = [len(t.keys) for t in targets]
+    repl_avals = [v.aval for v in replacement.block.invars]
+    new_avals = [a for n in n_new for a in repl_avals[:n]]
+    n_old = len(mox.block.invars)
+
+    def flat(*xs: Any) -> list[Any]:
+        plan.extra = dict(zip(new_keys, xs[n_old:]))
+        return replay_block(mox.block, xs[:n_old], plan, ())
+
+    avals = [_sds(v.aval) for v in mox.block.invars] + [_sds(a) for a in new_avals]
+    with intercepting():
+        closed = jax.make_jaxpr(flat)(*avals)
+    extra = mox.extra_params + tuple(
+        (k, jax.ShapeDtypeStruct(a.shape, a.dtype)) for k, a in zip(new_keys, new_avals)
+    )
+    return Mox(convert_closed(closed), mox.in_tree, mox.out_tree, extra)
+
+
+def _sds(aval: Any) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def replay_block(
+    block: Block, args: Sequence[Any], plan: _Plan | None, location: Location,
+    prefix: str | None = None,
+) -> list[Any]:
+    """Evaluate `block` inside a trace, re-emitting module calls as module regions and
+    replacing the nodes `plan` targets. Module names get `prefix` (a replacement's modules
+    take the path of the module they replace)."""
+    env: dict[Var, Any] = dict(zip(block.constvars, block.consts, strict=True))
+    env.update(zip(block.invars, args, strict=True))
+
+    def read(atom: Any) -> Any:
+        return atom.val if isinstance(atom, Literal) else env[atom]
+
+    for index, node in enumerate(block.nodes):
+        loc = (*location, index)
+        ins = [read(a) for a in node.invars]
+        if plan is not None and loc in plan.targets:
+            outs = _apply(plan, plan.targets[loc], ins)
+        elif isinstance(node, ModuleCall):
+            outs = _replay_module(node, ins, plan, loc, prefix)
+        elif plan is not None and loc in plan.prefixes:
+            outs = _rebuild_equation(node, ins, plan, loc)
+        else:
+            outs = eval_equation(node.eqn, ins)
+        for var, value in zip(node.outvars, outs, strict=True):
+            env[var] = value
+    return [read(a) for a in block.outvars]
+
+
+def _apply(plan: _Plan, target: _Target, ins: list[Any]) -> list[Any]:
+    extra = [plan.extra[k] for k in target.keys]
+    prefix = target.node.name if isinstance(target.node, ModuleCall) else None
+    return replay_block(plan.replacement.block, [*extra, *ins[target.n_skip:]], None, (), prefix)
+
+
+def _replay_module(
+    node: ModuleCall, ins: list[Any], plan: _Plan | None, loc: Location, prefix: str | None
+) -> list[Any]:
+    def fn(state: list[Any], args: list[Any]) -> tuple[list[Any], list[Any]]:
+        outs = replay_block(node.body, [*state, *args], plan, loc, prefix)
+        return outs[: node.n_state_out], outs[node.n_state_out:]
+
+    info = node.info
+    if prefix is not None:
+        name = "/".join(part for part in (prefix, info.name) if part)
+        info = ModuleInfo(info.type, name, info.attrs)
+    new_state, out = call_region(info, fn, ins[: node.n_state], ins[node.n_state:])
+    return [*new_state, *out]
+
+
+def _rebuild_equation(node: Node, ins: list[Any], plan: _Plan, loc: Location) -> list[Any]:
+    """An equation with a target inside one of its regions, rebuilt around new regions."""
+    assert isinstance(node, Equation)
+    params = dict(node.params)
+    if node.primitive.name == JIT_NAME:
+        ((_, _, region),) = node.regions
+
+        def body(*xs: Any) -> list[Any]:
+            return replay_block(region, xs, plan, (*loc, ("region", 0)))
+
+        body.__name__ = body.__qualname__ = str(params.get("name", "jit"))
+        return jax.jit(body, inline=params.get("inline", False))(*ins)
+    for r, (key, index, region) in enumerate(node.regions):
+        def body(*xs: Any, _region: Block = region, _r: int = r) -> list[Any]:
+            return replay_block(_region, xs, plan, (*loc, ("region", _r)))
+
+        closed = jax.make_jaxpr(body)(*[_sds(v.aval) for v in region.invars])
+        old = params[key] if index is None else params[key][index]
+        new: Any = closed
+        if isinstance(old, jex.Jaxpr):
+            if closed.consts:
+                raise MoxError(
+                    f"cannot substitute inside {describe(node, loc)}: its `{key}` takes no "
+                    "constants, but the rewritten region has some."
+                )
+            new = closed.jaxpr
+        if index is None:
+            params[key] = new
+        else:
+            params[key] = tuple(new if i == index else p for i, p in enumerate(params[key]))
+    out = node.primitive.bind(*ins, **params)
+    return list(out) if node.primitive.multiple_results else [out]

@@ -1,0 +1,247 @@
+"""The serialization document: a plain tree between a MoX and a file format.
+
+`to_document(mox)` names every variable and writes each node as a `DocNode` (a tag, typed
+attributes, input/output ports with their types, constants, children, results);
+`from_document(doc)` rebuilds a MoX from it (see `_load.py`). Serializer plugins only
+translate `DocNode` trees to and from their syntax, so every format shares one schema:
+
+- the root has tag `mox`, its `consts`, `inputs` (the traced arguments' leaves, then
+  the extra parameters named by attr `extra`), `children` and `results`;
+- a `module_call` has attrs `type` (short class name), `qualtype` (dotted path), `name`,
+  `state_inputs`, `state_outputs` and the module's static attributes; its `inputs` are
+  the caller's atoms (`bind` names the body's variable when it differs), its `outputs`
+  the caller's variables, its `children` and `results` the body;
+- an equation has the primitive's name as tag, its params as attrs, and one child
+  `region` (attrs `param`, `index`) per sub-jaxpr, built like a module body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core as jex
+
+from ._codec import Unencodable, encode
+from ._errors import MoxSerializationError
+from ._ir import (
+    CUSTOM_DERIVATIVE_NAMES,
+    JIT_NAME,
+    Block,
+    Equation,
+    Literal,
+    ModuleCall,
+    Mox,
+    Node,
+)
+from ._pretty import Namer
+from ._types import type_str
+
+#: Documents nested deeper than this are rejected when read.
+MAX_DEPTH = 200
+#: Attrs of jit equations that are written; the rest (shardings, layouts, meshes) are
+#: rebuilt by `jax.jit` itself.
+JIT_ATTRS = ("name", "inline", "keep_unused")
+CUSTOM_ATTRS = ("name", "num_consts", "symbolic_zeros")
+MODULE_ATTRS = frozenset({"type", "qualtype", "name", "state_inputs", "state_outputs"})
+
+
+@dataclass
+class Port:
+    """A typed value flowing into or out of a node.
+
+    Attributes:
+        name: the variable's name; `None` for a literal.
+        type: its type string, `f32[2,3]`.
+        value: the literal's value (a Python scalar) when `name` is `None`.
+        bind: for module-call inputs and region inputs: the name of the body's variable,
+            when it differs from `name`.
+    """
+
+    name: str | None
+    type: str
+    value: Any = None
+    bind: str | None = None
+
+
+@dataclass
+class Const:
+    """A constant of a block (arrays closed over by the traced function)."""
+
+    name: str
+    type: str
+    data: np.ndarray
+
+
+@dataclass(eq=False)
+class DocNode:
+    """One node of a serialization document (see the module docstring for the schema)."""
+
+    tag: str
+    attrs: dict[str, Any] = field(default_factory=dict)
+    consts: list[Const] = field(default_factory=list)
+    inputs: list[Port] = field(default_factory=list)
+    outputs: list[Port] = field(default_factory=list)
+    children: list[DocNode] = field(default_factory=list)
+    results: list[Port] = field(default_factory=list)
+    node: Node | None = field(default=None, repr=False, compare=False)
+    location: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+
+
+def to_document(mox: Mox, *, strict: bool = True, rules: bool | None = None) -> DocNode:
+    """The document of `mox`.
+
+    Args:
+        mox: the module expression.
+        strict: raise `MoxSerializationError` for values that cannot be written (for
+            files); when `False`, such values are shown as text (for the query view).
+        rules: write custom derivative rules as `jvp`/`vjp` regions (default: `strict`).
+
+    Returns:
+        The root `DocNode`, tag `mox`.
+    """
+    writer = _Writer(strict=strict, rules=strict if rules is None else rules)
+    root = DocNode("mox", node=mox, location=())
+    writer.block(root, mox.block, ())
+    root.attrs.update(
+        in_tree=writer.tree(mox.in_tree), out_tree=writer.tree(mox.out_tree),
+        extra=tuple(k for k, _ in mox.extra_params),
+    )
+    return root
+
+
+class _Writer:
+    def __init__(self, *, strict: bool, rules: bool) -> None:
+        self.strict = strict
+        self.rules = rules
+        self.namer = Namer()
+
+    def port(self, atom: Any) -> Port:
+        if isinstance(atom, Literal):
+            return Port(None, type_str(atom.aval), _scalar(atom.val))
+        return Port(self.namer(atom), type_str(atom.aval))
+
+    def block(self, doc: DocNode, block: Block, location: tuple[Any, ...]) -> None:
+        for var, value in zip(block.constvars, block.consts):
+            doc.consts.append(Const(self.namer(var), type_str(var.aval), np.asarray(value)))
+        if not doc.inputs:
+            doc.inputs = [self.port(v) for v in block.invars]
+        for index, node in enumerate(block.nodes):
+            doc.children.append(self.node(node, (*location, index)))
+        doc.results = [self.port(v) for v in block.outvars]
+
+    def bind_inputs(self, doc: DocNode, caller: tuple[Any, ...], body: tuple[Any, ...]) -> None:
+        """Caller atoms as inputs; the body's variables take the caller's names when they can."""
+        seen: set[str] = set()
+        for outer, inner in zip(caller, body, strict=True):
+            port = self.port(outer)
+            if port.name is not None and port.name not in seen and inner not in self.namer.names:
+                self.namer.names[inner] = port.name
+            else:
+                port.bind = self.namer(inner)
+            seen.add(self.namer(inner))
+            doc.inputs.append(port)
+
+    def node(self, node: Node, location: tuple[Any, ...]) -> DocNode:
+        if isinstance(node, ModuleCall):
+            doc = DocNode("module_call", self.module_attrs(node), node=node, location=location)
+            self.bind_inputs(doc, node.invars, node.body.invars)
+            doc.outputs = [self.port(v) for v in node.outvars]
+            self.block(doc, node.body, location)
+            return doc
+        assert isinstance(node, Equation)
+        doc = DocNode(node.primitive.name, self.params(node), node=node, location=location)
+        doc.inputs = [self.port(v) for v in node.invars]
+        doc.outputs = [self.port(v) for v in node.outvars]
+        for r, (key, index, region) in enumerate(node.regions):
+            param = node.params[key] if index is None else node.params[key][index]
+            closed = isinstance(param, jex.ClosedJaxpr)
+            doc.children.append(
+                self.region(key, index, region, (*location, ("region", r)), closed)
+            )
+        if self.rules and node.primitive.name in CUSTOM_DERIVATIVE_NAMES:
+            from ._rules import derivative_rule_region
+
+            key, block = derivative_rule_region(node)
+            doc.children.append(self.region(key, None, block, (*location, ("rule",))))
+        return doc
+
+    def region(
+        self, key: str, index: int | None, block: Block, location: tuple[Any, ...],
+        closed: bool = True,
+    ) -> DocNode:
+        attrs: dict[str, Any] = {"param": key, "closed": closed}
+        if index is not None:
+            attrs["index"] = index
+        doc = DocNode("region", attrs, location=location)
+        self.block(doc, block, location)
+        return doc
+
+    def module_attrs(self, node: ModuleCall) -> dict[str, Any]:
+        attrs: dict[str, Any] = {
+            "type": node.info.short_type, "qualtype": node.info.type, "name": node.info.name,
+            "state_inputs": node.n_state, "state_outputs": node.n_state_out,
+        }
+        for key, value in node.info.attrs.items():
+            attrs[key] = self.checked(value, f"attribute `{key}` of module_call {node.name!r}")
+        return attrs
+
+    def params(self, node: Equation) -> dict[str, Any]:
+        regions = {key for key, _, _ in node.regions}
+        name = node.primitive.name
+        if name == JIT_NAME:
+            keep = JIT_ATTRS
+        elif name in CUSTOM_DERIVATIVE_NAMES:
+            keep = CUSTOM_ATTRS
+        else:
+            keep = tuple(k for k in node.params if k not in regions)
+        attrs: dict[str, Any] = {}
+        for key in keep:
+            value = node.name if key == "name" else node.params.get(key)
+            attrs[key] = self.checked(value, f"param `{key}` of equation `{name}`")
+        return attrs
+
+    def checked(self, value: Any, what: str) -> Any:
+        try:
+            encode(value)
+        except Unencodable as error:
+            if self.strict:
+                raise MoxSerializationError(
+                    f"{what} cannot be serialized: {error}. Replace the equation (`sub`) "
+                    "or keep this MoX in memory."
+                ) from None
+            return encode(value, strict=False)
+        return value
+
+    def tree(self, treedef: jax.tree_util.PyTreeDef | None) -> Any:
+        """A treedef of tuples/lists/dicts/None as literal text with leaf numbers, or None."""
+        if treedef is None:
+            return None
+        example = treedef.unflatten(list(range(treedef.num_leaves)))
+        return example if _plain(example) else None
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, int):
+        return True
+    if type(value) in (tuple, list):
+        return all(_plain(v) for v in value)
+    if type(value) is dict:
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _scalar(value: Any) -> Any:
+    value = np.asarray(value)
+    return value.item() if value.ndim == 0 else value.tolist()
+
+
+def literal_value(port: Port) -> Any:
+    """The numpy value of a literal port."""
+    from ._types import parse_type
+
+    return np.asarray(port.value, dtype=parse_type(port.type).dtype)
+
+
