@@ -34,6 +34,15 @@ from ._object import List as List
 from ._object import Object as Object
 from ._object import object_node_type as object_node_type
 from ._state import GraphState as GraphState
+from . import _transforms_lift as lift
+from ._transforms import grad as grad
+from ._transforms import jit as jit
+from ._transforms import remat as remat
+from ._transforms import value_and_grad as value_and_grad
+from ._transforms import vmap as vmap
+from ._transforms_axes import Carry as Carry
+from ._transforms_axes import StateAxes as StateAxes
+from ._transforms_lift import TransformError as TransformError
 from ._state import State as State
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache

@@ -12,6 +12,9 @@ from bryo_pytree import add_hookspecs as _add_hookspecs
 
 from . import hookspecs as hookspecs
 from ._hooks import resolve_axis as resolve_axis
+from ._lifted import fork_rngs as fork_rngs
+from ._lifted import lifted_scan as lifted_scan
+from ._lifted import split_rngs as split_rngs
 from ._policy import CARRY_NAME as CARRY_NAME
 from ._policy import INPUTS_NAME as INPUTS_NAME
 from ._policy import ScanCheckpointPolicy as ScanCheckpointPolicy

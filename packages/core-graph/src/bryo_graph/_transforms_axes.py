@@ -1,0 +1,304 @@
+"""The axis vocabulary of the lifted transforms: `StateAxes`, `Carry`, and per-leaf axes.
+
+`in_axes`/`out_axes` are prefixes of the arguments and outputs (as in `jax.vmap`); at a
+graph node they may be a `StateAxes` that gives each part of the node's state its own
+axis by filter. The functions here expand such prefixes to one axis per State leaf and
+array, check the axes against the values, and name the argument and path when one does
+not fit. `vmap` and the graph-level `scan` (in `bryo_scan`) share them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from bryo_filters import Filter, filters_to_predicates
+from bryo_pytree import Path, PrefixError, broadcast_prefix
+
+from ._transforms_lift import ARRAY, ROOT, CallPlan, Grouping, Signature, TransformError
+from ._variables import VariableState
+
+
+class Carry:
+    """Marks the carry of a graph-level `scan`: an argument (`in_axes=(Carry, 0)`), the
+    output (`out_axes=(Carry, 1)`), or the parts of a module's state threaded from step to
+    step (`StateAxes({...: Carry})`). Used as the class itself, never instantiated.
+    """
+
+    def __init__(self) -> None:
+        raise TypeError("`Carry` is a marker: write `Carry`, not `Carry()`.")
+
+
+_NO_MATCH = object()
+
+
+class StateAxes:
+    """Which axis each part of a graph node's state is mapped over: filter -> axis.
+
+    Each Variable takes the axis of the first filter that matches it (order matters, as
+    in `split`); an axis is an int, None (broadcast) or `Carry` (scan only).
+
+    >>> axes = StateAxes({(Param, 'dropout'): 0, ...: None})
+    >>> axes.axes
+    (0, None)
+
+    Args:
+        filter_axes: a mapping `{filter: axis}` or an iterable of `(filter, axis)` pairs.
+    """
+
+    __slots__ = ("_hash", "axes", "filters", "predicates")
+
+    def __init__(self, filter_axes: Mapping[Filter, object] | Iterable[tuple[Filter, object]]) -> None:
+        items = list(filter_axes.items() if isinstance(filter_axes, Mapping) else filter_axes)
+        for filter, axis in items:
+            if not (axis is None or axis is Carry or (isinstance(axis, int) and not isinstance(axis, bool))):
+                raise TypeError(
+                    f"`StateAxes` axes must be ints, None or `Carry`; got {axis!r} for the "
+                    f"filter {filter!r}."
+                )
+        self.filters = tuple(f for f, _ in items)
+        self.axes = tuple(a for _, a in items)
+        self.predicates = filters_to_predicates(self.filters)
+        self._hash = hash((tuple(map(_hashable_filter, self.filters)), self.axes))
+
+    def axis_of(self, path: Path, leaf: object) -> object:
+        """The axis of the first filter matching `(path, leaf)`, or raise `LookupError`."""
+        for predicate, axis in zip(self.predicates, self.axes):
+            if predicate(path, leaf):
+                return axis
+        raise LookupError(path)
+
+    def items(self) -> list[tuple[Filter, object]]:
+        """`(filter, axis)` pairs, in order."""
+        return list(zip(self.filters, self.axes))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StateAxes) and (
+            self.predicates == other.predicates and self.axes == other.axes
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{_filter_repr(f)}: {_axis_repr(a)}" for f, a in self.items())
+        return f"StateAxes({{{body}}})"
+
+
+def _hashable_filter(filter: object) -> object:
+    try:
+        hash(filter)
+    except TypeError:
+        return id(filter)
+    return filter
+
+
+def _filter_repr(filter: object) -> str:
+    if filter is Ellipsis:
+        return "..."
+    if isinstance(filter, type):
+        return filter.__name__
+    return repr(filter)
+
+
+def _axis_repr(axis: object) -> str:
+    return "Carry" if axis is Carry else repr(axis)
+
+
+# Axes: from an `in_axes`/`out_axes` prefix to one axis per leaf ---------------------------
+
+
+class _Slot:
+    """A stand-in leaf for broadcasting a prefix over an argument's layout."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: object) -> None:
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return "<graph node>" if self.kind is ROOT else "<array>" if self.kind is ARRAY else "<static>"
+
+
+def is_axis_leaf(value: object) -> bool:
+    return value is None or value is Carry or isinstance(value, StateAxes | int)
+
+
+def arg_specs(
+    sig: Signature, in_axes: object, *, name: str = "in_axes", kwargs_axis: object = 0
+) -> tuple[list, list]:
+    """`(root specs, array specs)`: the axis spec of each graph root and array argument leaf.
+
+    `in_axes` is an axis for every positional argument, or a tuple/list with one prefix
+    per positional argument (as in `jax.vmap`); keyword arguments take `kwargs_axis`.
+    """
+    layouts = sig.layouts
+    if is_axis_leaf(in_axes):
+        per_arg = [in_axes] * len(layouts)
+    elif isinstance(in_axes, tuple | list):
+        if len(in_axes) != len(layouts):
+            raise TransformError(
+                f"`{name}` has {len(in_axes)} entries but the function was called with "
+                f"{len(layouts)} positional arguments; give one entry per argument (None "
+                "for arguments that are not mapped)."
+            )
+        per_arg = list(in_axes)
+    else:
+        raise TransformError(
+            f"`{name}` must be an int, None, a StateAxes or a tuple with one entry per "
+            f"argument; got {in_axes!r}."
+        )
+    root_specs: list = []
+    array_specs: list = []
+    named = [(f"{name}[{i}]", spec, layout) for i, (spec, layout) in enumerate(zip(per_arg, layouts))]
+    named += [(f"{name} (keyword {kw!r})", kwargs_axis, layout) for kw, layout in sig.kw_layouts]
+    for where, spec, layout in named:
+        for kind, leaf_spec in _expand(spec, layout, where):
+            if kind is ROOT:
+                root_specs.append(leaf_spec)
+            elif kind is ARRAY:
+                if isinstance(leaf_spec, StateAxes):
+                    raise TransformError(
+                        f"`{where}` is a StateAxes but the argument there is an array, not a "
+                        "graph node; use an int or None for arrays."
+                    )
+                array_specs.append(leaf_spec)
+    return root_specs, array_specs
+
+
+def _expand(spec: object, layout: object, where: str) -> list[tuple[object, object]]:
+    if layout is ARRAY or layout is ROOT:
+        if not is_axis_leaf(spec):
+            raise TransformError(
+                f"`{where}` must be an int, None or StateAxes for this argument (a single "
+                f"{'graph node' if layout is ROOT else 'array'}); got {spec!r}."
+            )
+        return [(layout, spec)]
+    if layout[0] == "static":  # type: ignore[index]
+        return []
+    _, treedef, kinds = layout  # type: ignore[misc]
+    skeleton = treedef.unflatten([_Slot(kind) for kind in kinds])
+    try:
+        full = broadcast_prefix(spec, skeleton, is_leaf=lambda x: isinstance(x, _Slot), name=where)
+    except PrefixError as error:
+        raise TransformError(str(error)) from None
+    specs = treedef.flatten_up_to(full)
+    return [(kind if kind in (ARRAY, ROOT) else "static", s) for kind, s in zip(kinds, specs)]
+
+
+def state_leaf(plan: CallPlan, k: int) -> object:
+    """State leaf `k` as filters see it: the Variable, or a VariableState for a raw array."""
+    source = plan.sources[k]
+    if source.variable is not None:
+        return source.variable
+    return VariableState(source.leaf_type, source.value)
+
+
+def leaf_axes(plan: CallPlan, root_specs: list, name: str = "in_axes") -> list:
+    """One axis per State leaf of `plan`, from its root's spec (StateAxes resolved)."""
+    sig = plan.sig
+    axes = []
+    for k, path in enumerate(sig.paths):
+        spec = root_specs[path[1]]
+        if isinstance(spec, StateAxes):
+            try:
+                spec = spec.axis_of(path[2:], state_leaf(plan, k))
+            except LookupError:
+                raise TransformError(
+                    f"`{name}`: {spec!r} has no filter matching {sig.describe_leaf(k)} "
+                    f"({type(state_leaf(plan, k)).__name__}); add a filter for it, or end the "
+                    "StateAxes with `...: None` to broadcast the rest."
+                ) from None
+        axes.append(spec)
+    return axes
+
+
+def check_axis(value: object, axis: object, where: str, name: str) -> int | None:
+    """The size of `axis` in `value`, or a TransformError naming `where`; None for None."""
+    if axis is None or axis is Carry:
+        return None
+    ndim = np.ndim(value)
+    if not -ndim <= axis < ndim:  # type: ignore[operator]
+        raise TransformError(
+            f"`{name}` maps axis {axis} of {where}, which has shape {tuple(np.shape(value))}; "
+            "give that value the axis, or map it with another axis (None to broadcast)."
+        )
+    return int(np.shape(value)[axis])  # type: ignore[index]
+
+
+def check_sizes(sizes: list[tuple[int, str]], name: str, size: int | None = None) -> int | None:
+    """The common size of the mapped axes, or a TransformError naming two that disagree."""
+    if size is None and sizes:
+        size = sizes[0][0]
+    for found, where in sizes:
+        if found != size:
+            first = sizes[0][1]
+            raise TransformError(
+                f"`{name}`: the mapped axis of {where} has size {found}, but "
+                f"{first if sizes[0][0] == size else 'axis_size'} has {size}; all mapped "
+                "axes must have the same size."
+            )
+    return size
+
+
+class AxisGrouping(Grouping):
+    """One output group per axis: updated inputs keep their axis, outputs take `out_axes`."""
+
+    direct_ok = False
+
+    def __init__(self, leaf_axes: list, root_specs: list, out_axes: object, axes: list) -> None:
+        self.leaf_axes = leaf_axes
+        self.root_specs = root_specs
+        self.out_axes = out_axes
+        self.axes = axes
+        self.index = {axis: i for i, axis in enumerate(axes)}
+        self.n_groups = len(axes)
+
+    def group_of(self, spec: object, path: Path, leaf: object, name: str) -> int:
+        if isinstance(spec, StateAxes):
+            try:
+                spec = spec.axis_of(path, leaf)
+            except LookupError:
+                raise TransformError(
+                    f"`{name}`: {spec!r} has no filter matching a new "
+                    f"{type(leaf).__name__} at {'/'.join(map(str, path))}; end it with `...: None`."
+                ) from None
+        return self.index[spec]
+
+    def input_group(self, k: int) -> int:
+        return self.index[self.leaf_axes[k]]
+
+    def new_input_group(self, root: int, path: Path, leaf: object) -> int:
+        return self.group_of(self.root_specs[root], path, leaf, "in_axes")
+
+    def output_group(self, spec: object, path: Path, leaf: object) -> int:
+        return self.group_of(spec, path, leaf, "out_axes")
+
+    def output_specs(self, out: object, treedef: Any) -> list:
+        if is_axis_leaf(self.out_axes):
+            return [self.out_axes] * treedef.num_leaves
+        skeleton = treedef.unflatten([_Slot(None)] * treedef.num_leaves)
+        try:
+            full = broadcast_prefix(
+                self.out_axes, skeleton, is_leaf=lambda x: isinstance(x, _Slot), name="out_axes"
+            )
+        except PrefixError as error:
+            raise TransformError(str(error)) from None
+        return treedef.flatten_up_to(full)
+
+
+def _axes_in(spec: object) -> list:
+    if isinstance(spec, StateAxes):
+        return list(spec.axes)
+    if is_axis_leaf(spec):
+        return [spec]
+    return [a for leaf in jax.tree_util.tree_leaves(spec, is_leaf=is_axis_leaf) for a in _axes_in(leaf)]
+
+
+def sorted_axes(specs: Iterable[object]) -> list:
+    found = set()
+    for spec in specs:
+        found.update(_axes_in(spec))
+    return sorted(found, key=lambda a: (a is not None, a if isinstance(a, int) else 0))

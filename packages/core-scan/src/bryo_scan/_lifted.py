@@ -1,0 +1,462 @@
+"""The graph-level `scan` (Flax NNX's `nnx.scan`), and rng splitting around transforms.
+
+`lifted_scan(f, in_axes=(Carry, 0), out_axes=(Carry, 0))` scans a function of graph
+nodes: each argument is the carry (`Carry`), scanned over an axis (an int), or broadcast
+(None); a module's state can be divided with `StateAxes({'recurrent_dropout': None,
+...: Carry})`. It runs on core-scan's array-level engine (the same one `scan`/`fold` and
+`Stacked` use), so checkpoint policies (`remat=`) apply here too. State that changes
+inside is written back: the carry's final value, scanned state stacked back on its axis,
+and broadcast state with its value after the last step (an rng stream broadcast so that
+every step draws the same mask still moves on by one draw per call).
+
+`split_rngs` and `fork_rngs` split the rng streams of a call's arguments for the call
+and put them back afterwards, as decorators or context managers, on top of
+`bryo_rngs.split_rngs_in_place`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import jax
+import jax.numpy as jnp
+from bryo_filters import Filter
+from bryo_graph import lift as _lift
+from bryo_rngs import RngSplit, split_rngs_in_place
+
+from ._policy import ScanCheckpointPolicy
+from ._scan import Remat, _run
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+Carry = _lift.Carry
+StateAxes = _lift.StateAxes
+TransformError = _lift.TransformError
+
+
+class _ScanGrouping(_lift.Grouping):
+    """Group 0 is the carry; every other group is stacked, one per output axis."""
+
+    direct_ok = False
+
+    def __init__(self, leaf_axes: list, axes: list) -> None:
+        self.leaf_axes = leaf_axes
+        self.axes = axes
+        self.index = {axis: i for i, axis in enumerate(axes)}
+        self.n_groups = len(axes)
+        self.y_axes: object = None
+
+    def input_group(self, k: int) -> int:
+        return self.index[self.leaf_axes[k]]
+
+    def new_input_group(self, root: int, path: tuple, leaf: object) -> int:
+        raise TransformError(
+            f"`scan`: the scanned function added a {type(leaf).__name__} at "
+            f"{'/'.join(map(str, path))} to an argument; a scan body may change values but "
+            "not add state to its inputs. Create it before the scan."
+        )
+
+    def output_group(self, spec: object, path: tuple, leaf: object) -> int:
+        if isinstance(spec, StateAxes):
+            try:
+                spec = spec.axis_of(path, leaf)
+            except LookupError:
+                raise TransformError(
+                    f"`out_axes`: {spec!r} has no filter for the {type(leaf).__name__} at "
+                    f"{'/'.join(map(str, path))}; end it with `...: 0`."
+                ) from None
+        if spec is Carry:
+            raise TransformError("`out_axes` may hold `Carry` only at the top level.")
+        return self.index[spec]
+
+    def output_specs(self, out: object, treedef: Any) -> list:
+        return _lift_output_specs(self.y_axes, treedef)
+
+
+def _lift_output_specs(y_axes: object, treedef: Any) -> list:
+    return _lift.AxisGrouping([], [], y_axes, []).output_specs(None, treedef)
+
+
+def _carry_position(out_axes: object) -> object:
+    """'all', an index into the output tuple, or None (no carry in the output)."""
+    if out_axes is Carry:
+        return "all"
+    if isinstance(out_axes, tuple):
+        found = [i for i, axes in enumerate(out_axes) if axes is Carry]
+        if len(found) > 1:
+            raise TransformError("`out_axes` may hold `Carry` once.")
+        return found[0] if found else None
+    return None
+
+
+def _split_output(out: object, position: object, out_axes: object) -> tuple[object, object, object]:
+    """`(carry, ys, ys' axes)` of the function's output."""
+    if position == "all":
+        return out, None, None
+    if position is None:
+        return None, out, out_axes
+    if not isinstance(out, tuple) or len(out) != len(out_axes):  # type: ignore[arg-type]
+        raise TransformError(
+            f"`out_axes` {out_axes!r} says the function returns a tuple of "
+            f"{len(out_axes)} with the carry at {position}; it returned "  # type: ignore[arg-type]
+            f"{type(out).__name__}{'' if not isinstance(out, tuple) else f' of {len(out)}'}."
+        )
+    rest = tuple(o for i, o in enumerate(out) if i != position)
+    rest_axes = tuple(a for i, a in enumerate(out_axes) if i != position)  # type: ignore[arg-type]
+    if len(rest) == 1:
+        return out[position], rest[0], rest_axes[0]  # type: ignore[index]
+    return out[position], rest, rest_axes  # type: ignore[index]
+
+
+def _join_output(carry: object, ys: object, position: object, out_axes: object) -> object:
+    if position == "all":
+        return carry
+    if position is None:
+        return ys
+    rest = [ys] if len(out_axes) == 2 else list(ys)  # type: ignore[arg-type]
+    rest.insert(position, carry)  # type: ignore[arg-type]
+    return tuple(rest)
+
+
+def lifted_scan(
+    f: F | None = None,
+    /,
+    *,
+    length: int | None = None,
+    reverse: bool = False,
+    unroll: int | bool = 1,
+    in_axes: object = (Carry, 0),
+    out_axes: object = (Carry, 0),
+    remat: Remat = False,
+) -> F:
+    """`jax.lax.scan` for functions of graph nodes (Flax NNX's `nnx.scan`).
+
+    Args:
+        f: the function to scan (or use `@lifted_scan(in_axes=..., out_axes=...)`).
+        length: the number of steps (needed when nothing is scanned over).
+        reverse: run from the last step to the first (outputs stay in order).
+        unroll: `jax.lax.scan`'s unroll.
+        in_axes: one entry per positional argument: `Carry` (the argument is the carry),
+            an int (scanned over that axis), None (broadcast), or for graph nodes a
+            `StateAxes` whose axes may also be `Carry`. Keyword arguments are broadcast.
+        out_axes: `Carry` (the function returns only the carry), a tuple with `Carry` in
+            one place and an axis (or prefix) for the other outputs (`(Carry, 1)`), or an
+            axis prefix when there is no carry. Outputs are stacked along their axis;
+            None keeps the last step's value.
+        remat: a checkpoint policy for each step (as for `bryo_scan.scan`): False, True,
+            "nested", "offload", "save_all" or a `ScanCheckpointPolicy`.
+
+    Returns:
+        The scanned function. State changed inside is written back into the arguments.
+
+    Example:
+        >>> axes = StateAxes({'recurrent_dropout': None, ...: Carry})
+        >>> @lifted_scan(in_axes=(axes, Carry, 1), out_axes=(Carry, 1))
+        ... def unroll(cell, h, x):
+        ...     h, y = cell(h, x)
+        ...     return h, y
+    """
+    if f is None:
+        return functools.partial(  # type: ignore[return-value]
+            lifted_scan, length=length, reverse=reverse, unroll=unroll, in_axes=in_axes,
+            out_axes=out_axes, remat=remat,
+        )
+    policy = ScanCheckpointPolicy.from_remat(remat)
+    position = _carry_position(out_axes)
+    cache = _lift.PlanCache(size=16)
+
+    @functools.wraps(f)
+    def scanned(*args: Any, **kwargs: Any) -> Any:
+        key, roots, arrays = _lift.scan_args(args, kwargs)
+        plan = cache.plan(key, roots)
+        return _Scan(plan, arrays, f, in_axes, out_axes, position, length).run(
+            policy, reverse, unroll
+        )
+
+    return scanned  # type: ignore[return-value]
+
+
+class _Scan:
+    """One call of a lifted scan: the inputs sorted into carry, scanned and broadcast."""
+
+    def __init__(
+        self, plan: Any, arrays: list, f: Callable, in_axes: object, out_axes: object,
+        position: object, length: int | None,
+    ) -> None:
+        arg_specs, check_axis, check_sizes = _lift.arg_specs, _lift.check_axis, _lift.check_sizes
+        leaf_axes = _lift.leaf_axes
+        self.plan, self.arrays, self.f = plan, arrays, f
+        self.out_axes, self.position = out_axes, position
+        sig = plan.sig
+        in_carry_args = [
+            i for i, spec in enumerate(in_axes if isinstance(in_axes, tuple | list) else ())
+            if spec is Carry
+        ]
+        if len(in_carry_args) > 1:
+            raise TransformError("`in_axes` may hold `Carry` once (for one argument).")
+        if bool(in_carry_args) != (position is not None):
+            raise TransformError(
+                "`in_axes` and `out_axes` must both have a `Carry` or neither: the carry "
+                "goes in and comes out of every step. Got "
+                f"in_axes={in_axes!r}, out_axes={out_axes!r}."
+            )
+        self.carry_arg = in_carry_args[0] if in_carry_args else None
+        root_specs, array_specs = arg_specs(sig, in_axes, kwargs_axis=None)
+        self.leaf_axes = leaf_axes(plan, root_specs)
+        self.array_axes = array_specs
+        self.values = plan.leaf_values()
+        sizes = []
+        for k, (value, axis) in enumerate(zip(self.values, self.leaf_axes)):
+            size = check_axis(value, axis, sig.describe_leaf(k), "in_axes")
+            if size is not None:
+                sizes.append((size, sig.describe_leaf(k)))
+        for i, (value, axis) in enumerate(zip(arrays, array_specs)):
+            size = check_axis(value, axis, f"array argument #{i}", "in_axes")
+            if size is not None:
+                sizes.append((size, f"the array argument #{i}"))
+        self.length = check_sizes(sizes, "in_axes", length)
+        if self.length is None:
+            raise TransformError(
+                "`scan` has nothing to scan over (no input has an int axis in `in_axes`); "
+                "pass `length=`."
+            )
+        self.carry_ks = [k for k, axis in enumerate(self.leaf_axes) if axis is Carry]
+        self.carry_arrays = [i for i, axis in enumerate(array_specs) if axis is Carry]
+        self.carry_roots = self._carry_roots(root_specs)
+
+    def _carry_roots(self, root_specs: list) -> list[int]:
+        return [j for j, spec in enumerate(root_specs) if spec is Carry]
+
+    def run(self, policy: ScanCheckpointPolicy, reverse: bool, unroll: int | bool) -> Any:
+        plan, sig = self.plan, self.plan.sig
+        y_specs_axes = self._y_axes()
+        stack_axes = sorted(
+            {a for a in self.leaf_axes if a is not Carry} | set(y_specs_axes),
+            key=lambda a: (a is not None, a if isinstance(a, int) else 0),
+        )
+        axes = [Carry, *stack_axes]
+        grouping = _ScanGrouping(self.leaf_axes, axes)
+        grouping.y_axes = _split_output_axes(self.out_axes, self.position)
+        scanned_ks = [k for k, a in enumerate(self.leaf_axes) if isinstance(a, int)]
+        scanned_arrays = [i for i, a in enumerate(self.array_axes) if isinstance(a, int)]
+        xs = [jnp.moveaxis(self.values[k], self.leaf_axes[k], 0) for k in scanned_ks]
+        xs += [jnp.moveaxis(self.arrays[i], self.array_axes[i], 0) for i in scanned_arrays]
+        init = (
+            [self.values[k] for k in self.carry_ks],
+            [jnp.asarray(self.arrays[i]) for i in self.carry_arrays],
+        )
+        record: dict[str, Any] = {}
+        inner_carry_index = {k: n for n, k in enumerate(self.carry_ks)}
+
+        def body(carry: tuple, slices: list) -> tuple:
+            leaves, arrays = list(self.values), list(self.arrays)
+            for k, value in zip(self.carry_ks, carry[0]):
+                leaves[k] = value
+            for i, value in zip(self.carry_arrays, carry[1]):
+                arrays[i] = value
+            for k, value in zip(scanned_ks, slices):
+                leaves[k] = value
+            for i, value in zip(scanned_arrays, slices[len(scanned_ks):]):
+                arrays[i] = value
+            args, kwargs, inner = _lift.rebuild(sig, leaves, arrays)
+            carry_out, ys, _ = _split_output(self.f(*args, **kwargs), self.position, self.out_axes)
+            groups, _, out_plan = _lift.collect(inner, ys, grouping)
+            if out_plan.graph is not None and not out_plan.graph[3]:
+                raise TransformError(
+                    "`scan`: the scanned function changed the structure of its arguments "
+                    "(added or removed attributes or Variables); a scan body may only change "
+                    "values."
+                )
+            for k, value in out_plan.set_consts:
+                if self.leaf_axes[k] is Carry or isinstance(self.leaf_axes[k], int):
+                    raise TransformError(
+                        f"`scan`: {sig.describe_leaf(k)} was set to the Python value "
+                        f"{value!r}; carried and scanned state must hold arrays."
+                    )
+            new_state = [leaves[k] for k in self.carry_ks]
+            for k, group, pos in out_plan.sets:
+                if group == 0:
+                    new_state[inner_carry_index[k]] = groups[0][pos]
+            carry_arrays = self._carry_arrays_out(carry_out, args, inner)
+            record["plan"] = out_plan
+            record["sizes"] = [len(g) for g in groups[1:]]
+            stacked = [y for group in groups[1:] for y in group]
+            return (new_state, carry_arrays), stacked
+
+        final, ys = _run(body, init, xs, self.length, policy, reverse, unroll)
+        out_plan = record["plan"]
+        groups: list[list] = [[] for _ in axes]
+        for k, group, pos in out_plan.sets:
+            if group == 0:
+                groups[0].extend([None] * (pos + 1 - len(groups[0])))
+                groups[0][pos] = final[0][inner_carry_index[k]]
+        offset = 0
+        for g, (axis, size) in enumerate(zip(stack_axes, record["sizes"]), start=1):
+            chunk = ys[offset: offset + size]
+            offset += size
+            if axis is None:
+                groups[g] = [y[0] if reverse else y[-1] for y in chunk]
+            else:
+                groups[g] = [jnp.moveaxis(y, 0, axis) for y in chunk]
+        ys_out = _lift.apply(plan, out_plan, groups, None)
+        carry_out = self._carry_result(final[1])
+        return _join_output(carry_out, ys_out, self.position, self.out_axes)
+
+    def _y_axes(self) -> list:
+        y_axes = _split_output_axes(self.out_axes, self.position)
+        leaves = jax.tree_util.tree_leaves(
+            y_axes, is_leaf=lambda x: x is None or isinstance(x, StateAxes)
+        )
+        found = []
+        for leaf in leaves:
+            found.extend(leaf.axes if isinstance(leaf, StateAxes) else [leaf])
+        if any(a is Carry for a in found):
+            raise TransformError("`out_axes` may hold `Carry` only at the top level.")
+        return found or [None]
+
+    # The carry argument's arrays and nodes --------------------------------------------
+
+    def _carry_layout(self) -> object:
+        return self.plan.sig.layouts[self.carry_arg] if self.carry_arg is not None else None
+
+    def _carry_arrays_out(self, carry_out: object, args: tuple, inner: Any) -> list:
+        if self.carry_arg is None:
+            return []
+        carry_in = args[self.carry_arg]
+        in_leaves, in_def = jax.tree_util.tree_flatten(carry_in, is_leaf=_lift.is_graph_leaf)
+        out_leaves, out_def = jax.tree_util.tree_flatten(carry_out, is_leaf=_lift.is_graph_leaf)
+        if in_def != out_def:
+            raise TransformError(
+                f"`scan`: the carry must keep its structure from step to step; it came in as "
+                f"{in_def} and went out as {out_def}."
+            )
+        arrays = []
+        for a, b in zip(in_leaves, out_leaves):
+            if _lift.is_graph_leaf(a):
+                if a is not b:
+                    raise TransformError(
+                        "`scan`: the carry must hold the same graph nodes it came in with; "
+                        f"a {type(a).__name__} was replaced by {type(b).__name__}."
+                    )
+            elif _lift.is_array_value(a):
+                arrays.append(b)
+        return arrays
+
+    def _carry_result(self, carry_arrays: list) -> object:
+        if self.carry_arg is None:
+            return None
+        layout = self._carry_layout()
+        roots = self.plan.pair[0]
+        root_positions = iter(self.carry_roots)
+        arrays = iter(carry_arrays)
+        if layout is _lift.ARRAY:
+            return next(arrays)
+        if layout is _lift.ROOT:
+            return roots[next(root_positions)]
+        if layout[0] == "static":  # type: ignore[index]
+            return _lift.unwrap(layout[1])  # type: ignore[index]
+        _, treedef, kinds = layout  # type: ignore[misc]
+        return treedef.unflatten([
+            next(arrays) if k is _lift.ARRAY else roots[next(root_positions)] if k is _lift.ROOT
+            else _lift.unwrap(k[1])
+            for k in kinds
+        ])
+
+
+def _split_output_axes(out_axes: object, position: object) -> object:
+    if position == "all":
+        return None
+    if position is None:
+        return out_axes
+    rest = tuple(a for i, a in enumerate(out_axes) if i != position)  # type: ignore[arg-type]
+    return rest[0] if len(rest) == 1 else rest
+
+
+# Splitting rng streams around a call -----------------------------------------------------
+
+_MISSING = object()
+
+
+def split_rngs(
+    node: object = _MISSING,
+    /,
+    *,
+    splits: int | tuple[int, ...] | Mapping[Filter, Any],
+    only: Filter = ...,
+) -> Any:
+    """Split the rng streams of `node` (or, as a decorator, of each call's arguments).
+
+    The streams `only` selects (or those a `{filter: n}` mapping names) hold `n` keys
+    (key and count of shape `(n,)`) until the call returns or the `with` block ends, so
+    that a `vmap` or `scan` over axis 0 gives each element its own keys. Streams left out
+    are not touched: their keys and counts carry on.
+
+    Args:
+        node: a graph holding `Rngs` (a module, an `Rngs`); leave it out to get a decorator.
+        splits: an int or shape, or a mapping `{filter: n}` (`{'dropout': 5}`).
+        only: with an int `splits`, the streams to split (all by default).
+
+    Returns:
+        With `node`, the `RngSplit` token (a context manager restoring the streams);
+        without, a decorator.
+
+    Example:
+        >>> @split_rngs(splits=5)                                   # doctest: +SKIP
+        ... @vmap(in_axes=(0,), out_axes=StateAxes({...: 0}))
+        ... def create(rngs):
+        ...     return Model(rngs)
+    """
+    if node is _MISSING:
+        return _around_calls(lambda args: split_rngs_in_place(args, splits, only=only))
+    return split_rngs_in_place(node, splits, only=only)
+
+
+def fork_rngs(node: object = _MISSING, /, *, split: object = None) -> Any:
+    """Fork every rng stream of `node` (or of each call's arguments), splitting some.
+
+    Each stream gets a fresh key drawn from it (its count moves on, so nothing repeats);
+    the streams `split` names get `n` keys. The streams are put back when the call
+    returns or the `with` block ends.
+
+    Args:
+        node: a graph holding `Rngs`; leave it out to get a decorator.
+        split: None (fork all, split none), an int or shape (split all), or a mapping
+            `{filter: n}` (split those, fork the others).
+
+    Returns:
+        With `node`, the `RngSplit` token (a context manager); without, a decorator.
+
+    Example:
+        >>> @fork_rngs(split={'dropout': 5})                       # doctest: +SKIP
+        ... @vmap(in_axes=(StateAxes({'dropout': 0, ...: None}), None))
+        ... def sample(model, x):
+        ...     return model(x)
+    """
+    rules = _fork_rules(split)
+    if node is _MISSING:
+        return _around_calls(lambda args: split_rngs_in_place(args, rules))
+    return split_rngs_in_place(node, rules)
+
+
+def _fork_rules(split: object) -> dict:
+    if split is None:
+        return {...: None}
+    if isinstance(split, Mapping):
+        rules = dict(split)
+        rules.setdefault(..., None)
+        return rules
+    return {...: split}
+
+
+def _around_calls(split: Callable[[object], RngSplit]) -> Callable[[F], F]:
+    def decorator(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with split((args, kwargs)):
+                return f(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
