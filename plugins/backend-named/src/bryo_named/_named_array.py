@@ -176,26 +176,11 @@ class NamedArray:
 
     # -- methods mirroring the module functions ----------------------------------------
 
-    def sum(self, axis: Any = None, **kwargs: Any) -> NamedArray:
-        return _ops().sum(self, axis, **kwargs)
+    def argmax(self, axis: AxisSelector) -> NamedArray:
+        return _ops().argmax(self, axis)
 
-    def mean(self, axis: Any = None, **kwargs: Any) -> NamedArray:
-        return _ops().mean(self, axis, **kwargs)
-
-    def max(self, axis: Any = None, **kwargs: Any) -> NamedArray:
-        return _ops().max(self, axis, **kwargs)
-
-    def min(self, axis: Any = None, **kwargs: Any) -> NamedArray:
-        return _ops().min(self, axis, **kwargs)
-
-    def prod(self, axis: Any = None, **kwargs: Any) -> NamedArray:
-        return _ops().prod(self, axis, **kwargs)
-
-    def var(self, axis: Any = None, **kwargs: Any) -> NamedArray:
-        return _ops().var(self, axis, **kwargs)
-
-    def std(self, axis: Any = None, **kwargs: Any) -> NamedArray:
-        return _ops().std(self, axis, **kwargs)
+    def argmin(self, axis: AxisSelector) -> NamedArray:
+        return _ops().argmin(self, axis)
 
     def dot(self, other: NamedArray, *, axis: Any = None) -> NamedArray:
         return _ops().dot(self, other, axis=axis)
@@ -207,6 +192,19 @@ class NamedArray:
         from ._rearrange import rearrange
 
         return rearrange(self, expression, **sizes)
+
+
+def _reduction_method(name: str) -> Callable[..., NamedArray]:
+    def method(self: NamedArray, axis: Any = None, **kwargs: Any) -> NamedArray:
+        return getattr(_ops(), name)(self, axis, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"`{name}` over the named `axis` (None: all axes)."
+    return method
+
+
+for _name in ("sum", "mean", "max", "min", "prod", "var", "std", "all", "any"):
+    setattr(NamedArray, _name, _reduction_method(_name))
 
 
 def _ops() -> Any:
