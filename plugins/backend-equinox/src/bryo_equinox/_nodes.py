@@ -91,9 +91,11 @@ def _layout(cls: type) -> _Layout:
         return layout
 
 
+# Equinox modules override `__getattribute__` in Python, so `__dict__` is read with
+# `object.__getattribute__` below.
 def _module_flatten(module: object) -> tuple[Children, Hashable]:
     layout = _layout(type(module))
-    attrs = module.__dict__
+    attrs = object.__getattribute__(module, "__dict__")
     try:
         children = [(name, _frozen(attrs[name])) for name in layout.dynamic]
         statics = tuple([attrs[name] for name in layout.static])
@@ -114,7 +116,7 @@ def _unusual_flatten(module: object, layout: _Layout) -> tuple[Children, Hashabl
     The aux then holds `(name, value)` pairs of every static field and extra attribute
     that is set, unhashable values kept by identity.
     """
-    attrs = module.__dict__
+    attrs = object.__getattribute__(module, "__dict__")
     children = [(n, _frozen(attrs[n])) for n in layout.dynamic if n in attrs]
     statics = [(n, _kept(attrs[n])) for n in layout.static if n in attrs]
     extras = sorted((k, _kept(v)) for k, v in attrs.items() if k not in layout.names)
@@ -126,14 +128,14 @@ def _module_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object
     layout = _layout(cls)
     module = object.__new__(cls)
     if unusual is None and layout.direct:
-        attrs = module.__dict__
+        attrs = object.__getattribute__(module, "__dict__")
         attrs.update(children)
         attrs.update(zip(layout.static, statics))
         return module
     pairs = children + list(zip(layout.static, statics) if unusual is None else unusual)
     for name, value in pairs:
         if layout.direct or name not in layout.names:  # extras live in `__dict__` as-is
-            module.__dict__[name] = _unwrap(value)
+            object.__getattribute__(module, "__dict__")[name] = _unwrap(value)
         else:
             object.__setattr__(module, name, _unwrap(value))
     return module
