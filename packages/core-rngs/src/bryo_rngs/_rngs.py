@@ -151,15 +151,16 @@ class RngStream(RandomMethods, Object):
 
         Args:
             split: `None` for one key; an int `n` (or a shape) for a stream of `n` split
-                keys whose key and count have that leading shape (for `vmap`/`scan`).
+                keys whose key and count have that leading shape (for `vmap`/`scan`). A
+                stream already split to shape `S` forks to `S`, or `(n, *S)` when split.
             tag: the new stream's name; this stream's by default.
 
         Returns:
             The new stream (count zero). This stream's count advances by one.
         """
-        key = self()
+        key = draw_keys(self)
         if split is not None:
-            key = jax.random.split(key, split)
+            key = split_keys(key, split)
         return RngStream(key, tag=self.tag if tag is None else tag)
 
     def __repr__(self) -> str:
@@ -167,6 +168,28 @@ class RngStream(RandomMethods, Object):
             f"RngStream(tag={self.tag!r}, key={describe_leaf(self.key.value)}, "
             f"count={_scalar_text(self.count.value)})"
         )
+
+
+
+def draw_keys(stream: RngStream) -> jax.Array:
+    """A key from every key of `stream` (of any shape), each from its own count."""
+    key, count = stream.key.value, stream.count.value
+    if key.ndim == 0:
+        return stream()
+    flat = jax.vmap(jax.random.fold_in)(key.reshape(-1), count.reshape(-1).astype(jnp.uint32))
+    stream.count.value = count + 1
+    return flat.reshape(key.shape)
+
+
+def split_keys(keys: jax.Array, splits: int | tuple[int, ...]) -> jax.Array:
+    """Split each of `keys` into `splits`; the new axes go in front: `(*splits, *keys.shape)`."""
+    shape = splits if isinstance(splits, tuple) else (splits,)
+    if keys.ndim == 0:
+        return jax.random.split(keys, shape)
+    flat = jax.vmap(lambda k: jax.random.split(k, shape))(keys.reshape(-1))
+    stacked = flat.reshape(*keys.shape, *shape)
+    new_axes = list(range(keys.ndim, keys.ndim + len(shape)))
+    return jnp.moveaxis(stacked, new_axes, list(range(len(shape))))
 
 
 # Names that probe for arrays or Variables; an Rngs must not answer them with a stream.
@@ -238,7 +261,7 @@ class Rngs(RandomMethods, Object):
         return isinstance(vars(self).get(name), RngStream)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name, value in vars(self).items() if isinstance(value, RngStream))
+        return iter(sorted(name for name, value in vars(self).items() if isinstance(value, RngStream)))
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

@@ -28,7 +28,7 @@ from bryo_filters import Filter
 from bryo_graph import iter_graph
 from bryo_pytree import Path
 
-from ._rngs import NO_MATCH, RngStream, Splits, first_match, split_rules
+from ._rngs import NO_MATCH, RngStream, Splits, draw_keys, first_match, split_keys, split_rules
 
 
 def iter_streams(node: object, /) -> Iterator[tuple[Path, RngStream]]:
@@ -108,8 +108,8 @@ def split_rngs_in_place(
     backups = []
     for path, stream, matched in plan:
         key = stream.key.value
-        drawn = _draw_all(stream)
-        new_key = drawn if matched is None else _split_all(drawn, matched)  # type: ignore[arg-type]
+        drawn = draw_keys(stream)
+        new_key = drawn if matched is None else split_keys(drawn, matched)  # type: ignore[arg-type]
         backups.append(_Backup(path, stream, key, stream.count.value, tuple(new_key.shape)))
         stream.key.value = new_key
         stream.count.value = jnp.zeros(new_key.shape, jnp.uint32)
@@ -132,24 +132,3 @@ def restore_rngs(token: RngSplit, /) -> None:
         stream.key.value = backup.key
         stream.count.value = backup.count
     token.restored = True
-
-
-def _draw_all(stream: RngStream) -> jax.Array:
-    """A key from every key of `stream` (of any shape), each from its own count."""
-    key, count = stream.key.value, stream.count.value
-    if key.ndim == 0:
-        return stream()
-    flat = jax.vmap(jax.random.fold_in)(key.reshape(-1), count.reshape(-1).astype(jnp.uint32))
-    stream.count.value = count + 1
-    return flat.reshape(key.shape)
-
-
-def _split_all(keys: jax.Array, splits: int | tuple[int, ...]) -> jax.Array:
-    """Split each of `keys` into `splits`; the new axes go in front: `(*splits, *keys.shape)`."""
-    shape = splits if isinstance(splits, tuple) else (splits,)
-    if keys.ndim == 0:
-        return jax.random.split(keys, shape)
-    flat = jax.vmap(lambda k: jax.random.split(k, shape))(keys.reshape(-1))
-    stacked = flat.reshape(*keys.shape, *shape)
-    new_axes = list(range(keys.ndim, keys.ndim + len(shape)))
-    return jnp.moveaxis(stacked, new_axes, list(range(len(shape))))
