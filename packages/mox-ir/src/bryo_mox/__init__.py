@@ -8,6 +8,7 @@ serialize through serializer plugins (XML, YSON). See `docs/mox.md`.
 
 from bryo_pytree import add_hookspecs as _add_hookspecs
 
+from . import document as document
 from . import hookspecs as _hookspecs
 from ._errors import MoxError as MoxError
 from ._errors import MoxSerializationError as MoxSerializationError
@@ -23,6 +24,10 @@ from ._ir import ModuleInfo as ModuleInfo
 from ._ir import Mox as Mox
 from ._ir import Node as Node
 from ._pretty import pformat as pformat
+from ._serialize import dump as dump
+from ._serialize import dumps as dumps
+from ._serialize import load as load
+from ._serialize import loads as loads
 from ._sub import sub as sub
 from ._trace import make_mox as make_mox
 from ._view import query as query

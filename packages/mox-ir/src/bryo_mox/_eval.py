@@ -14,7 +14,7 @@ import jax
 from jax.extend import core as jex
 
 from ._errors import MoxError
-from ._ir import Block, Equation, Literal, ModuleCall, Mox, Node, Var
+from ._ir import CUSTOM_DERIVATIVE_NAMES, Block, Equation, Literal, ModuleCall, Mox, Node, Var
 from ._types import type_str
 
 
@@ -82,8 +82,12 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...]) -> list[Any]:
     return leaves + extra
 
 
-def eval_block(block: Block, args: Sequence[Any]) -> list[Any]:
-    """Evaluate a block on its inputs, module calls inlined."""
+def eval_block(block: Block, args: Sequence[Any], *, inline_custom: bool = False) -> list[Any]:
+    """Evaluate a block on its inputs, module calls inlined.
+
+    With `inline_custom`, custom derivative equations evaluate their primal body instead
+    of binding (used to write derivative rules without recursing into themselves).
+    """
     env: dict[Var, Any] = dict(zip(block.constvars, block.consts, strict=True))
     env.update(zip(block.invars, args, strict=True))
 
@@ -91,7 +95,16 @@ def eval_block(block: Block, args: Sequence[Any]) -> list[Any]:
         return atom.val if isinstance(atom, Literal) else env[atom]
 
     for node in block.nodes:
-        outs = eval_node(node, [read(a) for a in node.invars])
+        ins = [read(a) for a in node.invars]
+        if inline_custom and isinstance(node, Equation) and node.primitive.name in (
+            CUSTOM_DERIVATIVE_NAMES
+        ):
+            ((_, _, body),) = [r for r in node.regions if r[0] == "call_jaxpr"]
+            outs = eval_block(body, ins, inline_custom=True)
+        elif inline_custom and isinstance(node, ModuleCall):
+            outs = eval_block(node.body, ins, inline_custom=True)
+        else:
+            outs = eval_node(node, ins)
         for var, value in zip(node.outvars, outs, strict=True):
             env[var] = value
     return [read(a) for a in block.outvars]

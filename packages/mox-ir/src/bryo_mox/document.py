@@ -90,6 +90,13 @@ class DocNode:
     location: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
 
+def build_element(doc: DocNode, **kwargs: Any) -> Any:
+    """The lxml element tree of a document, in the schema `query` sees (see `_view`)."""
+    from ._view import build_element as build
+
+    return build(doc, **kwargs)
+
+
 def to_document(mox: Mox, *, strict: bool = True, rules: bool | None = None) -> DocNode:
     """The document of `mox`.
 
