@@ -216,7 +216,7 @@ def _check_pending(pm: BryoPluginManager) -> None:
     lines = []
     for plugin_name, hook_name in unknown:
         hint = difflib.get_close_matches(hook_name, known, n=1)
-        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
         lines.append(f"plugin {plugin_name!r} implements unknown hook {hook_name!r}{suggestion}")
     raise PluginError(
         f"{'; '.join(lines)}. Known bryo hooks: {', '.join(known) or 'none'}. Fix the hook's "
