@@ -224,3 +224,14 @@ def test_random_models_round_trip(content):
     assert jax.tree_util.tree_structure(rebuilt) == jax.tree_util.tree_structure(model)
     n_arrays = sum(eqx.is_array(leaf) for leaf in jax.tree_util.tree_leaves(model))
     assert len(state_.flat_state()) <= n_arrays  # fewer when layers are shared
+
+
+def test_other_pytrees_inside_modules_are_seen_as_jax_sees_them():
+    class Holds(eqx.Module):
+        fn: jax.tree_util.Partial
+
+    model = Holds(jax.tree_util.Partial(lambda scale, x: scale * x, jnp.full(2, 3.0)))
+    graphdef_, state_ = split(model)
+    assert [v.value for v in state_.flat_state().values()] == jax.tree_util.tree_leaves(model)
+    rebuilt = merge(graphdef_, jax.tree_util.tree_map(lambda v: v * 2, state_))
+    np.testing.assert_array_equal(rebuilt.fn(1.0), jnp.full(2, 6.0))

@@ -16,6 +16,7 @@ from ._filters import partition as partition
 from ._nodes import FrozenDict as FrozenDict
 from ._nodes import FrozenList as FrozenList
 from ._nodes import FrozenTuple as FrozenTuple
+from ._nodes import PytreeView as PytreeView
 from ._update import updated as updated
 
 __version__ = "0.1.0"

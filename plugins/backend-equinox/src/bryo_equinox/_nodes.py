@@ -7,7 +7,10 @@ field, and a rebuilt module is made the way Equinox's own unflatten makes one (a
 attributes (the `__name__`/`__doc__` of a wrapped function) stay in the GraphDef. Lists,
 dicts and tuples held by a module are part of its immutable pytree too: they flatten
 through frozen views, so that `update` never writes into them behind the module's back and
-so that core-graph may cache the flattening of a whole Equinox model.
+so that core-graph may cache the flattening of a whole Equinox model. Any other jax pytree
+a module holds (a `jax.tree_util.Partial`, a registered dataclass) that no bryo backend
+knows flattens through a `PytreeView`, one level at a time as jax sees it, so its arrays
+are in the State exactly as `eqx.partition` would find them.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import inspect
 from collections.abc import Hashable, Iterable, Sequence
 
 import equinox as eqx
-from bryo_graph import BatchStat, NodeType, Param
-from bryo_pytree import Key
+import jax.tree_util as jtu
+from bryo_graph import BatchStat, NodeType, Param, is_graph_node
+from bryo_pytree import Key, key_to_plain
 
 Children = Iterable[tuple[Key, object]]
 
@@ -174,12 +178,56 @@ class FrozenDict(_Frozen):
     __slots__ = ()
 
 
-_FROZEN = {list: FrozenList, tuple: FrozenTuple, dict: FrozenDict}
+class PytreeView(_Frozen):
+    """Any other jax pytree node held by an Equinox module (a `jax.tree_util.Partial`, a
+    registered dataclass), seen one level deep the way jax flattens it; merges back into
+    its own type through its treedef.
+    """
+
+    __slots__ = ()
+
+
+_FROZEN: dict[type, type[_Frozen] | None] = {
+    list: FrozenList, tuple: FrozenTuple, dict: FrozenDict, type(None): None
+}
+_is_jax_node: dict[type, bool] = {}
 
 
 def _frozen(value: object) -> object:
-    view = _FROZEN.get(type(value))
-    return value if view is None else view(value)
+    """The graph child for `value`, a field or item of a module: a view for containers
+    and for jax pytrees that no bryo backend knows; `value` itself otherwise."""
+    cls = type(value)
+    view = _FROZEN.get(cls, _FROZEN)
+    if view is None:
+        return value
+    if view is not _FROZEN:
+        return view(value)
+    jax_node = _is_jax_node.get(cls)
+    if jax_node is None:
+        structure = jtu.tree_structure(value)
+        jax_node = _is_jax_node[cls] = not (structure.num_nodes == 1 and structure.num_leaves == 1)
+    if jax_node and not is_graph_node(value):
+        return PytreeView(value)
+    return value
+
+
+def _pytree_flatten(view: _Frozen) -> tuple[Children, Hashable]:
+    value = view.value
+    pairs, treedef = jtu.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)
+    children = [(_plain_key(keypath[0], i), _frozen(child))
+                for i, (keypath, child) in enumerate(pairs)]
+    return children, _kept(treedef)
+
+
+def _plain_key(key: object, index: int) -> Key:
+    try:
+        return key_to_plain(key)  # type: ignore[arg-type]
+    except TypeError:  # a key type of the pytree's own: its position names it
+        return index
+
+
+def _pytree_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
+    return _unwrap(aux).unflatten([child for _, child in children])  # type: ignore[attr-defined]
 
 
 def _sequence_flatten(view: _Frozen) -> tuple[Children, Hashable]:
@@ -243,4 +291,5 @@ def node_types() -> Sequence[NodeType]:
         NodeType(FrozenList, flatten=_sequence_flatten, unflatten=_list_unflatten),
         NodeType(FrozenTuple, flatten=_sequence_flatten, unflatten=_tuple_unflatten),
         NodeType(FrozenDict, flatten=_dict_flatten, unflatten=_dict_unflatten),
+        NodeType(PytreeView, flatten=_pytree_flatten, unflatten=_pytree_unflatten),
     )
