@@ -22,6 +22,7 @@ from ._filters import PathIn as PathIn
 from ._filters import Predicate as Predicate
 from ._filters import WithTag as WithTag
 from ._filters import filters_to_predicates as filters_to_predicates
+from ._filters import is_builtin_filter as is_builtin_filter
 from ._filters import to_predicate as to_predicate
 
 _add_hookspecs(_hookspecs)

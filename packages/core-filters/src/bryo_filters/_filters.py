@@ -209,6 +209,19 @@ def to_predicate(filter: Filter) -> Predicate:
 
 
 
+def is_builtin_filter(predicate: Predicate) -> bool:
+    """Whether `predicate` is one of bryo's filter classes all the way down.
+
+    Their answers depend only on the path and the value's type and metadata (never on
+    an array's contents), so callers may cache them per structure.
+    """
+    if isinstance(predicate, Any | All):
+        return all(map(is_builtin_filter, predicate.predicates))
+    if isinstance(predicate, Not):
+        return is_builtin_filter(predicate.predicate)
+    return isinstance(predicate, _FILTER_CLASSES)
+
+
 def filters_to_predicates(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
     """`to_predicate` over several filters, in order."""
     return _predicates(filters)

@@ -15,9 +15,10 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any as _Any
 
-from bryo_filters import Filter, filters_to_predicates
+from bryo_filters import Filter, filters_to_predicates, is_builtin_filter
 from bryo_pytree import Key, Path, path_str
 
+from ._compile import CompileError, compile_graphdef
 from ._nodes import NodeType, node_types, structure_version
 from ._state import State, group_flat
 from ._variables import Variable, VariableState
@@ -60,12 +61,14 @@ class GraphDef:
     node types, keys, static values and sharing, whatever the values in their States.
     """
 
-    __slots__ = ("_hash", "_leaf_paths", "root")
+    __slots__ = ("_builder", "_hash", "_leaf_order", "_leaf_paths", "root")
 
     def __init__(self, root: tuple) -> None:
         self.root = root
         self._hash = hash(root)
         self._leaf_paths: frozenset[Path] | None = None
+        self._leaf_order: tuple[Path, ...] | None = None
+        self._builder: tuple[int, int, object] | None = None
 
     def __hash__(self) -> int:
         return self._hash
@@ -78,13 +81,32 @@ class GraphDef:
         )
 
     @property
+    def leaf_order(self) -> tuple[Path, ...]:
+        """The paths a State must have to merge with this GraphDef, in flattening order."""
+        if self._leaf_order is None:
+            paths: list[Path] = []
+            _collect_leaf_paths(self.root, (), paths)
+            self._leaf_order = tuple(paths)
+        return self._leaf_order
+
+    @property
     def leaf_paths(self) -> frozenset[Path]:
         """The paths a State must have to merge with this GraphDef."""
         if self._leaf_paths is None:
-            paths: list[Path] = []
-            _collect_leaf_paths(self.root, (), paths)
-            self._leaf_paths = frozenset(paths)
+            self._leaf_paths = frozenset(self.leaf_order)
         return self._leaf_paths
+
+    def build(self, leaves: list) -> object:
+        """A new graph from State leaves given in `leaf_order` (no checks)."""
+        registry = node_types()
+        builder = self._builder
+        if builder is None or builder[0] != registry.epoch or builder[1] != registry.manager_id:
+            try:
+                function = compile_graphdef(self, registry, (NODE, REF, VAR, LEAF, STATIC))
+            except CompileError as error:
+                raise GraphError(str(error)) from None
+            builder = self._builder = (registry.epoch, registry.manager_id, function)
+        return builder[2](leaves)
 
     def __repr__(self) -> str:
         return "GraphDef(" + _render_def(self.root, 0) + ")"
@@ -142,15 +164,21 @@ class _Source:
         self.key = key
 
     def snapshot(self) -> VariableState:
-        if self.variable is not None:
-            return self.variable.to_state()
+        variable = self.variable
+        if variable is not None:
+            return VariableState(type(variable), variable.raw_value, **variable._metadata)
         return VariableState(self.leaf_type, self.value)
 
 
 class _Flat:
-    """One flattening of a graph: its GraphDef and the sources of its State leaves."""
+    """One flattening of a graph: its GraphDef and the sources of its State leaves.
 
-    __slots__ = ("_index", "graphdef", "nodes", "paths", "sources")
+    It also remembers how built-in filters grouped its leaves: their answers depend only
+    on paths, Variable types and metadata, which cannot change while the flattening is
+    valid (metadata changes count as structural).
+    """
+
+    __slots__ = ("_groups", "_index", "graphdef", "nodes", "paths", "sources")
 
     def __init__(
         self, graphdef: GraphDef, paths: list[Path], sources: list[_Source], nodes: list
@@ -160,6 +188,7 @@ class _Flat:
         self.sources = sources
         self.nodes = nodes
         self._index: dict[Path, _Source] | None = None
+        self._groups: dict[tuple, tuple[list[int], ...]] = {}
 
     @property
     def index(self) -> dict[Path, _Source]:
@@ -169,6 +198,35 @@ class _Flat:
 
     def flat_state(self) -> dict[Path, VariableState]:
         return {path: source.snapshot() for path, source in zip(self.paths, self.sources)}
+
+    def grouped(self, filters: tuple[Filter, ...], *, require_all: bool) -> tuple[State, ...]:
+        """The leaves grouped by the first matching filter, as `State`s."""
+        predicates = filters_to_predicates(filters)
+        if not all(map(is_builtin_filter, predicates)):
+            return group_flat(self.flat_state(), predicates, require_all=require_all)
+        groups = self._groups.get(predicates)
+        if groups is None:
+            groups = self._groups[predicates] = self._classify(predicates)
+        if require_all and groups[-1]:
+            path = self.paths[groups[-1][0]]
+            group_flat({path: self.sources[groups[-1][0]].snapshot()}, predicates, require_all=True)
+        paths, sources = self.paths, self.sources
+        return tuple(
+            State._from_flat({paths[i]: sources[i].snapshot() for i in group})
+            for group in groups[:-1]
+        )
+
+    def _classify(self, predicates: tuple) -> tuple[list[int], ...]:
+        groups: list[list[int]] = [[] for _ in range(len(predicates) + 1)]
+        for i, (path, source) in enumerate(zip(self.paths, self.sources)):
+            value = source.snapshot()
+            for group, predicate in zip(groups, predicates):
+                if predicate(path, value):
+                    group.append(i)
+                    break
+            else:
+                groups[-1].append(i)  # matched by no filter
+        return tuple(groups)
 
 
 def _is_array(value: object) -> bool:
@@ -269,63 +327,6 @@ def _remember(node: object, version: int, flat: _Flat) -> None:
 # Unflattening -----------------------------------------------------------------------
 
 
-class _Builder:
-    def __init__(self, flat: Mapping[Path, object]) -> None:
-        self.flat = flat
-        self.registry = node_types()
-        self.built: dict[int, object] = {}
-
-    def build(self, entry: tuple, path: Path) -> object:
-        kind = entry[0]
-        if kind is VAR:
-            variable = _to_variable(self.flat[path], entry[1])
-            self.built[entry[2]] = variable
-            return variable
-        if kind is LEAF:
-            leaf = self.flat[path]
-            return leaf.value if isinstance(leaf, VariableState) else leaf
-        if kind is REF:
-            try:
-                return self.built[entry[1]]
-            except KeyError:
-                raise GraphError(
-                    f"the node at {path_str(path)} refers back to a node still being built; "
-                    "cycles may only go through mutable nodes."
-                ) from None
-        if kind is STATIC:
-            value = entry[1]
-            return value.value if isinstance(value, _Opaque) else value
-        return self.build_node(entry, path)
-
-    def build_node(self, entry: tuple, path: Path) -> object:
-        _, cls, index, aux, children = entry
-        node_type = self.registry.lookup(cls)
-        if node_type is None:
-            raise GraphError(
-                f"no backend registers the node type {cls.__qualname__} found at "
-                f"{path_str(path)}; import the plugin that defines it before merging."
-            )
-        if node_type.create is not None:
-            node = node_type.create(cls, aux)
-            self.built[index] = node
-            init_key = node_type.init_key or node_type.set_key
-            for key, child in children:
-                init_key(node, key, self.build(child, (*path, key)))
-            return node
-        built = [(key, self.build(child, (*path, key))) for key, child in children]
-        node = node_type.unflatten(cls, aux, built)
-        self.built[index] = node
-        return node
-
-
-def _to_variable(leaf: object, variable_type: type[Variable]) -> Variable:
-    if isinstance(leaf, VariableState):
-        return leaf.to_variable()
-    if isinstance(leaf, Variable):
-        return leaf.type.from_metadata(leaf.raw_value, leaf._metadata)
-    return variable_type.from_metadata(leaf, {})
-
-
 def _check_fits(graphdef: GraphDef, flat: Mapping[Path, object]) -> None:
     expected = graphdef.leaf_paths
     if len(flat) == len(expected) and all(path in expected for path in flat):
@@ -361,8 +362,11 @@ def flatten(node: object, /) -> tuple[GraphDef, State]:
 def unflatten(graphdef: GraphDef, state: State | Mapping, /) -> _Any:
     """Build a new graph from `graphdef` and a State that fits it exactly."""
     flat = state._flat if isinstance(state, State) else State(state)._flat
+    order = graphdef.leaf_order
+    if len(flat) == len(order) and tuple(flat) == order:
+        return graphdef.build(list(flat.values()))
     _check_fits(graphdef, flat)
-    return _Builder(flat).build(graphdef.root, ())
+    return graphdef.build([flat[path] for path in order])
 
 
 def split(node: object, /, *filters: Filter) -> tuple[_Any, ...]:
@@ -373,18 +377,17 @@ def split(node: object, /, *filters: Filter) -> tuple[_Any, ...]:
     `ValueError` naming its path and value; end with `...` to catch the rest.
     """
     flat = _flatten(node)
-    flat_state = flat.flat_state()
     if not filters:
-        return flat.graphdef, State._from_flat(flat_state)
-    return (flat.graphdef, *group_flat(flat_state, filters, require_all=True))
+        return flat.graphdef, State._from_flat(flat.flat_state())
+    return (flat.graphdef, *flat.grouped(filters, require_all=True))
 
 
 def state(node: object, /, *filters: Filter) -> _Any:
     """`node`'s State, or one sub-State per filter (values matching none are left out)."""
-    flat_state = _flatten(node).flat_state()
+    flat = _flatten(node)
     if not filters:
-        return State._from_flat(flat_state)
-    states = group_flat(flat_state, filters, require_all=False)
+        return State._from_flat(flat.flat_state())
+    states = flat.grouped(filters, require_all=False)
     return states[0] if len(filters) == 1 else states
 
 

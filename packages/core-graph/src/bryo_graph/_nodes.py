@@ -30,6 +30,8 @@ class NodeType:
             `init_key`. Mutable nodes can take part in reference cycles.
         init_key: `(node, key, child)`, fills one child of a node made by `create` (a node
             nobody else sees yet: no change tracking needed).
+        init_items: optional, `(node, [(key, child), ...])`, fills all children of a node
+            made by `create` at once (faster than one `init_key` call per child).
         set_key: `(node, key, child)`, sets one child of a live node in place (used by
             `update` for raw array leaves); a tracked node reports the change.
         pop_key: `(node, key)`, removes one child in place (used by `pop`).
@@ -45,6 +47,7 @@ class NodeType:
     unflatten: Callable[[type, Hashable, list[tuple[Key, object]]], object] | None = None
     create: Callable[[type, Hashable], object] | None = None
     init_key: Callable[[object, Key, object], None] | None = None
+    init_items: Callable[[object, list[tuple[Key, object]]], None] | None = None
     set_key: Callable[[object, Key, object], None] | None = None
     pop_key: Callable[[object, Key], None] | None = None
     leaf_type: type | None = None

@@ -137,6 +137,11 @@ def object_init_key(node: object, key: Key, child: object) -> None:
     object.__setattr__(node, key, track(child))  # type: ignore[arg-type]
 
 
+def object_init_items(node: object, items: list[tuple[Key, object]]) -> None:
+    """Set all attributes of a node being built; its children come already tracked."""
+    vars(node).update(items)
+
+
 def object_set_key(node: object, key: Key, child: object) -> None:
     """Set one attribute of a live node: a structural change."""
     setattr(node, key, child)  # type: ignore[arg-type]
@@ -154,6 +159,7 @@ def object_node_type(cls: type[Object]) -> NodeType:
         flatten=object_flatten,
         create=object_create,
         init_key=object_init_key,
+        init_items=object_init_items,
         set_key=object_set_key,
         pop_key=object_pop_key,
         tracks_structure=True,
@@ -165,7 +171,15 @@ def _list_flatten(node: list) -> tuple[Children, Hashable]:
 
 
 def _tracked_create(cls: type, aux: Hashable) -> object:
-    return cls()
+    return cls.__new__(cls)
+
+
+def _list_init_items(node: object, items: list[tuple[Key, object]]) -> None:
+    list.extend(node, [child for _, child in items])  # type: ignore[arg-type]
+
+
+def _dict_init_items(node: object, items: list[tuple[Key, object]]) -> None:
+    dict.update(node, items)  # type: ignore[arg-type]
 
 
 def _list_init_key(node: object, key: Key, child: object) -> None:
@@ -192,6 +206,7 @@ def tracked_container_node_types() -> tuple[NodeType, ...]:
             flatten=_list_flatten,
             create=_tracked_create,
             init_key=_list_init_key,
+            init_items=_list_init_items,
             set_key=_setitem,
             tracks_structure=True,
         ),
@@ -200,6 +215,7 @@ def tracked_container_node_types() -> tuple[NodeType, ...]:
             flatten=dict_flatten,
             create=_tracked_create,
             init_key=_dict_init_key,
+            init_items=_dict_init_items,
             set_key=_setitem,
             pop_key=_delitem,
             tracks_structure=True,

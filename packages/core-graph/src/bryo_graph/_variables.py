@@ -15,6 +15,8 @@ from typing import Any as _Any
 import jax
 from jax.tree_util import GetAttrKey, register_pytree_with_keys
 
+from ._nodes import structure_changed
+
 
 def _value_repr(value: object) -> str:
     shape = getattr(value, "shape", None)
@@ -82,8 +84,9 @@ class Variable:
             object.__setattr__(self, "raw_value", value)
         elif name.startswith("_") and name in type(self).__dict__:
             object.__setattr__(self, name, value)
-        else:
+        else:  # metadata is read by filters whose results bryo caches with the structure
             self._metadata[name] = value
+            structure_changed()
 
     def replace(self, value: object = None, **metadata: object) -> Variable:
         """A new Variable of the same type with `value` and metadata replaced."""
@@ -92,18 +95,14 @@ class Variable:
 
     def to_state(self) -> VariableState:
         """This Variable's snapshot as a `VariableState`."""
-        state = object.__new__(VariableState)
-        object.__setattr__(state, "type", type(self))
-        object.__setattr__(state, "value", self.raw_value)
-        object.__setattr__(state, "_metadata", dict(self._metadata))
-        return state
+        return VariableState(type(self), self.raw_value, **self._metadata)
 
     @classmethod
     def from_metadata(cls, value: object, metadata: Mapping[str, object]) -> Variable:
         """Make a Variable of this type without calling a subclass's `__init__`."""
-        variable = object.__new__(cls)
-        object.__setattr__(variable, "raw_value", value)
-        object.__setattr__(variable, "_metadata", dict(metadata))
+        variable = _new(cls)
+        _set_raw_value(variable, value)
+        _set_metadata(variable, dict(metadata))
         return variable
 
     def copy_from(self, state: VariableState | Variable) -> None:
@@ -148,6 +147,12 @@ class Variable:
 
     def __float__(self) -> float:
         return float(self.raw_value)
+
+
+_new = object.__new__
+_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
+_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]
+_KEEP = object()
 
 
 def _binary(name: str) -> None:
@@ -205,15 +210,15 @@ class VariableState:
     """A `Variable`'s snapshot: its type, value and metadata. A pytree with one child.
 
     `split` and `state` return `State`s whose leaves are VariableStates; `merge` turns
-    them back into Variables of their `type`.
+    them back into Variables of their `type`. Change one with `replace`.
     """
 
     __slots__ = ("_metadata", "type", "value")
 
-    def __init__(self, type: type[Variable], value: object, **metadata: object) -> None:
-        object.__setattr__(self, "type", type)
-        object.__setattr__(self, "value", value)
-        object.__setattr__(self, "_metadata", metadata)
+    def __init__(self, type: type[Variable], value: object, /, **metadata: object) -> None:
+        self.type = type
+        self.value = value
+        self._metadata = metadata
 
     def __getattr__(self, name: str) -> _Any:
         metadata = object.__getattribute__(self, "_metadata")
@@ -224,24 +229,15 @@ class VariableState:
             f"is {sorted(metadata)}"
         )
 
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in ("type", "value", "_metadata"):
-            object.__setattr__(self, name, value)
-        else:  # copy on write: unflattened states share their metadata dict
-            object.__setattr__(self, "_metadata", {**self._metadata, name: value})
-
     @property
     def metadata(self) -> dict[str, object]:
         """The metadata, as a dict (a copy)."""
         return dict(self._metadata)
 
-    def replace(self, value: object) -> VariableState:
-        """The same type and metadata with another value."""
-        state = object.__new__(VariableState)
-        object.__setattr__(state, "type", self.type)
-        object.__setattr__(state, "value", value)
-        object.__setattr__(state, "_metadata", self._metadata)
-        return state
+    def replace(self, value: object = _KEEP, **metadata: object) -> VariableState:
+        """The same type with `value` and/or metadata replaced."""
+        new_value = self.value if value is _KEEP else value
+        return VariableState(self.type, new_value, **{**self._metadata, **metadata})
 
     def to_variable(self) -> Variable:
         """A new Variable of `type` holding this value and metadata."""
@@ -302,11 +298,7 @@ def _flatten(state: VariableState) -> tuple[tuple, _Meta]:
 
 
 def _unflatten(meta: _Meta, children: tuple) -> VariableState:
-    state = object.__new__(VariableState)
-    object.__setattr__(state, "type", meta.type)
-    object.__setattr__(state, "value", children[0])
-    object.__setattr__(state, "_metadata", meta.metadata)
-    return state
+    return VariableState(meta.type, children[0], **meta.metadata)
 
 
 register_pytree_with_keys(VariableState, _flatten_with_keys, _unflatten, _flatten)

@@ -1,0 +1,144 @@
+"""Compile a GraphDef into a Python function that rebuilds its graph from a leaf list.
+
+`merge` runs once per training step in many programs, so walking the GraphDef tuple for
+every node would dominate it. Instead each GraphDef is translated once into straight-line
+Python source — one statement per node, Variable and child — and compiled with `exec`,
+the way `dataclasses` builds `__init__` methods. The function takes the State's leaves in
+GraphDef order and returns the new root; it is cached on the GraphDef and rebuilt only
+when the registered node types change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from bryo_pytree import Path, path_str
+
+from ._nodes import _Registry
+from ._variables import Variable, VariableState
+
+if TYPE_CHECKING:
+    from ._graph import GraphDef
+
+_new = object.__new__
+_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
+_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]
+
+
+def make_variable(leaf: object, variable_type: type[Variable]) -> Variable:
+    """A new Variable from a State leaf: a VariableState, a Variable, or a raw value."""
+    if type(leaf) is VariableState:
+        variable = _new(leaf.type)
+        _set_raw_value(variable, leaf.value)
+        _set_metadata(variable, dict(leaf._metadata))
+        return variable
+    if isinstance(leaf, VariableState):
+        return leaf.to_variable()
+    if isinstance(leaf, Variable):
+        return leaf.type.from_metadata(leaf.raw_value, leaf._metadata)
+    return variable_type.from_metadata(leaf, {})
+
+
+def leaf_value(leaf: object) -> object:
+    """The raw value a State leaf holds for an array leaf of the graph."""
+    return leaf.value if isinstance(leaf, VariableState) else leaf
+
+
+class CompileError(ValueError):
+    """The GraphDef cannot be rebuilt (an unknown node type, a cycle through immutables)."""
+
+
+class _Compiler:
+    def __init__(self, registry: _Registry, kinds: tuple[str, ...]) -> None:
+        self.registry = registry
+        self.node, self.ref, self.var, self.leaf, self.static = kinds
+        self.lines: list[str] = []
+        self.consts: list[object] = []
+        self.const_index: dict[int, int] = {}
+        self.leaf_count = 0
+        self.in_progress: set[int] = set()
+        self.built: set[int] = set()
+
+    def const(self, value: object) -> str:
+        index = self.const_index.get(id(value))
+        if index is None:
+            index = self.const_index[id(value)] = len(self.consts)
+            self.consts.append(value)
+        return f"K[{index}]"
+
+    def key(self, key: object) -> str:
+        return repr(key) if type(key) in (str, int) else self.const(key)
+
+    def expr(self, entry: tuple, path: Path) -> str:
+        kind = entry[0]
+        if kind is self.var:
+            i = self.leaf_count
+            self.leaf_count += 1
+            self.lines.append(f"n{entry[2]} = make_variable(L[{i}], {self.const(entry[1])})")
+            self.built.add(entry[2])
+            return f"n{entry[2]}"
+        if kind is self.leaf:
+            i = self.leaf_count
+            self.leaf_count += 1
+            return f"leaf_value(L[{i}])"
+        if kind is self.ref:
+            if entry[1] not in self.built:
+                raise CompileError(
+                    f"the node at {path_str(path)} refers back to a node still being built; "
+                    "cycles may only go through mutable nodes."
+                )
+            return f"n{entry[1]}"
+        if kind is self.static:
+            value = entry[1]
+            return self.const(getattr(value, "value", value) if type(value).__name__ == "_Opaque" else value)
+        return self.node_expr(entry, path)
+
+    def node_expr(self, entry: tuple, path: Path) -> str:
+        _, cls, index, aux, children = entry
+        node_type = self.registry.lookup(cls)
+        if node_type is None:
+            raise CompileError(
+                f"no backend registers the node type {cls.__qualname__} found at "
+                f"{path_str(path)}; import the plugin that defines it before merging."
+            )
+        name = f"n{index}"
+        if node_type.create is not None:
+            self.lines.append(
+                f"{name} = {self.const(node_type.create)}({self.const(cls)}, {self.const(aux)})"
+            )
+            self.built.add(index)
+            if node_type.init_items is not None:
+                values = [(self.key(key), self.expr(child, (*path, key))) for key, child in children]
+                pairs = ", ".join(f"({k}, {v})" for k, v in values)
+                self.lines.append(f"{self.const(node_type.init_items)}({name}, [{pairs}])")
+                return name
+            init_key = self.const(node_type.init_key or node_type.set_key)
+            for key, child in children:
+                value = self.expr(child, (*path, key))
+                self.lines.append(f"{init_key}({name}, {self.key(key)}, {value})")
+            return name
+        self.in_progress.add(index)
+        values = [(self.key(key), self.expr(child, (*path, key))) for key, child in children]
+        pairs = ", ".join(f"({k}, {v})" for k, v in values)
+        self.lines.append(
+            f"{name} = {self.const(node_type.unflatten)}({self.const(cls)}, "
+            f"{self.const(aux)}, [{pairs}])"
+        )
+        self.built.add(index)
+        return name
+
+
+def compile_graphdef(graphdef: GraphDef, registry: _Registry, kinds: tuple[str, ...]) -> Callable:
+    """A function `build(leaves) -> root` for `graphdef` (leaves in GraphDef order)."""
+    compiler = _Compiler(registry, kinds)
+    root = compiler.expr(graphdef.root, ())
+    body = "\n".join(f"    {line}" for line in compiler.lines) or "    pass"
+    source = f"def build(L):\n{body}\n    return {root}\n"
+    namespace = {
+        "K": compiler.consts,
+        "make_variable": make_variable,
+        "leaf_value": leaf_value,
+    }
+    exec(compile(source, f"<bryo graphdef {graphdef._hash & 0xFFFFFFFF:08x}>", "exec"), namespace)
+    return namespace["build"]
