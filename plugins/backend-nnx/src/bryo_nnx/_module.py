@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from bryo_graph import Object, iter_graph
+from bryo_graph import Object, Variable, iter_graph
 from bryo_pytree import Path
 
 
@@ -66,6 +66,8 @@ class Module(Object):
         for name, value in sorted(vars(self).items()):
             if isinstance(value, Module):
                 text = f"{type(value).__name__}(...)"
+            elif isinstance(value, Variable):
+                text = repr(value)
             elif hasattr(value, "shape") and hasattr(value, "dtype"):
                 text = describe_leaf(value)
             else:
