@@ -215,7 +215,7 @@ class VariableState:
 
     __slots__ = ("_metadata", "type", "value")
 
-    def __init__(self, type: type[Variable], value: object, /, **metadata: object) -> None:
+    def __init__(self, type: type[Variable], value: object, **metadata: object) -> None:
         self.type = type
         self.value = value
         self._metadata = metadata
