@@ -170,7 +170,7 @@ def flatten_with_treedef(
     paths = _PATH_CACHE.get(treedef)
     if paths is None:
         with_path, treedef = tree_flatten_with_path(tree, is_leaf=is_leaf)
-        paths = tuple(tuple(map(key_to_plain, keypath)) for keypath, _ in with_path)
+        paths = _plain_paths(with_path)
         _PATH_CACHE.put(treedef, paths)
     return dict(zip(paths, leaves, strict=True)), treedef
 
@@ -236,20 +236,30 @@ class _PathCache:
 
     Keys are treedefs, so a structure is looked up by value (jax hashes and compares
     treedefs in C++). Treedefs whose node data cannot be hashed or compared (arrays used
-    as metadata) are simply not cached.
+    as metadata) are simply not cached. The treedef objects most recently looked up are
+    also found by identity, so `unflatten_paths` with the treedef that
+    `flatten_with_treedef` just returned skips even the comparison.
     """
 
-    def __init__(self, max_paths: int = 2_000_000) -> None:
+    def __init__(self, max_paths: int = 2_000_000, recent: int = 32) -> None:
         self._paths: dict[jax.tree_util.PyTreeDef, tuple[Path, ...]] = {}
+        self._recent: dict[int, tuple[jax.tree_util.PyTreeDef, tuple[Path, ...]]] = {}
+        self._max_recent = recent
         self._size = 0
         self._max_paths = max_paths
         self._lock = threading.Lock()
 
     def get(self, treedef: jax.tree_util.PyTreeDef) -> tuple[Path, ...] | None:
+        seen = self._recent.get(id(treedef))
+        if seen is not None and seen[0] is treedef:
+            return seen[1]
         try:
-            return self._paths.get(treedef)
+            paths = self._paths.get(treedef)
         except (TypeError, ValueError):  # node data that cannot be hashed or compared
             return None
+        if paths is not None:
+            self._remember(treedef, paths)
+        return paths
 
     def put(self, treedef: jax.tree_util.PyTreeDef, paths: tuple[Path, ...]) -> None:
         if len(paths) > self._max_paths:
@@ -265,10 +275,22 @@ class _PathCache:
             while self._size > self._max_paths:
                 oldest = next(iter(self._paths))
                 self._size -= len(self._paths.pop(oldest))
+        self._remember(treedef, paths)
+
+    def _remember(self, treedef: jax.tree_util.PyTreeDef, paths: tuple[Path, ...]) -> None:
+        # The entry holds `treedef` alive, so its id cannot be reused while it is here.
+        recent = self._recent
+        recent[id(treedef)] = (treedef, paths)
+        if len(recent) > self._max_recent:
+            try:
+                del recent[next(iter(recent))]
+            except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+                pass
 
     def clear(self) -> None:
         with self._lock:
             self._paths.clear()
+            self._recent.clear()
             self._size = 0
 
 
@@ -280,10 +302,28 @@ def _treedef_paths(treedef: jax.tree_util.PyTreeDef) -> tuple[Path, ...]:
     paths = _PATH_CACHE.get(treedef)
     if paths is None:
         placeholder = treedef.unflatten([_Slot()] * treedef.num_leaves)
-        with_path = tree_flatten_with_path(placeholder, is_leaf=_is_slot)[0]
-        paths = tuple(tuple(map(key_to_plain, keypath)) for keypath, _ in with_path)
+        paths = _plain_paths(tree_flatten_with_path(placeholder, is_leaf=_is_slot)[0])
         _PATH_CACHE.put(treedef, paths)
     return paths
+
+
+def _plain_paths(with_path: list[tuple[tuple[JaxKey, ...], object]]) -> tuple[Path, ...]:
+    """The plain paths of `tree_flatten_with_path`'s output (the two common keys inlined)."""
+    return tuple(
+        [
+            tuple(
+                [
+                    k.key
+                    if type(k) is DictKey
+                    else k.idx
+                    if type(k) is SequenceKey
+                    else key_to_plain(k)
+                    for k in keypath
+                ]
+            )
+            for keypath, _ in with_path
+        ]
+    )
 
 
 class _Slot:
