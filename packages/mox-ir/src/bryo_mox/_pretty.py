@@ -16,8 +16,9 @@ from ._types import type_str
 class Namer:
     """Short variable names (`a`, ..., `z`, `ba`, ...) given in order of first appearance."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: int = 0) -> None:
         self.names: dict[Any, str] = {}
+        self.count = start
 
     def __call__(self, var: Any) -> str:
         if isinstance(var, Literal):
@@ -26,7 +27,8 @@ class Namer:
             return "_"
         name = self.names.get(var)
         if name is None:
-            name = self.names[var] = _letters(len(self.names))
+            name = self.names[var] = _letters(self.count)
+            self.count += 1
         return name
 
     def typed(self, var: Any) -> str:

@@ -19,7 +19,7 @@ _DTYPE_NAMES = (
     "uint64", "bfloat16", "float16", "float32", "float64", "complex64", "complex128",
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3b11fnuz", "float8_e4m3fnuz", "float8_e5m2fnuz",
 )
-_TYPE_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\[([0-9,\s]*)\]\s*$")
+_TYPE_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\[([0-9,\s]*)\](\{weak\})?\s*$")
 
 
 def short_dtype_name(dtype: np.dtype) -> str:
@@ -49,10 +49,15 @@ def _known_dtypes() -> dict[str, np.dtype]:
 _DTYPES = _known_dtypes()
 
 
-def type_str(aval: object) -> str:
-    """The short type string of an abstract value (anything with `shape` and `dtype`)."""
+def type_str(aval: object, *, weak: bool = False) -> str:
+    """The short type string of an abstract value (anything with `shape` and `dtype`).
+
+    With `weak`, a weakly typed value (a Python scalar's type) is marked `f32[]{weak}`,
+    as documents write it so that reloading keeps jax's type promotion unchanged.
+    """
     shape = ",".join(str(d) for d in aval.shape)
-    return f"{short_dtype_name(aval.dtype)}[{shape}]"
+    mark = "{weak}" if weak and getattr(aval, "weak_type", False) else ""
+    return f"{short_dtype_name(aval.dtype)}[{shape}]{mark}"
 
 
 def parse_type(text: str) -> jax.ShapeDtypeStruct:
@@ -64,7 +69,7 @@ def parse_type(text: str) -> jax.ShapeDtypeStruct:
     match = _TYPE_RE.match(text)
     if match is None:
         raise MoxError(f"`type` {text!r} is not a type such as 'f32[2,3]'.")
-    dtype_name, dims = match.groups()
+    dtype_name, dims, weak = match.groups()
     dtype = _DTYPES.get(dtype_name)
     if dtype is None:
         raise MoxError(
@@ -72,7 +77,7 @@ def parse_type(text: str) -> jax.ShapeDtypeStruct:
             f"{', '.join(sorted(k for k in _DTYPES if len(k) <= 5))}."
         )
     shape = tuple(int(d) for d in dims.split(",") if d.strip())
-    return jax.ShapeDtypeStruct(shape, dtype)
+    return jax.ShapeDtypeStruct(shape, dtype, weak_type=bool(weak))
 
 
 def same_type(a: object, b: object) -> bool:

@@ -127,12 +127,12 @@ class _Writer:
 
     def port(self, atom: Any) -> Port:
         if isinstance(atom, Literal):
-            return Port(None, type_str(atom.aval), _scalar(atom.val))
-        return Port(self.namer(atom), type_str(atom.aval))
+            return Port(None, type_str(atom.aval, weak=True), _scalar(atom.val))
+        return Port(self.namer(atom), type_str(atom.aval, weak=True))
 
     def block(self, doc: DocNode, block: Block, location: tuple[Any, ...]) -> None:
         for var, value in zip(block.constvars, block.consts):
-            doc.consts.append(Const(self.namer(var), type_str(var.aval), np.asarray(value)))
+            doc.consts.append(Const(self.namer(var), type_str(var.aval, weak=True), np.asarray(value)))
         if not doc.inputs:
             doc.inputs = [self.port(v) for v in block.invars]
         for index, node in enumerate(block.nodes):
@@ -183,7 +183,13 @@ class _Writer:
         if index is not None:
             attrs["index"] = index
         doc = DocNode("region", attrs, location=location)
-        self.block(doc, block, location)
+        # A region is a closed scope, and jax shares one jaxpr object between equal
+        # calls: name its variables afresh so that each copy reads the same.
+        outer, self.namer = self.namer, Namer(self.namer.count)
+        try:
+            self.block(doc, block, location)
+        finally:
+            outer.count, self.namer = self.namer.count, outer
         return doc
 
     def module_attrs(self, node: ModuleCall) -> dict[str, Any]:
@@ -249,6 +255,9 @@ def literal_value(port: Port) -> Any:
     """The numpy value of a literal port."""
     from ._types import parse_type
 
-    return np.asarray(port.value, dtype=parse_type(port.type).dtype)
+    aval = parse_type(port.type)
+    value = np.asarray(port.value, dtype=aval.dtype)
+    # A weakly typed literal is a Python scalar to jax; keep it one.
+    return value.item() if aval.weak_type and value.ndim == 0 else value
 
 

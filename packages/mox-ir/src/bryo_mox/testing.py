@@ -212,3 +212,50 @@ class ToyBackend:
     @hookimpl
     def bryo_mox_interceptor(self) -> Any:
         return _intercept
+
+
+def document_signature(mox: Any) -> list[tuple[Any, ...]]:
+    """Structure, attributes, wiring and types of a MoX as comparable tuples.
+
+    Variables are named in order of appearance, so equal signatures mean equal wiring.
+    """
+    from .document import to_document
+
+    rows: list[tuple[Any, ...]] = []
+
+    def port(p: Any) -> tuple[Any, ...]:
+        return (p.name, p.type, p.value, p.bind)
+
+    def walk(doc: Any, depth: int) -> None:
+        attrs = tuple(sorted((k, repr(v)) for k, v in doc.attrs.items()))
+        rows.append((
+            depth, doc.tag, attrs, tuple(map(port, doc.inputs)), tuple(map(port, doc.outputs)),
+            tuple(map(port, doc.results)), tuple((c.name, c.type) for c in doc.consts),
+        ))
+        for child in doc.children:
+            walk(child, depth + 1)
+
+    walk(to_document(mox, strict=False, rules=False), 0)
+    return rows
+
+
+def assert_round_trip(mox: Any, format: str, *args: Any) -> Any:
+    """Check `loads(dumps(mox))`: same signature, and the same result on `args`.
+
+    Returns the loaded MoX.
+    """
+    from ._eval import eval_mox
+    from ._serialize import dumps, loads
+
+    back = loads(dumps(mox, format=format), format=format)
+    assert document_signature(back) == document_signature(mox)
+    expected = eval_mox(mox, *args)
+    if back.in_tree is None:
+        extra = [args[-1]] if mox.extra_params else []
+        plain = args[:-1] if mox.extra_params else args
+        got = eval_mox(back, *jax.tree_util.tree_leaves(plain), *extra)
+    else:
+        got = eval_mox(back, *args)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    return back
