@@ -372,3 +372,25 @@ def test_nesting_without_treedef_round_trips_dict_trees(strategies, data):
     ).filter(lambda t: isinstance(t, dict))
     tree = data.draw(dict_trees)
     assert unflatten_paths(flatten_to_paths(tree)) == tree
+
+
+def test_path_cache_is_bounded_by_the_paths_it_holds():
+    from bryo_pytree._paths import _PathCache
+
+    cache = _PathCache(max_paths=5)
+    small, big = tree_structure([0, 0]), tree_structure([0, 0, 0])
+    cache.put(small, ((0,), (1,)))
+    cache.put(big, ((0,), (1,), (2,)))
+    assert cache.get(tree_structure([1, 2])) == ((0,), (1,))
+    cache.put(tree_structure((0,)), ((0,),))  # 6 paths > 5: the oldest entry goes
+    assert cache.get(tree_structure([5, 6])) is None
+    assert cache.get(tree_structure([5, 6, 7])) == ((0,), (1,), (2,))
+    cache.put(tree_structure(list(range(6))), tuple((i,) for i in range(6)))  # too big
+    assert cache.get(tree_structure(list(range(6)))) is None
+
+
+def test_equal_structures_share_paths_but_keep_their_own_leaves():
+    first = flatten_to_paths({"a": [1, 2]})
+    second = flatten_to_paths({"a": [3, 4]})
+    assert first == {("a", 0): 1, ("a", 1): 2}
+    assert second == {("a", 0): 3, ("a", 1): 4}

@@ -10,7 +10,9 @@ makes a misspelt hook fail loudly. Two environment variables steer loading:
 - `BRYO_BLOCK_PLUGINS=name,other` skips plugins by entry-point or distribution name.
 
 A plugin that raises on import is reported (a warning, and `plugin_failures()`) with its
-name and error; the rest of the stack keeps working.
+name and error; the rest of the stack keeps working. A plugin must not call
+`get_plugin_manager()` while it is being imported (the manager is still loading it): that
+is reported the same way, as a `PluginError` naming the plugin. See `docs/plugins.md`.
 """
 
 from __future__ import annotations
@@ -343,7 +345,7 @@ class PluginInfo:
 
 def describe_plugins(pm: BryoPluginManager | None = None) -> list[PluginInfo]:
     """Every registered plugin with its distribution, version and implemented hooks."""
-    pm = pm or get_plugin_manager()
+    pm = get_plugin_manager() if pm is None else pm
     infos = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
         if plugin is None:
