@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import yt.yson as yson
-from bryo_mox import MoxSerializationError
+from bryo_mox import MoxError, MoxSerializationError
 from bryo_mox.document import MAX_DEPTH, Const, DocNode, Port
 
 from bryo_mox._codec import decode, encode
@@ -58,7 +58,10 @@ def _from_yson(value: Any) -> Any:
     if isinstance(value, yson.YsonEntity):
         return None
     if attributes.get("py"):
-        return decode(str(value))
+        try:
+            return decode(str(value))
+        except MoxError as error:
+            raise MoxSerializationError(str(error)) from None
     if isinstance(value, list):
         return tuple(_from_yson(v) for v in value)
     if isinstance(value, bool) or isinstance(value, yson.YsonBoolean):

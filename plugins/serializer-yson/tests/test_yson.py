@@ -1,0 +1,89 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import yt.yson as yson
+
+import bryo_mox as yax
+from bryo_mox import MoxSerializationError
+from bryo_mox.testing import MLP, Linear, LoRA, ResBlock, assert_round_trip
+
+X = jnp.linspace(-1.0, 1.0, 8).reshape(2, 4)
+
+
+def test_resblock_round_trip_typed_attributes(toy):
+    block = ResBlock(4, key=jax.random.key(0))
+    mox = yax.make_mox(lambda m, v: jax.nn.relu(m(v)))(block, X)
+    text = yax.dumps(mox, format="yson")
+    tree = yson.loads(text.encode())
+    dense = tree[0][0]
+    assert dense.attributes["primitive"] == "module_call"
+    assert dense.attributes["type"] == "Linear" and dense.attributes["name"] == "dense"
+    assert isinstance(dense.attributes["features"], int)  # typed, not a string
+    dot = dense[0]
+    assert dot.attributes["primitive"] == "dot_general"
+    assert list(dot.attributes["dimension_numbers"]) == [[[1], [0]], [[], []]]
+    assert [p["type"] for p in dense.attributes["inputs"]] == ["f32[4,4]", "f32[4]", "f32[2,4]"]
+    back = assert_round_trip(mox, "yson", block, X)
+    assert jax.grad(lambda v: yax.eval_mox(back, *jax.tree_util.tree_leaves(block), v).sum())(
+        jnp.zeros((2, 4))
+    ).shape == (2, 4)
+
+
+def test_relu_grad_at_zero_survives(bryo_plugin_manager):
+    back = yax.loads(yax.dumps(yax.make_mox(jax.nn.relu)(0.0), "yson"), "yson")
+    assert jax.grad(lambda v: yax.eval_mox(back, v))(0.0) == 0.0
+
+
+def test_mlp_and_lora_round_trip(toy):
+    model = MLP((4, 4, 4), key=jax.random.key(0))
+    lora = LoRA(Linear(4, 4, key=jax.random.key(1)), rank=2, key=jax.random.key(2))
+    mox = yax.make_mox(lambda m, v: m(v))(model, X)
+    assert_round_trip(mox, "yson", model, X)
+    new = yax.sub('//module_call[@type="Linear"]', yax.make_mox(lambda m, v: m(v))(lora, X),
+                  mox, with_state=True)
+    extra = {k: jnp.full(s.shape, 0.3, s.dtype) for k, s in new.extra_params}
+    assert_round_trip(new, "yson", model, X, extra)
+
+
+def test_scan_and_constants(toy):
+    layer = Linear(4, 4, key=jax.random.key(3))
+
+    def f(v):
+        return jax.lax.scan(lambda c, e: (layer(c) + e, c.sum()), v[0], v)
+
+    mox = yax.make_mox(f)(X)
+    assert_round_trip(mox, "yson", X)
+
+
+def test_dump_load_by_extension(toy, tmp_path):
+    mox = yax.make_mox(jnp.tanh)(X)
+    yax.dump(mox, tmp_path / "m.yson")
+    np.testing.assert_allclose(yax.eval_mox(yax.load(tmp_path / "m.yson"), X), jnp.tanh(X))
+
+
+def test_malformed_reports_position(bryo_plugin_manager):
+    with pytest.raises(MoxSerializationError, match=r"malformed YSON.*line 2"):
+        yax.loads('<primitive="mox">[\n  <primitive="add"]', "yson")
+
+
+def test_deep_nesting_rejected(bryo_plugin_manager):
+    with pytest.raises(MoxSerializationError, match="deeper"):
+        yax.loads("[" * 100_000 + "]" * 100_000, "yson")
+
+
+def test_binary_yson_rejected(bryo_plugin_manager):
+    with pytest.raises(MoxSerializationError, match="binary"):
+        yax.loads(yson.dumps([1, 2], yson_format="binary"), "yson")
+
+
+def test_missing_primitive_and_hostile_param(bryo_plugin_manager):
+    with pytest.raises(MoxSerializationError, match="primitive"):
+        yax.loads("[]", "yson")
+    hostile = (
+        '<primitive="mox"; inputs=[]; results=[{name="b"; type="f32[]"}]>['
+        '<primitive="integer_pow"; y=<py=%true>"__import__(\'os\')"; '
+        'inputs=[{type="f32[]"; value=1.0}]; outputs=[{name="b"; type="f32[]"}]>#]'
+    )
+    with pytest.raises(MoxSerializationError):
+        yax.loads(hostile, "yson")
