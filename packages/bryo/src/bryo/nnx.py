@@ -85,3 +85,13 @@ from bryo_rngs import RngStream as RngStream
 from bryo_rngs import reseed as reseed
 from bryo_rngs import restore_rngs as restore_rngs
 from bryo_rngs import split_rngs_in_place as split_rngs_in_place
+from bryo_graph import Carry as Carry
+from bryo_graph import StateAxes as StateAxes
+from bryo_graph import grad as grad
+from bryo_graph import jit as jit
+from bryo_graph import remat as remat
+from bryo_graph import value_and_grad as value_and_grad
+from bryo_graph import vmap as vmap
+from bryo_scan import fork_rngs as fork_rngs
+from bryo_scan import lifted_scan as scan
+from bryo_scan import split_rngs as split_rngs

@@ -137,15 +137,30 @@ jax.tree_util.register_pytree_node(
 # The arguments' layout ------------------------------------------------------------------
 
 
+_kind_cache: dict[type, str | None] = {}
+_kind_epoch: list[tuple[int, int]] = [(-1, 0)]
+
+
 def _leaf_kind(value: object, registry: Any) -> str | None:
-    if isinstance(value, Variable):
-        return ROOT
-    if is_array_value(value):
-        return ARRAY
-    node_type = registry.lookup(type(value))
-    if node_type is not None and node_type.type not in CONTAINERS:
-        return ROOT
-    return None
+    """ARRAY, ROOT or None (a container or a static value), cached per type."""
+    cls = type(value)
+    epoch = (registry.epoch, registry.manager_id)
+    if _kind_epoch[0] != epoch:
+        _kind_cache.clear()
+        _kind_epoch[0] = epoch
+    try:
+        return _kind_cache[cls]
+    except KeyError:
+        pass
+    if issubclass(cls, Variable):
+        kind: str | None = ROOT
+    elif is_array_value(value):
+        kind = ARRAY
+    else:
+        node_type = registry.lookup(cls)
+        kind = ROOT if node_type is not None and node_type.type not in CONTAINERS else None
+    _kind_cache[cls] = kind
+    return kind
 
 
 def _layout(value: object, registry: Any, roots: list, arrays: list) -> Hashable:
@@ -571,9 +586,11 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
     if grouping.direct_ok and not out_roots and all(map(_is_jax_value, out_leaves)):
         direct = out
     else:
+        if specs is None:
+            specs = grouping.output_specs(out, out_treedef)
         plans = []
         root_position = 0
-        for leaf, spec in zip(out_leaves, specs, strict=True):  # type: ignore[arg-type]
+        for leaf, spec in zip(out_leaves, specs, strict=True):
             if is_graph_leaf(leaf):
                 plans.append(("graph", root_position))
                 root_position += 1
