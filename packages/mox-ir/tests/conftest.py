@@ -1,7 +1,6 @@
 import jax
 import jax.numpy as jnp
 import pytest
-
 from bryo_mox.testing import MLP, ToyBackend
 
 

@@ -1,7 +1,6 @@
 import jax
 import jax.numpy as jnp
 import pytest
-
 from bryo_mox import Equation, ModuleCall, Mox, MoxError, make_mox, query
 from bryo_mox.testing import MLP, ResBlock
 
@@ -18,7 +17,11 @@ def names(nodes):
 
 def test_attribute_tests(mox):
     assert names(query("//module_call[@features=4]", mox)) == ["layers/0", "layers/1"]
-    assert names(query('//module_call[@type="Linear"]', mox)) == ["layers/0", "layers/1", "layers/2"]
+    assert names(query('//module_call[@type="Linear"]', mox)) == [
+        "layers/0",
+        "layers/1",
+        "layers/2",
+    ]
     assert names(query('//module_call[@qualtype="bryo_mox.testing.Linear"]', mox))[0] == "layers/0"
     assert query('//module_call[@type="Dense"]', mox) == []
 
@@ -41,10 +44,14 @@ def test_paths_predicates_wildcards_parent_union(mox):
     assert names(query("/mox/module_call/module_call[last()]", mox)) == ["layers/2"]
     kids = query("/mox/module_call/*[self::module_call or self::custom_jvp_call]", mox)
     assert [type(n).__name__ for n in kids] == [
-        "ModuleCall", "Equation", "ModuleCall", "Equation", "ModuleCall"
+        "ModuleCall",
+        "Equation",
+        "ModuleCall",
+        "Equation",
+        "ModuleCall",
     ]
     assert query('//module_call[@type="Linear"]/..', mox) == top
-    both = query('//module_call[@features=2] | //module_call[@in_features=3]', mox)
+    both = query("//module_call[@features=2] | //module_call[@in_features=3]", mox)
     assert names(both) == ["layers/0", "layers/2"]  # document order
     assert query("count(//module_call)", mox) == 4.0
     assert names(query("//dot_general/..", mox)) == ["layers/0", "layers/1", "layers/2"]

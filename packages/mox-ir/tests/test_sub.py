@@ -2,9 +2,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from bryo_mox import MoxError, MoxTypeError, eval_mox, make_mox, query, sub
-from bryo_mox.testing import MLP, LoRA, Linear
+from bryo_mox.testing import MLP, Linear, LoRA
 
 
 @pytest.fixture
@@ -56,10 +55,16 @@ def test_every_linear_to_lora_new_params_at_root(mox, model, v):
     lora = LoRA(Linear(4, 4, key=jax.random.key(1)), rank=2, key=jax.random.key(2))
     lora_mox = make_mox(lambda m, x: m(x))(lora, v)
     new = sub('//module_call[@type="Linear"]', lora_mox, mox, with_state=True)
-    assert [k for k, _ in new.extra_params] == ["layers/0:0", "layers/0:1", "layers/1:0", "layers/1:1"]
+    assert [k for k, _ in new.extra_params] == [
+        "layers/0:0",
+        "layers/0:1",
+        "layers/1:0",
+        "layers/1:1",
+    ]
     assert names_types(new) == ["LoRA", "Linear", "LoRA", "Linear"]
     assert [n.name for n in query("//module_call[@type='LoRA']/module_call", new)] == [
-        "layers/0/base", "layers/1/base"
+        "layers/0/base",
+        "layers/1/base",
     ]
     extra = {k: jnp.full(s.shape, 0.1, s.dtype) for k, s in new.extra_params}
 
@@ -88,7 +93,7 @@ def test_type_mismatch_names_node_and_types(mox):
         sub('//custom_jvp_call[@name="relu"]', wrong, mox)
     bad_out = make_mox(lambda x: x.sum())(jnp.ones((2, 4)))
     with pytest.raises(MoxTypeError, match=r"returns \(f32\[\]\).*\(f32\[2,4\]\)"):
-        sub('//custom_jvp_call', bad_out, mox)
+        sub("//custom_jvp_call", bad_out, mox)
     assert str(mox) == before
 
 

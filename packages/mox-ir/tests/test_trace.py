@@ -2,7 +2,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from bryo_mox import Equation, ModuleCall, MoxError, eval_mox, make_mox
 from bryo_mox.testing import Counter, Linear, ResBlock
 
@@ -44,10 +43,12 @@ def test_eval_matches_original(toy, mlp, x):
 
 def test_eval_under_grad_vmap_scan(toy, mlp, x):
     mox = make_mox(apply)(mlp, x[0])
-    loss = lambda f: (lambda m: jnp.sum(f(m, x[0]) ** 2))
+    loss = lambda f: lambda m: jnp.sum(f(m, x[0]) ** 2)
     g_mox = jax.grad(loss(lambda m, v: eval_mox(mox, m, v)))(mlp)
     g_ref = jax.grad(loss(apply))(mlp)
-    for a, b in zip(jax.tree_util.tree_leaves(g_mox), jax.tree_util.tree_leaves(g_ref)):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(g_mox), jax.tree_util.tree_leaves(g_ref), strict=False
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-5)
     batched = jax.vmap(lambda v: eval_mox(mox, mlp, v))(x)
     np.testing.assert_allclose(batched, mlp(x), rtol=1e-6)
@@ -128,7 +129,9 @@ def test_static_kwargs_of_module_calls(toy):
 
     layer = Scale(2, 2, key=jax.random.key(0))
     mox = make_mox(lambda v: layer(v, double=True))(jnp.ones((1, 2)))
-    np.testing.assert_allclose(eval_mox(mox, jnp.ones((1, 2))), layer(jnp.ones((1, 2)), double=True))
+    np.testing.assert_allclose(
+        eval_mox(mox, jnp.ones((1, 2))), layer(jnp.ones((1, 2)), double=True)
+    )
 
 
 def test_pretty_printer(toy, mlp, x):

@@ -1,5 +1,4 @@
 import pytest
-
 from bryo_mox.testing import ToyBackend
 
 

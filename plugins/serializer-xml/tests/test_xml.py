@@ -1,14 +1,13 @@
+import bryo_mox as yax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from bryo_mox import MoxSerializationError
+from bryo_mox.testing import MLP, Linear, LoRA, ResBlock, assert_round_trip
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
-
-import bryo_mox as yax
-from bryo_mox import MoxSerializationError
-from bryo_mox.testing import MLP, Linear, LoRA, ResBlock, assert_round_trip
 
 X = jnp.linspace(-1.0, 1.0, 8).reshape(2, 4)
 
@@ -78,8 +77,12 @@ def test_lora_extra_params_round_trip(toy):
     model = MLP((4, 4, 4), key=jax.random.key(0))
     lora = LoRA(Linear(4, 4, key=jax.random.key(1)), rank=2, key=jax.random.key(2))
     mox = yax.make_mox(lambda m, v: m(v))(model, X)
-    new = yax.sub('//module_call[@type="Linear"]', yax.make_mox(lambda m, v: m(v))(lora, X),
-                  mox, with_state=True)
+    new = yax.sub(
+        '//module_call[@type="Linear"]',
+        yax.make_mox(lambda m, v: m(v))(lora, X),
+        mox,
+        with_state=True,
+    )
     extra = {k: jnp.full(s.shape, 0.3, s.dtype) for k, s in new.extra_params}
     back = assert_round_trip(new, "xml", model, X, extra)
     assert back.extra_params == new.extra_params
@@ -159,12 +162,15 @@ def test_malformed_reports_line(bryo_plugin_manager):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('<mox><foo_bar_p/></mox>', "unknown primitive"),
+        ("<mox><foo_bar_p/></mox>", "unknown primitive"),
         ('<mox><outputs type="f32[2]">q</outputs></mox>', "before it is defined"),
-        ('<mox><input>a</input></mox>', "type"),
+        ("<mox><input>a</input></mox>", "type"),
         ('<mox><input type="f99[2]">a</input></mox>', "dtype"),
-        ("<mox><integer_pow y=\"__import__('os').system('true')\"><input type=\"f32[]\" "
-         'value="1.0"/><output type="f32[]">b</output></integer_pow></mox>', "integer_pow"),
+        (
+            "<mox><integer_pow y=\"__import__('os').system('true')\"><input type=\"f32[]\" "
+            'value="1.0"/><output type="f32[]">b</output></integer_pow></mox>',
+            "integer_pow",
+        ),
     ],
 )
 def test_bad_documents(bryo_plugin_manager, text, message):

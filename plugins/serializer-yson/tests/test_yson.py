@@ -1,10 +1,9 @@
+import bryo_mox as yax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import yt.yson as yson
-
-import bryo_mox as yax
 from bryo_mox import MoxSerializationError
 from bryo_mox.testing import MLP, Linear, LoRA, ResBlock, assert_round_trip
 
@@ -40,8 +39,12 @@ def test_mlp_and_lora_round_trip(toy):
     lora = LoRA(Linear(4, 4, key=jax.random.key(1)), rank=2, key=jax.random.key(2))
     mox = yax.make_mox(lambda m, v: m(v))(model, X)
     assert_round_trip(mox, "yson", model, X)
-    new = yax.sub('//module_call[@type="Linear"]', yax.make_mox(lambda m, v: m(v))(lora, X),
-                  mox, with_state=True)
+    new = yax.sub(
+        '//module_call[@type="Linear"]',
+        yax.make_mox(lambda m, v: m(v))(lora, X),
+        mox,
+        with_state=True,
+    )
     extra = {k: jnp.full(s.shape, 0.3, s.dtype) for k, s in new.extra_params}
     assert_round_trip(new, "yson", model, X, extra)
 

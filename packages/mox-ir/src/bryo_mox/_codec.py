@@ -58,7 +58,8 @@ def encode(value: Any, *, strict: bool = True) -> str:
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         if _CLASSES.get(type(value).__name__) is type(value):
             fields = ", ".join(
-                f"{k}={encode(v, strict=strict)}" for k, v in zip(value._fields, value)
+                f"{k}={encode(v, strict=strict)}"
+                for k, v in zip(value._fields, value, strict=False)
             )
             return f"{type(value).__name__}({fields})"
     if isinstance(value, (tuple, list)):
@@ -67,12 +68,16 @@ def encode(value: Any, *, strict: bool = True) -> str:
             return f"[{', '.join(items)}]"
         return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
     if isinstance(value, dict):
-        items = [f"{encode(k, strict=strict)}: {encode(v, strict=strict)}" for k, v in value.items()]
+        items = [
+            f"{encode(k, strict=strict)}: {encode(v, strict=strict)}" for k, v in value.items()
+        ]
         return "{" + ", ".join(items) + "}"
     if isinstance(value, np.ndarray):
         return f"array({encode(value.tolist(), strict=strict)}, dtype({value.dtype.name!r}))"
     if strict:
-        raise Unencodable(f"a value of type {type(value).__name__} ({value!r:.60}) has no text form")
+        raise Unencodable(
+            f"a value of type {type(value).__name__} ({value!r:.60}) has no text form"
+        )
     return str(value)
 
 
@@ -140,7 +145,7 @@ def _eval(node: ast.AST) -> Any:
     if isinstance(node, ast.List):
         return [_eval(e) for e in node.elts]
     if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
-        return {_eval(k): _eval(v) for k, v in zip(node.keys, node.values)}
+        return {_eval(k): _eval(v) for k, v in zip(node.keys, node.values, strict=False)}
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         cls = _CLASSES.get(node.value.id)
         if cls is not None and issubclass(cls, enum.Enum) and node.attr in cls.__members__:

@@ -72,7 +72,7 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...]) -> list[Any]:
     expected = len(mox.block.invars) - len(extra)
     if len(leaves) != expected:
         raise MoxError(f"`args` have {len(leaves)} leaves; the MoX takes {expected}.")
-    for index, (leaf, var) in enumerate(zip(leaves + extra, mox.block.invars)):
+    for index, (leaf, var) in enumerate(zip(leaves + extra, mox.block.invars, strict=False)):
         shape = getattr(leaf, "shape", ())
         if tuple(shape) != tuple(var.aval.shape):
             raise MoxError(
@@ -96,8 +96,10 @@ def eval_block(block: Block, args: Sequence[Any], *, inline_custom: bool = False
 
     for node in block.nodes:
         ins = [read(a) for a in node.invars]
-        if inline_custom and isinstance(node, Equation) and node.primitive.name in (
-            CUSTOM_DERIVATIVE_NAMES
+        if (
+            inline_custom
+            and isinstance(node, Equation)
+            and node.primitive.name in (CUSTOM_DERIVATIVE_NAMES)
         ):
             ((_, _, body),) = [r for r in node.regions if r[0] == "call_jaxpr"]
             outs = eval_block(body, ins, inline_custom=True)
@@ -140,11 +142,20 @@ def _single(eqn: jex.JaxprEqn) -> tuple[jex.Jaxpr, list[int]]:
             positions.append(i)
     outvars = [jex.Var(v.aval) for v in eqn.outvars]
     single = jex.new_jaxpr_eqn(
-        list(eqn.invars), outvars, eqn.primitive, eqn.params, eqn.effects,
-        eqn.source_info, eqn.ctx,
+        list(eqn.invars),
+        outvars,
+        eqn.primitive,
+        eqn.params,
+        eqn.effects,
+        eqn.source_info,
+        eqn.ctx,
     )
     jaxpr = jex.Jaxpr(
-        [], invars, outvars, [single], eqn.effects,
+        [],
+        invars,
+        outvars,
+        [single],
+        eqn.effects,
         jex.DebugInfo("eval_mox", eqn.primitive.name, None, None),
     )
     if len(_single_cache) > 100_000:

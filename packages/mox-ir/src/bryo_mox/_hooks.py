@@ -99,9 +99,7 @@ def serializer_for(format: str | None = None, path: str | None = None) -> Serial
         return table[format]
     assert path is not None
     name = str(path).lower()
-    matches = [
-        (len(ext), s) for s in table.values() for ext in s.extensions if name.endswith(ext)
-    ]
+    matches = [(len(ext), s) for s in table.values() for ext in s.extensions if name.endswith(ext)]
     if not matches:
         known: Sequence[str] = sorted(ext for s in table.values() for ext in s.extensions)
         raise MoxError(

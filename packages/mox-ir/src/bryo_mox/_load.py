@@ -82,9 +82,10 @@ def from_document(doc: DocNode) -> Mox:
     extra_keys = tuple(doc.attrs.get("extra") or ())
     if len(extra_keys) > len(avals):
         raise MoxSerializationError("attr `extra` names more parameters than the root has.")
-    extra_avals = avals[len(avals) - len(extra_keys):]
+    extra_avals = avals[len(avals) - len(extra_keys) :]
     extra = tuple(
-        (str(k), jax.ShapeDtypeStruct(a.shape, a.dtype)) for k, a in zip(extra_keys, extra_avals)
+        (str(k), jax.ShapeDtypeStruct(a.shape, a.dtype))
+        for k, a in zip(extra_keys, extra_avals, strict=False)
     )
     if in_tree is not None and in_tree.num_leaves != len(avals) - len(extra):
         in_tree = None
@@ -142,10 +143,9 @@ def run_block(doc: DocNode, args: Sequence[Any], names: Sequence[str]) -> list[A
         outs = run_node(child, ins)
         if len(outs) != len(child.outputs):
             raise MoxSerializationError(
-                f"<{child.tag}> produces {len(outs)} values but lists {len(child.outputs)} "
-                "outputs."
+                f"<{child.tag}> produces {len(outs)} values but lists {len(child.outputs)} outputs."
             )
-        for port, value in zip(child.outputs, outs):
+        for port, value in zip(child.outputs, outs, strict=False):
             if port.name is None:
                 raise MoxSerializationError(f"an output of <{child.tag}> has no name.")
             if not same_type(parse_type(port.type), value):
@@ -161,21 +161,25 @@ def run_node(doc: DocNode, ins: list[Any]) -> list[Any]:
     """Evaluate one document node on its input values."""
     if doc.tag == "module_call":
         return _module_call(doc, ins)
-    regions = {(c.attrs.get("param"), c.attrs.get("index")): c
-               for c in doc.children if c.tag == "region"}
+    regions = {
+        (c.attrs.get("param"), c.attrs.get("index")): c for c in doc.children if c.tag == "region"
+    }
     if doc.tag in JIT_ALIASES:
         body = _region_fn(regions, "jaxpr", doc)
         body.__name__ = body.__qualname__ = str(doc.attrs.get("name", "jit"))
         jitted = jax.jit(
-            body, inline=bool(doc.attrs.get("inline", False)),
+            body,
+            inline=bool(doc.attrs.get("inline", False)),
             keep_unused=bool(doc.attrs.get("keep_unused", False)),
         )
         return list(jitted(*ins))
     if doc.tag in CUSTOM_DERIVATIVE_NAMES:
         rule_key = "jvp" if doc.tag == "custom_jvp_call" else "vjp"
         fun = rebuild_custom(
-            doc.tag, str(doc.attrs.get("name") or doc.tag),
-            _region_fn(regions, "call_jaxpr", doc), _region_fn(regions, rule_key, doc),
+            doc.tag,
+            str(doc.attrs.get("name") or doc.tag),
+            _region_fn(regions, "call_jaxpr", doc),
+            _region_fn(regions, rule_key, doc),
             ins,
         )
         return fun(*ins)
@@ -187,7 +191,8 @@ def _module_call(doc: DocNode, ins: list[Any]) -> list[Any]:
     n_state = int(attrs.get("state_inputs", 0))
     n_state_out = int(attrs.get("state_outputs", 0))
     info = ModuleInfo(
-        str(attrs.get("qualtype") or attrs.get("type") or "module"), str(attrs.get("name", "")),
+        str(attrs.get("qualtype") or attrs.get("type") or "module"),
+        str(attrs.get("name", "")),
         {k: v for k, v in attrs.items() if k not in MODULE_ATTRS},
     )
     names = [_name(p, "module_call input") for p in doc.inputs]
@@ -203,7 +208,7 @@ def _module_call(doc: DocNode, ins: list[Any]) -> list[Any]:
 def _region_fn(regions: dict[Any, DocNode], key: str, doc: DocNode) -> Any:
     region = regions.get((key, None))
     if region is None:
-        raise MoxSerializationError(f"<{doc.tag}> lacks its <region param=\"{key}\">.")
+        raise MoxSerializationError(f'<{doc.tag}> lacks its <region param="{key}">.')
     names = [_name(p, "region input") for p in region.inputs]
     return lambda *xs: run_block(region, xs, names)
 
@@ -219,9 +224,7 @@ def _bind(doc: DocNode, ins: list[Any], regions: dict[Any, DocNode]) -> list[Any
         for index, region in by_index.items():
             names = [_name(p, "region input") for p in region.inputs]
             avals = [_type(p) for p in region.inputs]
-            closed = jax.make_jaxpr(
-                lambda *xs, _r=region, _n=names: run_block(_r, xs, _n)
-            )(*avals)
+            closed = jax.make_jaxpr(lambda *xs, _r=region, _n=names: run_block(_r, xs, _n))(*avals)
             if not region.attrs.get("closed", True):
                 if closed.consts:
                     raise MoxSerializationError(
@@ -230,9 +233,7 @@ def _bind(doc: DocNode, ins: list[Any], regions: dict[Any, DocNode]) -> list[Any
                     )
                 closed = closed.jaxpr
             traced[index] = closed
-        params[key] = traced[None] if None in traced else tuple(
-            traced[i] for i in sorted(traced)
-        )
+        params[key] = traced[None] if None in traced else tuple(traced[i] for i in sorted(traced))
     try:
         out = prim.bind(*ins, **params)
     except Exception as error:

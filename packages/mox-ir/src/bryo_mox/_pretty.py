@@ -73,8 +73,17 @@ def _block(block: Block, namer: Namer, indent: int) -> str:
 
 
 _HIDDEN_JIT_PARAMS = frozenset(
-    {"in_shardings", "out_shardings", "in_layouts", "out_layouts", "donated_invars",
-     "ctx_mesh", "compiler_options_kvs", "keep_unused", "inline"}
+    {
+        "in_shardings",
+        "out_shardings",
+        "in_layouts",
+        "out_layouts",
+        "donated_invars",
+        "ctx_mesh",
+        "compiler_options_kvs",
+        "keep_unused",
+        "inline",
+    }
 )
 
 

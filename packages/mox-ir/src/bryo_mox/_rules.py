@@ -49,18 +49,20 @@ def derivative_rule_region(node: Equation) -> tuple[str, Block]:
 
         def rule(*xs: Any) -> list[Any]:
             tangents = iter(xs[n:])
-            full = [next(tangents) if d else np.zeros(a.shape, jax.dtypes.float0)
-                    for a, d in zip(in_avals, diff)]
+            full = [
+                next(tangents) if d else np.zeros(a.shape, jax.dtypes.float0)
+                for a, d in zip(in_avals, diff, strict=False)
+            ]
             return list(jax.jvp(primal, tuple(xs[:n]), tuple(full))[1])
 
-        extra = [a for a, d in zip(in_avals, diff) if d]
+        extra = [a for a, d in zip(in_avals, diff, strict=False) if d]
     else:
         key = "vjp"
 
         def rule(*xs: Any) -> list[Any]:
             _, pullback = jax.vjp(primal, *xs[:n])
             grads = pullback(list(xs[n:]))
-            return [g for g, d in zip(grads, diff) if d]
+            return [g for g, d in zip(grads, diff, strict=False) if d]
 
         extra = out_avals
     avals = [_sds(a) for a in [*in_avals, *extra]]
@@ -94,7 +96,7 @@ def rebuild_custom(
         wrapped = jax.custom_jvp(fun)
 
         def jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> Any:
-            float_tangents = [t for t, d in zip(tangents, diff) if d]
+            float_tangents = [t for t, d in zip(tangents, diff, strict=False) if d]
             return fun(*primals), tuple(rule(*primals, *float_tangents))
 
         wrapped.defjvp(jvp)

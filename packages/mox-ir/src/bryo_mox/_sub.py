@@ -113,12 +113,16 @@ def _resolve(target: Any, mox: Mox, with_state: bool) -> list[_Target]:
         found[location] = node
     locations = sorted(found, key=_sort_key)
     kept = [
-        loc for loc in locations
+        loc
+        for loc in locations
         if not any(loc[: len(other)] == other and loc != other for other in locations)
     ]
     return [
-        _Target(found[loc], loc, found[loc].n_state
-                if isinstance(found[loc], ModuleCall) and not with_state else 0)
+        _Target(
+            found[loc],
+            loc,
+            found[loc].n_state if isinstance(found[loc], ModuleCall) and not with_state else 0,
+        )
         for loc in kept
     ]
 
@@ -174,7 +178,7 @@ def _check_and_name(targets: list[_Target], replacement: Mox, mox: Mox) -> None:
     labels: dict[str, int] = {}
     for target in targets:
         node = target.node
-        node_in = [v.aval for v in node.invars][target.n_skip:]
+        node_in = [v.aval for v in node.invars][target.n_skip :]
         node_out = [v.aval for v in node.outvars]
         what = describe(node, target.location)
         if len(repl_in) < len(node_in):
@@ -184,7 +188,7 @@ def _check_and_name(targets: list[_Target], replacement: Mox, mox: Mox) -> None:
                 "node's inputs."
             )
         n_new = len(repl_in) - len(node_in)
-        for i, (want, got) in enumerate(zip(node_in, repl_in[n_new:])):
+        for i, (want, got) in enumerate(zip(node_in, repl_in[n_new:], strict=False)):
             if not same_type(want, got):
                 raise MoxTypeError(
                     f"`replacement` input {n_new + i} has type {type_str(got)}, but {what} "
@@ -196,8 +200,10 @@ def _check_and_name(targets: list[_Target], replacement: Mox, mox: Mox) -> None:
                 f"`replacement` returns {_types(repl_out)}, but {what} returns "
                 f"{_types(node_out)}; outputs must match in number, shape and dtype."
             )
-        label = node.name if isinstance(node, ModuleCall) else (
-            f"{node.primitive.name}/{node.name}" if node.name else node.primitive.name
+        label = (
+            node.name
+            if isinstance(node, ModuleCall)
+            else (f"{node.primitive.name}/{node.name}" if node.name else node.primitive.name)
         )
         labels[label] = labels.get(label, 0) + 1
         if labels[label] > 1 or any(k.startswith(f"{label}:") for k in used):
@@ -223,14 +229,15 @@ def _replay_root(mox: Mox, replacement: Mox, targets: list[_Target]) -> Mox:
     n_old = len(mox.block.invars)
 
     def flat(*xs: Any) -> list[Any]:
-        plan.extra = dict(zip(new_keys, xs[n_old:]))
+        plan.extra = dict(zip(new_keys, xs[n_old:], strict=False))
         return replay_block(mox.block, xs[:n_old], plan, ())
 
     avals = [_sds(v.aval) for v in mox.block.invars] + [_sds(a) for a in new_avals]
     with intercepting():
         closed = jax.make_jaxpr(flat)(*avals)
     extra = mox.extra_params + tuple(
-        (k, jax.ShapeDtypeStruct(a.shape, a.dtype)) for k, a in zip(new_keys, new_avals)
+        (k, jax.ShapeDtypeStruct(a.shape, a.dtype))
+        for k, a in zip(new_keys, new_avals, strict=False)
     )
     return Mox(convert_closed(closed), mox.in_tree, mox.out_tree, extra)
 
@@ -240,7 +247,10 @@ def _sds(aval: Any) -> jax.ShapeDtypeStruct:
 
 
 def replay_block(
-    block: Block, args: Sequence[Any], plan: _Plan | None, location: Location,
+    block: Block,
+    args: Sequence[Any],
+    plan: _Plan | None,
+    location: Location,
     prefix: str | None = None,
 ) -> list[Any]:
     """Evaluate `block` inside a trace, re-emitting module calls as module regions and
@@ -271,7 +281,7 @@ def replay_block(
 def _apply(plan: _Plan, target: _Target, ins: list[Any]) -> list[Any]:
     extra = [plan.extra[k] for k in target.keys]
     prefix = target.node.name if isinstance(target.node, ModuleCall) else None
-    return replay_block(plan.replacement.block, [*extra, *ins[target.n_skip:]], None, (), prefix)
+    return replay_block(plan.replacement.block, [*extra, *ins[target.n_skip :]], None, (), prefix)
 
 
 def _replay_module(
@@ -279,13 +289,13 @@ def _replay_module(
 ) -> list[Any]:
     def fn(state: list[Any], args: list[Any]) -> tuple[list[Any], list[Any]]:
         outs = replay_block(node.body, [*state, *args], plan, loc, prefix)
-        return outs[: node.n_state_out], outs[node.n_state_out:]
+        return outs[: node.n_state_out], outs[node.n_state_out :]
 
     info = node.info
     if prefix is not None:
         name = "/".join(part for part in (prefix, info.name) if part)
         info = ModuleInfo(info.type, name, info.attrs)
-    new_state, out = call_region(info, fn, ins[: node.n_state], ins[node.n_state:])
+    new_state, out = call_region(info, fn, ins[: node.n_state], ins[node.n_state :])
     return [*new_state, *out]
 
 
@@ -302,6 +312,7 @@ def _rebuild_equation(node: Node, ins: list[Any], plan: _Plan, loc: Location) ->
         body.__name__ = body.__qualname__ = str(params.get("name", "jit"))
         return jax.jit(body, inline=params.get("inline", False))(*ins)
     for r, (key, index, region) in enumerate(node.regions):
+
         def body(*xs: Any, _region: Block = region, _r: int = r) -> list[Any]:
             return replay_block(_region, xs, plan, (*loc, ("region", _r)))
 

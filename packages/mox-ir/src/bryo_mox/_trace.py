@@ -229,22 +229,29 @@ def convert(jaxpr: jex.Jaxpr, consts: Sequence[Any] = ()) -> Block:
     nodes = []
     for eqn in jaxpr.eqns:
         invars = [read(a) for a in eqn.invars]
-        if any(a is not b for a, b in zip(invars, eqn.invars)):
+        if any(a is not b for a, b in zip(invars, eqn.invars, strict=False)):
             eqn = jex.new_jaxpr_eqn(
-                invars, eqn.outvars, eqn.primitive, eqn.params, eqn.effects,
-                eqn.source_info, eqn.ctx,
+                invars,
+                eqn.outvars,
+                eqn.primitive,
+                eqn.params,
+                eqn.effects,
+                eqn.source_info,
+                eqn.ctx,
             )
         marker = _marker_of(eqn)
         if marker is None:
             regions = tuple(
-                (key, index, _convert_any(value))
-                for key, index, value in jaxpr_params(eqn.params)
+                (key, index, _convert_any(value)) for key, index, value in jaxpr_params(eqn.params)
             )
             nodes.append(Equation(eqn, regions))
         else:
             nodes.append(_module_call(eqn, marker, subst))
     return Block(
-        tuple(jaxpr.constvars), tuple(consts), tuple(jaxpr.invars), tuple(nodes),
+        tuple(jaxpr.constvars),
+        tuple(consts),
+        tuple(jaxpr.invars),
+        tuple(nodes),
         tuple(read(a) for a in jaxpr.outvars),
     )
 
@@ -274,7 +281,10 @@ def _module_call(eqn: jex.JaxprEqn, marker: _Marker, subst: dict[Var, Any]) -> M
         else:
             keep.append(i)
     body = Block(
-        body.constvars, body.consts, body.invars, body.nodes,
+        body.constvars,
+        body.consts,
+        body.invars,
+        body.nodes,
         tuple(body.outvars[i] for i in keep),
     )
     return ModuleCall(

@@ -15,9 +15,28 @@ import numpy as np
 from ._errors import MoxError
 
 _DTYPE_NAMES = (
-    "bool", "int4", "int8", "int16", "int32", "int64", "uint4", "uint8", "uint16", "uint32",
-    "uint64", "bfloat16", "float16", "float32", "float64", "complex64", "complex128",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3b11fnuz", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "bool",
+    "int4",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint4",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bfloat16",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
 )
 _TYPE_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\[([0-9,\s]*)\](\{weak\})?\s*$")
 
@@ -26,8 +45,11 @@ def short_dtype_name(dtype: np.dtype) -> str:
     """`float32` -> `f32`, `uint8` -> `u8`, `bfloat16` -> `bf16`, `bool` -> `bool`."""
     name = np.dtype(dtype).name
     return (
-        name.replace("bfloat", "bf").replace("float", "f").replace("uint", "u")
-        .replace("int", "i").replace("complex", "c")
+        name.replace("bfloat", "bf")
+        .replace("float", "f")
+        .replace("uint", "u")
+        .replace("int", "i")
+        .replace("complex", "c")
     )
 
 
@@ -41,7 +63,9 @@ def _known_dtypes() -> dict[str, np.dtype]:
         table[short_dtype_name(dtype)] = dtype
         table[name] = dtype
     table["fp32"], table["fp16"], table["fp64"] = (
-        table["f32"], table["f16"], table["f64"],
+        table["f32"],
+        table["f16"],
+        table["f64"],
     )
     return table
 

@@ -42,7 +42,10 @@ def port_attrs(port: Port) -> dict[str, str]:
 
 
 def build_element(
-    doc: DocNode, parent: etree._Element | None = None, *, on_element: Any = None,
+    doc: DocNode,
+    parent: etree._Element | None = None,
+    *,
+    on_element: Any = None,
     const_data: Any = None,
 ) -> etree._Element:
     """lxml elements for a document; `on_element(element, doc_or_port)` sees each one."""
@@ -103,8 +106,7 @@ class ElementView:
 
 
 _ALIAS_RES = {
-    alias: re.compile(rf"(?<![\w@$.-]){alias}(?![\w.(-])")
-    for alias in JIT_ALIASES - {JIT_NAME}
+    alias: re.compile(rf"(?<![\w@$.-]){alias}(?![\w.(-])") for alias in JIT_ALIASES - {JIT_NAME}
 }
 _STRING = re.compile(r"(\"[^\"]*\"|'[^']*')")
 
@@ -113,7 +115,7 @@ def rewrite_aliases(xpath: str) -> str:
     """Spell jit as the running jax does: `//pjit[...]` -> `//jit[...]` (names, not strings)."""
     parts = _STRING.split(xpath)
     for i in range(0, len(parts), 2):
-        for alias, pattern in _ALIAS_RES.items():
+        for pattern in _ALIAS_RES.values():
             parts[i] = pattern.sub(JIT_NAME, parts[i])
     return "".join(parts)
 
@@ -157,5 +159,7 @@ def query(xpath: str, mox: Mox) -> Any:
     if not isinstance(result, list):
         return result
     objects = view.objects
-    return [objects.get(item, item) if isinstance(item, etree._Element) else str(item)
-            for item in result]
+    return [
+        objects.get(item, item) if isinstance(item, etree._Element) else str(item)
+        for item in result
+    ]

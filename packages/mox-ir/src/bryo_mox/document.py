@@ -12,7 +12,13 @@ translate `DocNode` trees to and from their syntax, so every format shares one s
   the caller's atoms (`bind` names the body's variable when it differs), its `outputs`
   the caller's variables, its `children` and `results` the body;
 - an equation has the primitive's name as tag, its params as attrs, and one child
-  `region` (attrs `param`, `index`) per sub-jaxpr, built like a module body.
+  `region` (attrs `param`, `index`, `closed`) per sub-jaxpr, built like a module body;
+  custom derivative equations add a `jvp` or `vjp` region holding their rule.
+
+Attr values are Python values (ints, floats, bools, strings, `None`, tuples, numpy
+dtypes, jax enums and named tuples); formats without such types write them with
+`encode`/`encode_attr` and read them back with `decode`/`decode_attr` (a safe parser, no
+`eval`). Types are strings (`type_str`, `parse_type`): `f32[2,3]`, `f32[]{weak}`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ import numpy as np
 from jax.extend import core as jex
 
 from ._codec import Unencodable, encode
+from ._codec import decode as decode
+from ._codec import decode_attr as decode_attr
+from ._codec import encode_attr as encode_attr
 from ._errors import MoxSerializationError
 from ._ir import (
     CUSTOM_DERIVATIVE_NAMES,
@@ -37,7 +46,8 @@ from ._ir import (
     Node,
 )
 from ._pretty import Namer
-from ._types import type_str
+from ._types import parse_type as parse_type
+from ._types import type_str as type_str
 
 #: Documents nested deeper than this are rejected when read.
 MAX_DEPTH = 200
@@ -113,7 +123,8 @@ def to_document(mox: Mox, *, strict: bool = True, rules: bool | None = None) -> 
     root = DocNode("mox", node=mox, location=())
     writer.block(root, mox.block, ())
     root.attrs.update(
-        in_tree=writer.tree(mox.in_tree), out_tree=writer.tree(mox.out_tree),
+        in_tree=writer.tree(mox.in_tree),
+        out_tree=writer.tree(mox.out_tree),
         extra=tuple(k for k, _ in mox.extra_params),
     )
     return root
@@ -131,8 +142,10 @@ class _Writer:
         return Port(self.namer(atom), type_str(atom.aval, weak=True))
 
     def block(self, doc: DocNode, block: Block, location: tuple[Any, ...]) -> None:
-        for var, value in zip(block.constvars, block.consts):
-            doc.consts.append(Const(self.namer(var), type_str(var.aval, weak=True), np.asarray(value)))
+        for var, value in zip(block.constvars, block.consts, strict=False):
+            doc.consts.append(
+                Const(self.namer(var), type_str(var.aval, weak=True), np.asarray(value))
+            )
         if not doc.inputs:
             doc.inputs = [self.port(v) for v in block.invars]
         for index, node in enumerate(block.nodes):
@@ -165,9 +178,7 @@ class _Writer:
         for r, (key, index, region) in enumerate(node.regions):
             param = node.params[key] if index is None else node.params[key][index]
             closed = isinstance(param, jex.ClosedJaxpr)
-            doc.children.append(
-                self.region(key, index, region, (*location, ("region", r)), closed)
-            )
+            doc.children.append(self.region(key, index, region, (*location, ("region", r)), closed))
         if self.rules and node.primitive.name in CUSTOM_DERIVATIVE_NAMES:
             from ._rules import derivative_rule_region
 
@@ -176,7 +187,11 @@ class _Writer:
         return doc
 
     def region(
-        self, key: str, index: int | None, block: Block, location: tuple[Any, ...],
+        self,
+        key: str,
+        index: int | None,
+        block: Block,
+        location: tuple[Any, ...],
         closed: bool = True,
     ) -> DocNode:
         attrs: dict[str, Any] = {"param": key, "closed": closed}
@@ -194,8 +209,11 @@ class _Writer:
 
     def module_attrs(self, node: ModuleCall) -> dict[str, Any]:
         attrs: dict[str, Any] = {
-            "type": node.info.short_type, "qualtype": node.info.type, "name": node.info.name,
-            "state_inputs": node.n_state, "state_outputs": node.n_state_out,
+            "type": node.info.short_type,
+            "qualtype": node.info.type,
+            "name": node.info.name,
+            "state_inputs": node.n_state,
+            "state_outputs": node.n_state_out,
         }
         for key, value in node.info.attrs.items():
             attrs[key] = self.checked(value, f"attribute `{key}` of module_call {node.name!r}")
@@ -259,5 +277,3 @@ def literal_value(port: Port) -> Any:
     value = np.asarray(port.value, dtype=aval.dtype)
     # A weakly typed literal is a Python scalar to jax; keep it one.
     return value.item() if aval.weak_type and value.ndim == 0 else value
-
-

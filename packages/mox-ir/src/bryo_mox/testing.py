@@ -65,7 +65,7 @@ class Module:
         keys, static = aux
         obj = object.__new__(cls)
         vars(obj).update(static)
-        vars(obj).update(zip(keys, children))
+        vars(obj).update(zip(keys, children, strict=False))
         return obj
 
     def static_attrs(self) -> dict[str, Any]:
@@ -92,8 +92,9 @@ class Module:
             finally:
                 _assign(self, treedef, saved)
 
-        info = ModuleInfo(f"{type(self).__module__}.{type(self).__qualname__}", name,
-                          self.static_attrs())
+        info = ModuleInfo(
+            f"{type(self).__module__}.{type(self).__qualname__}", name, self.static_attrs()
+        )
         return handler(info, leaves, pure, lambda s: _assign(self, treedef, s), args, kwargs)
 
     def _run(self, name: str, args: Any, kwargs: Any) -> Any:
@@ -130,7 +131,7 @@ def _copy_into(dst: Module, src: Module) -> None:
         if isinstance(current, Module):
             _copy_into(current, value)
         elif isinstance(current, (list, tuple)) and any(isinstance(v, Module) for v in current):
-            for d, s in zip(current, value):
+            for d, s in zip(current, value, strict=False):
                 _copy_into(d, s)
         else:
             setattr(dst, key, value)
@@ -163,7 +164,7 @@ class MLP(Module):
 
     def __init__(self, sizes: tuple[int, ...], *, key: jax.Array) -> None:
         keys = jax.random.split(key, len(sizes) - 1)
-        self.layers = [Linear(a, b, key=k) for a, b, k in zip(sizes, sizes[1:], keys)]
+        self.layers = [Linear(a, b, key=k) for a, b, k in zip(sizes, sizes[1:], keys, strict=False)]
 
     def forward(self, x: jax.Array) -> jax.Array:
         for layer in self.layers[:-1]:
@@ -228,10 +229,17 @@ def document_signature(mox: Any) -> list[tuple[Any, ...]]:
 
     def walk(doc: Any, depth: int) -> None:
         attrs = tuple(sorted((k, repr(v)) for k, v in doc.attrs.items()))
-        rows.append((
-            depth, doc.tag, attrs, tuple(map(port, doc.inputs)), tuple(map(port, doc.outputs)),
-            tuple(map(port, doc.results)), tuple((c.name, c.type) for c in doc.consts),
-        ))
+        rows.append(
+            (
+                depth,
+                doc.tag,
+                attrs,
+                tuple(map(port, doc.inputs)),
+                tuple(map(port, doc.outputs)),
+                tuple(map(port, doc.results)),
+                tuple((c.name, c.type) for c in doc.consts),
+            )
+        )
         for child in doc.children:
             walk(child, depth + 1)
 
@@ -256,6 +264,8 @@ def assert_round_trip(mox: Any, format: str, *args: Any) -> Any:
         got = eval_mox(back, *jax.tree_util.tree_leaves(plain), *extra)
     else:
         got = eval_mox(back, *args)
-    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected), strict=False
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
     return back

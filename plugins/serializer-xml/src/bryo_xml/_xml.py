@@ -14,11 +14,16 @@ import sys
 
 import numpy as np
 from bryo_mox import MoxSerializationError
-from bryo_mox.document import MAX_DEPTH, Const, DocNode, Port, build_element
+from bryo_mox.document import (
+    MAX_DEPTH,
+    Const,
+    DocNode,
+    Port,
+    build_element,
+    decode_attr,
+    parse_type,
+)
 from lxml import etree
-
-from bryo_mox._codec import decode_attr
-from bryo_mox._types import parse_type
 
 #: Files larger than this are refused before parsing.
 MAX_BYTES = 256 * 1024 * 1024
@@ -40,8 +45,14 @@ def dumps(doc: DocNode) -> str:
 
 def _parser() -> etree.XMLParser:
     return etree.XMLParser(
-        resolve_entities=False, no_network=True, huge_tree=False, load_dtd=False,
-        dtd_validation=False, remove_comments=True, remove_pis=True, strip_cdata=False,
+        resolve_entities=False,
+        no_network=True,
+        huge_tree=False,
+        load_dtd=False,
+        dtd_validation=False,
+        remove_comments=True,
+        remove_pis=True,
+        strip_cdata=False,
     )
 
 
@@ -57,13 +68,16 @@ def loads(data: str | bytes) -> DocNode:
             column = index - (raw.rfind(b"\n", 0, index) + 1) + 1
             raise MoxSerializationError(
                 "MoX XML may not contain a DTD or entity declarations (refused for safety)",
-                line=line, position=column,
+                line=line,
+                position=column,
             )
     try:
         root = etree.fromstring(raw, _parser())
     except etree.XMLSyntaxError as error:
         line, column = error.position if error.position else (None, None)
-        raise MoxSerializationError(f"malformed XML: {error.msg}", line=line, position=column) from None
+        raise MoxSerializationError(
+            f"malformed XML: {error.msg}", line=line, position=column
+        ) from None
     return _element_to_doc(root, 1)
 
 

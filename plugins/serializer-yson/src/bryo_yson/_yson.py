@@ -17,10 +17,7 @@ from typing import Any
 import numpy as np
 import yt.yson as yson
 from bryo_mox import MoxError, MoxSerializationError
-from bryo_mox.document import MAX_DEPTH, Const, DocNode, Port
-
-from bryo_mox._codec import decode, encode
-from bryo_mox._types import parse_type
+from bryo_mox.document import MAX_DEPTH, Const, DocNode, Port, decode, encode, parse_type
 
 MAX_BYTES = 256 * 1024 * 1024
 #: YSON nesting allowed: a MoX node takes up to 4 YSON levels (list, attributes, port list,
@@ -136,7 +133,8 @@ def _scan(raw: bytes) -> None:
         if byte < 0x09 or byte in (0x0B, 0x0C) or 0x0E <= byte < 0x20:
             raise MoxSerializationError(
                 "binary YSON is not accepted; write text YSON",
-                line=line, position=index - line_start + 1,
+                line=line,
+                position=index - line_start + 1,
             )
         if byte == 0x22:
             in_string = True
@@ -145,7 +143,8 @@ def _scan(raw: bytes) -> None:
             if depth > MAX_NESTING:
                 raise MoxSerializationError(
                     f"YSON nested deeper than {MAX_NESTING} levels; refusing to read it",
-                    line=line, position=index - line_start + 1,
+                    line=line,
+                    position=index - line_start + 1,
                 )
         elif byte in (0x5D, 0x7D, 0x3E):
             depth -= 1
@@ -165,7 +164,9 @@ def loads(data: str | bytes) -> DocNode:
         line = raw.count(b"\n", 0, offset) + 1
         column = offset - (raw.rfind(b"\n", 0, offset) + 1) + 1
         message = getattr(error, "message", None) or str(error)
-        raise MoxSerializationError(f"malformed YSON: {message}", line=line, position=column) from None
+        raise MoxSerializationError(
+            f"malformed YSON: {message}", line=line, position=column
+        ) from None
     return _yson_to_node(tree, 1)
 
 
@@ -198,7 +199,9 @@ def _yson_to_port(port: Any, tag: str) -> Port:
         raise MoxSerializationError(f"a port of `{tag}` has neither `name` nor `value`.")
     bind = port.get("bind")
     return Port(
-        None if name is None else str(name), str(port["type"]), value,
+        None if name is None else str(name),
+        str(port["type"]),
+        value,
         None if bind is None else str(bind),
     )
 
