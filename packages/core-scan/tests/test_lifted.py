@@ -1,0 +1,287 @@
+"""The graph-level `lifted_scan`, and `split_rngs`/`fork_rngs` around transforms.
+
+Modules are plain `bryo_graph.Object`s; rng streams come from `bryo_rngs`. Three traps of
+the anchor each have a test: one key reused across a vmapped batch, split keys restored
+on exit breaking a later scan, and streams left out of a split replaying their keys.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from bryo_graph import Carry, Object, Param, StateAxes, TransformError, Variable, grad, jit, vmap
+from bryo_rngs import Rngs
+from bryo_scan import ScanCheckpointPolicy, fork_rngs, lifted_scan, split_rngs
+
+
+class Count(Variable):
+    pass
+
+
+class Layer(Object):
+    def __init__(self, seed: jax.Array | int) -> None:
+        self.w = Param(jax.random.normal(jax.random.key(seed), (2, 2)) * 0.5)
+        self.calls = Count(jnp.array(0))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        self.calls.value += 1
+        return jnp.tanh(x @ self.w)
+
+
+@vmap(in_axes=0, out_axes=0)
+def make_stack(seed: jax.Array) -> Layer:
+    return Layer(seed)
+
+
+@lifted_scan(in_axes=(Carry, 0), out_axes=Carry)
+def run_stack(x: jax.Array, layer: Layer) -> jax.Array:
+    return layer(x)
+
+
+def unrolled(x: jax.Array, weights: jax.Array) -> jax.Array:
+    for w in weights:
+        x = jnp.tanh(x @ w)
+    return x
+
+
+X = jnp.ones((3, 2))
+
+
+def test_scan_over_a_stack_of_layers_matches_the_loop() -> None:
+    stack = make_stack(jnp.arange(4))
+    weights = stack.w.value
+    np.testing.assert_allclose(run_stack(X, stack), unrolled(X, weights), rtol=1e-6)
+    np.testing.assert_array_equal(stack.calls.value, [1, 1, 1, 1])  # scanned state, restacked
+    run_stack(X, stack)
+    np.testing.assert_array_equal(stack.calls.value, [2, 2, 2, 2])
+
+
+class Cell(Object):
+    def __init__(self) -> None:
+        self.w = Param(jnp.eye(2) * 0.5)
+        self.steps = Count(jnp.array(0))
+        self.last = Variable(jnp.zeros(2), tag="broadcast")
+
+    def __call__(self, h: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        h = jnp.tanh(h @ self.w + x)
+        self.steps.value += 1
+        self.last.value = h
+        return h, h * 2
+
+
+CELL_AXES = StateAxes({"broadcast": None, ...: Carry})
+
+
+@lifted_scan(in_axes=(CELL_AXES, Carry, 1), out_axes=(Carry, 1))
+def rnn(cell: Cell, h: jax.Array, xs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return cell(h, xs)
+
+
+def reference_rnn(h: jax.Array, xs: jax.Array, reverse: bool = False) -> tuple:
+    ys = []
+    steps = range(xs.shape[1])
+    for t in reversed(steps) if reverse else steps:
+        h = jnp.tanh(h @ (jnp.eye(2) * 0.5) + xs[:, t])
+        ys.append(h * 2)
+    if reverse:
+        ys.reverse()
+    return h, jnp.stack(ys, axis=1)
+
+
+def test_scan_carry_state_axes_and_out_axes() -> None:
+    cell, h0, xs = Cell(), jnp.zeros((3, 2)), jnp.linspace(0, 1, 3 * 5 * 2).reshape(3, 5, 2)
+    h, ys = rnn(cell, h0, xs)
+    h_ref, ys_ref = reference_rnn(h0, xs)
+    np.testing.assert_allclose(h, h_ref, rtol=1e-6)
+    np.testing.assert_allclose(ys, ys_ref, rtol=1e-6)
+    assert ys.shape == (3, 5, 2)
+    assert int(cell.steps.value) == 5  # carried through the steps
+    np.testing.assert_allclose(cell.last.value, h_ref, rtol=1e-6)  # broadcast: the last step's
+
+
+def test_scan_reverse_and_inside_jit() -> None:
+    cell, h0, xs = Cell(), jnp.zeros((3, 2)), jnp.linspace(0, 1, 3 * 4 * 2).reshape(3, 4, 2)
+    reverse_rnn = lifted_scan(
+        rnn.__wrapped__, in_axes=(CELL_AXES, Carry, 1), out_axes=(Carry, 1), reverse=True
+    )
+    h, ys = jit(reverse_rnn)(cell, h0, xs)
+    h_ref, ys_ref = reference_rnn(h0, xs, reverse=True)
+    np.testing.assert_allclose(h, h_ref, rtol=1e-6)
+    np.testing.assert_allclose(ys, ys_ref, rtol=1e-6)
+    np.testing.assert_allclose(cell.last.value, h_ref, rtol=1e-6)
+    assert int(cell.steps.value) == 4
+
+
+def test_scan_with_length_and_no_scanned_input() -> None:
+    counter = {"n": Count(jnp.array(0))}
+
+    @lifted_scan(in_axes=(Carry,), out_axes=(Carry, 0), length=6)
+    def count(graph: dict) -> tuple[dict, jax.Array]:
+        graph["n"].value += 1
+        return graph, graph["n"].value
+
+    same, ys = count(counter)
+    assert same["n"] is counter["n"]  # the dict is a pytree; the Variable is the caller's
+    np.testing.assert_array_equal(ys, np.arange(1, 7))
+    assert int(counter["n"].value) == 6
+
+
+@pytest.mark.parametrize("remat", [True, "nested", ScanCheckpointPolicy(save_block_internals=True)])
+def test_scan_checkpoint_policies_keep_gradients(remat: object) -> None:
+    stack = make_stack(jnp.arange(4))
+
+    def loss(stack: Layer, scanned: object) -> jax.Array:
+        return (scanned(X, stack) ** 2).sum()
+
+    plain = grad(lambda s: loss(s, run_stack))(stack)
+    checkpointed_scan = lifted_scan(
+        run_stack.__wrapped__, in_axes=(Carry, 0), out_axes=Carry, remat=remat
+    )
+    checkpointed = grad(lambda s: loss(s, checkpointed_scan))(stack)
+    np.testing.assert_allclose(checkpointed["w"].value, plain["w"].value, rtol=1e-5)
+
+
+def test_scan_errors() -> None:
+    cell = Cell()
+    with pytest.raises(TransformError, match="both have a `Carry` or neither"):
+        lifted_scan(lambda c, x: c(x, x), in_axes=(Carry, 0), out_axes=0)(
+            jnp.zeros(2), jnp.ones((3, 2))
+        )
+    with pytest.raises(TransformError, match="nothing to scan over"):
+        lifted_scan(lambda c: (c, None), in_axes=(Carry,), out_axes=(Carry, 0))(jnp.zeros(2))
+
+    def grows(cell: Cell, x: jax.Array) -> tuple:
+        cell.extra = Param(x)
+        return cell, x
+
+    with pytest.raises(TransformError, match="added a Param"):
+        lifted_scan(grows, in_axes=(Carry, 0), out_axes=(Carry, 0))(cell, jnp.ones((3, 2)))
+
+    def reshapes(h: jax.Array, x: jax.Array) -> tuple:
+        return (h, h), x
+
+    with pytest.raises(TransformError, match="keep its structure"):
+        lifted_scan(reshapes, in_axes=(Carry, 0), out_axes=(Carry, 0))(
+            jnp.zeros(2), jnp.ones((3, 2))
+        )
+    with pytest.raises(TransformError, match=r"size 2, but the array argument #1 has 3"):
+        lifted_scan(lambda h, a, b: (h, a + b), in_axes=(Carry, 0, 0), out_axes=(Carry, 0))(
+            jnp.zeros(()), jnp.ones(3), jnp.ones(2)
+        )
+    assert int(cell.steps.value) == 0 and not hasattr(cell, "extra")
+
+
+# Rng streams through vmap and scan --------------------------------------------------
+
+
+class Noise(Object):
+    """Adds noise from a stream forked at construction (implicit rng state)."""
+
+    def __init__(self, rngs: Rngs) -> None:
+        self.rngs = rngs["dropout"].fork()
+        self.scale = Param(jnp.ones(()))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x + self.scale.value * jax.random.normal(self.rngs(), x.shape)
+
+
+class Sampler(Object):
+    def __init__(self, rngs: Rngs) -> None:
+        self.noise = Noise(rngs)
+        self.params = rngs  # keeps the Rngs itself: its 'params' stream is drawn at call
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.noise(x) + jax.random.uniform(self.params.params(), ())
+
+
+DROPOUT_AXES = StateAxes({"dropout": 0, ...: None})
+
+
+@fork_rngs(split={"dropout": 5})
+@vmap(in_axes=(DROPOUT_AXES, None), out_axes=0)
+def sample(model: Noise, x: jax.Array) -> jax.Array:
+    return model(x)
+
+
+def test_trap_a_each_batch_element_draws_its_own_key() -> None:
+    model = Noise(Rngs(dropout=0))
+    first = sample(model, jnp.zeros(3))
+    assert first.shape == (5, 3)
+    assert len({tuple(np.asarray(row).round(6)) for row in first}) == 5  # five masks
+    second = sample(model, jnp.zeros(3))
+    assert not np.allclose(first, second)  # and new ones on the next call
+    assert model.rngs.key.value.shape == ()  # the stream is back in one piece
+    assert int(model.rngs.count.value) == 2  # one fork draw per call
+
+
+def test_trap_b_layers_built_under_a_split_survive_the_restore() -> None:
+    rngs = Rngs(params=0, dropout=1)
+
+    @split_rngs(splits=4)
+    @vmap(in_axes=(0,), out_axes=0)
+    def create(rngs: Rngs) -> Noise:
+        return Noise(rngs)
+
+    stack = create(rngs)
+    assert rngs.dropout.key.value.shape == ()  # the caller's streams are restored
+    assert stack.rngs.key.value.shape == (4,)  # the layers keep their own split streams
+
+    @lifted_scan(in_axes=(Carry, 0), out_axes=(Carry, 0))
+    def apply_all(x: jax.Array, layer: Noise) -> tuple:
+        y = layer(x)
+        return y, y
+
+    _, ys = apply_all(jnp.zeros(2), stack)
+    steps = np.diff(np.asarray(ys), axis=0, prepend=0.0)
+    assert len({tuple(step.round(6)) for step in steps}) == 4  # each layer its own noise
+    np.testing.assert_array_equal(stack.rngs.count.value, [1, 1, 1, 1])
+
+
+def test_trap_c_streams_left_out_of_a_split_keep_counting() -> None:
+    model = Sampler(Rngs(params=0, dropout=1))
+
+    @split_rngs(splits={"dropout": 3})
+    @vmap(in_axes=(DROPOUT_AXES, None), out_axes=0)
+    def run(model: Sampler, x: jax.Array) -> jax.Array:
+        return model(x)
+
+    params_count = int(model.params.params.count.value)
+    first, second = run(model, jnp.zeros(2)), run(model, jnp.zeros(2))
+    assert int(model.params.params.count.value) == params_count + 2  # drawn, not restarted
+    assert not np.allclose(first, second)  # no key replayed
+
+
+def test_split_rngs_as_context_manager_and_token() -> None:
+    rngs = Rngs(params=0, dropout=1)
+    with split_rngs(rngs, splits=3, only="dropout") as token:
+        assert rngs.dropout.key.value.shape == (3,)
+        assert rngs.params.key.value.shape == ()
+        assert token.paths
+    assert rngs.dropout.key.value.shape == ()
+    with fork_rngs(rngs, split={"params": 2}):
+        assert rngs.params.key.value.shape == (2,)
+        assert rngs.dropout.key.value.shape == ()
+    assert rngs.params.key.value.shape == ()
+
+
+def test_recurrent_dropout_style_broadcast_stream() -> None:
+    class Drop(Object):
+        def __init__(self) -> None:
+            self.rngs = Rngs(recurrent=3).recurrent.fork()
+            self.steps = Count(jnp.array(0))
+
+        def __call__(self, h: jax.Array, x: jax.Array) -> tuple:
+            mask = jax.random.bernoulli(self.rngs(), 0.5, h.shape)
+            self.steps.value += 1
+            return h, mask
+
+    axes = StateAxes({"recurrent": None, ...: Carry})
+    run = jit(lifted_scan(lambda c, h, x: c(h, x), in_axes=(axes, Carry, 0), out_axes=(Carry, 0)))
+    drop = Drop()
+    _, masks = run(drop, jnp.ones(8), jnp.ones((6, 8)))
+    assert all(np.array_equal(masks[0], m) for m in masks)  # one mask for every step
+    assert int(drop.steps.value) == 6 and int(drop.rngs.count.value) == 1
+    _, again = run(drop, jnp.ones(8), jnp.ones((6, 8)))
+    assert not np.array_equal(masks[0], again[0])  # the next call draws a new mask
