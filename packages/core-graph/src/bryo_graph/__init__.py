@@ -44,6 +44,14 @@ from ._transforms_axes import Carry as Carry
 from ._transforms_axes import StateAxes as StateAxes
 from ._transforms_lift import TransformError as TransformError
 from ._state import State as State
+from ._sharding import ShardingError as ShardingError
+from ._sharding import add_sharding_axis as add_sharding_axis
+from ._sharding import get_named_sharding as get_named_sharding
+from ._sharding import get_partition_spec as get_partition_spec
+from ._sharding import logical_to_mesh as logical_to_mesh
+from ._sharding import parse_mesh_spec as parse_mesh_spec
+from ._sharding import shard as shard
+from ._sharding import sharded_init as sharded_init
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate
