@@ -76,9 +76,9 @@ def test_missing_stream_without_default_names_it_and_the_streams_there_are():
 def test_bad_constructor_arguments_are_named():
     with pytest.raises(TypeError, match="`dropout`"):
         Rngs(dropout=1.5)
-    with pytest.raises(TypeError, match="twice"):
+    with pytest.raises(TypeError, match=r"twice"):
         Rngs(0, default=1)
-    with pytest.raises(ValueError, match="'fork'.*reserved"):
+    with pytest.raises(ValueError, match=r"'fork'.*reserved"):
         Rngs(fork=0)
     with pytest.raises(ValueError, match="reserved"):
         Rngs(normal=0)
@@ -166,12 +166,14 @@ def test_tags_make_stream_names_filters():
     counts = graph.state(rngs, RngCount)
     dropout = graph.state(rngs, "dropout")
     assert set(everything.flat_state()) == {
-        ("params", "key"), ("params", "count"), ("dropout", "key"), ("dropout", "count")
+        ("params", "key"),
+        ("params", "count"),
+        ("dropout", "key"),
+        ("dropout", "count"),
     }
     assert set(keys.flat_state()) == {("params", "key"), ("dropout", "key")}
     assert set(counts.flat_state()) == {("params", "count"), ("dropout", "count")}
     assert set(dropout.flat_state()) == {("dropout", "key"), ("dropout", "count")}
-
 
 
 def test_counts_advance_under_jit_through_split_and_merge():

@@ -82,9 +82,9 @@ def test_conv_1d_valid_matches_a_hand_written_convolution():
     conv = Conv(2, 3, kernel_size=3, padding="VALID", rngs=Rngs(0), bias_init=initializers.normal())
     x = jax.random.normal(KEY, (4, 7, 2))
     w, b = conv.kernel.value, conv.bias.value
-    expected = jnp.stack(
-        [jnp.einsum("bki,kio->bo", x[:, t : t + 3], w) for t in range(5)], axis=1
-    ) + b
+    expected = (
+        jnp.stack([jnp.einsum("bki,kio->bo", x[:, t : t + 3], w) for t in range(5)], axis=1) + b
+    )
     close(conv(x), expected)
 
 
@@ -123,7 +123,9 @@ def test_embed_looks_up_rows_and_attends():
 
 
 def test_layer_norm_matches_the_formula():
-    norm = LayerNorm(4, scale_init=initializers.normal(), bias_init=initializers.normal(), rngs=Rngs(0))
+    norm = LayerNorm(
+        4, scale_init=initializers.normal(), bias_init=initializers.normal(), rngs=Rngs(0)
+    )
     x = jax.random.normal(KEY, (3, 4))
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
@@ -222,7 +224,9 @@ def test_dropout_modes_broadcast_and_collections():
     close(Dropout(1.0)(x, rngs=Rngs(0)), jnp.zeros_like(x))
     shared = Dropout(0.5, broadcast_dims=(0,))(x, rngs=Rngs(0))
     assert all(np.array_equal(shared[0], row) for row in shared)
-    custom = Dropout(0.5, rng_collection="recurrent_dropout", rngs=Rngs(params=0, recurrent_dropout=1))
+    custom = Dropout(
+        0.5, rng_collection="recurrent_dropout", rngs=Rngs(params=0, recurrent_dropout=1)
+    )
     assert custom.rngs.tag == "recurrent_dropout"
     # With only a default stream, the layer's own stream is still tagged 'dropout'.
     assert Dropout(0.5, rngs=Rngs(0)).rngs.tag == "dropout"
@@ -302,7 +306,12 @@ class Model(Module):
 def test_model_with_layers_and_rngs_round_trips_through_split_and_merge():
     model = Model(Rngs(params=0, dropout=1))
     graphdef, params, stats, rng_state = graph.split(model, Param, BatchStat, RngState)
-    assert set(params.flat_state()) == {("linear", "kernel"), ("linear", "bias"), ("norm", "scale"), ("norm", "bias")}
+    assert set(params.flat_state()) == {
+        ("linear", "kernel"),
+        ("linear", "bias"),
+        ("norm", "scale"),
+        ("norm", "bias"),
+    }
     assert ("drop", "rngs", "key") in rng_state.flat_state()
     clone = graph.merge(graphdef, params, stats, rng_state)
     x = jax.random.normal(KEY, (5, 4))

@@ -10,9 +10,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import random
-
 from bryo import nnx
+from jax import random
 
 
 class Model(nnx.Module):  # the explicit-style model of the first cell
@@ -95,7 +94,7 @@ def test_jax_random_shorthand_methods():
 def test_forking_random_state_shapes():
     dropout_rngs = nnx.Rngs(1)
     forked_rngs = dropout_rngs.fork(split=5)
-    (dropout_rngs, forked_rngs)
+    print((dropout_rngs, forked_rngs))
     assert dropout_rngs.default.key.value.shape == ()
     assert dropout_rngs.default.count.value.shape == ()
     assert forked_rngs.default.key.value.shape == (5,)
@@ -163,5 +162,6 @@ def test_rnn_cell_construction():
     h, y = cell(cell.initial_state(4), jnp.ones((4, 8)))
     assert h.shape == y.shape == (4, 16) and int(cell.count.value) == 1
     assert set(nnx.state(cell, "recurrent_dropout").flat_state()) == {
-        ("drop", "rngs", "key"), ("drop", "rngs", "count")
+        ("drop", "rngs", "key"),
+        ("drop", "rngs", "count"),
     }

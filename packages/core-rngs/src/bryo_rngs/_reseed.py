@@ -19,8 +19,7 @@ from bryo_pytree import Path, path_str
 from ._rngs import Rngs, RngStream, RngValue, as_key
 
 ReseedPolicy: TypeAlias = (
-    Literal["scalars_only", "match_shape"]
-    | Callable[[Path, jax.Array, tuple[int, ...]], jax.Array]
+    Literal["scalars_only", "match_shape"] | Callable[[Path, jax.Array, tuple[int, ...]], jax.Array]
 )
 
 

@@ -73,12 +73,45 @@ class RandomMethods:
 
 
 _SAMPLERS = (
-    "ball", "bernoulli", "beta", "binomial", "bits", "categorical", "cauchy", "chisquare",
-    "choice", "dirichlet", "double_sided_maxwell", "exponential", "f", "gamma",
-    "generalized_normal", "geometric", "gumbel", "laplace", "loggamma", "logistic",
-    "lognormal", "maxwell", "multinomial", "multivariate_normal", "normal", "orthogonal",
-    "pareto", "permutation", "poisson", "rademacher", "randint", "rayleigh", "split", "t",
-    "triangular", "truncated_normal", "uniform", "wald", "weibull_min",
+    "ball",
+    "bernoulli",
+    "beta",
+    "binomial",
+    "bits",
+    "categorical",
+    "cauchy",
+    "chisquare",
+    "choice",
+    "dirichlet",
+    "double_sided_maxwell",
+    "exponential",
+    "f",
+    "gamma",
+    "generalized_normal",
+    "geometric",
+    "gumbel",
+    "laplace",
+    "loggamma",
+    "logistic",
+    "lognormal",
+    "maxwell",
+    "multinomial",
+    "multivariate_normal",
+    "normal",
+    "orthogonal",
+    "pareto",
+    "permutation",
+    "poisson",
+    "rademacher",
+    "randint",
+    "rayleigh",
+    "split",
+    "t",
+    "triangular",
+    "truncated_normal",
+    "uniform",
+    "wald",
+    "weibull_min",
 )
 
 
@@ -170,7 +203,6 @@ class RngStream(RandomMethods, Object):
         )
 
 
-
 def draw_keys(stream: RngStream) -> jax.Array:
     """A key from every key of `stream` (of any shape), each from its own count."""
     key, count = stream.key.value, stream.count.value
@@ -193,7 +225,9 @@ def split_keys(keys: jax.Array, splits: int | tuple[int, ...]) -> jax.Array:
 
 
 # Names that probe for arrays or Variables; an Rngs must not answer them with a stream.
-_NOT_STREAM_NAMES = frozenset({"shape", "dtype", "ndim", "size", "aval", "value", "raw_value", "type"})
+_NOT_STREAM_NAMES = frozenset(
+    {"shape", "dtype", "ndim", "size", "aval", "value", "raw_value", "type"}
+)
 
 
 class Rngs(RandomMethods, Object):
@@ -210,7 +244,9 @@ class Rngs(RandomMethods, Object):
             `RngStream` (its key and count are copied, so its sequence continues).
     """
 
-    def __init__(self, default: RngValue | RngStream | None = None, /, **streams: RngValue | RngStream) -> None:
+    def __init__(
+        self, default: RngValue | RngStream | None = None, /, **streams: RngValue | RngStream
+    ) -> None:
         if default is not None:
             if DEFAULT in streams:
                 raise TypeError(
@@ -261,7 +297,9 @@ class Rngs(RandomMethods, Object):
         return isinstance(vars(self).get(name), RngStream)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(name for name, value in vars(self).items() if isinstance(value, RngStream)))
+        return iter(
+            sorted(name for name, value in vars(self).items() if isinstance(value, RngStream))
+        )
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -338,7 +376,9 @@ def split_rules(
 
 def _check_splits(splits: object, filter: object) -> None:
     shape = splits if isinstance(splits, tuple) else (splits,)
-    if splits is None or all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+    if splits is None or all(
+        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape
+    ):
         return
     raise ValueError(
         f"`split` must be a positive int, a tuple of them, or None (no split); got {splits!r} "
@@ -357,4 +397,3 @@ def first_match(rules: list[tuple[Predicate, Splits]], path: Path, stream: RngSt
         if stream_matches(predicate, path, stream):
             return splits
     return NO_MATCH
-

@@ -6,7 +6,6 @@ GraphDef and States and merge back. `bryo.nnx` is the facade that gathers this b
 and the core packages under Flax NNX's names.
 """
 
-from ._module import Module as Module
 from . import initializers as initializers
 from ._activations import celu as celu
 from ._activations import elu as elu
@@ -47,6 +46,7 @@ from ._dropout import Dropout as Dropout
 from ._embed import Embed as Embed
 from ._linear import Linear as Linear
 from ._linear import LinearGeneral as LinearGeneral
+from ._module import Module as Module
 from ._normalization import BatchNorm as BatchNorm
 from ._normalization import LayerNorm as LayerNorm
 from ._normalization import RMSNorm as RMSNorm

@@ -85,8 +85,16 @@ def dot_product_attention(
     """Attention output `(*batch, q_length, num_heads, head_dim)`: the weights of
     `dot_product_attention_weights` (same arguments) applied to `value`."""
     weights = dot_product_attention_weights(
-        query, key, bias, mask, broadcast_dropout, dropout_rng, dropout_rate, deterministic,
-        dtype, precision,
+        query,
+        key,
+        bias,
+        mask,
+        broadcast_dropout,
+        dropout_rng,
+        dropout_rate,
+        deterministic,
+        dtype,
+        precision,
     )
     (value,) = promote_dtype(weights.dtype, value)
     return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
@@ -179,21 +187,33 @@ class MultiHeadAttention(Module):
 
         def projection(features_in: int) -> LinearGeneral:
             return LinearGeneral(
-                features_in, (num_heads, head_dim), kernel_init=kernel_init,
-                bias_init=bias_init, rngs=rngs, **common,
+                features_in,
+                (num_heads, head_dim),
+                kernel_init=kernel_init,
+                bias_init=bias_init,
+                rngs=rngs,
+                **common,
             )
 
         self.query = projection(in_features)
         self.key = projection(in_kv_features)  # type: ignore[arg-type]
         self.value = projection(in_kv_features)  # type: ignore[arg-type]
         self.out = LinearGeneral(
-            (num_heads, head_dim), out_features, axis=(-2, -1),  # type: ignore[arg-type]
-            kernel_init=out_kernel_init or kernel_init, bias_init=out_bias_init or bias_init,
-            rngs=rngs, **common,
+            (num_heads, head_dim),
+            out_features,
+            axis=(-2, -1),  # type: ignore[arg-type]
+            kernel_init=out_kernel_init or kernel_init,
+            bias_init=out_bias_init or bias_init,
+            rngs=rngs,
+            **common,
         )
         if normalize_qk:
-            self.query_ln = LayerNorm(head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-            self.key_ln = LayerNorm(head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+            self.query_ln = LayerNorm(
+                head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+            )
+            self.key_ln = LayerNorm(
+                head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+            )
         else:
             self.query_ln = self.key_ln = None
         self.rngs: RngStream | None = (
@@ -241,8 +261,15 @@ class MultiHeadAttention(Module):
             if not deterministic:
                 dropout_rng = call_key(rngs, self.rngs, "dropout", "MultiHeadAttention")
         out = self.attention_fn(
-            query, key, value, mask=mask, broadcast_dropout=self.broadcast_dropout,
-            dropout_rng=dropout_rng, dropout_rate=self.dropout_rate,
-            deterministic=bool(deterministic), dtype=self.dtype, precision=self.precision,
+            query,
+            key,
+            value,
+            mask=mask,
+            broadcast_dropout=self.broadcast_dropout,
+            dropout_rng=dropout_rng,
+            dropout_rate=self.dropout_rate,
+            deterministic=bool(deterministic),
+            dtype=self.dtype,
+            precision=self.precision,
         )
         return self.out(out)

@@ -43,9 +43,7 @@ def fork_stream(rngs: object, collection: str, layer: str) -> RngStream:
     return stream.fork(tag=collection)
 
 
-def call_key(
-    rngs: object, stored: RngStream | None, collection: str, layer: str
-) -> jax.Array:
+def call_key(rngs: object, stored: RngStream | None, collection: str, layer: str) -> jax.Array:
     """The key for one random call: from `rngs` given at call time, else the stored stream.
 
     `rngs` may be an `Rngs` (its `collection` stream is used), an `RngStream`, or a key.

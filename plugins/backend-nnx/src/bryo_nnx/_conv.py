@@ -125,7 +125,7 @@ class Conv(Module):
                 f"got {tuple(inputs.shape)}."
             )
         batch = inputs.shape[: inputs.ndim - n - 1]
-        x = inputs.reshape(-1, *inputs.shape[len(batch):])  # one batch axis
+        x = inputs.reshape(-1, *inputs.shape[len(batch) :])  # one batch axis
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = promote_dtype(self.dtype, x, self.kernel.value, bias)
         y = lax.conv_general_dilated(

@@ -75,9 +75,7 @@ class Linear(Module):
             )
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = promote_dtype(self.dtype, inputs, self.kernel.value, bias)
-        y = lax.dot_general(
-            x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=self.precision
-        )
+        y = lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=self.precision)
         return y if bias is None else y + bias
 
 
@@ -119,7 +117,11 @@ class LinearGeneral(Module):
                 f"LinearGeneral: `axis` {axes} must name one input axis per entry of "
                 f"`in_features` {in_shape}."
             )
-        self.kernel = Param(_init_flat(kernel_init, params_key(rngs, "LinearGeneral"), in_shape, out_shape, param_dtype))
+        self.kernel = Param(
+            _init_flat(
+                kernel_init, params_key(rngs, "LinearGeneral"), in_shape, out_shape, param_dtype
+            )
+        )
         self.bias = (
             Param(bias_init(params_key(rngs, "LinearGeneral"), out_shape, param_dtype))
             if use_bias

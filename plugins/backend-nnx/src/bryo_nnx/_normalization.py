@@ -68,7 +68,9 @@ def _normalize(
     return jnp.asarray(y, dtype or y.dtype)
 
 
-def _check_features(x: jax.Array, feature_axes: tuple[int, ...], num_features: int, layer: str) -> None:
+def _check_features(
+    x: jax.Array, feature_axes: tuple[int, ...], num_features: int, layer: str
+) -> None:
     size = 1
     for a in feature_axes:
         size *= x.shape[a]
@@ -118,7 +120,9 @@ class LayerNorm(Module):
         self.param_dtype = param_dtype
         self.use_bias = use_bias
         self.use_scale = use_scale
-        self.reduction_axes = reduction_axes if isinstance(reduction_axes, int) else tuple(reduction_axes)
+        self.reduction_axes = (
+            reduction_axes if isinstance(reduction_axes, int) else tuple(reduction_axes)
+        )
         self.feature_axes = feature_axes if isinstance(feature_axes, int) else tuple(feature_axes)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -132,7 +136,9 @@ class LayerNorm(Module):
 
 
 class RMSNorm(Module):
-    """Scale each example by the root mean square of its features: `x / sqrt(mean(x²) + eps) * scale`.
+    """Scale each example by the root mean square of its features.
+
+    `y = x / sqrt(mean(x²) + eps) * scale`, the mean taken over `reduction_axes`.
 
     Arguments as `LayerNorm`, without a bias.
     """
@@ -151,14 +157,23 @@ class RMSNorm(Module):
         rngs: object = None,
     ) -> None:
         self.scale, _ = _scale_and_bias(
-            num_features, use_scale, False, scale_init, initializers.zeros, param_dtype, rngs, "RMSNorm"
+            num_features,
+            use_scale,
+            False,
+            scale_init,
+            initializers.zeros,
+            param_dtype,
+            rngs,
+            "RMSNorm",
         )
         self.num_features = num_features
         self.epsilon = epsilon
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.use_scale = use_scale
-        self.reduction_axes = reduction_axes if isinstance(reduction_axes, int) else tuple(reduction_axes)
+        self.reduction_axes = (
+            reduction_axes if isinstance(reduction_axes, int) else tuple(reduction_axes)
+        )
         self.feature_axes = feature_axes if isinstance(feature_axes, int) else tuple(feature_axes)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -167,7 +182,9 @@ class RMSNorm(Module):
         (x,) = promote_dtype(self.dtype, x)
         axes = canonical_axes(self.reduction_axes, x.ndim)
         mean_square = jnp.mean(jnp.square(x), axis=axes, keepdims=True)
-        return _normalize(x, None, mean_square, self.scale, None, features, self.epsilon, self.dtype)
+        return _normalize(
+            x, None, mean_square, self.scale, None, features, self.epsilon, self.dtype
+        )
 
 
 class BatchNorm(Module):
@@ -238,6 +255,8 @@ class BatchNorm(Module):
                 mean, mean_square = lax.pmean((mean, mean_square), self.axis_name)
             var = jnp.maximum(mean_square - jnp.square(mean), 0.0)
             m = self.momentum
-            self.mean.value = m * self.mean.value + (1 - m) * mean.reshape(-1).astype(self.param_dtype)
+            self.mean.value = m * self.mean.value + (1 - m) * mean.reshape(-1).astype(
+                self.param_dtype
+            )
             self.var.value = m * self.var.value + (1 - m) * var.reshape(-1).astype(self.param_dtype)
         return _normalize(x, mean, var, self.scale, self.bias, features, self.epsilon, self.dtype)
