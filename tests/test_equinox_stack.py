@@ -101,7 +101,7 @@ def merged_forward(graphdef, state, x):
 def same_leaves(a, b) -> bool:
     la, ta = jax.tree_util.tree_flatten(a)
     lb, tb = jax.tree_util.tree_flatten(b)
-    return ta == tb and all(x is y or np.array_equal(x, y) for x, y in zip(la, lb))
+    return ta == tb and all(x is y or np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
 
 
 def test_stacked_equinox_blocks_match_the_unrolled_loop():
@@ -147,7 +147,7 @@ def test_grads_through_merge_equal_filter_grad():
 
     ours = jax.jit(jax.grad(lambda p: loss(merge(graphdef, p))))(params)
     theirs = eqx.filter_jit(eqx.filter_grad(loss))(TRANSFORMER)
-    for a, b in zip(ours.flat_state().values(), jax.tree_util.tree_leaves(theirs)):
+    for a, b in zip(ours.flat_state().values(), jax.tree_util.tree_leaves(theirs), strict=True):
         np.testing.assert_allclose(a.value, b, rtol=1e-5, atol=1e-6)
 
 

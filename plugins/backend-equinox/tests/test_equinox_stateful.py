@@ -49,14 +49,19 @@ def test_split_merge_run_and_carry_the_state():
     np.testing.assert_allclose(y, y_ref, rtol=1e-6)
     new_stats = state(new_state, BatchStat)
     assert jax.tree_util.tree_all(
-        jax.tree_util.tree_map(np.array_equal, jax.tree_util.tree_leaves(new_stats),
-                               jax.tree_util.tree_leaves(ref_state))
+        jax.tree_util.tree_map(
+            np.array_equal,
+            jax.tree_util.tree_leaves(new_stats),
+            jax.tree_util.tree_leaves(ref_state),
+        )
     )
     # The new statistics go back into bryo's State under the same paths as before.
     moved = updated(STATE, new_stats)
     assert all(
         np.array_equal(a, b)
-        for a, b in zip(jax.tree_util.tree_leaves(moved), jax.tree_util.tree_leaves(ref_state))
+        for a, b in zip(
+            jax.tree_util.tree_leaves(moved), jax.tree_util.tree_leaves(ref_state), strict=True
+        )
     )
 
 
@@ -75,7 +80,7 @@ def test_state_index_initial_values_are_batch_stats():
     _, params, stats = split(norm, Param, BatchStat)
     assert set(params.flat_state()) == {("weight",), ("bias",)}
     assert stats.flat_state() and all(p[1] == "init" for p in stats.flat_state())
-    model, eqx_state = eqx.nn.make_with_state(lambda: merge(*split(norm)))()
+    _, eqx_state = eqx.nn.make_with_state(lambda: merge(*split(norm)))()
     assert len(jax.tree_util.tree_leaves(eqx_state)) == len(stats.flat_state())
 
 

@@ -18,8 +18,8 @@ from typing import TypeVar
 
 import equinox as eqx
 import jax.tree_util as jtu
-from bryo_filters import Filter, Predicate, to_predicate
 from bryo_filters import Any as AnyOf
+from bryo_filters import Filter, Predicate, to_predicate
 from bryo_graph import State, Variable, VariableState, merge, split
 from bryo_pytree import Path
 
@@ -119,7 +119,9 @@ def filter_spec(model: T, /, *filters: Filter) -> T:
         >>> params, rest = eqx.partition(model, filter_spec(model, Param))  # doctest: +SKIP
     """
     if not filters:
-        raise TypeError("`filter_spec` needs at least one filter, e.g. `filter_spec(model, Param)`.")
+        raise TypeError(
+            "`filter_spec` needs at least one filter, e.g. `filter_spec(model, Param)`."
+        )
     predicate = _one_predicate(filters)
     graphdef, state = split(model)
     marks = {

@@ -27,7 +27,6 @@ from bryo_pytree import Key, key_to_plain
 Children = Iterable[tuple[Key, object]]
 
 
-
 class _ByIdentity:
     """An unhashable static value, kept by identity so that the GraphDef stays hashable."""
 
@@ -68,7 +67,7 @@ def _unwrap(value: object) -> object:
 class _Layout:
     """A module class's fields: dynamic ones are children, static ones go in the GraphDef."""
 
-    __slots__ = ("dynamic", "direct", "names", "static")
+    __slots__ = ("direct", "dynamic", "names", "static")
 
     def __init__(self, cls: type) -> None:
         fields = dataclasses.fields(cls)
@@ -79,8 +78,7 @@ class _Layout:
         # descriptor on one of them; then `object.__setattr__` goes through it, as
         # Equinox's own unflatten does.
         self.direct = not any(
-            hasattr(type(inspect.getattr_static(cls, name, None)), "__set__")
-            for name in self.names
+            hasattr(type(inspect.getattr_static(cls, name, None)), "__set__") for name in self.names
         )
 
 
@@ -134,9 +132,11 @@ def _module_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object
     if unusual is None and layout.direct:
         attrs = object.__getattribute__(module, "__dict__")
         attrs.update(children)
-        attrs.update(zip(layout.static, statics))
+        attrs.update(zip(layout.static, statics, strict=True))
         return module
-    pairs = children + list(zip(layout.static, statics) if unusual is None else unusual)
+    pairs = children + list(
+        zip(layout.static, statics, strict=True) if unusual is None else unusual
+    )
     for name, value in pairs:
         if layout.direct or name not in layout.names:  # extras live in `__dict__` as-is
             object.__getattribute__(module, "__dict__")[name] = _unwrap(value)
@@ -188,7 +188,10 @@ class PytreeView(_Frozen):
 
 
 _FROZEN: dict[type, type[_Frozen] | None] = {
-    list: FrozenList, tuple: FrozenTuple, dict: FrozenDict, type(None): None
+    list: FrozenList,
+    tuple: FrozenTuple,
+    dict: FrozenDict,
+    type(None): None,
 }
 _is_jax_node: dict[type, bool] = {}
 
@@ -214,8 +217,9 @@ def _frozen(value: object) -> object:
 def _pytree_flatten(view: _Frozen) -> tuple[Children, Hashable]:
     value = view.value
     pairs, treedef = jtu.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)
-    children = [(_plain_key(keypath[0], i), _frozen(child))
-                for i, (keypath, child) in enumerate(pairs)]
+    children = [
+        (_plain_key(keypath[0], i), _frozen(child)) for i, (keypath, child) in enumerate(pairs)
+    ]
     return children, _kept(treedef)
 
 
@@ -286,8 +290,9 @@ def node_types() -> Sequence[NodeType]:
     return (
         NodeType(eqx.Module, leaf_type=Param, **module),
         NodeType(eqx.nn.StateIndex, leaf_type=BatchStat, **module),
-        NodeType(eqx.nn.State, flatten=_state_flatten, unflatten=_state_unflatten,
-                 leaf_type=BatchStat),
+        NodeType(
+            eqx.nn.State, flatten=_state_flatten, unflatten=_state_unflatten, leaf_type=BatchStat
+        ),
         NodeType(FrozenList, flatten=_sequence_flatten, unflatten=_list_unflatten),
         NodeType(FrozenTuple, flatten=_sequence_flatten, unflatten=_tuple_unflatten),
         NodeType(FrozenDict, flatten=_dict_flatten, unflatten=_dict_unflatten),

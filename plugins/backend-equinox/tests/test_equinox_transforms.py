@@ -1,0 +1,90 @@
+"""bryo's transforms (`jit`, `vmap`, `grad`, the graph-level `scan`) on Equinox models."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+bryo_graph = pytest.importorskip("bryo_graph")
+jit, vmap, grad = bryo_graph.jit, bryo_graph.vmap, bryo_graph.grad
+
+KEY = jax.random.key(0)
+MLP = eqx.nn.MLP(3, 2, 4, 1, key=KEY)
+X = jnp.linspace(-1.0, 1.0, 3)
+XS = jnp.stack([X, 2 * X])
+
+
+def close(a, b):
+    return all(
+        np.allclose(x, y, rtol=1e-5, atol=1e-6)
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True)
+    )
+
+
+def test_jit_calls_an_equinox_model():
+    forward = jit(lambda model, x: model(x))
+    np.testing.assert_allclose(forward(MLP, X), MLP(X), rtol=1e-6)
+    np.testing.assert_allclose(forward(MLP, 2 * X), MLP(2 * X), rtol=1e-6)
+
+
+def test_jit_returns_new_equinox_models():
+    def twice(model):
+        arrays, rest = eqx.partition(model, eqx.is_array)
+        return eqx.combine(jax.tree_util.tree_map(lambda v: 2 * v, arrays), rest)
+
+    double = jit(twice)
+    doubled = double(MLP)
+    assert isinstance(doubled, eqx.nn.MLP)
+    np.testing.assert_allclose(doubled.layers[0].weight, 2 * MLP.layers[0].weight)
+    assert jit(lambda model: model)(MLP) is MLP
+
+
+def test_grad_of_an_equinox_model_equals_filter_grad():
+    loss = lambda model, x: jnp.sum(model(x) ** 2)
+    ours = grad(loss)(MLP, X)
+    theirs = eqx.filter_grad(loss)(MLP, X)
+    assert [p for p in ours.flat_state()] == [p for p in bryo_graph.state(MLP).flat_state()]
+    assert close([v.value for v in ours.flat_state().values()], theirs)
+
+
+def test_vmap_over_inputs_and_over_an_ensemble():
+    batched = vmap(lambda model, x: model(x), in_axes=(None, 0))(MLP, XS)
+    np.testing.assert_allclose(batched, jax.vmap(MLP)(XS), rtol=1e-6)
+    ensemble = eqx.filter_vmap(lambda k: eqx.nn.MLP(3, 2, 4, 1, key=k))(jax.random.split(KEY, 2))
+    ours = vmap(lambda model, x: model(x), in_axes=(0, None))(ensemble, X)
+    theirs = eqx.filter_vmap(lambda model, x: model(x), in_axes=(eqx.if_array(0), None))(
+        ensemble, X
+    )
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_graph_scan_over_stacked_equinox_layers():
+    bryo_scan = pytest.importorskip("bryo_scan")
+    Carry = bryo_graph.Carry
+    layers = eqx.filter_vmap(lambda k: eqx.nn.Linear(3, 3, key=k))(jax.random.split(KEY, 3))
+
+    @bryo_scan.lifted_scan(in_axes=(Carry, 0), out_axes=(Carry, 0))
+    def step(x, layer):
+        y = jnp.tanh(layer(x))
+        return y, jnp.sum(y)
+
+    out, sums = step(X, layers)
+    x = X
+    for i in range(3):
+        x = jnp.tanh(jax.tree_util.tree_map(lambda v, i=i: v[i], layers)(x))
+    np.testing.assert_allclose(out, x, rtol=1e-5)
+    assert sums.shape == (3,)
+
+
+def test_jit_carries_an_equinox_state():
+    norm, state = eqx.nn.make_with_state(eqx.nn.BatchNorm)(3, axis_name="batch", mode="batch")
+
+    def run(norm, xs, state):
+        return jax.vmap(norm, in_axes=(0, None), out_axes=(0, None), axis_name="batch")(xs, state)
+
+    ours_y, ours_state = jit(run)(norm, XS, state)
+    _, fresh = eqx.nn.make_with_state(eqx.nn.BatchNorm)(3, axis_name="batch", mode="batch")
+    theirs_y, theirs_state = eqx.filter_jit(run)(norm, XS, fresh)
+    np.testing.assert_allclose(ours_y, theirs_y, rtol=1e-6)
+    assert close(ours_state, theirs_state)
