@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from bryo_graph import Object, Variable, iter_graph
 from bryo_pytree import Path
 
+from ._intercept import wrap_call
+
 
 class Module(Object):
     """Base class of NNX-style modules.
@@ -21,6 +23,12 @@ class Module(Object):
     ...     def __init__(self):
     ...         self.a = Param(0)
     """
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        call = cls.__dict__.get("__call__")
+        if call is not None:  # seen by make_mox while it traces (bryo-mox-ir)
+            cls.__call__ = wrap_call(call)
 
     def iter_modules(self) -> Iterator[tuple[Path, Module]]:
         """Every Module in this one's graph (itself included) with its path, children first."""
