@@ -11,6 +11,7 @@ from bryo_graph import BatchStat, Param
 from bryo_nnx import (
     BatchNorm,
     Conv,
+    ConvTranspose,
     Dropout,
     Embed,
     LayerNorm,
@@ -103,6 +104,24 @@ def test_conv_2d_shapes_strides_groups_and_unbatched_inputs():
         Conv(3, 6, 1, feature_group_count=2, rngs=Rngs(0))
     with pytest.raises(ValueError, match="`padding`"):
         Conv(3, 6, 1, padding="FULL", rngs=Rngs(0))
+
+
+def test_conv_transpose_1d_valid_matches_a_hand_written_scatter():
+    layer = ConvTranspose(
+        2, 3, 3, strides=2, padding="VALID", rngs=Rngs(0), bias_init=initializers.normal()
+    )
+    x = jax.random.normal(KEY, (4, 5, 2))
+    w, b = np.asarray(layer.kernel.value), np.asarray(layer.bias.value)
+    expected = np.zeros((4, 11, 3), np.float32)
+    for t in range(5):
+        for k in range(3):
+            expected[:, 2 * t + (2 - k)] += np.asarray(x[:, t]) @ w[k]
+    close(layer(x), expected + b)
+    assert ConvTranspose(3, 4, (3, 3), strides=2, rngs=Rngs(0))(jnp.ones((4, 4, 3))).shape == (
+        8,
+        8,
+        4,
+    )
 
 
 # Embed --------------------------------------------------------------------------------

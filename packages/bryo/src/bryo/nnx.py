@@ -39,6 +39,7 @@ from bryo_nnx import BatchNorm as BatchNorm
 from bryo_nnx import celu as celu
 from bryo_nnx import combine_masks as combine_masks
 from bryo_nnx import Conv as Conv
+from bryo_nnx import ConvTranspose as ConvTranspose
 from bryo_nnx import display as display
 from bryo_nnx import dot_product_attention as dot_product_attention
 from bryo_nnx import dot_product_attention_weights as dot_product_attention_weights

@@ -40,6 +40,7 @@ from ._attention import dot_product_attention_weights as dot_product_attention_w
 from ._attention import make_attention_mask as make_attention_mask
 from ._attention import make_causal_mask as make_causal_mask
 from ._conv import Conv as Conv
+from ._conv import ConvTranspose as ConvTranspose
 from ._display import display as display
 from ._display import render as render
 from ._dropout import Dropout as Dropout

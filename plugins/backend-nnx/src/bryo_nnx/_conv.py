@@ -142,3 +142,89 @@ class Conv(Module):
         if bias is not None:
             y = y + bias
         return y.reshape(*batch, *y.shape[1:])
+
+
+class ConvTranspose(Module):
+    """A transposed convolution, to upsample: `jax.lax.conv_transpose` with a learned kernel.
+
+    With `strides=s` and `padding='VALID'` (one spatial axis, kernel size `K`), input
+    position `t` adds `x[t] @ kernel[K - 1 - k]` to output position `t * s + k`.
+
+    The kernel has shape `(*kernel_size, in_features, out_features)`, initialised from
+    the `params` stream.
+
+    Args:
+        in_features, out_features, kernel_size, strides, padding, kernel_dilation,
+        use_bias, dtype, param_dtype, precision, kernel_init, bias_init, rngs: as `Conv`.
+        transpose_kernel: flip the spatial axes and swap the feature axes of the kernel,
+            giving the exact gradient of a `Conv` with the same kernel.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        kernel_size: int | Sequence[int],
+        strides: int | Sequence[int] = 1,
+        *,
+        padding: PaddingLike = "SAME",
+        kernel_dilation: int | Sequence[int] = 1,
+        use_bias: bool = True,
+        transpose_kernel: bool = False,
+        dtype: jnp.dtype | None = None,
+        param_dtype: jnp.dtype = jnp.float32,
+        precision: lax.Precision | None = None,
+        kernel_init: initializers.Initializer = default_kernel_init,
+        bias_init: initializers.Initializer = default_bias_init,
+        rngs: object,
+    ) -> None:
+        kernel_size = (kernel_size,) if isinstance(kernel_size, int) else tuple(kernel_size)
+        n = len(kernel_size)
+        shape = (*kernel_size, in_features, out_features)
+        if transpose_kernel:
+            shape = (*kernel_size, out_features, in_features)
+        self.kernel = Param(kernel_init(params_key(rngs, "ConvTranspose"), shape, param_dtype))
+        self.bias = (
+            Param(bias_init(params_key(rngs, "ConvTranspose"), (out_features,), param_dtype))
+            if use_bias
+            else None
+        )
+        self.in_features = in_features
+        self.out_features = out_features
+        self.kernel_size = kernel_size
+        self.strides = _tuple(strides, n, "strides")
+        self.padding = _padding(padding, n)
+        self.kernel_dilation = _tuple(kernel_dilation, n, "kernel_dilation")
+        self.use_bias = use_bias
+        self.transpose_kernel = transpose_kernel
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.precision = precision
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        n = len(self.kernel_size)
+        if inputs.ndim < n + 1 or inputs.shape[-1] != self.in_features:
+            raise ValueError(
+                f"ConvTranspose expects inputs of shape (*batch, {n} spatial axes, "
+                f"{self.in_features}); got {tuple(inputs.shape)}."
+            )
+        batch = inputs.shape[: inputs.ndim - n - 1]
+        x = inputs.reshape(-1, *inputs.shape[len(batch) :])
+        bias = None if self.bias is None else self.bias.value
+        x, kernel, bias = promote_dtype(self.dtype, x, self.kernel.value, bias)
+        spatial = "".join("HWDXYZ"[i] for i in range(n)) if n <= 6 else None
+        if spatial is None:
+            raise ValueError("ConvTranspose supports at most 6 spatial axes.")
+        y = lax.conv_transpose(
+            x,
+            kernel,
+            self.strides,
+            self.padding,
+            rhs_dilation=self.kernel_dilation,
+            dimension_numbers=(f"N{spatial}C", f"{spatial}IO", f"N{spatial}C"),
+            transpose_kernel=self.transpose_kernel,
+            precision=self.precision,
+        )
+        if bias is not None:
+            y = y + bias
+        return y.reshape(*batch, *y.shape[1:])
