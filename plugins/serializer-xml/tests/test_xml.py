@@ -57,7 +57,8 @@ def test_higher_order_primitives(bryo_plugin_manager):
     np.testing.assert_allclose(g, jax.grad(f)(jnp.arange(3.0)), rtol=1e-5)
 
 
-@settings(max_examples=8, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=5, deadline=None)
 @given(st.lists(st.integers(1, 4), min_size=2, max_size=4), st.integers(1, 3))
 def test_random_mlp_round_trip(sizes, batch):
     from bryo_mox.testing import ToyBackend

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -96,12 +97,17 @@ def encode_attr(value: Any, *, strict: bool = True) -> str:
     """Like `encode`, but a string is written bare when it cannot be mistaken for a value
     (`name="relu"`, `name="layers/0"`), as the seed's XML shows."""
     if isinstance(value, str):
-        try:
-            decode(value)
-        except MoxError:
-            return value
-        return repr(value)
+        return _encode_str(value)
     return encode(value, strict=strict)
+
+
+@functools.lru_cache(maxsize=4096)
+def _encode_str(value: str) -> str:
+    try:
+        decode(value)
+    except MoxError:
+        return value
+    return repr(value)
 
 
 def decode_attr(text: str) -> Any:

@@ -6,6 +6,7 @@ element view, the serializers and the type checks of `sub` all agree on how a ty
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -41,6 +42,7 @@ _DTYPE_NAMES = (
 _TYPE_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\[([0-9,\s]*)\](\{weak\})?\s*$")
 
 
+@functools.lru_cache(maxsize=256)
 def short_dtype_name(dtype: np.dtype) -> str:
     """`float32` -> `f32`, `uint8` -> `u8`, `bfloat16` -> `bf16`, `bool` -> `bool`."""
     name = np.dtype(dtype).name

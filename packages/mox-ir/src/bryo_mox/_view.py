@@ -1,9 +1,10 @@
 """The element view of a MoX and `query`: XPath 1.0 (lxml) over the document tree.
 
-The view is the MoX's document (`document.to_document`, without derivative rules)
-as lxml elements; each element maps back to its MoX node. It is built once per MoX and
-cached, and compiled XPath expressions are cached by text, so repeated queries cost only
-the XPath evaluation.
+The view is the MoX's document (`document.to_document`) as lxml elements, without the
+port elements (`<input>`, `<output>`, ...) and derivative rules that files carry: nodes
+only, so that queries over large models stay fast. Each element maps back to its MoX
+node. The view is built once per MoX and cached, and compiled XPath expressions are
+cached by text, so repeated queries cost only the XPath evaluation.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class ElementView:
     """A MoX as an lxml tree, with a map from elements back to MoX nodes."""
 
     def __init__(self, mox: Mox) -> None:
-        self.doc = to_document(mox, strict=False, rules=False)
+        self.doc = to_document(mox, strict=False, rules=False, ports=False)
         self.objects: dict[etree._Element, Any] = {}
         self.locations: dict[int, tuple[Any, ...]] = {}
         self.nodes: dict[int, Node] = {}
@@ -135,9 +136,9 @@ def query(xpath: str, mox: Mox) -> Any:
     qualtype="pkg.Linear" name="layers/0" features="10" ...>` elements, one element per
     equation named after its primitive (`<dot_general>`, `<custom_jvp_call name="relu">`,
     `<jit name="relu">` — `pjit` in a query means jax's jit primitive whatever its current
-    name), `<region param=...>` children for sub-jaxprs, and `<input>`/`<output>`/
-    `<outputs>`/`<const>` elements with a `type` attribute. `@type` is the short class
-    name (`Dense`), `@qualtype` the dotted path.
+    name), and `<region param=...>` children for sub-jaxprs. `@type` is the short class
+    name (`Dense`), `@qualtype` the dotted path. Inputs and outputs are not elements of
+    the view (files have them); read them from the returned nodes.
 
     Args:
         xpath: an XPath 1.0 expression, e.g. `//module_call[@features=10]`,
@@ -146,8 +147,8 @@ def query(xpath: str, mox: Mox) -> Any:
 
     Returns:
         A list of MoX nodes (`ModuleCall`, `Equation`, or the `Mox` root) in document
-        order; `document.Port`/`DocNode` objects for port and region elements; plain
-        values for expressions that return a string, number or boolean.
+        order (`document.DocNode` objects for region elements, strings for attribute
+        nodes); a plain value for expressions that return a string, number or boolean.
 
     Example:
         >>> dense = query('//module_call[@type="Linear"][@features=10]', mox)  # doctest: +SKIP

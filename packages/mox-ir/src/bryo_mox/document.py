@@ -107,7 +107,9 @@ def build_element(doc: DocNode, **kwargs: Any) -> Any:
     return build(doc, **kwargs)
 
 
-def to_document(mox: Mox, *, strict: bool = True, rules: bool | None = None) -> DocNode:
+def to_document(
+    mox: Mox, *, strict: bool = True, rules: bool | None = None, ports: bool = True
+) -> DocNode:
     """The document of `mox`.
 
     Args:
@@ -115,11 +117,12 @@ def to_document(mox: Mox, *, strict: bool = True, rules: bool | None = None) -> 
         strict: raise `MoxSerializationError` for values that cannot be written (for
             files); when `False`, such values are shown as text (for the query view).
         rules: write custom derivative rules as `jvp`/`vjp` regions (default: `strict`).
+        ports: write inputs, outputs, results and constants (the query view omits them).
 
     Returns:
         The root `DocNode`, tag `mox`.
     """
-    writer = _Writer(strict=strict, rules=strict if rules is None else rules)
+    writer = _Writer(strict=strict, rules=strict if rules is None else rules, ports=ports)
     root = DocNode("mox", node=mox, location=())
     writer.block(root, mox.block, ())
     root.attrs.update(
@@ -131,9 +134,10 @@ def to_document(mox: Mox, *, strict: bool = True, rules: bool | None = None) -> 
 
 
 class _Writer:
-    def __init__(self, *, strict: bool, rules: bool) -> None:
+    def __init__(self, *, strict: bool, rules: bool, ports: bool = True) -> None:
         self.strict = strict
         self.rules = rules
+        self.ports = ports
         self.namer = Namer()
 
     def port(self, atom: Any) -> Port:
@@ -142,6 +146,9 @@ class _Writer:
         return Port(self.namer(atom), type_str(atom.aval, weak=True))
 
     def block(self, doc: DocNode, block: Block, location: tuple[Any, ...]) -> None:
+        if not self.ports:
+            doc.children.extend(self.node(n, (*location, i)) for i, n in enumerate(block.nodes))
+            return
         for var, value in zip(block.constvars, block.consts, strict=False):
             doc.consts.append(
                 Const(self.namer(var), type_str(var.aval, weak=True), np.asarray(value))
@@ -167,14 +174,16 @@ class _Writer:
     def node(self, node: Node, location: tuple[Any, ...]) -> DocNode:
         if isinstance(node, ModuleCall):
             doc = DocNode("module_call", self.module_attrs(node), node=node, location=location)
-            self.bind_inputs(doc, node.invars, node.body.invars)
-            doc.outputs = [self.port(v) for v in node.outvars]
+            if self.ports:
+                self.bind_inputs(doc, node.invars, node.body.invars)
+                doc.outputs = [self.port(v) for v in node.outvars]
             self.block(doc, node.body, location)
             return doc
         assert isinstance(node, Equation)
         doc = DocNode(node.primitive.name, self.params(node), node=node, location=location)
-        doc.inputs = [self.port(v) for v in node.invars]
-        doc.outputs = [self.port(v) for v in node.outvars]
+        if self.ports:
+            doc.inputs = [self.port(v) for v in node.invars]
+            doc.outputs = [self.port(v) for v in node.outvars]
         for r, (key, index, region) in enumerate(node.regions):
             param = node.params[key] if index is None else node.params[key][index]
             closed = isinstance(param, jex.ClosedJaxpr)
@@ -235,15 +244,15 @@ class _Writer:
         return attrs
 
     def checked(self, value: Any, what: str) -> Any:
+        if not self.strict:
+            return value  # the element view writes it with `encode(strict=False)`
         try:
             encode(value)
         except Unencodable as error:
-            if self.strict:
-                raise MoxSerializationError(
-                    f"{what} cannot be serialized: {error}. Replace the equation (`sub`) "
-                    "or keep this MoX in memory."
-                ) from None
-            return encode(value, strict=False)
+            raise MoxSerializationError(
+                f"{what} cannot be serialized: {error}. Replace the equation (`sub`) "
+                "or keep this MoX in memory."
+            ) from None
         return value
 
     def tree(self, treedef: jax.tree_util.PyTreeDef | None) -> Any:

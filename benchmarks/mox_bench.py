@@ -1,0 +1,117 @@
+"""MoX benchmark: tracing, jitted evaluation and XPath queries against plain JAX.
+
+Prints, measured in one run on this machine:
+
+- `make_mox` of an MLP against `jax.make_jaxpr` of the same call (the anchor);
+- the jitted `eval_mox` against the jitted original function (target: equal within
+  noise), per call after compilation;
+- `query('//module_call[@type="Linear"]')` on a 1,000-layer model (target: < 10 ms),
+  first call (builds the cached element view) and repeated calls.
+
+Modules come from `bryo_mox.testing` (the toy backend), so the script needs no other
+bryo package. Run: `python benchmarks/mox_bench.py [--layers 1000]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from bryo_pytree import new_plugin_manager, use_plugin_manager
+
+import bryo_mox as mox_lib
+from bryo_mox.testing import MLP, ToyBackend
+
+
+def timeit(fn: Callable[[], object], repeat: int = 7, number: int = 1) -> float:
+    """Median seconds per call of `fn` over `repeat` rounds of `number` calls."""
+    rounds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        rounds.append((time.perf_counter() - start) / number)
+    return statistics.median(rounds)
+
+
+def hlo_ops(jitted: object, *args: object) -> list[tuple[str, str]]:
+    """(type, opcode) of each optimized HLO instruction: the program without its names."""
+    ops = []
+    for line in jitted.lower(*args).compile().as_text().splitlines():
+        line = line.strip().removeprefix("ROOT ")
+        if line.startswith("%") and " = " in line:
+            type_, _, rest = line.split(" = ", 1)[1].partition(" ")
+            ops.append((type_, rest.split("(", 1)[0]))
+    return sorted(ops)
+
+
+def bench_trace(layers: int, width: int) -> None:
+    model = MLP((width,) * (layers + 1), key=jax.random.key(0))
+    x = jnp.ones((8, width))
+    apply = lambda m, v: m(v)
+    anchor = timeit(lambda: jax.make_jaxpr(apply)(model, x), repeat=5)
+    ours = timeit(lambda: mox_lib.make_mox(apply)(model, x), repeat=5)
+    print(f"trace   {layers:5d} layers: make_jaxpr {anchor * 1e3:8.2f} ms | "
+          f"make_mox {ours * 1e3:8.2f} ms | ratio {ours / anchor:6.2f}x")
+
+
+def bench_eval(layers: int, width: int, batch: int) -> None:
+    model = MLP((width,) * (layers + 1), key=jax.random.key(0))
+    x = jnp.ones((batch, width))
+    apply = lambda m, v: m(v)
+    mox = mox_lib.make_mox(apply)(model, x)
+    original = jax.jit(apply)
+    via_mox = jax.jit(lambda m, v: mox_lib.eval_mox(mox, m, v))
+    original(model, x).block_until_ready()
+    via_mox(model, x).block_until_ready()
+    run = lambda f: (lambda: f(model, x).block_until_ready())
+    times = {"original": [], "mox": []}
+    for _ in range(5):  # interleave to share the machine's noise
+        times["original"].append(timeit(run(original), repeat=3, number=50))
+        times["mox"].append(timeit(run(via_mox), repeat=3, number=50))
+    a, b = statistics.median(times["original"]), statistics.median(times["mox"])
+    same = hlo_ops(original, model, x) == hlo_ops(via_mox, model, x)
+    print(f"eval    {layers:5d} layers x {width}: jit(original) {a * 1e6:8.1f} us | "
+          f"jit(eval_mox) {b * 1e6:8.1f} us | ratio {b / a:6.3f}x | "
+          f"same optimized HLO: {same}")
+
+
+def bench_query(layers: int) -> None:
+    model = MLP((4,) * (layers + 1), key=jax.random.key(0))
+    x = jnp.ones((1, 4))
+    start = time.perf_counter()
+    mox = mox_lib.make_mox(lambda m, v: m(v))(model, x)
+    traced = time.perf_counter() - start
+    xpath = '//module_call[@type="Linear"]'
+    start = time.perf_counter()
+    found = mox_lib.query(xpath, mox)
+    first = time.perf_counter() - start
+    again = timeit(lambda: mox_lib.query(xpath, mox), repeat=20)
+    features = timeit(lambda: mox_lib.query("//module_call[@features=4]", mox), repeat=20)
+    relu = timeit(lambda: mox_lib.query('//pjit[@name="relu"]', mox), repeat=20)
+    print(f"query   {layers:5d} layers ({len(found)} matches; make_mox {traced:.2f} s): "
+          f"first {first * 1e3:.1f} ms (builds view) | cached {again * 1e3:.2f} ms "
+          f"(target < 10 ms: {'ok' if again < 0.010 else 'MISSED'}) | "
+          f"@features {features * 1e3:.2f} ms | pjit relu {relu * 1e3:.2f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=1000, help="layers of the query model")
+    args = parser.parse_args()
+    pm = new_plugin_manager()
+    pm.register(ToyBackend())
+    with use_plugin_manager(pm):
+        for layers in (4, 32):
+            bench_trace(layers, width=16)
+        bench_eval(4, width=256, batch=64)
+        bench_eval(16, width=64, batch=16)
+        bench_query(args.layers)
+
+
+if __name__ == "__main__":
+    main()
