@@ -1,0 +1,63 @@
+"""MoX tracing of Equinox models: module calls with type, path and attributes."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+bryo_mox = pytest.importorskip("bryo_mox")
+
+
+class Block(eqx.Module):
+    linear: eqx.nn.Linear
+    label: str = eqx.field(static=True)
+
+    def __call__(self, x):
+        return x + jnp.tanh(self.linear(x))
+
+
+class Net(eqx.Module):
+    layers: list
+    depth: int = eqx.field(static=True)
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+KEYS = jax.random.split(jax.random.key(0), 2)
+NET = Net([Block(eqx.nn.Linear(3, 3, key=k), label=f"b{i}") for i, k in enumerate(KEYS)], 2)
+X = jnp.linspace(-1.0, 1.0, 3)
+MOX = bryo_mox.make_mox(lambda model, x: model(x))(NET, X)
+
+
+def module_calls(node):
+    for child in getattr(node, "nodes", ()):
+        if isinstance(child, bryo_mox.ModuleCall):
+            yield child
+            yield from module_calls(child)
+
+
+def test_module_calls_carry_type_path_and_attributes():
+    calls = {call.name: call for call in module_calls(MOX)}
+    assert set(calls) == {"", "layers/0", "layers/1", "layers/0/linear", "layers/1/linear"}
+    assert calls[""].type.endswith("Net") and calls[""].attrs == {"depth": 2}
+    assert calls["layers/1"].attrs == {"label": "b1"}
+    linear = calls["layers/0/linear"]
+    assert linear.info.short_type == "Linear"
+    assert dict(linear.attrs) == {"in_features": 3, "out_features": 3, "use_bias": True}
+    assert linear.n_state == 2  # weight and bias, then the argument
+
+
+def test_the_mox_computes_what_the_model_does():
+    np.testing.assert_allclose(bryo_mox.eval_mox(MOX, NET, X), NET(X), rtol=1e-6)
+    found = bryo_mox.query('//module_call[@type="Linear"]', MOX)
+    assert len(found) == 2
+
+
+def test_calls_are_plain_again_after_tracing():
+    assert not hasattr(eqx.nn.Linear.__dict__["__call__"], "__bryo_equinox_original__")
+    assert not hasattr(Block.__dict__["__call__"], "__bryo_equinox_original__")
+    np.testing.assert_allclose(NET(X), bryo_mox.eval_mox(MOX, NET, X), rtol=1e-6)
