@@ -1,4 +1,4 @@
-"""Call overhead of a jitted model: bryo's `jit` against `jax.jit`, `flax.nnx.jit`, `eqx.filter_jit`.
+"""Call overhead of a jitted model: bryo's `jit` vs `jax.jit`, `flax.nnx.jit`, `eqx.filter_jit`.
 
 As in Flax's own benchmark: a stack of N tiny Linear layers applied in a loop, time per
 call including `block_until_ready`. The baseline is `jax.jit` of a pure function of the

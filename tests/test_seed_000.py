@@ -12,7 +12,6 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-
 from bryo import nnx
 
 
@@ -25,7 +24,7 @@ class Foo(nnx.Module):
 def test_split_by_type_filters() -> None:
     foo = Foo()
 
-    graphdef, params, batch_stats = nnx.split(foo, nnx.Param, nnx.BatchStat)
+    graphdef, params, batch_stats = nnx.split(foo, nnx.Param, nnx.BatchStat)  # noqa: RUF059
 
     print(f"{params = }")
     print(f"{batch_stats = }")
@@ -73,7 +72,7 @@ def test_the_filter_dsl_in_vmap() -> None:
             return self.w.value * x * self.stat.value + 0 * noise, noise
 
     @nnx.vmap(in_axes=(state_axes, 0))
-    def forward(model, x):
+    def forward(model, x):  # noqa: F811 (the seed's `forward`, now doing something)
         return model(x)
 
     model = Model()
@@ -150,7 +149,7 @@ def test_filtering_is_order_dependent() -> None:
     print(f"{special_params = }")
     assert set(params.flat_state()) == {("a",), ("b",)} and not special_params.flat_state()
 
-    graphdef, special_params, params = split(bar, SpecialParam, nnx.Param)  # correct!
+    graphdef, special_params, params = split(bar, SpecialParam, nnx.Param)  # noqa: RUF059 correct!
     print(f"{params = }")
     print(f"{special_params = }")
     assert list(params.flat_state()) == [("a",)]

@@ -11,9 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import random
-
 from bryo import nnx
+from jax import random
 
 
 class ExplicitModel(nnx.Module):
@@ -97,7 +96,7 @@ def test_forking_explicit_rngs_through_vmap() -> None:
 
     dropout_rngs = nnx.Rngs(1)
     forked_rngs = dropout_rngs.fork(split=5)
-    (dropout_rngs, forked_rngs)
+    (dropout_rngs, forked_rngs)  # noqa: B018 (the seed displays them)
     assert dropout_rngs.default.key.value.shape == ()
     assert forked_rngs.default.key.value.shape == (5,)
     assert forked_rngs.default.count.value.shape == (5,)

@@ -69,11 +69,14 @@ def _argnums(argnums: int | Sequence[int], name: str = "argnums") -> tuple[int, 
     return nums
 
 
-def _statics(args: Sequence, static_argnums: tuple[int, ...], static_argnames: tuple[str, ...]) -> frozenset:
+def _statics(
+    args: Sequence, static_argnums: tuple[int, ...], static_argnames: tuple[str, ...]
+) -> frozenset:
     if not static_argnums and not static_argnames:
         return frozenset()
     n = len(args)
-    return frozenset(i % n if n and i < 0 else i for i in static_argnums) | frozenset(static_argnames)
+    positions = frozenset(i % n if n and i < 0 else i for i in static_argnums)
+    return positions | frozenset(static_argnames)
 
 
 def _decorator(transform: Callable, f: Callable | None, **options: Any) -> Any:
@@ -207,12 +210,12 @@ def vmap(
         axes = leaf_axes(plan, root_specs)
         sizes = [
             (size, plan.sig.describe_leaf(k))
-            for k, (value, axis) in enumerate(zip(plan.leaf_values(), axes))
+            for k, (value, axis) in enumerate(zip(plan.leaf_values(), axes, strict=False))
             if (size := check_axis(value, axis, plan.sig.describe_leaf(k), "in_axes")) is not None
         ]
         sizes += [
             (size, f"the array argument #{i} (shape {tuple(np.shape(value))})")
-            for i, (value, axis) in enumerate(zip(arrays, array_specs))
+            for i, (value, axis) in enumerate(zip(arrays, array_specs, strict=False))
             if (size := check_axis(value, axis, f"array argument #{i}", "in_axes")) is not None
         ]
         check_sizes(sizes, "in_axes", axis_size)
@@ -221,8 +224,8 @@ def vmap(
                 raise TransformError("`in_axes` of `vmap` cannot hold `Carry` (it is for `scan`).")
         group_axes = sorted_axes([*axes, *root_specs, out_axes])
         grouping = AxisGrouping(axes, root_specs, out_axes, group_axes)
-        var_axes = [a for a, meta in zip(axes, plan.sig.metas) if meta is not None]
-        raw_axes = [a for a, meta in zip(axes, plan.sig.metas) if meta is None]
+        var_axes = [a for a, meta in zip(axes, plan.sig.metas, strict=False) if meta is not None]
+        raw_axes = [a for a, meta in zip(axes, plan.sig.metas, strict=False) if meta is None]
 
         def transform(pure: Callable) -> Callable:
             return jax.vmap(
@@ -237,7 +240,8 @@ def vmap(
         try:
             return lifted_call(plan, arrays, transform, f, grouping)
         except ValueError as error:
-            if "out_axes" in str(error) and "None" in str(error) and not isinstance(error, TransformError):
+            text = str(error)
+            if "out_axes" in text and "None" in text and not isinstance(error, TransformError):
                 raise TransformError(
                     "`vmap`: a value that leaves the function unmapped (out_axes None, or "
                     "state broadcast with in_axes None) depends on the mapped inputs. Map "
@@ -275,12 +279,10 @@ def _diff_leaves(plan: CallPlan, argnums: tuple[int, ...], wrt: Filter) -> tuple
         else:
             flat = _flatten(root)
             entries = [
-                (
-                    path,
-                    s.variable if s.variable is not None else VariableState(s.leaf_type, s.value),
-                    by_var[id(s.variable)] if s.variable is not None else by_slot[(id(s.parent), s.key)],
-                )
-                for path, s in zip(flat.paths, flat.sources)
+                (path, s.variable, by_var[id(s.variable)])
+                if s.variable is not None
+                else (path, VariableState(s.leaf_type, s.value), by_slot[(id(s.parent), s.key)])
+                for path, s in zip(flat.paths, flat.sources, strict=True)
             ]
         per_root[j] = [(path, k) for path, leaf, k in entries if predicate(path, leaf)]
         chosen.update(k for _, k in per_root[j])
@@ -337,7 +339,10 @@ def _assemble_grads(
         else:
             _, treedef, kinds = layout
             value = treedef.unflatten(
-                [root_grad() if k is ROOT else next(arrays_it) if k is ARRAY else None for k in kinds]
+                [
+                    root_grad() if k is ROOT else next(arrays_it) if k is ARRAY else None
+                    for k in kinds
+                ]
             )
         if i in argnums:
             out.append(value)
@@ -374,9 +379,9 @@ def _grad_core(
 
         def pure(diff: list, rest_leaves: list, rest_arrays: list) -> tuple:
             all_leaves, all_arrays = list(rest_leaves), list(rest_arrays)
-            for k, value in zip(diff_ks, diff[: len(diff_ks)]):
+            for k, value in zip(diff_ks, diff[: len(diff_ks)], strict=False):
                 all_leaves[k] = value
-            for i, value in zip(diff_arrays, diff[len(diff_ks):]):
+            for i, value in zip(diff_arrays, diff[len(diff_ks):], strict=False):
                 all_arrays[i] = value
             args, kwargs, inner = rebuild(sig, all_leaves, all_arrays)
             out = f(*args, **kwargs)
@@ -396,12 +401,12 @@ def _grad_core(
             pure, has_aux=True, **jax_kwargs
         )(diff_values, rest_leaves, rest_arrays)
         aux = apply(plan, static.value, groups, direct)
-        leaf_grads = dict(zip(diff_ks, grads[: len(diff_ks)]))
+        leaf_grads = dict(zip(diff_ks, grads[: len(diff_ks)], strict=False))
         array_grads = list(arrays)
-        for i, g in zip(diff_arrays, grads[len(diff_ks):]):
+        for i, g in zip(diff_arrays, grads[len(diff_ks):], strict=False):
             array_grads[i] = g
         per_arg = _assemble_grads(plan, nums, per_root, leaf_grads, array_grads)
-        by_num = dict(zip(sorted(set(nums)), per_arg))
+        by_num = dict(zip(sorted(set(nums)), per_arg, strict=False))
         result = by_num[argnums] if isinstance(argnums, int) else tuple(by_num[n] for n in nums)
         return loss, aux, result
 

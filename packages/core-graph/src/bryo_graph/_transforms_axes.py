@@ -31,7 +31,8 @@ class Carry:
         raise TypeError("`Carry` is a marker: write `Carry`, not `Carry()`.")
 
 
-_NO_MATCH = object()
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class StateAxes:
@@ -50,10 +51,12 @@ class StateAxes:
 
     __slots__ = ("_hash", "axes", "filters", "predicates")
 
-    def __init__(self, filter_axes: Mapping[Filter, object] | Iterable[tuple[Filter, object]]) -> None:
+    def __init__(
+        self, filter_axes: Mapping[Filter, object] | Iterable[tuple[Filter, object]]
+    ) -> None:
         items = list(filter_axes.items() if isinstance(filter_axes, Mapping) else filter_axes)
         for filter, axis in items:
-            if not (axis is None or axis is Carry or (isinstance(axis, int) and not isinstance(axis, bool))):
+            if not (axis is None or axis is Carry or _is_int(axis)):
                 raise TypeError(
                     f"`StateAxes` axes must be ints, None or `Carry`; got {axis!r} for the "
                     f"filter {filter!r}."
@@ -65,14 +68,14 @@ class StateAxes:
 
     def axis_of(self, path: Path, leaf: object) -> object:
         """The axis of the first filter matching `(path, leaf)`, or raise `LookupError`."""
-        for predicate, axis in zip(self.predicates, self.axes):
+        for predicate, axis in zip(self.predicates, self.axes, strict=False):
             if predicate(path, leaf):
                 return axis
         raise LookupError(path)
 
     def items(self) -> list[tuple[Filter, object]]:
         """`(filter, axis)` pairs, in order."""
-        return list(zip(self.filters, self.axes))
+        return list(zip(self.filters, self.axes, strict=False))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StateAxes) and (
@@ -119,7 +122,8 @@ class _Slot:
         self.kind = kind
 
     def __repr__(self) -> str:
-        return "<graph node>" if self.kind is ROOT else "<array>" if self.kind is ARRAY else "<static>"
+        names = {ROOT: "<graph node>", ARRAY: "<array>"}
+        return names.get(self.kind, "<static>")  # type: ignore[call-overload]
 
 
 def is_axis_leaf(value: object) -> bool:
@@ -152,7 +156,10 @@ def arg_specs(
         )
     root_specs: list = []
     array_specs: list = []
-    named = [(f"{name}[{i}]", spec, layout) for i, (spec, layout) in enumerate(zip(per_arg, layouts))]
+    named = [
+        (f"{name}[{i}]", spec, layout)
+        for i, (spec, layout) in enumerate(zip(per_arg, layouts, strict=True))
+    ]
     named += [(f"{name} (keyword {kw!r})", kwargs_axis, layout) for kw, layout in sig.kw_layouts]
     for where, spec, layout in named:
         for kind, leaf_spec in _expand(spec, layout, where):
@@ -185,7 +192,10 @@ def _expand(spec: object, layout: object, where: str) -> list[tuple[object, obje
     except PrefixError as error:
         raise TransformError(str(error)) from None
     specs = treedef.flatten_up_to(full)
-    return [(kind if kind in (ARRAY, ROOT) else "static", s) for kind, s in zip(kinds, specs)]
+    return [
+        (kind if kind in (ARRAY, ROOT) else "static", s)
+        for kind, s in zip(kinds, specs, strict=True)
+    ]
 
 
 def state_leaf(plan: CallPlan, k: int) -> object:
@@ -294,7 +304,8 @@ def _axes_in(spec: object) -> list:
         return list(spec.axes)
     if is_axis_leaf(spec):
         return [spec]
-    return [a for leaf in jax.tree_util.tree_leaves(spec, is_leaf=is_axis_leaf) for a in _axes_in(leaf)]
+    leaves = jax.tree_util.tree_leaves(spec, is_leaf=is_axis_leaf)
+    return [axis for leaf in leaves for axis in _axes_in(leaf)]
 
 
 def sorted_axes(specs: Iterable[object]) -> list:

@@ -106,7 +106,9 @@ class Meta:
         if not isinstance(other, Meta) or self.type is not other.type:
             return False
         a, b = self.metadata, other.metadata
-        return a.keys() == b.keys() and all(x is y or _safe_eq(x, y) for x, y in zip(a.values(), b.values()))
+        return a.keys() == b.keys() and all(
+            x is y or _safe_eq(x, y) for x, y in zip(a.values(), b.values(), strict=True)
+        )
 
 
 def _safe_eq(a: object, b: object) -> bool:
@@ -285,7 +287,7 @@ class Signature:
         """Where State leaf `k` comes from, e.g. "`args[0]` at linear/kernel"."""
         path = self.paths[k]
         root = path[1]
-        name, position = self.root_places[root]
+        name, _ = self.root_places[root]
         return f"`{name}`" + (f" at {path_str(path[2:])}" if len(path) > 2 else "")
 
     def root_of_leaf(self, k: int) -> int:
@@ -530,7 +532,9 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
     specs: list | None = None
     if out_roots or not grouping.direct_ok:
         specs = grouping.output_specs(out, out_treedef)
-    root_specs = [s for s, leaf in zip(specs or (), out_leaves) if is_graph_leaf(leaf)]
+    root_specs = [
+        spec for spec, leaf in zip(specs or (), out_leaves, strict=False) if is_graph_leaf(leaf)
+    ]
 
     post_pair = (inner.roots, tuple(out_roots))
     post = _flatten(post_pair)
@@ -545,7 +549,7 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
     sets: list[tuple] = []
     set_consts: list[tuple] = []
     leaf_plans: list[tuple] = []
-    for path, source in zip(post.paths, post.sources):
+    for path, source in zip(post.paths, post.sources, strict=False):
         variable = source.variable
         if variable is not None:
             input_index = inner_index.get(id(variable))

@@ -208,11 +208,11 @@ class _Scan:
         self.array_axes = array_specs
         self.values = plan.leaf_values()
         sizes = []
-        for k, (value, axis) in enumerate(zip(self.values, self.leaf_axes)):
+        for k, (value, axis) in enumerate(zip(self.values, self.leaf_axes, strict=False)):
             size = check_axis(value, axis, sig.describe_leaf(k), "in_axes")
             if size is not None:
                 sizes.append((size, sig.describe_leaf(k)))
-        for i, (value, axis) in enumerate(zip(arrays, array_specs)):
+        for i, (value, axis) in enumerate(zip(arrays, array_specs, strict=False)):
             size = check_axis(value, axis, f"array argument #{i}", "in_axes")
             if size is not None:
                 sizes.append((size, f"the array argument #{i}"))
@@ -252,13 +252,13 @@ class _Scan:
 
         def body(carry: tuple, slices: list) -> tuple:
             leaves, arrays = list(self.values), list(self.arrays)
-            for k, value in zip(self.carry_ks, carry[0]):
+            for k, value in zip(self.carry_ks, carry[0], strict=False):
                 leaves[k] = value
-            for i, value in zip(self.carry_arrays, carry[1]):
+            for i, value in zip(self.carry_arrays, carry[1], strict=False):
                 arrays[i] = value
-            for k, value in zip(scanned_ks, slices):
+            for k, value in zip(scanned_ks, slices, strict=False):
                 leaves[k] = value
-            for i, value in zip(scanned_arrays, slices[len(scanned_ks):]):
+            for i, value in zip(scanned_arrays, slices[len(scanned_ks):], strict=False):
                 arrays[i] = value
             args, kwargs, inner = _lift.rebuild(sig, leaves, arrays)
             carry_out, ys, _ = _split_output(self.f(*args, **kwargs), self.position, self.out_axes)
@@ -293,7 +293,7 @@ class _Scan:
                 groups[0].extend([None] * (pos + 1 - len(groups[0])))
                 groups[0][pos] = final[0][inner_carry_index[k]]
         offset = 0
-        for g, (axis, size) in enumerate(zip(stack_axes, record["sizes"]), start=1):
+        for g, (axis, size) in enumerate(zip(stack_axes, record["sizes"], strict=False), start=1):
             chunk = ys[offset: offset + size]
             offset += size
             if axis is None:
@@ -333,7 +333,7 @@ class _Scan:
                 f"{in_def} and went out as {out_def}."
             )
         arrays = []
-        for a, b in zip(in_leaves, out_leaves):
+        for a, b in zip(in_leaves, out_leaves, strict=False):
             if _lift.is_graph_leaf(a):
                 if a is not b:
                     raise TransformError(
