@@ -1,0 +1,85 @@
+"""Sharding across packages: Stacked metadata in this process, and 8-device runs (data
+parallel, 2x4 model parallel, Stacked and eval_mox on sharded arrays) in a subprocess.
+
+JAX fixes its device count when it starts, and this process keeps one device, so the
+8-device checks run `sharding_worker.py single` with
+`XLA_FLAGS=--xla_force_host_platform_device_count=8`; the worker asserts and exits nonzero
+on failure. `subprocess.run` kills it if it outlives its timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from bryo_graph import Param, VariableState, get_partition_spec
+from bryo_pytree import pytree_dataclass
+from bryo_scan import AxisInfo, Stacked
+from jax.sharding import PartitionSpec as P
+
+WORKER = Path(__file__).with_name("sharding_worker.py")
+TIMEOUT_S = 240  # generous: a loaded 2-core machine starts JAX slowly
+
+
+def worker_env(device_count: int) -> dict[str, str]:
+    """This process's environment with `device_count` host CPU devices for JAX."""
+    env = dict(os.environ)
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
+    env["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={device_count}"])
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+@pytree_dataclass
+class Block:
+    w: VariableState
+
+    @classmethod
+    def make(cls, key):
+        return cls(VariableState(Param, jax.random.normal(key, (4, 8)), sharding=("embed", "mlp")))
+
+    def __call__(self, x):
+        return x
+
+
+def test_stacking_adds_a_leading_layer_axis_to_sharding():
+    layers = AxisInfo(name=None, size=3, position=0)
+    stacked = Stacked.init(layers, Block.make)(jax.random.split(jax.random.key(0), 3))
+    assert stacked.stacked.w.value.shape == (3, 4, 8)
+    assert stacked.stacked.w.sharding == (None, "embed", "mlp")
+    assert get_partition_spec(stacked).stacked.w.value == P(None, "embed", "mlp")
+    layer = stacked.get_layer(0)
+    assert layer.w.value.shape == (4, 8)
+
+
+def test_unstacked_blocks_keep_plain_arrays():
+    layers = AxisInfo(name=None, size=2, position=0)
+
+    @pytree_dataclass
+    class Plain:
+        w: jax.Array
+
+    stacked = Stacked.init(layers, lambda: Plain(jnp.ones(3)))()
+    assert stacked.stacked.w.shape == (2, 3)
+
+
+@pytest.mark.slow
+def test_eight_device_runs_match_one_device():
+    result = subprocess.run(
+        [sys.executable, str(WORKER), "single"],
+        env=worker_env(8),
+        cwd=WORKER.parent,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert result.returncode == 0, f"worker failed:\n{result.stdout}\n{result.stderr[-4000:]}"
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["data"] == pytest.approx(summary["reference"], rel=1e-5)
+    assert summary["model"] == pytest.approx(summary["reference"], rel=1e-5)
