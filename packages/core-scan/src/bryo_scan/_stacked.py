@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import jax
 
+from bryo_graph import add_sharding_axis
 from bryo_pytree import pytree_dataclass, static_field
 
 from ._hooks import block_splitter, resolve_axis
@@ -197,7 +198,8 @@ def _vmapped_blocks(module: Callable[..., M], info: AxisInfo, args: tuple, kwarg
         return outputs.flatten(tree)
 
     stacked = jax.vmap(one, axis_size=info.size)(inputs.arrays)
-    return rebuilds[-1](outputs.unflatten(stacked, info))
+    # Sharding metadata names one axis per dimension: the new layers axis is not sharded.
+    return rebuilds[-1](add_sharding_axis(outputs.unflatten(stacked, info), 0, None))
 
 
 def _check_is_pytree(block: object, tree: PyTree) -> None:
