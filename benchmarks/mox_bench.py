@@ -55,8 +55,10 @@ def bench_trace(layers: int, width: int) -> None:
     apply = lambda m, v: m(v)
     anchor = timeit(lambda: jax.make_jaxpr(apply)(model, x), repeat=5)
     ours = timeit(lambda: mox_lib.make_mox(apply)(model, x), repeat=5)
-    print(f"trace   {layers:5d} layers: make_jaxpr {anchor * 1e3:8.2f} ms | "
-          f"make_mox {ours * 1e3:8.2f} ms | ratio {ours / anchor:6.2f}x")
+    print(
+        f"trace   {layers:5d} layers: make_jaxpr {anchor * 1e3:8.2f} ms | "
+        f"make_mox {ours * 1e3:8.2f} ms | ratio {ours / anchor:6.2f}x"
+    )
 
 
 def bench_eval(layers: int, width: int, batch: int) -> None:
@@ -68,16 +70,18 @@ def bench_eval(layers: int, width: int, batch: int) -> None:
     via_mox = jax.jit(lambda m, v: mox_lib.eval_mox(mox, m, v))
     original(model, x).block_until_ready()
     via_mox(model, x).block_until_ready()
-    run = lambda f: (lambda: f(model, x).block_until_ready())
+    run = lambda f: lambda: f(model, x).block_until_ready()
     times = {"original": [], "mox": []}
     for _ in range(5):  # interleave to share the machine's noise
         times["original"].append(timeit(run(original), repeat=3, number=50))
         times["mox"].append(timeit(run(via_mox), repeat=3, number=50))
     a, b = statistics.median(times["original"]), statistics.median(times["mox"])
     same = hlo_ops(original, model, x) == hlo_ops(via_mox, model, x)
-    print(f"eval    {layers:5d} layers x {width}: jit(original) {a * 1e6:8.1f} us | "
-          f"jit(eval_mox) {b * 1e6:8.1f} us | ratio {b / a:6.3f}x | "
-          f"same optimized HLO: {same}")
+    print(
+        f"eval    {layers:5d} layers x {width}: jit(original) {a * 1e6:8.1f} us | "
+        f"jit(eval_mox) {b * 1e6:8.1f} us | ratio {b / a:6.3f}x | "
+        f"same optimized HLO: {same}"
+    )
 
 
 def bench_query(layers: int) -> None:
@@ -93,10 +97,12 @@ def bench_query(layers: int) -> None:
     again = timeit(lambda: mox_lib.query(xpath, mox), repeat=20)
     features = timeit(lambda: mox_lib.query("//module_call[@features=4]", mox), repeat=20)
     relu = timeit(lambda: mox_lib.query('//pjit[@name="relu"]', mox), repeat=20)
-    print(f"query   {layers:5d} layers ({len(found)} matches; make_mox {traced:.2f} s): "
-          f"first {first * 1e3:.1f} ms (builds view) | cached {again * 1e3:.2f} ms "
-          f"(target < 10 ms: {'ok' if again < 0.010 else 'MISSED'}) | "
-          f"@features {features * 1e3:.2f} ms | pjit relu {relu * 1e3:.2f} ms")
+    print(
+        f"query   {layers:5d} layers ({len(found)} matches; make_mox {traced:.2f} s): "
+        f"first {first * 1e3:.1f} ms (builds view) | cached {again * 1e3:.2f} ms "
+        f"(target < 10 ms: {'ok' if again < 0.010 else 'MISSED'}) | "
+        f"@features {features * 1e3:.2f} ms | pjit relu {relu * 1e3:.2f} ms"
+    )
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from types import MappingProxyType
 import jax
 from jax.extend import core as jex
 
+from ._errors import MoxError
 from ._types import type_str
 
 Var = jex.Var
@@ -29,6 +30,10 @@ Atom = jex.Var | jex.Literal
 JIT_NAME: str = jex.primitives.jit_p.name
 #: Spellings of the jit primitive that queries accept: the seed's `pjit` and today's name.
 JIT_ALIASES: frozenset[str] = frozenset({"jit", "pjit"})
+#: Attribute names a `module_call` uses itself; module attrs may not take them.
+RESERVED_ATTRS: frozenset[str] = frozenset(
+    {"type", "qualtype", "name", "state_inputs", "state_outputs"}
+)
 CUSTOM_DERIVATIVE_NAMES: frozenset[str] = frozenset({"custom_jvp_call", "custom_vjp_call"})
 
 
@@ -48,6 +53,12 @@ class ModuleInfo:
     attrs: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        clash = RESERVED_ATTRS & set(self.attrs)
+        if clash:
+            raise MoxError(
+                f"`attrs` of module {self.name!r} ({self.type}) use reserved keys "
+                f"{sorted(clash)}; rename them in the backend (e.g. `module_{min(clash)}`)."
+            )
         object.__setattr__(self, "attrs", MappingProxyType(dict(self.attrs)))
 
     @property

@@ -38,6 +38,7 @@ from ._errors import MoxSerializationError
 from ._ir import (
     CUSTOM_DERIVATIVE_NAMES,
     JIT_NAME,
+    RESERVED_ATTRS,
     Block,
     Equation,
     Literal,
@@ -55,7 +56,7 @@ MAX_DEPTH = 200
 #: rebuilt by `jax.jit` itself.
 JIT_ATTRS = ("name", "inline", "keep_unused")
 CUSTOM_ATTRS = ("name", "num_consts", "symbolic_zeros")
-MODULE_ATTRS = frozenset({"type", "qualtype", "name", "state_inputs", "state_outputs"})
+MODULE_ATTRS = RESERVED_ATTRS
 
 
 @dataclass
