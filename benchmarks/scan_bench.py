@@ -22,10 +22,9 @@ import argparse
 import time
 from collections.abc import Callable
 
+import bryo_scan
 import jax
 import jax.numpy as jnp
-
-import bryo_scan
 
 HIDDEN = 256
 
@@ -77,7 +76,9 @@ VARIANTS: dict[str, Callable] = {
     "bryo remat=True": bryo(True),
     "bryo remat='nested'": bryo("nested"),
     "bryo remat='save_all'": bryo("save_all"),
-    "bryo save ['h']": bryo(bryo_scan.ScanCheckpointPolicy(save_block_internals=["h"]), named_block),
+    "bryo save ['h']": bryo(
+        bryo_scan.ScanCheckpointPolicy(save_block_internals=["h"]), named_block
+    ),
 }
 
 
@@ -99,7 +100,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--loop-max", type=int, default=64,
+        "--loop-max",
+        type=int,
+        default=64,
         help="largest N for the Python loop (its compile time grows with N; default 64)",
     )
     args = parser.parse_args()
@@ -110,7 +113,10 @@ def main() -> None:
     results: dict[tuple[str, int, int], tuple[float, int]] = {}
     for batch in batches:
         print(f"\nbatch {batch}")
-        print(f"{'variant':24} {'N':>4} {'compile s':>10} {'vs N=16':>8} {'temp MiB':>10} {'vs anchor':>10}  anchor")
+        print(
+            f"{'variant':24} {'N':>4} {'compile s':>10} {'vs N=16':>8} {'temp MiB':>10} "
+            f"{'vs anchor':>10}  anchor"
+        )
         for name, forward in VARIANTS.items():
             for n in sizes:
                 if name == "python loop" and n > args.loop_max:
@@ -149,15 +155,26 @@ def _check_targets(results: dict, sizes: tuple[int, ...], batches: tuple[int, ..
     for batch in batches:
         for name in ("bryo remat=False", "bryo remat=True", "bryo remat='nested'"):
             ratio = results[name, largest, batch][0] / results[name, smallest, batch][0]
-            print(f"  compile {name} N={largest}/N={smallest} batch {batch}: {ratio:.2f} (target <= 1.5)")
+            print(
+                f"  compile {name} N={largest}/N={smallest} batch {batch}: {ratio:.2f} "
+                "(target <= 1.5)"
+            )
         for n in sizes:
-            for ours, anchor in (("bryo remat=False", "lax.scan"), ("bryo remat=True", "lax.scan(checkpoint)")):
+            for ours, anchor in (
+                ("bryo remat=False", "lax.scan"),
+                ("bryo remat=True", "lax.scan(checkpoint)"),
+            ):
                 ok = results[ours, n, batch][1] <= results[anchor, n, batch][1]
                 print(f"  temp {ours} <= {anchor} (N={n}, batch {batch}): {'yes' if ok else 'NO'}")
     if 64 in sizes and 1024 in batches:
-        nested, full = results["bryo remat='nested'", 64, 1024][1], results["bryo remat=True", 64, 1024][1]
-        print(f"  temp nested < remat=True (N=64, batch 1024): {'yes' if nested < full else 'NO'} "
-              f"({nested / 2**20:.2f} vs {full / 2**20:.2f} MiB)")
+        nested, full = (
+            results["bryo remat='nested'", 64, 1024][1],
+            results["bryo remat=True", 64, 1024][1],
+        )
+        print(
+            f"  temp nested < remat=True (N=64, batch 1024): {'yes' if nested < full else 'NO'} "
+            f"({nested / 2**20:.2f} vs {full / 2**20:.2f} MiB)"
+        )
 
 
 if __name__ == "__main__":

@@ -7,9 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from bryo_scan import (
     OffloadUnavailableError,
     ScanCheckpointPolicy,
@@ -17,6 +14,8 @@ from bryo_scan import (
     scan,
     tree_checkpoint_name,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 POLICIES = [
     False,
@@ -56,21 +55,21 @@ def _losses(scan_fn, fold_fn, reverse):
     def fold_loss(init, layers):
         return fold_fn(init, layers).sum()
 
-    return jax.jit(jax.grad(lambda i, l: scan_loss(i, l) + 0.5 * fold_loss(i, l), argnums=(0, 1)))
+    return jax.jit(jax.grad(lambda x, p: scan_loss(x, p) + 0.5 * fold_loss(x, p), argnums=(0, 1)))
 
 
 def _loop_scan(init, layers, reverse=False):
     carry, outs = init, []
     order = range(layers["w"].shape[0])
     for i in reversed(order) if reverse else order:
-        carry, y = _block(carry, jax.tree_util.tree_map(lambda a: a[i], layers))
+        carry, y = _block(carry, jax.tree_util.tree_map(lambda a, i=i: a[i], layers))
         outs.append(y)
     return carry, jnp.stack(outs)
 
 
 @functools.cache
 def _want(reverse):
-    loop_fold = lambda i, l: _loop_scan(i, l)[0]
+    loop_fold = lambda x, p: _loop_scan(x, p)[0]
     grads = _losses(functools.partial(_loop_scan, reverse=reverse), loop_fold, reverse)
     return grads(INIT, LAYERS)
 
@@ -101,7 +100,9 @@ def _scan_loss(remat):
 
 def test_aliases():
     assert ScanCheckpointPolicy.from_remat(True) == ScanCheckpointPolicy()
-    assert ScanCheckpointPolicy.from_remat("full") == ScanCheckpointPolicy(save_carries=True, save_inputs=True)
+    assert ScanCheckpointPolicy.from_remat("full") == ScanCheckpointPolicy(
+        save_carries=True, save_inputs=True
+    )
     assert ScanCheckpointPolicy.from_remat(False) == ScanCheckpointPolicy(disable=True)
     assert ScanCheckpointPolicy.from_remat("nested") == ScanCheckpointPolicy(nested=True)
     assert ScanCheckpointPolicy.from_remat("offload") == ScanCheckpointPolicy(
@@ -132,10 +133,12 @@ def test_policy_validation(kwargs, message):
 
 
 def test_unknown_remat_and_bad_nested():
-    with pytest.raises(ValueError, match="not a checkpoint policy.*'nested'"):
+    with pytest.raises(ValueError, match=r"not a checkpoint policy.*'nested'"):
         scan(_block, 0, remat="sometimes")
     with pytest.raises(ValueError, match="do not divide the scan length 6"):
-        jax.eval_shape(scan(_block, 0, remat=ScanCheckpointPolicy(nested=4)), jnp.ones(3), _layers(6))
+        jax.eval_shape(
+            scan(_block, 0, remat=ScanCheckpointPolicy(nested=4)), jnp.ones(3), _layers(6)
+        )
 
 
 def test_nested_outer_blocks():
@@ -150,6 +153,7 @@ def _count_in_grad(remat, primitive):
             y = jnp.sin(c * x)
             y = tree_checkpoint_name(y, "y")
             return jnp.cos(y) + x
+
         return fold(step, 0, remat=remat)(init, xs).sum()
 
     jaxpr = jax.make_jaxpr(jax.grad(loss))(jnp.ones(3), jnp.ones((4, 3)))
@@ -157,7 +161,8 @@ def _count_in_grad(remat, primitive):
 
 
 def test_saving_a_named_internal_avoids_recomputing_it():
-    # remat=True recomputes sin in the backward pass; saving "y" keeps it; no remat never recomputes.
+    # remat=True recomputes sin in the backward pass; saving "y" keeps it; no remat
+    # never recomputes.
     # (the derivative of cos adds one sin to every count)
     saved = _count_in_grad(ScanCheckpointPolicy(save_block_internals=["y"]), "sin")
     assert _count_in_grad(True, "sin") == saved + 1
@@ -187,7 +192,7 @@ def test_offload_works_or_says_the_device_cannot(remat):
     fold_fn = fold(lambda c, layer: _block(c, layer)[0], 0, remat=remat)
     run = _losses(scan_fn, fold_fn, False)
     if jax.devices()[0].platform == "cpu":
-        with pytest.raises(OffloadUnavailableError, match="cannot offload.*host memory"):
+        with pytest.raises(OffloadUnavailableError, match=r"cannot offload.*host memory"):
             jax.eval_shape(run, INIT, LAYERS)
     else:
         _assert_trees_close(run(INIT, LAYERS), _want(False))

@@ -1,11 +1,9 @@
 """scan / fold / map over positional axes of plain arrays, and their gradients."""
 
-import jax
+import bryo_scan
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import bryo_scan
 from bryo_scan import ScanAxisError, fold, scan
 
 
@@ -56,7 +54,7 @@ def test_static_leaves_reach_every_step():
 
 
 def test_errors():
-    with pytest.raises(ScanAxisError, match="size 3.*size 4|has size"):
+    with pytest.raises(ScanAxisError, match=r"has size 4"):
         fold(lambda c, a, b: c, 0)(0.0, jnp.ones(3), jnp.ones(4))
     with pytest.raises(ScanAxisError, match="cannot tell how many steps"):
         scan(lambda c, _: (c, c), 0)(0.0, None)

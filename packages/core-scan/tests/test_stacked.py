@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from bryo_pytree import hookimpl, pytree_dataclass, static_field
 from bryo_scan import AxisInfo, BlockFoldable, BlockSeq, ScanAxisError, Stacked
 
@@ -77,7 +76,9 @@ def test_gradients_of_fold_equal_loop():
     grad_stacked = jax.jit(jax.grad(lambda s, x: s.fold(x).sum(), argnums=(0, 1)))(stacked, x)
     loop = lambda s, x: _loop(s.unstacked(), x).sum()
     want = jax.grad(loop, argnums=(0, 1))(stacked, x)
-    for g, w in zip(jax.tree_util.tree_leaves(grad_stacked), jax.tree_util.tree_leaves(want), strict=True):
+    for g, w in zip(
+        jax.tree_util.tree_leaves(grad_stacked), jax.tree_util.tree_leaves(want), strict=True
+    ):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
@@ -90,12 +91,14 @@ def test_scan_vmap_and_via():
     np.testing.assert_allclose(carry, seq_carry, rtol=1e-6)
     np.testing.assert_allclose(outs, seq_outs, rtol=1e-6)
     assert outs.shape == (4,)
-    ys, sums = stacked.vmap(x)
+    ys, _ = stacked.vmap(x)
     assert ys.shape == (4, 3)
     np.testing.assert_allclose(ys[1], stacked.get_layer(1)(x)[0], rtol=1e-6)
     np.testing.assert_allclose(seq.vmap(x)[0], ys, rtol=1e-6)
     half = lambda block, carry, factor: block(carry)[0] * factor
-    np.testing.assert_allclose(stacked.fold_via(half)(x, 0.5), seq.fold_via(half)(x, 0.5), rtol=1e-6)
+    np.testing.assert_allclose(
+        stacked.fold_via(half)(x, 0.5), seq.fold_via(half)(x, 0.5), rtol=1e-6
+    )
     pair = lambda block, carry: (block(carry)[0], carry.mean())
     for a, b in zip(stacked.scan_via(pair)(x), seq.scan_via(pair)(x), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
@@ -142,7 +145,7 @@ def test_block_splitter_hook(bryo_plugin_manager):
 
 
 def test_block_that_is_not_a_pytree_is_an_error():
-    with pytest.raises(TypeError, match="MutableBlock.*not a pytree.*bryo_scan_block_splitters"):
+    with pytest.raises(TypeError, match=r"MutableBlock.*not a pytree.*bryo_scan_block_splitters"):
         Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))
 
 
@@ -157,5 +160,7 @@ def test_resolve_axis_hook(bryo_plugin_manager):
             return AxisInfo(None, axis.size, 0, axis) if isinstance(axis, Depth) else None
 
     bryo_plugin_manager.register(DepthAxes())
-    stacked = Stacked.init(Depth(2), Dense.make)(3, key=jax.random.split(jax.random.key(0), 2), scale=1.0)
+    stacked = Stacked.init(Depth(2), Dense.make)(
+        3, key=jax.random.split(jax.random.key(0), 2), scale=1.0
+    )
     assert stacked.stacked.w.shape == (2, 3, 3)

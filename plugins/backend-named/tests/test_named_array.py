@@ -1,14 +1,13 @@
 """NamedArray: creation, operations by axis name, indexing, rearrange, vmap, errors."""
 
+import bryo_named as hax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from bryo_named import Axis, AxisError, NamedArray
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import bryo_named as hax
-from bryo_named import Axis, AxisError, NamedArray
 
 Batch, Feat, Out = Axis("Batch", 2), Axis("Features", 3), Axis("Out", 4)
 
@@ -48,13 +47,19 @@ def test_broadcasting_by_name():
     transposed = hax.named(x.array.T, (Feat, Batch))
     np.testing.assert_allclose((x - transposed).array, 0.0)
     assert (0.0 + x).axes == x.axes and (1 / (x + 1)).axes == x.axes
-    assert (x + jnp.float32(2)).axes == x.axes and (2 ** x).axes == x.axes
+    assert (x + jnp.float32(2)).axes == x.axes and (2**x).axes == x.axes
     np.testing.assert_allclose(hax.maximum(x, 2.0).array, jnp.maximum(x.array, 2.0))
     np.testing.assert_allclose(hax.minimum(y, x).array, jnp.minimum(y.array[:, None], x.array))
     assert hax.where(x > 2, x, 0.0).axes == x.axes
     assert (-x).axes == x.axes and abs(x).axes == x.axes
     for fn in (hax.sin, hax.cos, hax.exp, hax.tanh, hax.relu, hax.sqrt, hax.nn.gelu):
-        np.testing.assert_allclose(fn(x).array, getattr(jax.nn, fn.__name__, None)(x.array) if fn.__name__ in ("relu", "gelu") else getattr(jnp, fn.__name__)(x.array), rtol=1e-6)
+        np.testing.assert_allclose(
+            fn(x).array,
+            getattr(jax.nn, fn.__name__, None)(x.array)
+            if fn.__name__ in ("relu", "gelu")
+            else getattr(jnp, fn.__name__)(x.array),
+            rtol=1e-6,
+        )
 
 
 def test_reductions_and_dot():
@@ -68,7 +73,7 @@ def test_reductions_and_dot():
     assert out.axes == (Batch, Out)
     np.testing.assert_allclose(out.array, x.array @ w.array)
     np.testing.assert_allclose(hax.dot("Features", x, w).array, out.array)
-    assert float(hax.dot(x, x)) == float((x.array ** 2).sum())
+    assert float(hax.dot(x, x)) == float((x.array**2).sum())
     np.testing.assert_allclose(hax.softmax(x, "Features").array, jax.nn.softmax(x.array, axis=1))
 
 
@@ -105,7 +110,11 @@ def test_rearrange():
     np.testing.assert_allclose(split["outer", 1]["inner", 2].array, blocks["block", 6].array)
     assert hax.rearrange(split, "(outer inner) -> block").shape == {"block": 12, "hidden": 2}
     np.testing.assert_allclose(hax.rearrange(split, "(outer inner) -> block").array, blocks.array)
-    assert split.rearrange("hidden outer -> ... hidden outer").axis_names == ("inner", "hidden", "outer")
+    assert split.rearrange("hidden outer -> ... hidden outer").axis_names == (
+        "inner",
+        "hidden",
+        "outer",
+    )
     assert hax.rearrange(blocks, "hidden -> h").axis_names == ("h", "block")  # unlisted axes follow
     with pytest.raises(AxisError, match="do not divide"):
         hax.rearrange(blocks, "block -> (outer inner)", outer=5)
@@ -117,7 +126,10 @@ def test_rearrange():
 
 def test_missing_duplicate_and_wrong_size_axes_are_named():
     x = _x()
-    with pytest.raises(AxisError, match=r"axis 'Time' is not in this array; its axes are \{'Batch': 2, 'Features': 3\}"):
+    with pytest.raises(
+        AxisError,
+        match=r"axis 'Time' is not in this array; its axes are \{'Batch': 2, 'Features': 3\}",
+    ):
         x.sum("Time")
     with pytest.raises(AxisError, match=r"'Batch' has size 2 in this array, not 5"):
         x.sum(Batch.resize(5))
@@ -180,6 +192,14 @@ def test_ops_do_not_depend_on_axis_order(perm, sizes):
     x = hax.named(np.arange(np.prod(sizes), dtype=np.float32).reshape(sizes), axes)
     y = hax.named(np.transpose(x.array, perm), tuple(axes[i] for i in perm))
     np.testing.assert_allclose((x - y).array, 0.0)
-    np.testing.assert_allclose(hax.dot(x, y, axis=("a", "b")).array, (x.array ** 2).sum((0, 1)))
+    np.testing.assert_allclose(hax.dot(x, y, axis=("a", "b")).array, (x.array**2).sum((0, 1)))
     for name in "abc":
-        np.testing.assert_allclose(x.sum(name).array, hax.rearrange(y.sum(name), " ".join(n for n in "abc" if n != name) + " -> " + " ".join(n for n in "abc" if n != name)).array)
+        np.testing.assert_allclose(
+            x.sum(name).array,
+            hax.rearrange(
+                y.sum(name),
+                " ".join(n for n in "abc" if n != name)
+                + " -> "
+                + " ".join(n for n in "abc" if n != name),
+            ).array,
+        )

@@ -3,16 +3,15 @@ is assembled from these packages; here a namespace stands in for it)."""
 
 import types
 
+import bryo_named
+import bryo_scan
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.random import PRNGKey
-
-import bryo_named
-import bryo_scan
 from bryo_named import Axis, AxisError
 from bryo_scan import OffloadUnavailableError, ScanAxisError, ScanCheckpointPolicy
+from jax.random import PRNGKey
 
 hax = types.SimpleNamespace(
     **{name: getattr(bryo_named, name) for name in dir(bryo_named) if not name.startswith("_")},
@@ -87,7 +86,7 @@ def test_brownian_motion_with_a_bare_name():
     with pytest.raises(ScanAxisError, match=r"how many steps.*Axis\('Time', 100\).*axis_sizes"):
         hax.scan(simulate_brownian_motion, "Time")(init, None)
     with hax.axis_sizes(Time=100):  # the seed's exact call, once "Time" has a size
-        final_state, path = hax.scan(simulate_brownian_motion, "Time")(init, None)
+        _, path = hax.scan(simulate_brownian_motion, "Time")(init, None)
     assert path.shape == {"Time": 100, "Features": 16}
 
 
@@ -175,16 +174,28 @@ def test_save_block_internals_policy():
 
     # saving "y" spares the backward pass one `sin` per block compared with remat=True
     assert grad_jaxpr(policy).count(" sin ") == grad_jaxpr(True).count(" sin ") - 1
-    grads = [jax.grad(lambda xs, r=r: hax.fold(my_complex_fn, Time, remat=r)(init, xs).sum().array)(data) for r in (policy, False)]
+    grads = [
+        jax.grad(lambda xs, r=r: hax.fold(my_complex_fn, Time, remat=r)(init, xs).sum().array)(data)
+        for r in (policy, False)
+    ]
     np.testing.assert_allclose(grads[0].array, grads[1].array, rtol=1e-4, atol=1e-5)
-    offload = ScanCheckpointPolicy(save_carries=True, save_block_internals=["y"], offload_block_internals=["z"])
+    offload = ScanCheckpointPolicy(
+        save_carries=True, save_block_internals=["y"], offload_block_internals=["z"]
+    )
     assert offload.offload_block_internals == ("z",)
 
 
 def test_named_scan_errors():
-    with pytest.raises(ScanAxisError, match=r"axis 'Batch' is missing from NamedArray with axes \{'Time': 100, 'Features': 16\}"):
+    with pytest.raises(
+        ScanAxisError,
+        match=r"axis 'Batch' is missing from NamedArray with axes \{'Time': 100, 'Features': 16\}",
+    ):
         hax.fold(running_stats, "Batch")(init_state(), data)
-    with pytest.raises(ScanAxisError, match=r"axis 'Time' \(size 50\) has size 100 in NamedArray with axes \{'Time': 100, 'Features': 16\}"):
+    with pytest.raises(
+        ScanAxisError,
+        match=r"axis 'Time' \(size 50\) has size 100 in NamedArray with axes "
+        r"\{'Time': 100, 'Features': 16\}",
+    ):
         hax.fold(running_stats, Axis("Time", 50))(init_state(), data)
     other = hax.zeros({"Time": 10, "Features": 16})
     with pytest.raises(ScanAxisError, match="has size 10"):
@@ -196,5 +207,9 @@ def test_named_scan_errors():
 
 
 def test_plain_arrays_scan_over_their_first_axis_next_to_named_ones():
-    total = hax.fold(lambda c, x, t: c + x * t, "Time")(hax.zeros({"Features": 16}), data, jnp.arange(100.0))
-    np.testing.assert_allclose(total.array, (data.array * jnp.arange(100.0)[:, None]).sum(0), rtol=1e-4, atol=1e-4)
+    total = hax.fold(lambda c, x, t: c + x * t, "Time")(
+        hax.zeros({"Features": 16}), data, jnp.arange(100.0)
+    )
+    np.testing.assert_allclose(
+        total.array, (data.array * jnp.arange(100.0)[:, None]).sum(0), rtol=1e-4, atol=1e-4
+    )

@@ -4,12 +4,10 @@ built with `Stacked.init(Layers, TransformerBlock)(config, scale=..., key=...)`.
 import dataclasses
 import math
 
+import bryo_named as hax
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import bryo_named as hax
 from bryo_named import Axis, NamedArray
 from bryo_scan import BlockFoldable, BlockSeq, ScanCheckpointPolicy, Stacked
 
@@ -20,10 +18,10 @@ Layers = Axis("Layers", 3)
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    Pos: Axis = Axis("Pos", 4)
-    Hidden: Axis = Axis("Hidden", 8)
-    Head: Axis = Axis("Head", 8)
-    Mlp: Axis = Axis("Mlp", 16)
+    Pos: Axis
+    Hidden: Axis
+    Head: Axis
+    Mlp: Axis
 
 
 class LayerNorm(eqx.Module):
@@ -51,8 +49,13 @@ class Attention(eqx.Module):
         c = config
         kq, kk, kv, ko = jax.random.split(key, 4)
         proj = lambda k, a, b: hax.random.normal(k, (a, b)) / math.sqrt(a.size)
-        return Attention(proj(kq, c.Hidden, c.Head), proj(kk, c.Hidden, c.Head),
-                         proj(kv, c.Hidden, c.Head), proj(ko, c.Head, c.Hidden), config)
+        return Attention(
+            proj(kq, c.Hidden, c.Head),
+            proj(kk, c.Hidden, c.Head),
+            proj(kv, c.Hidden, c.Head),
+            proj(ko, c.Head, c.Hidden),
+            config,
+        )
 
     def __call__(self, x):
         c = self.config
@@ -70,8 +73,10 @@ class MLP(eqx.Module):
     @staticmethod
     def init(config, *, key):
         k1, k2 = jax.random.split(key)
-        return MLP(hax.random.normal(k1, (config.Hidden, config.Mlp)) * 0.3,
-                   hax.random.normal(k2, (config.Mlp, config.Hidden)) * 0.3)
+        return MLP(
+            hax.random.normal(k1, (config.Hidden, config.Mlp)) * 0.3,
+            hax.random.normal(k2, (config.Mlp, config.Hidden)) * 0.3,
+        )
 
     def __call__(self, x):
         return hax.dot(hax.gelu(hax.dot(x, self.w_in, axis="Hidden")), self.w_out, axis="Mlp")
@@ -113,7 +118,7 @@ class Transformer(eqx.Module):
         return self.blocks.fold(x)
 
 
-CONFIG = TransformerConfig()
+CONFIG = TransformerConfig(Axis("Pos", 4), Axis("Hidden", 8), Axis("Head", 8), Axis("Mlp", 16))
 
 
 @pytest.fixture(scope="module")
@@ -150,21 +155,36 @@ def test_stacked_layout(model):
 def test_fold_equals_loop_and_blockseq(model, x):
     out = jax.jit(lambda m, x: m(x))(model, x)
     assert out.axes == (CONFIG.Pos, CONFIG.Hidden)
-    np.testing.assert_allclose(out.array, eqx.filter_jit(_loop)(model, x).array, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        out.array, eqx.filter_jit(_loop)(model, x).array, rtol=1e-5, atol=1e-5
+    )
     seq = BlockSeq(model.blocks.unstacked(), Layers, model.blocks.gradient_checkpointing)
-    np.testing.assert_allclose(eqx.filter_jit(BlockSeq.fold)(seq, x).array, out.array, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        eqx.filter_jit(BlockSeq.fold)(seq, x).array, out.array, rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.slow
 def test_blockseq_init_builds_the_same_layers(model, x):
     keys = jax.random.split(jax.random.key(0), Layers)
-    seq = eqx.filter_jit(lambda k: BlockSeq.init(Layers, TransformerBlock)(CONFIG, scale=hax.arange(Layers), key=k))(keys)
-    for a, b in zip(jax.tree_util.tree_leaves(seq.unstacked()), jax.tree_util.tree_leaves(model.blocks.unstacked()), strict=True):
+    seq = eqx.filter_jit(
+        lambda k: BlockSeq.init(Layers, TransformerBlock)(CONFIG, scale=hax.arange(Layers), key=k)
+    )(keys)
+    for a, b in zip(
+        jax.tree_util.tree_leaves(seq.unstacked()),
+        jax.tree_util.tree_leaves(model.blocks.unstacked()),
+        strict=True,
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
 @pytest.mark.parametrize(
-    "remat", [pytest.param(False, marks=pytest.mark.slow), True, pytest.param("nested", marks=pytest.mark.slow)]
+    "remat",
+    [
+        pytest.param(False, marks=pytest.mark.slow),
+        True,
+        pytest.param("nested", marks=pytest.mark.slow),
+    ],
 )
 def test_gradients_equal_loop(remat, model, x):
     blocks = Stacked(model.blocks.stacked, Layers, ScanCheckpointPolicy.from_remat(remat))
@@ -180,4 +200,9 @@ def test_gradients_equal_loop(remat, model, x):
 def test_vmap_applies_every_block_to_the_same_input(model, x):
     y = eqx.filter_jit(Stacked.vmap)(model.blocks, x)
     assert y.axes == (Layers, CONFIG.Pos, CONFIG.Hidden)
-    np.testing.assert_allclose(y["Layers", 2].array, eqx.filter_jit(lambda m, x: m.blocks.get_layer(2)(x))(model, x).array, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        y["Layers", 2].array,
+        eqx.filter_jit(lambda m, x: m.blocks.get_layer(2)(x))(model, x).array,
+        rtol=1e-5,
+        atol=1e-5,
+    )

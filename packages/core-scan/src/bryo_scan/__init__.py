@@ -21,7 +21,7 @@ from ._policy import ScanCheckpointPolicy as ScanCheckpointPolicy
 from ._policy import check_can_offload as check_can_offload
 from ._policy import tree_checkpoint_name as tree_checkpoint_name
 from ._scan import fold as fold
-from ._scan import map as map  # noqa: A004
+from ._scan import map as map
 from ._scan import scan as scan
 from ._stacked import BlockFoldable as BlockFoldable
 from ._stacked import BlockSeq as BlockSeq

@@ -95,4 +95,3 @@ def _identity(tree: V) -> V:
 def registered_named_leaf_types() -> tuple[type, ...]:
     """Every leaf type some plugin declared through `bryo_scan_named_leaves`."""
     return _named_leaves.types()
-

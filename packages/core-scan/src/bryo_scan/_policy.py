@@ -100,7 +100,8 @@ class ScanCheckpointPolicy:
             set_("nested", bool(self.nested))
         elif not isinstance(self.nested, int) or self.nested < 1:
             raise ValueError(
-                f"`nested` must be a bool or a positive number of outer blocks; got {self.nested!r}."
+                "`nested` must be a bool or a positive number of outer blocks; "
+                f"got {self.nested!r}."
             )
         both = set(self._saved_names()) & set(self.offload_block_internals)
         if both:
@@ -152,8 +153,10 @@ class ScanCheckpointPolicy:
         if offloaded:
             check_can_offload(offloaded)
         if self.save_block_internals is True:
-            return _everything_but_offloaded(offloaded) if offloaded else (
-                jax.checkpoint_policies.everything_saveable
+            return (
+                _everything_but_offloaded(offloaded)
+                if offloaded
+                else (jax.checkpoint_policies.everything_saveable)
             )
         if offloaded:
             return jax.checkpoint_policies.save_and_offload_only_these_names(

@@ -151,8 +151,13 @@ def fold(
         >>> float(fold(lambda c, x: c + x, 0)(0.0, jnp.arange(4.0)))
         6.0
     """
-    scanned = scan(lambda carry, *a, **k: (f(carry, *a, **k), None), axis, remat=remat,
-                   reverse=reverse, unroll=unroll)
+    scanned = scan(
+        lambda carry, *a, **k: (f(carry, *a, **k), None),
+        axis,
+        remat=remat,
+        reverse=reverse,
+        unroll=unroll,
+    )
 
     @functools.wraps(f)
     def folded(init: Carry, *args: Any, **kwargs: Any) -> Carry:
@@ -161,7 +166,7 @@ def fold(
     return folded
 
 
-def map(f: Callable[..., Any], axis: object, *, remat: Remat = False) -> Callable[..., Any]:  # noqa: A001
+def map(f: Callable[..., Any], axis: object, *, remat: Remat = False) -> Callable[..., Any]:
     """Curried sequential map: `map(f, axis)(*xs)` applies `f` to each slice in turn.
 
     Uses less memory than `vmap` but runs one slice at a time (like `jax.lax.map`).
@@ -178,4 +183,3 @@ def map(f: Callable[..., Any], axis: object, *, remat: Remat = False) -> Callabl
         return scanned(None, *args, **kwargs)[1]
 
     return mapped
-

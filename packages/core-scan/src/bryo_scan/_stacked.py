@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import jax
-
 from bryo_graph import add_sharding_axis
 from bryo_pytree import pytree_dataclass, static_field
 
@@ -53,7 +52,9 @@ class BlockFoldable(Protocol[M]):
 
 def _policy(gradient_checkpointing: Remat, remat: Remat) -> ScanCheckpointPolicy:
     if remat is not _UNSET and gradient_checkpointing is not _UNSET:
-        raise TypeError("pass either `gradient_checkpointing` or `remat`, not both (they are aliases).")
+        raise TypeError(
+            "pass either `gradient_checkpointing` or `remat`, not both (they are aliases)."
+        )
     chosen = remat if remat is not _UNSET else gradient_checkpointing
     return ScanCheckpointPolicy.from_remat(True if chosen is _UNSET else chosen)
 
@@ -88,7 +89,8 @@ class Stacked(Generic[M]):
         gradient_checkpointing: the `ScanCheckpointPolicy` of `fold` and `scan`.
 
     Example:
-        >>> blocks = Stacked.init(Layers, MyBlock)(config, key=jax.random.split(key, 4))  # doctest: +SKIP
+        >>> keys = jax.random.split(key, 4)  # doctest: +SKIP
+        >>> blocks = Stacked.init(Layers, MyBlock)(config, key=keys)  # doctest: +SKIP
         >>> y = blocks.fold(x)  # doctest: +SKIP
     """
 
@@ -99,7 +101,7 @@ class Stacked(Generic[M]):
     @classmethod
     def init(
         cls,
-        Block: object,  # noqa: N803 (Haliax's name for the layers axis)
+        Block: object,
         module: Callable[..., M],
         *,
         gradient_checkpointing: Remat = _UNSET,
@@ -183,9 +185,7 @@ class Stacked(Generic[M]):
 
 
 def _vmapped_blocks(module: Callable[..., M], info: AxisInfo, args: tuple, kwargs: dict) -> M:
-    inputs = unbind_tree(
-        (args, kwargs), info, what="args", missing="broadcast", map_unnamed=True
-    )
+    inputs = unbind_tree((args, kwargs), info, what="args", missing="broadcast", map_unnamed=True)
     outputs = OutputStacker(static_nonarrays=True)
     rebuilds: list[Callable[[PyTree], M]] = []
 
@@ -228,7 +228,7 @@ class BlockSeq(Generic[M]):
     @classmethod
     def init(
         cls,
-        Block: object,  # noqa: N803
+        Block: object,
         module: Callable[..., M],
         *,
         gradient_checkpointing: Remat = _UNSET,

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from bryo_pytree import keypath_to_path, path_str
 
 from ._hooks import is_named_leaf, named_leaf_handler
@@ -184,7 +183,9 @@ def stack_trees(trees: Sequence[PyTree], axis: AxisInfo) -> PyTree:
     return stacker.unflatten(stacked, axis)
 
 
-def partition_arrays(tree: PyTree) -> tuple[list[jax.Array], Callable[[Sequence[jax.Array]], PyTree]]:
+def partition_arrays(
+    tree: PyTree,
+) -> tuple[list[jax.Array], Callable[[Sequence[jax.Array]], PyTree]]:
     """The array leaves of `tree` and a rebuild that puts the other leaves back as they were.
 
     For `jax.checkpoint` and friends, which accept arrays only (a block may hold Python

@@ -58,9 +58,7 @@ class NamedLeaf(Protocol):
     treated as single leaves when core-scan flattens inputs and outputs.
     """
 
-    def unbind(
-        self, leaf: object, axis: AxisInfo | None
-    ) -> tuple[jax.Array, int | None, Rebuild]:
+    def unbind(self, leaf: object, axis: AxisInfo | None) -> tuple[jax.Array, int | None, Rebuild]:
         """Split `leaf` into its raw array, the position of `axis` in it, and a rebuild.
 
         The position is None when `axis` is None or the leaf lacks that axis; the

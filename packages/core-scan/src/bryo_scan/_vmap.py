@@ -18,7 +18,9 @@ from ._trees import OutputStacker, unbind_tree
 from ._types import ScanAxisError
 
 
-def vmap(f: Callable[..., Any], axis: object, *, map_unnamed: bool | None = None) -> Callable[..., Any]:
+def vmap(
+    f: Callable[..., Any], axis: object, *, map_unnamed: bool | None = None
+) -> Callable[..., Any]:
     """Vectorize `f` over `axis`: `vmap(f, axis)(*args, **kwargs)`.
 
     Args:

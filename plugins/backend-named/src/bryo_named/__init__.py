@@ -21,10 +21,10 @@ from ._axis import axis_sizes as axis_sizes
 from ._named_array import NamedArray as NamedArray
 from ._named_array import broadcast_axes as broadcast_axes
 from ._named_array import named as named
-from ._ops import abs as abs  # noqa: A004
+from ._ops import abs as abs
 from ._ops import add as add
-from ._ops import all as all  # noqa: A004
-from ._ops import any as any  # noqa: A004
+from ._ops import all as all
+from ._ops import any as any
 from ._ops import arange as arange
 from ._ops import argmax as argmax
 from ._ops import argmin as argmin
@@ -49,10 +49,10 @@ from ._ops import logical_and as logical_and
 from ._ops import logical_not as logical_not
 from ._ops import logical_or as logical_or
 from ._ops import logsumexp as logsumexp
-from ._ops import max as max  # noqa: A004
+from ._ops import max as max
 from ._ops import maximum as maximum
 from ._ops import mean as mean
-from ._ops import min as min  # noqa: A004
+from ._ops import min as min
 from ._ops import minimum as minimum
 from ._ops import multiply as multiply
 from ._ops import negative as negative
@@ -62,7 +62,7 @@ from ._ops import power as power
 from ._ops import prod as prod
 from ._ops import relu as relu
 from ._ops import rename as rename
-from ._ops import round as round  # noqa: A004
+from ._ops import round as round
 from ._ops import rsqrt as rsqrt
 from ._ops import sigmoid as sigmoid
 from ._ops import sign as sign
@@ -75,7 +75,7 @@ from ._ops import square as square
 from ._ops import stack as stack
 from ._ops import std as std
 from ._ops import subtract as subtract
-from ._ops import sum as sum  # noqa: A004
+from ._ops import sum as sum
 from ._ops import tan as tan
 from ._ops import tanh as tanh
 from ._ops import var as var
@@ -83,6 +83,9 @@ from ._ops import where as where
 from ._ops import zeros as zeros
 from ._ops import zeros_like as zeros_like
 from ._rearrange import rearrange as rearrange
+from ._sharding import infer_resource_partitions as infer_resource_partitions
+from ._sharding import pspec_for_axis as pspec_for_axis
+from ._sharding import shard as shard
 from ._vmap import vmap as vmap
 
 __version__ = "0.1.0"

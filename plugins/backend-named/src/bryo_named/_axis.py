@@ -11,6 +11,7 @@ import contextlib
 import contextvars
 import dataclasses
 import operator
+import types
 from collections.abc import Iterator, Mapping, Sequence
 
 
@@ -124,8 +125,9 @@ def axes_of(shape: object, what: str = "shape") -> tuple[Axis, ...]:
     )
 
 
+_NO_SIZES: Mapping[str, int] = types.MappingProxyType({})
 _declared_sizes: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar(
-    "bryo_named_axis_sizes", default={}
+    "bryo_named_axis_sizes", default=_NO_SIZES
 )
 
 

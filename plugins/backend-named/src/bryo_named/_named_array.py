@@ -330,8 +330,17 @@ for _name, _fn in {
 }.items():
     setattr(NamedArray, f"__{_name}__", _binary(_fn, _name)[0])
 
-for _name, _fn in {"neg": operator.neg, "pos": operator.pos, "abs": abs, "invert": operator.invert}.items():
-    setattr(NamedArray, f"__{_name}__", lambda self, _fn=_fn: NamedArray._wrap(_fn(self.array), self.axes))
+for _name, _fn in {
+    "neg": operator.neg,
+    "pos": operator.pos,
+    "abs": abs,
+    "invert": operator.invert,
+}.items():
+    setattr(
+        NamedArray,
+        f"__{_name}__",
+        lambda self, _fn=_fn: NamedArray._wrap(_fn(self.array), self.axes),
+    )
 
 
 # -- indexing ---------------------------------------------------------------------------
@@ -398,6 +407,8 @@ def named(array: Any, axes: Shape | Sequence[AxisSelector] | AxisSelector) -> Na
                 f"`axes` {tuple(axes)!r} name {len(axes)} dimensions but the array has shape "
                 f"{tuple(array.shape)}; give one name per dimension."
             )
-        axes = [a if isinstance(a, Axis) else Axis(a, n) for a, n in zip(axes, array.shape, strict=True)]
+        axes = [
+            a if isinstance(a, Axis) else Axis(a, n) for a, n in zip(axes, array.shape, strict=True)
+        ]
         check_unique(axes, "axes")
     return NamedArray(array, axes)  # type: ignore[arg-type]

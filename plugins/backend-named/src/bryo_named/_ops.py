@@ -15,7 +15,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._axis import Axis, AxisError, AxisSelection, AxisSelector, Shape, axes_of, check_unique, format_axes, name_of, names_of
+from ._axis import (
+    Axis,
+    AxisError,
+    AxisSelection,
+    AxisSelector,
+    Shape,
+    axes_of,
+    check_unique,
+    format_axes,
+    name_of,
+    names_of,
+)
 from ._named_array import NamedArray, broadcast_axes, elementwise
 
 # -- creation ------------------------------------------------------------------------------
@@ -51,7 +62,9 @@ def full_like(x: NamedArray, fill_value: Any, dtype: Any = None) -> NamedArray:
     return NamedArray._wrap(jnp.full_like(x.array, fill_value, dtype), x.axes)
 
 
-def arange(axis: Axis, *, start: int | float = 0, step: int | float = 1, dtype: Any = None) -> NamedArray:
+def arange(
+    axis: Axis, *, start: int | float = 0, step: int | float = 1, dtype: Any = None
+) -> NamedArray:
     """`start, start + step, ...` along `axis`: `arange(Axis("Layers", 12))` is 0..11."""
     if not isinstance(axis, Axis):
         raise AxisError(f"`axis` must be an Axis with a size; got {axis!r}.")
@@ -71,7 +84,7 @@ def _unary(fn: Callable[[Any], Any], name: str) -> Callable[[Any], Any]:
     return op
 
 
-abs = _unary(jnp.abs, "abs")  # noqa: A001
+abs = _unary(jnp.abs, "abs")
 sin = _unary(jnp.sin, "sin")
 cos = _unary(jnp.cos, "cos")
 tan = _unary(jnp.tan, "tan")
@@ -85,7 +98,7 @@ tanh = _unary(jnp.tanh, "tanh")
 sign = _unary(jnp.sign, "sign")
 floor = _unary(jnp.floor, "floor")
 ceil = _unary(jnp.ceil, "ceil")
-round = _unary(jnp.round, "round")  # noqa: A001
+round = _unary(jnp.round, "round")
 negative = _unary(jnp.negative, "negative")
 isfinite = _unary(jnp.isfinite, "isfinite")
 isnan = _unary(jnp.isnan, "isnan")
@@ -134,7 +147,9 @@ def _reduction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     def reduce(x: Any, axis: AxisSelection | None = None, **kwargs: Any) -> Any:
         if not isinstance(x, NamedArray):
             if axis is not None:
-                raise AxisError(f"`{name}` by axis name needs a NamedArray; got {type(x).__name__}.")
+                raise AxisError(
+                    f"`{name}` by axis name needs a NamedArray; got {type(x).__name__}."
+                )
             return fn(x, **kwargs)
         if axis is None:
             return NamedArray._wrap(fn(x.array, **kwargs), ())
@@ -157,28 +172,32 @@ def _selection(axis: AxisSelection) -> tuple[AxisSelector, ...]:
     return tuple(axis)  # type: ignore[arg-type]
 
 
-sum = _reduction(jnp.sum, "sum")  # noqa: A001
+sum = _reduction(jnp.sum, "sum")
 mean = _reduction(jnp.mean, "mean")
-max = _reduction(jnp.max, "max")  # noqa: A001
-min = _reduction(jnp.min, "min")  # noqa: A001
+max = _reduction(jnp.max, "max")
+min = _reduction(jnp.min, "min")
 prod = _reduction(jnp.prod, "prod")
 var = _reduction(jnp.var, "var")
 std = _reduction(jnp.std, "std")
-all = _reduction(jnp.all, "all")  # noqa: A001
-any = _reduction(jnp.any, "any")  # noqa: A001
+all = _reduction(jnp.all, "all")
+any = _reduction(jnp.any, "any")
 logsumexp = _reduction(jax.nn.logsumexp, "logsumexp")
 
 
 def argmax(x: NamedArray, axis: AxisSelector) -> NamedArray:
     """The index of the largest element along one named `axis`."""
     position = x.position_of(axis, "axis")
-    return NamedArray._wrap(jnp.argmax(x.array, axis=position), x.axes[:position] + x.axes[position + 1 :])
+    return NamedArray._wrap(
+        jnp.argmax(x.array, axis=position), x.axes[:position] + x.axes[position + 1 :]
+    )
 
 
 def argmin(x: NamedArray, axis: AxisSelector) -> NamedArray:
     """The index of the smallest element along one named `axis`."""
     position = x.position_of(axis, "axis")
-    return NamedArray._wrap(jnp.argmin(x.array, axis=position), x.axes[:position] + x.axes[position + 1 :])
+    return NamedArray._wrap(
+        jnp.argmin(x.array, axis=position), x.axes[:position] + x.axes[position + 1 :]
+    )
 
 
 def softmax(x: NamedArray, axis: AxisSelection) -> NamedArray:
@@ -234,7 +253,9 @@ def stack(axis: AxisSelector, arrays: Sequence[NamedArray]) -> NamedArray:
         raise AxisError("`stack` needs at least one array.")
     new = axis if isinstance(axis, Axis) else Axis(name_of(axis), len(arrays))
     if new.size != len(arrays):
-        raise AxisError(f"`stack`: axis {new.name!r} has size {new.size} but {len(arrays)} arrays were given.")
+        raise AxisError(
+            f"`stack`: axis {new.name!r} has size {new.size} but {len(arrays)} arrays were given."
+        )
     first = arrays[0]
     for other in arrays[1:]:
         if set(other.axis_names) != set(first.axis_names):
@@ -283,7 +304,9 @@ def rename(x: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> Named
         position = x.position_of(old, "renames")
         size = x.axes[position].size
         if isinstance(new, Axis) and new.size != size:
-            raise AxisError(f"`renames`: {new!r} does not match the size {size} of axis {name_of(old)!r}.")
+            raise AxisError(
+                f"`renames`: {new!r} does not match the size {size} of axis {name_of(old)!r}."
+            )
         new_names[position] = name_of(new, "renames")
     axes = tuple(Axis(new_names.get(i, a.name), a.size) for i, a in enumerate(x.axes))
     return NamedArray._wrap(x.array, check_unique(axes, "rename"))
@@ -292,4 +315,3 @@ def rename(x: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> Named
 def is_named_array(x: object) -> bool:
     """Whether `x` is a NamedArray (the `is_leaf` to keep NamedArrays whole)."""
     return isinstance(x, NamedArray)
-

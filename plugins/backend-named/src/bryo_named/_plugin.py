@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import jax
-
 from bryo_pytree import hookimpl
 from bryo_scan import AxisInfo, NamedLeaf
 
@@ -25,7 +24,9 @@ def bryo_scan_resolve_axis(axis: object) -> AxisInfo | None:
 class NamedArrayLeaf:
     """How core-scan takes a NamedArray apart along an axis and puts it back."""
 
-    def unbind(self, leaf: NamedArray, axis: AxisInfo | None) -> tuple[jax.Array, int | None, object]:
+    def unbind(
+        self, leaf: NamedArray, axis: AxisInfo | None
+    ) -> tuple[jax.Array, int | None, object]:
         position = self._position(leaf, axis)
         if position is None:
             return leaf.array, None, lambda array: NamedArray._wrap(array, leaf.axes)
@@ -65,3 +66,13 @@ _LEAF: NamedLeaf = NamedArrayLeaf()
 @hookimpl
 def bryo_scan_named_leaves() -> Mapping[type, NamedLeaf]:
     return {NamedArray: _LEAF}
+
+
+@hookimpl
+def bryo_graph_logical_axes() -> Mapping[type, Callable[[NamedArray], tuple[str, ...]]]:
+    """A NamedArray's axis names are its logical axes for sharding (Haliax-style)."""
+    return {NamedArray: _axis_names}
+
+
+def _axis_names(array: NamedArray) -> tuple[str, ...]:
+    return array.axis_names

@@ -47,7 +47,9 @@ def _parse_side(text: str, expression: str) -> list[_Term]:
     while position < len(text):
         match = _TOKEN.match(text, position)
         if match is None:
-            raise AxisError(f"`expression` {expression!r}: cannot read {text[position:]!r}. {_HELP}")
+            raise AxisError(
+                f"`expression` {expression!r}: cannot read {text[position:]!r}. {_HELP}"
+            )
         token, position = match.group(1), match.end()
         if token == "(":
             if group is not None:
@@ -94,7 +96,9 @@ def rearrange(x: Any, expression: Any, **sizes: int) -> Any:
         x, expression = expression, x
     if not isinstance(x, NamedArray):
         return jax.tree_util.tree_map(
-            lambda leaf: rearrange(leaf, expression, **sizes) if isinstance(leaf, NamedArray) else leaf,
+            lambda leaf: (
+                rearrange(leaf, expression, **sizes) if isinstance(leaf, NamedArray) else leaf
+            ),
             x,
             is_leaf=lambda node: isinstance(node, NamedArray),
         )
@@ -107,11 +111,16 @@ def _rearrange_array(x: NamedArray, expression: str, sizes: dict[str, int]) -> N
     for name in left_names:
         x.position_of(name, "expression")
     right_names = {n for t in right if t is not _ELLIPSIS for n in t.names}
-    unmatched_left = [t for t in left if t is not _ELLIPSIS and (t.group or t.names[0] not in right_names)]
-    unmatched_right = [t for t in right if t is not _ELLIPSIS and any(n not in left_names for n in t.names)]
+    unmatched_left = [
+        t for t in left if t is not _ELLIPSIS and (t.group or t.names[0] not in right_names)
+    ]
+    unmatched_right = [
+        t for t in right if t is not _ELLIPSIS and any(n not in left_names for n in t.names)
+    ]
     if len(unmatched_left) != len(unmatched_right):
         raise AxisError(
-            f"`expression` {expression!r}: {[str(t) for t in unmatched_left]} on the left do not pair "
+            f"`expression` {expression!r}: {[str(t) for t in unmatched_left]} on the left "
+            "do not pair "
             f"with {[str(t) for t in unmatched_right]} on the right. {_HELP}"
         )
     pairs = dict(zip(map(id, unmatched_right), unmatched_left, strict=True))
@@ -128,7 +137,9 @@ def _rearrange_array(x: NamedArray, expression: str, sizes: dict[str, int]) -> N
             source += list(partner.names)
             out_axes += _pair_axes(x, partner, term, sizes, expression)
         elif term.group:
-            raise AxisError(f"`expression` {expression!r}: group {term} needs a partner on the left. {_HELP}")
+            raise AxisError(
+                f"`expression` {expression!r}: group {term} needs a partner on the left. {_HELP}"
+            )
         else:
             source.append(term.names[0])
             out_axes.append(x.resolve_axis(term.names[0]))
@@ -138,12 +149,16 @@ def _rearrange_array(x: NamedArray, expression: str, sizes: dict[str, int]) -> N
     return NamedArray._wrap(jnp.reshape(array, tuple(a.size for a in axes)), axes)
 
 
-def _pair_axes(x: NamedArray, left: _Term, right: _Term, sizes: dict[str, int], expression: str) -> list[Axis]:
+def _pair_axes(
+    x: NamedArray, left: _Term, right: _Term, sizes: dict[str, int], expression: str
+) -> list[Axis]:
     total = math.prod(x.axis_size(n) for n in left.names)
     if not right.group:
         return [Axis(right.names[0], total)]
     if left.group:
-        raise AxisError(f"`expression` {expression!r}: {left} -> {right} is not a split or a merge. {_HELP}")
+        raise AxisError(
+            f"`expression` {expression!r}: {left} -> {right} is not a split or a merge. {_HELP}"
+        )
     known = {n: sizes[n] for n in right.names if n in sizes}
     unknown = [n for n in right.names if n not in sizes]
     if len(unknown) > 1:

@@ -10,7 +10,9 @@ import bryo_scan
 from ._axis import AxisSelector
 
 
-def vmap(fn: Callable[..., Any], axis: AxisSelector, *, map_unnamed: bool = False) -> Callable[..., Any]:
+def vmap(
+    fn: Callable[..., Any], axis: AxisSelector, *, map_unnamed: bool = False
+) -> Callable[..., Any]:
     """Vectorize `fn` over the named `axis` (Haliax's `vmap`).
 
     NamedArray arguments with `axis` lose it inside `fn`; those without it, unnamed arrays
