@@ -16,7 +16,7 @@ from bryo_rngs import RngStream
 from jax import lax
 
 from . import initializers
-from ._common import call_key, first_not_none, fork_stream, promote_dtype
+from ._common import RngsArg, call_key, first_not_none, fork_stream, promote_dtype
 from ._dropout import dropout
 from ._linear import LinearGeneral, default_bias_init, default_kernel_init
 from ._module import Module
@@ -172,7 +172,7 @@ class MultiHeadAttention(Module):
         use_bias: bool = True,
         attention_fn: Callable[..., jax.Array] = dot_product_attention,
         normalize_qk: bool = False,
-        rngs: object,
+        rngs: RngsArg,
     ) -> None:
         qkv_features = first_not_none(qkv_features, in_features)  # type: ignore[assignment]
         out_features = first_not_none(out_features, in_features)  # type: ignore[assignment]
@@ -241,7 +241,7 @@ class MultiHeadAttention(Module):
         *,
         mask: jax.Array | None = None,
         deterministic: bool | None = None,
-        rngs: object = None,
+        rngs: RngsArg | jax.Array | None = None,
     ) -> jax.Array:
         """Attend from `inputs_q` to `inputs_k` (default `inputs_q`) over values from
         `inputs_v` (default `inputs_k`). `mask` is True where attention is allowed."""

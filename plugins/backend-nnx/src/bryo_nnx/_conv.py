@@ -14,7 +14,7 @@ from bryo_graph import Param
 from jax import lax
 
 from . import initializers
-from ._common import params_key, promote_dtype
+from ._common import RngsArg, params_key, promote_dtype
 from ._linear import default_bias_init, default_kernel_init
 from ._module import Module
 
@@ -88,7 +88,7 @@ class Conv(Module):
         precision: lax.Precision | None = None,
         kernel_init: initializers.Initializer = default_kernel_init,
         bias_init: initializers.Initializer = default_bias_init,
-        rngs: object,
+        rngs: RngsArg,
     ) -> None:
         kernel_size = (kernel_size,) if isinstance(kernel_size, int) else tuple(kernel_size)
         n = len(kernel_size)
@@ -176,7 +176,7 @@ class ConvTranspose(Module):
         precision: lax.Precision | None = None,
         kernel_init: initializers.Initializer = default_kernel_init,
         bias_init: initializers.Initializer = default_bias_init,
-        rngs: object,
+        rngs: RngsArg,
     ) -> None:
         kernel_size = (kernel_size,) if isinstance(kernel_size, int) else tuple(kernel_size)
         n = len(kernel_size)

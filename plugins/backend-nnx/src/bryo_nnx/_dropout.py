@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from bryo_rngs import RngStream
 from jax import lax
 
-from ._common import call_key, first_not_none, fork_stream
+from ._common import RngsArg, call_key, first_not_none, fork_stream
 from ._module import Module
 
 
@@ -56,7 +56,7 @@ class Dropout(Module):
         broadcast_dims: Sequence[int] = (),
         deterministic: bool = False,
         rng_collection: str = "dropout",
-        rngs: object = None,
+        rngs: RngsArg | None = None,
     ) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"`rate` of Dropout must be in [0, 1]; got {rate}.")
@@ -69,7 +69,11 @@ class Dropout(Module):
         )
 
     def __call__(
-        self, inputs: jax.Array, *, deterministic: bool | None = None, rngs: object = None
+        self,
+        inputs: jax.Array,
+        *,
+        deterministic: bool | None = None,
+        rngs: RngsArg | jax.Array | None = None,
     ) -> jax.Array:
         """Apply dropout; `deterministic` and `rngs` override the layer's for this call."""
         if first_not_none(deterministic, self.deterministic) or self.rate == 0.0:

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from bryo_graph import Param
 
 from . import initializers
-from ._common import params_key, promote_dtype
+from ._common import RngsArg, params_key, promote_dtype
 from ._module import Module
 
 default_embed_init = initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
@@ -37,7 +37,7 @@ class Embed(Module):
         dtype: jnp.dtype | None = None,
         param_dtype: jnp.dtype = jnp.float32,
         embedding_init: initializers.Initializer = default_embed_init,
-        rngs: object,
+        rngs: RngsArg,
     ) -> None:
         self.embedding = Param(
             embedding_init(params_key(rngs, "Embed"), (num_embeddings, features), param_dtype)

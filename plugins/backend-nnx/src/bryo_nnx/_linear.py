@@ -14,7 +14,7 @@ from bryo_graph import Param
 from jax import lax
 
 from . import initializers
-from ._common import canonical_axes, params_key, promote_dtype
+from ._common import RngsArg, canonical_axes, params_key, promote_dtype
 from ._module import Module
 
 default_kernel_init = initializers.lecun_normal()
@@ -50,7 +50,7 @@ class Linear(Module):
         precision: lax.Precision | None = None,
         kernel_init: initializers.Initializer = default_kernel_init,
         bias_init: initializers.Initializer = default_bias_init,
-        rngs: object,
+        rngs: RngsArg,
     ) -> None:
         self.kernel = Param(
             kernel_init(params_key(rngs, "Linear"), (in_features, out_features), param_dtype)
@@ -109,7 +109,7 @@ class LinearGeneral(Module):
         precision: lax.Precision | None = None,
         kernel_init: initializers.Initializer = default_kernel_init,
         bias_init: initializers.Initializer = default_bias_init,
-        rngs: object,
+        rngs: RngsArg,
     ) -> None:
         in_shape, out_shape, axes = _as_tuple(in_features), _as_tuple(out_features), _as_tuple(axis)
         if len(axes) != len(in_shape):

@@ -16,7 +16,7 @@ from bryo_graph import BatchStat, Param
 from jax import lax
 
 from . import initializers
-from ._common import canonical_axes, first_not_none, params_key, promote_dtype
+from ._common import RngsArg, canonical_axes, first_not_none, params_key, promote_dtype
 from ._module import Module
 
 
@@ -27,7 +27,7 @@ def _scale_and_bias(
     scale_init: initializers.Initializer,
     bias_init: initializers.Initializer,
     param_dtype: jnp.dtype,
-    rngs: object,
+    rngs: RngsArg | None,
     layer: str,
 ) -> tuple[Param | None, Param | None]:
     def init(initializer: initializers.Initializer) -> Param:
@@ -109,7 +109,7 @@ class LayerNorm(Module):
         scale_init: initializers.Initializer = initializers.ones,
         reduction_axes: int | Sequence[int] = -1,
         feature_axes: int | Sequence[int] = -1,
-        rngs: object = None,
+        rngs: RngsArg | None = None,
     ) -> None:
         self.scale, self.bias = _scale_and_bias(
             num_features, use_scale, use_bias, scale_init, bias_init, param_dtype, rngs, "LayerNorm"
@@ -154,7 +154,7 @@ class RMSNorm(Module):
         scale_init: initializers.Initializer = initializers.ones,
         reduction_axes: int | Sequence[int] = -1,
         feature_axes: int | Sequence[int] = -1,
-        rngs: object = None,
+        rngs: RngsArg | None = None,
     ) -> None:
         self.scale, _ = _scale_and_bias(
             num_features,
@@ -221,7 +221,7 @@ class BatchNorm(Module):
         bias_init: initializers.Initializer = initializers.zeros,
         scale_init: initializers.Initializer = initializers.ones,
         axis_name: str | None = None,
-        rngs: object = None,
+        rngs: RngsArg | None = None,
     ) -> None:
         self.scale, self.bias = _scale_and_bias(
             num_features, use_scale, use_bias, scale_init, bias_init, param_dtype, rngs, "BatchNorm"
