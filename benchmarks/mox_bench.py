@@ -19,12 +19,11 @@ import statistics
 import time
 from collections.abc import Callable
 
+import bryo_mox as mox_lib
 import jax
 import jax.numpy as jnp
-from bryo_pytree import new_plugin_manager, use_plugin_manager
-
-import bryo_mox as mox_lib
 from bryo_mox.testing import MLP, ToyBackend
+from bryo_pytree import new_plugin_manager, use_plugin_manager
 
 
 def timeit(fn: Callable[[], object], repeat: int = 7, number: int = 1) -> float:
