@@ -203,6 +203,11 @@ def test_jit_error_inside_leaves_the_model_unchanged() -> None:
     assert model.kernel.value is before
 
 
+def test_jit_rejects_options_about_flat_arguments() -> None:
+    with pytest.raises(TypeError, match="'donate_argnums'"):
+        jit(lambda m: m, donate_argnums=0)
+
+
 def test_jit_as_method_decorator() -> None:
     class Model(Linear):
         @jit

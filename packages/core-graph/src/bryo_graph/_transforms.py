@@ -21,6 +21,7 @@ model's flattening is cached while its structure does not change) and calls one 
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -60,6 +61,11 @@ from ._transforms_lift import (
 from ._variables import Param, Variable, VariableState
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_raw_value = operator.attrgetter("raw_value")
+_JIT_UNSUPPORTED = frozenset(
+    {"in_shardings", "out_shardings", "donate_argnums", "donate_argnames", "abstracted_axes"}
+)
 
 
 def _argnums(argnums: int | Sequence[int], name: str = "argnums") -> tuple[int, ...]:
@@ -127,6 +133,13 @@ def jit(
     if partial is not None:
         return partial
     assert f is not None
+    unsupported = sorted(set(jit_kwargs) & _JIT_UNSUPPORTED)
+    if unsupported:
+        raise TypeError(
+            f"`jit` of graph nodes does not take {', '.join(map(repr, unsupported))}: the "
+            "compiled function sees flat lists of the models' arrays, not your arguments. "
+            "Shard the arrays themselves (`jax.device_put`) before the call instead."
+        )
     argnums = _argnums(static_argnums, "static_argnums")
     argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
     cache = PlanCache()
@@ -147,7 +160,7 @@ def jit(
         key, roots, arrays = scan_args(args, kwargs, _statics(args, argnums, argnames))
         plan = cache.plan(key, roots)
         fn = compiled.get(plan.sig) or compile_for(plan.sig)
-        groups, direct, static = fn([v.raw_value for v in plan.variables], plan.raw_values, arrays)
+        groups, direct, static = fn(list(map(_raw_value, plan.variables)), plan.raw_values, arrays)
         out_plan = static.value
         if out_plan.graph is None and out_plan.out is None and not out_plan.set_consts:
             write = plan.write

@@ -18,6 +18,7 @@ what changed.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ ROOT = "root"  # a graph node or Variable: flattened into the shared graph
 CONTAINERS = (dict, list, tuple)  # pytrees at the top level, graph nodes only inside graphs
 
 _PY_NUMBERS = (int, float, complex, bool)
+_raw_value = operator.attrgetter("raw_value")
 
 
 class TransformError(ValueError):
@@ -345,7 +347,7 @@ class CallPlan:
 
     def values(self) -> tuple[list, list]:
         """The current `(variable values, raw leaves)`."""
-        return [v.raw_value for v in self.variables], self.raw_values
+        return list(map(_raw_value, self.variables)), self.raw_values
 
     def leaf_values(self) -> list:
         """The current value of every State leaf, in order."""
