@@ -83,3 +83,27 @@ def test_eight_device_runs_match_one_device():
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["data"] == pytest.approx(summary["reference"], rel=1e-5)
     assert summary["model"] == pytest.approx(summary["reference"], rel=1e-5)
+
+
+# The named-axis backend: axis names are logical axes, a Haliax-style mapping the rules ---------
+
+
+def test_named_arrays_shard_by_axis_names():
+    from bryo_graph import ShardingError, get_named_sharding
+    from bryo_named import NamedArray, infer_resource_partitions, pspec_for_axis
+    from jax.sharding import AbstractMesh
+
+    mesh = AbstractMesh((2, 4), ("data", "model"))
+    x = NamedArray(jnp.ones((4, 8)), {"Batch": 4, "Mlp": 8})
+    assert pspec_for_axis(x, {"Batch": "data"}) == P("data", None)
+    assert pspec_for_axis(("Batch", "Mlp"), {"Mlp": "model"}) == P(None, "model")
+    tree = {"x": x, "p": VariableState(Param, NamedArray(jnp.ones(8), {"Mlp": 8}))}
+    shardings = infer_resource_partitions(tree, {"Batch": "data", "Mlp": "model"}, mesh)
+    assert shardings["x"].spec == P("data", "model")
+    assert shardings["p"].value.spec == P("model")
+    assert infer_resource_partitions(tree, {}, mesh)["x"].spec == P(None, None)  # Haliax default
+    with pytest.raises(ShardingError, match=r"logical axis 'Batch' of the value at x has no mesh"):
+        get_named_sharding(tree, mesh, {"Mlp": "model"})  # bryo_graph's rules are strict
+    odd = {"y": NamedArray(jnp.ones(6), {"Mlp": 6})}
+    with pytest.raises(ShardingError, match=r"dimension 0 of the value at y \(logical axis 'Mlp', size 6\)"):
+        infer_resource_partitions(odd, {"Mlp": "model"}, mesh)

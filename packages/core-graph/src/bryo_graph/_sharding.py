@@ -146,14 +146,21 @@ def _logical_axes(unit: object, where: str) -> tuple[tuple[LogicalAxis, ...] | N
     return None, value
 
 
+def _is_object_graph(tree: object) -> bool:
+    """A graph node that JAX sees as a leaf (an NNX-style Object): read through `state`.
+    Pytree nodes (Equinox modules, dataclasses, States) are mapped as pytrees, so the
+    result has their structure and fits `jax.device_put` and `jax.jit` directly."""
+    if isinstance(tree, VariableState | Variable) or not is_graph_node(tree):
+        return False
+    return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(tree))
+
+
 def _map_units(
     tree: object, fn: Callable[[str, tuple[LogicalAxis, ...] | None, object], object]
 ) -> object:
     """Apply `fn(where, logical_axes, value)` to each unit of `tree`; a VariableState keeps
     its type and metadata around the result, a Variable or bare value is replaced."""
-    if not isinstance(tree, State | VariableState | Variable | Mapping | list | tuple) and (
-        is_graph_node(tree)
-    ):
+    if _is_object_graph(tree):
         tree = state(tree)
 
     def one(keypath: tuple, unit: object) -> object:
@@ -406,9 +413,7 @@ def shard(tree: T, mesh: AnyMesh, rules: Rules | None = None) -> T:
         >>> model = shard(model, mesh, {"embed": None, "mlp": "model"})  # doctest: +SKIP
     """
     node = None
-    if not isinstance(tree, State | VariableState | Variable | Mapping | list | tuple) and (
-        is_graph_node(tree)
-    ):
+    if _is_object_graph(tree):
         node, tree = tree, state(tree)  # type: ignore[assignment]
     shardings = get_named_sharding(tree, mesh, rules)
     if _has_tracers(tree):
@@ -486,9 +491,7 @@ def add_sharding_axis(tree: T, index: int, name: LogicalAxis = None) -> T:
         position = index if index >= 0 else len(axes) + 1 + index
         return (*axes[:position], name, *axes[position:])
 
-    if not isinstance(tree, State | VariableState | Variable | Mapping | list | tuple) and (
-        is_graph_node(tree)
-    ):
+    if _is_object_graph(tree):
         from ._graph import iter_graph
 
         for path, node in list(iter_graph(tree)):
