@@ -137,11 +137,15 @@ def test_block_splitter_hook(bryo_plugin_manager):
         def bryo_scan_block_splitters(self):
             return {MutableBlock: lambda block: (block.weight, MutableBlock)}
 
-    bryo_plugin_manager.register(MutableBlocks())
+    plugin = MutableBlocks()
+    bryo_plugin_manager.register(plugin)
     stacked = Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))
     assert isinstance(stacked.stacked, MutableBlock) and stacked.stacked.weight.shape == (4,)
     assert float(stacked.fold(1.0)) == 24.0
     assert [float(b.weight) for b in stacked.unstacked()] == [1.0, 2.0, 3.0, 4.0]
+    bryo_plugin_manager.unregister(plugin)  # the cached table follows the manager's epoch
+    with pytest.raises(TypeError, match="not a pytree"):
+        Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))
 
 
 def test_block_that_is_not_a_pytree_is_an_error():

@@ -6,10 +6,11 @@ plugin is registered or unregistered, so flattening a tree costs a dict lookup p
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
-from bryo_pytree import get_plugin_manager
+from bryo_pytree import BryoPluginManager, get_plugin_manager
 
 from ._types import AxisInfo, BlockSplitter, NamedLeaf, ScanAxisError
 
@@ -26,19 +27,20 @@ class _TypeTable:
 
     def __init__(self, hook_name: str) -> None:
         self._hook_name = hook_name
-        self._epoch: tuple[int, int] | None = None
+        self._manager: weakref.ref[BryoPluginManager] | None = None
+        self._epoch = -1
         self._declared: dict[type, object] = {}
         self._resolved: dict[type, object | None] = {}
 
     def _refresh(self) -> None:
         pm = get_plugin_manager()
-        key = (id(pm), pm.epoch)
-        if key == self._epoch:
+        if self._manager is not None and self._manager() is pm and pm.epoch == self._epoch:
             return
         declared: dict[type, object] = {}
         for mapping in getattr(pm.hook, self._hook_name)():
             declared.update(mapping or {})
-        self._declared, self._resolved, self._epoch = declared, {}, key
+        self._declared, self._resolved = declared, {}
+        self._manager, self._epoch = weakref.ref(pm), pm.epoch
 
     def lookup(self, cls: type) -> object | None:
         self._refresh()

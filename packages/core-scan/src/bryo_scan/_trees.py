@@ -192,7 +192,7 @@ def partition_arrays(
     floats or functions as leaves).
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
-    dynamic = [is_array(leaf) or isinstance(leaf, float | int | complex) for leaf in leaves]
+    dynamic = [is_array(leaf) for leaf in leaves]
     arrays = [leaf for leaf, keep in zip(leaves, dynamic, strict=True) if keep]
 
     def rebuild(new_arrays: Sequence[jax.Array]) -> PyTree:
