@@ -117,6 +117,44 @@ def test_jit_new_attributes_and_variables_propagate() -> None:
     assert model.note == "grown" and not hasattr(model, "bias")
 
 
+def test_jit_structural_changes_of_lists_and_dicts() -> None:
+    class Holder(Object):
+        def __init__(self) -> None:
+            self.layers = [Param(jnp.ones(2))]
+            self.table = {"a": Param(jnp.zeros(1)), "b": Param(jnp.ones(1))}
+
+    @jit
+    def grow(holder: Holder) -> None:
+        holder.layers.append(Param(jnp.full(2, 5.0)))
+        del holder.table["a"]
+        holder.table["c"] = Count(jnp.arange(3))
+
+    @jit
+    def shrink(holder: Holder) -> None:
+        holder.layers.pop()
+
+    holder = Holder()
+    layers, first = holder.layers, holder.layers[0]
+    grow(holder)
+    assert holder.layers is layers and holder.layers[0] is first
+    np.testing.assert_array_equal(holder.layers[1].value, [5.0, 5.0])
+    assert sorted(holder.table) == ["b", "c"] and isinstance(holder.table["c"], Count)
+    shrink(holder)
+    assert len(holder.layers) == 1 and holder.layers[0] is first
+
+
+def test_vmap_new_variables_take_the_arguments_axis() -> None:
+    class Weights(Object):
+        def __init__(self) -> None:
+            self.w = Param(jnp.ones((3, 2)))
+
+    weights = Weights()
+    vmap(lambda m, x: setattr(m, "scaled", Param(x * m.w.value)), in_axes=(0, 0))(
+        weights, jnp.full((3, 2), 2.0)
+    )
+    np.testing.assert_array_equal(weights.scaled.value, jnp.full((3, 2), 2.0))
+
+
 def test_jit_returns_new_and_existing_nodes() -> None:
     @jit
     def make(model: Linear, x: jax.Array) -> tuple:

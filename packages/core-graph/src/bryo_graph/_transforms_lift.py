@@ -746,19 +746,15 @@ def _same(a: object, b: object) -> bool:
 
 
 def _set_children(node: object, node_type: NodeType, children: list[tuple]) -> None:
+    if isinstance(node, list):  # a tracked List: keys are positions
+        _set_items(node, [child for _, child in children])
+        return
     current = dict(node_type.flatten(node)[0])
-    if isinstance(node, list):  # a tracked List: grow or shrink to the new length
-        if len(children) != len(node):
-            del node[len(children):]
-            for _, child in children[len(node):]:
-                node.append(child)
     for key, child in children:
-        if key in current and _same(current[key], child):
-            continue
-        if key not in current and isinstance(node, list):
-            continue  # appended above
-        node_type.set_key(node, key, child)  # type: ignore[misc]
-    removed = [key for key in current if key not in dict(children)]
+        if key not in current or not _same(current[key], child):
+            node_type.set_key(node, key, child)  # type: ignore[misc]
+    new_keys = {key for key, _ in children}
+    removed = [key for key in current if key not in new_keys]
     for key in removed:
         if node_type.pop_key is None:
             raise GraphError(
@@ -768,6 +764,16 @@ def _set_children(node: object, node_type: NodeType, children: list[tuple]) -> N
         node_type.pop_key(node, key)
     if removed:
         structure_changed()
+
+
+def _set_items(node: list, values: list) -> None:
+    if len(node) > len(values):
+        del node[len(values):]
+    for position, value in enumerate(values):
+        if position == len(node):
+            node.append(value)
+        elif not _same(node[position], value):
+            node[position] = value
 
 
 # One call, for transforms that trace per call (vmap, grad, remat) ----------------------
