@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bryo_equinox import FrozenList, updated
+from bryo_equinox import FrozenList, filter_spec, updated
 from bryo_filters import PathContains
 from bryo_graph import (
     GraphDef,
@@ -231,6 +231,10 @@ def test_random_models_round_trip(content):
     assert jax.tree_util.tree_structure(rebuilt) == jax.tree_util.tree_structure(model)
     n_arrays = sum(eqx.is_array(leaf) for leaf in jax.tree_util.tree_leaves(model))
     assert len(state_.flat_state()) <= n_arrays  # fewer when layers are shared
+    spec = filter_spec(model, ...)
+    assert jax.tree_util.tree_leaves(spec) == [
+        eqx.is_array(leaf) for leaf in jax.tree_util.tree_leaves(model)
+    ]
 
 
 def test_other_pytrees_inside_modules_are_seen_as_jax_sees_them():
