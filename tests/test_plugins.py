@@ -290,14 +290,28 @@ def test_add_hookspecs_reaches_live_and_future_managers(monkeypatch):
         _plugins._check_pending(pm)
 
 
-def test_epoch_counts_registrations(bryo_empty_plugin_manager):
+def test_epoch_changes_on_every_registration(bryo_empty_plugin_manager):
     pm = bryo_empty_plugin_manager
     plugin = object()
-    start = pm.epoch
+    seen = [pm.epoch]
     pm.register(plugin, name="p")
-    assert pm.epoch == start + 1
+    seen.append(pm.epoch)
     pm.unregister(plugin)
-    assert pm.epoch == start + 2
+    seen.append(pm.epoch)
+    assert seen == sorted(set(seen))  # strictly increasing
+
+
+def test_epochs_never_repeat_across_managers(monkeypatch):
+    """A cache keyed on the epoch cannot confuse a fresh manager with an older one."""
+    monkeypatch.setattr(_plugins, "_hookspec_modules", list(_plugins._hookspec_modules))
+    first = new_plugin_manager(load=False)
+    first_epoch = first.epoch
+    del first
+    second = new_plugin_manager(load=False)  # may even reuse `first`'s id()
+    assert second.epoch > first_epoch
+    before = second.epoch
+    bryo_pytree.add_hookspecs(_Specs)
+    assert second.epoch > before  # a new spec may change what hooks answer
 
 
 def test_hook_markers_are_bryos():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
+import itertools
 import os
 import re
 import threading
@@ -87,28 +88,44 @@ class PluginFailure:
         )
 
 
+# Epochs come from one counter shared by all managers, so an epoch value never repeats:
+# a cache keyed on it cannot mistake a fresh manager (a test's) for an older one.
+_epochs = itertools.count(1)
+
+
 class BryoPluginManager(pluggy.PluginManager):
-    """A `PluginManager` that counts its registrations, so callers can cache hook results.
+    """A `PluginManager` with an `epoch`, so callers can cache what its hooks return.
 
     Core packages turn hook results into lookup tables (a type -> handler dict, say) and
-    rebuild them only when `epoch` changes, keeping pluggy off their hot paths.
+    rebuild them only when `epoch` changes, keeping pluggy off their hot paths. The epoch
+    changes on every `register`, `unregister` and `add_hookspecs`, and its values are
+    unique across all managers of the process.
     """
 
     def __init__(self) -> None:
         super().__init__(PROJECT_NAME)
-        self.epoch = 0
+        self.epoch = next(_epochs)
+        self._spec_sources: list[object] = []
         self.failures: list[PluginFailure] = []
         self.distributions: dict[str, tuple[str, str]] = {}
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         registered = super().register(plugin, name)
-        self.epoch += 1
+        self.epoch = next(_epochs)
         return registered
 
     def unregister(self, plugin: object = None, name: str | None = None) -> object:
         removed = super().unregister(plugin, name)
-        self.epoch += 1
+        self.epoch = next(_epochs)
         return removed
+
+    def add_hookspecs(self, module_or_class: object) -> None:
+        """Add `module_or_class`'s hookspecs; adding the same one again does nothing."""
+        if any(source is module_or_class for source in self._spec_sources):
+            return
+        super().add_hookspecs(module_or_class)
+        self._spec_sources.append(module_or_class)
+        self.epoch = next(_epochs)
 
 
 _lock = threading.RLock()
