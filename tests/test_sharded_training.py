@@ -107,3 +107,17 @@ def test_named_arrays_shard_by_axis_names():
     odd = {"y": NamedArray(jnp.ones(6), {"Mlp": 6})}
     with pytest.raises(ShardingError, match=r"dimension 0 of the value at y \(logical axis 'Mlp', size 6\)"):
         infer_resource_partitions(odd, {"Mlp": "model"}, mesh)
+
+
+def test_equinox_module_sharded_init_and_placement():
+    import equinox as eqx
+    from bryo_graph import get_named_sharding, parse_mesh_spec, sharded_init
+
+    mesh = parse_mesh_spec("data=1")
+    linear = sharded_init(lambda: eqx.nn.Linear(4, 8, key=jax.random.key(0)), mesh)
+    assert isinstance(linear, eqx.nn.Linear)
+    eager = eqx.nn.Linear(4, 8, key=jax.random.key(0))
+    assert jnp.allclose(linear.weight, eager.weight)
+    shardings = get_named_sharding(eager, mesh)  # shaped like the module: fits device_put
+    placed = jax.device_put(eager, shardings)
+    assert placed.weight.sharding == shardings.weight

@@ -179,8 +179,8 @@ def get_partition_spec(tree: object) -> Any:
     """The logical `PartitionSpec` of every value of `tree`, in `tree`'s shape.
 
     Args:
-        tree: a `State` (or any pytree of `VariableState`s and arrays), or a graph node
-            (its `state` is used).
+        tree: a `State` (or any pytree of `VariableState`s and arrays: an Equinox module,
+            a `Stacked`), or an NNX-style module (its `state` is used).
 
     Returns:
         The same tree with each value replaced: `PartitionSpec(*sharding)` for a value with
@@ -192,7 +192,7 @@ def get_partition_spec(tree: object) -> Any:
     Example:
         >>> state = State({"w": VariableState(Param, jnp.ones((4, 8)), sharding=("embed", "mlp"))})
         >>> get_partition_spec(state)["w"].value  # doctest: +SKIP
-        PartitionSpec('embed', 'mlp')
+        P('embed', 'mlp')
     """
 
     def spec(where: str, axes: tuple[LogicalAxis, ...] | None, value: object) -> object:
@@ -279,7 +279,7 @@ def logical_to_mesh(spec_tree: T, rules: Rules) -> T:
 
     Example:
         >>> logical_to_mesh(PartitionSpec("embed", "mlp"), {"embed": None, "mlp": "model"})
-        PartitionSpec(None, 'model')
+        P(None, 'model')
     """
     table = _rules_dict(rules)
 
@@ -339,7 +339,8 @@ def get_named_sharding(tree: object, mesh: AnyMesh, rules: Rules | None = None) 
     """The `NamedSharding` of every value of `tree` on `mesh`, checked against its shape.
 
     Args:
-        tree: a `State` (or a pytree of `VariableState`s and arrays), or a graph node.
+        tree: a `State` (or any pytree of `VariableState`s and arrays: an Equinox module,
+            a `Stacked`), or an NNX-style module (its `state` is used).
         mesh: the device mesh (a `jax.sharding.Mesh`, or an `AbstractMesh` to check only).
         rules: logical name -> mesh axes (see `logical_to_mesh`). Without rules the
             logical names must be the mesh's own axis names.
@@ -401,13 +402,14 @@ def shard(tree: T, mesh: AnyMesh, rules: Rules | None = None) -> T:
     """Place `tree`'s values on `mesh` as their sharding metadata says.
 
     Args:
-        tree: a State or pytree of VariableStates/arrays, or a graph node (a module).
+        tree: a State or pytree of VariableStates/arrays (an Equinox module), or an
+            NNX-style module.
         mesh, rules: as for `get_named_sharding`.
 
     Returns:
         Outside `jax.jit`, the tree `jax.device_put` on its shardings; inside, the tree with
-        `jax.lax.with_sharding_constraint` applied. A graph node is updated in place
-        (its Variables get the placed values) and returned.
+        `jax.lax.with_sharding_constraint` applied. An NNX-style module is updated in
+        place (its Variables get the placed values) and returned.
 
     Example:
         >>> model = shard(model, mesh, {"embed": None, "mlp": "model"})  # doctest: +SKIP
@@ -477,8 +479,8 @@ def add_sharding_axis(tree: T, index: int, name: LogicalAxis = None) -> T:
     Values without sharding metadata are left alone.
 
     Args:
-        tree: a pytree of VariableStates (returned changed), or a graph node (its
-            Variables are changed in place, and the node returned).
+        tree: a pytree of VariableStates (returned changed), or an NNX-style module
+            (its Variables are changed in place, and the module returned).
         index: where the new axis goes (negative counts from the end, as for `insert`).
         name: its logical name, or None (not sharded).
 
