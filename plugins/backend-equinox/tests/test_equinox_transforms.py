@@ -88,3 +88,15 @@ def test_jit_carries_an_equinox_state():
     theirs_y, theirs_state = eqx.filter_jit(run)(norm, XS, fresh)
     np.testing.assert_allclose(ours_y, theirs_y, rtol=1e-6)
     assert close(ours_state, theirs_state)
+
+
+def test_grad_of_a_model_with_integer_arrays_takes_an_equinox_filter():
+    class Counted(eqx.Module):
+        weight: jax.Array
+        steps: jax.Array  # an integer array: a Param too, but not differentiable
+
+    model = Counted(jnp.ones(2), jnp.zeros((), jnp.int32))
+    loss = lambda model, x: jnp.sum(model.weight * x)
+    grads = grad(loss, wrt=eqx.is_inexact_array)(model, 2.0)
+    assert list(grads.flat_state()) == [("weight",)]
+    np.testing.assert_allclose(grads["weight"].value, eqx.filter_grad(loss)(model, 2.0).weight)
