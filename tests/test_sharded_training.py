@@ -121,3 +121,28 @@ def test_equinox_module_sharded_init_and_placement():
     shardings = get_named_sharding(eager, mesh)  # shaped like the module: fits device_put
     placed = jax.device_put(eager, shardings)
     assert placed.weight.sharding == shardings.weight
+
+
+# MoX: Variables' sharding metadata travels as module attributes, through XML and YSON -----------
+
+
+@pytest.mark.parametrize("fmt", ["xml", "yson"])
+def test_mox_documents_keep_sharding_metadata(fmt):
+    import bryo_mox as mox
+    from bryo_nnx import Module
+
+    class Dense(Module):
+        def __init__(self):
+            self.kernel = Param(jnp.ones((4, 8)), sharding=("embed", None))
+            self.bias = Param(jnp.zeros(8), sharding=(("batch", "mlp"),))
+
+        def __call__(self, x):
+            return x @ self.kernel + self.bias
+
+    model = Dense()
+    traced = mox.make_mox(lambda x: model(x))(jnp.ones((2, 4)))
+    back = mox.loads(mox.dumps(traced, fmt), fmt)
+    (call,) = [n for n in back.block.nodes if isinstance(n, mox.ModuleCall)]
+    assert call.attrs["kernel_sharding"] == ("embed", None)
+    assert call.attrs["bias_sharding"] == ("batch+mlp",)
+    assert jnp.allclose(mox.eval_mox(back, jnp.ones((2, 4))), model(jnp.ones((2, 4))))

@@ -66,11 +66,31 @@ def intercept(handler: Handler) -> Iterator[None]:
 
 def static_attributes(module: object) -> dict[str, object]:
     """A module's attributes that MoX can record: scalars, strings, None, tuples of them."""
-    return {
+    attrs = {
         key: value
         for key, value in sorted(vars(module).items())
         if not key.startswith("_") and _is_static(value)
     }
+    for key, value in sharding_attributes(module).items():
+        attrs.setdefault(key, value)
+    return attrs
+
+
+def sharding_attributes(module: object) -> dict[str, tuple[str | None, ...]]:
+    """The `sharding` metadata of a module's own Variables as `<name>_sharding` attributes,
+    so MoX documents (and their files) keep it: `kernel_sharding=('embed', 'mlp')`. A
+    dimension with several logical names is written as one string, `'batch+seq'`."""
+    from bryo_graph import Variable
+
+    attrs: dict[str, tuple[str | None, ...]] = {}
+    for key, value in sorted(vars(module).items()):
+        axes = value._metadata.get("sharding") if isinstance(value, Variable) else None
+        if axes is not None and not key.startswith("_"):
+            entries = (axes,) if isinstance(axes, str) else tuple(axes)
+            attrs[f"{key}_sharding"] = tuple(
+                e if e is None or isinstance(e, str) else "+".join(e) for e in entries
+            )
+    return attrs
 
 
 def _is_static(value: object) -> bool:
