@@ -1,0 +1,92 @@
+"""`from bryo import hax`: Haliax's names over bryo's named-axis backend and core-scan.
+
+A facade only (seed 003): NamedArrays and their operations come from `bryo_named`,
+`scan`/`fold`/`map` and the checkpoint policies from `bryo_scan`, `hax.nn.Stacked` and
+friends from `bryo_scan` too. Code written for `import haliax as hax` runs with the import
+line changed.
+"""
+
+# ruff: noqa: A004  (Haliax shadows builtins on purpose: hax.sum, hax.max, ...)
+
+from bryo_named import Axis as Axis
+from bryo_named import AxisError as AxisError
+from bryo_named import AxisSelection as AxisSelection
+from bryo_named import AxisSelector as AxisSelector
+from bryo_named import NamedArray as NamedArray
+from bryo_named import Shape as Shape
+from bryo_named import abs as abs
+from bryo_named import add as add
+from bryo_named import all as all
+from bryo_named import any as any
+from bryo_named import arange as arange
+from bryo_named import argmax as argmax
+from bryo_named import argmin as argmin
+from bryo_named import axis_sizes as axis_sizes
+from bryo_named import broadcast_axes as broadcast_axes
+from bryo_named import ceil as ceil
+from bryo_named import clip as clip
+from bryo_named import concatenate as concatenate
+from bryo_named import cos as cos
+from bryo_named import divide as divide
+from bryo_named import dot as dot
+from bryo_named import exp as exp
+from bryo_named import floor as floor
+from bryo_named import full as full
+from bryo_named import full_like as full_like
+from bryo_named import gelu as gelu
+from bryo_named import is_named_array as is_named_array
+from bryo_named import isfinite as isfinite
+from bryo_named import isnan as isnan
+from bryo_named import log as log
+from bryo_named import log1p as log1p
+from bryo_named import log_softmax as log_softmax
+from bryo_named import logical_and as logical_and
+from bryo_named import logical_not as logical_not
+from bryo_named import logical_or as logical_or
+from bryo_named import logsumexp as logsumexp
+from bryo_named import max as max
+from bryo_named import maximum as maximum
+from bryo_named import mean as mean
+from bryo_named import min as min
+from bryo_named import minimum as minimum
+from bryo_named import multiply as multiply
+from bryo_named import named as named
+from bryo_named import negative as negative
+from bryo_named import ones as ones
+from bryo_named import ones_like as ones_like
+from bryo_named import power as power
+from bryo_named import prod as prod
+from bryo_named import rearrange as rearrange
+from bryo_named import relu as relu
+from bryo_named import rename as rename
+from bryo_named import round as round
+from bryo_named import rsqrt as rsqrt
+from bryo_named import sigmoid as sigmoid
+from bryo_named import sign as sign
+from bryo_named import silu as silu
+from bryo_named import sin as sin
+from bryo_named import softmax as softmax
+from bryo_named import softplus as softplus
+from bryo_named import sqrt as sqrt
+from bryo_named import square as square
+from bryo_named import stack as stack
+from bryo_named import std as std
+from bryo_named import subtract as subtract
+from bryo_named import sum as sum
+from bryo_named import tan as tan
+from bryo_named import tanh as tanh
+from bryo_named import tree_checkpoint_name as tree_checkpoint_name
+from bryo_named import var as var
+from bryo_named import vmap as vmap
+from bryo_named import where as where
+from bryo_named import zeros as zeros
+from bryo_named import zeros_like as zeros_like
+from bryo_named import random as random
+from bryo_scan import OffloadUnavailableError as OffloadUnavailableError
+from bryo_scan import ScanAxisError as ScanAxisError
+from bryo_scan import ScanCheckpointPolicy as ScanCheckpointPolicy
+from bryo_scan import fold as fold
+from bryo_scan import map as map
+from bryo_scan import scan as scan
+
+from . import nn as nn
