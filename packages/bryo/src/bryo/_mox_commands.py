@@ -44,7 +44,7 @@ def _describe(node: Any) -> str:
     kind = type(node).__name__
     if kind == "ModuleCall":
         attrs = " ".join(f"{k}={v!r}" for k, v in node.attrs.items())
-        return f"module_call {node.type} '{node.name}' {attrs}".rstrip()
+        return f"module_call {node.type.rsplit('.', 1)[-1]} '{node.name}' {attrs}".rstrip()
     name = getattr(node, "primitive", None) or getattr(node, "name", "") or kind
     return str(getattr(name, "name", name))
 
