@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Hashable, Iterable, Sequence
+import operator
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import equinox as eqx
 import jax.tree_util as jtu
@@ -67,19 +68,31 @@ def _unwrap(value: object) -> object:
 class _Layout:
     """A module class's fields: dynamic ones are children, static ones go in the GraphDef."""
 
-    __slots__ = ("direct", "dynamic", "names", "static")
+    __slots__ = ("direct", "dynamic", "dynamic_values", "names", "static", "static_values")
 
     def __init__(self, cls: type) -> None:
         fields = dataclasses.fields(cls)
         self.dynamic = tuple(f.name for f in fields if not f.metadata.get("static", False))
         self.static = tuple(f.name for f in fields if f.metadata.get("static", False))
         self.names = frozenset(f.name for f in fields)
+        self.dynamic_values = _values_getter(self.dynamic)
+        self.static_values = _values_getter(self.static)
         # Fields are written straight into `__dict__` unless the class puts a data
         # descriptor on one of them; then `object.__setattr__` goes through it, as
         # Equinox's own unflatten does.
         self.direct = not any(
             hasattr(type(inspect.getattr_static(cls, name, None)), "__set__") for name in self.names
         )
+
+
+def _values_getter(names: tuple[str, ...]) -> Callable[[dict], tuple]:
+    """`attrs -> tuple of attrs[name] for names`, at C speed; KeyError if one is missing."""
+    if not names:
+        return lambda attrs: ()
+    if len(names) == 1:
+        name = names[0]
+        return lambda attrs: (attrs[name],)
+    return operator.itemgetter(*names)
 
 
 _layouts: dict[type, _Layout] = {}
@@ -96,15 +109,16 @@ def _layout(cls: type) -> _Layout:
 # Equinox modules override `__getattribute__` in Python, so `__dict__` is read with
 # `object.__getattribute__` below.
 def _module_flatten(module: object) -> tuple[Children, Hashable]:
-    layout = _layout(type(module))
+    layout = _layouts.get(type(module)) or _layout(type(module))
     attrs = object.__getattribute__(module, "__dict__")
+    if len(attrs) != len(layout.names):  # fields never set, or extra attributes
+        return _unusual_flatten(module, layout)
     try:
-        children = [(name, _frozen(attrs[name])) for name in layout.dynamic]
-        statics = tuple([attrs[name] for name in layout.static])
-    except KeyError:  # a field never set (Equinox allows it while tracing `__init__`)
+        values = layout.dynamic_values(attrs)
+        statics = layout.static_values(attrs)
+    except KeyError:  # as many attributes as fields, but not the fields
         return _unusual_flatten(module, layout)
-    if len(attrs) != len(layout.names):
-        return _unusual_flatten(module, layout)
+    children = [(name, _frozen(value)) for name, value in zip(layout.dynamic, values, strict=True)]
     try:
         hash(statics)
     except TypeError:
@@ -187,31 +201,39 @@ class PytreeView(_Frozen):
     __slots__ = ()
 
 
-_FROZEN: dict[type, type[_Frozen] | None] = {
+_PLAIN, _MAYBE_PYTREE = object(), object()
+# type -> _PLAIN (the value is its own child), a view class, or _MAYBE_PYTREE (a jax
+# pytree node: a view unless a bryo backend knows the type as a graph node).
+_child_kinds: dict[type, object] = {
     list: FrozenList,
     tuple: FrozenTuple,
     dict: FrozenDict,
-    type(None): None,
+    type(None): _PLAIN,
 }
-_is_jax_node: dict[type, bool] = {}
 
 
 def _frozen(value: object) -> object:
     """The graph child for `value`, a field or item of a module: a view for containers
     and for jax pytrees that no bryo backend knows; `value` itself otherwise."""
     cls = type(value)
-    view = _FROZEN.get(cls, _FROZEN)
-    if view is None:
+    kind = _child_kinds.get(cls)
+    if kind is _PLAIN:
         return value
-    if view is not _FROZEN:
-        return view(value)
-    jax_node = _is_jax_node.get(cls)
-    if jax_node is None:
-        structure = jtu.tree_structure(value)
-        jax_node = _is_jax_node[cls] = not (structure.num_nodes == 1 and structure.num_leaves == 1)
-    if jax_node and not is_graph_node(value):
-        return PytreeView(value)
-    return value
+    if kind is None:
+        kind = _child_kinds[cls] = _child_kind(value)
+        if kind is _PLAIN:
+            return value
+    if kind is _MAYBE_PYTREE:
+        return value if is_graph_node(value) else PytreeView(value)
+    return kind(value)  # type: ignore[operator]
+
+
+def _child_kind(value: object) -> object:
+    if isinstance(value, eqx.Module | eqx.nn.State):  # nodes of this very backend
+        return _PLAIN
+    structure = jtu.tree_structure(value)
+    is_leaf = structure.num_nodes == 1 and structure.num_leaves == 1
+    return _PLAIN if is_leaf else _MAYBE_PYTREE
 
 
 def _pytree_flatten(view: _Frozen) -> tuple[Children, Hashable]:
