@@ -21,10 +21,11 @@ import statistics
 import timeit
 from collections.abc import Callable
 
-import bryo_graph
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+
+import bryo_graph
 from bryo_graph import Param, merge, split
 
 

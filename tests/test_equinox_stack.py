@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import bryo_graph
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+import bryo_graph
 from bryo_equinox import filter_spec
 from bryo_filters import PathContains
 from bryo_graph import Param, merge, split, state

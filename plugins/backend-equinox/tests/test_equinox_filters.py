@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from bryo_equinox import ValuePredicate, filter_spec, partition
 from bryo_filters import Not, PathContains, to_predicate
 from bryo_graph import BatchStat, Param, VariableState, clone, split, state

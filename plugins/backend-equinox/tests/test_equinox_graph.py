@@ -7,6 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bryo_equinox import FrozenList, filter_spec, updated
 from bryo_filters import PathContains
 from bryo_graph import (
@@ -24,8 +27,6 @@ from bryo_graph import (
     state,
     update,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 KEY = jax.random.key(0)
 X = jnp.linspace(-1.0, 1.0, 3)

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from bryo_equinox import updated
 from bryo_graph import BatchStat, GraphError, Param, merge, split, state, update
 

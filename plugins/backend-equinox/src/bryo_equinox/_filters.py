@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import equinox as eqx
 import jax.tree_util as jtu
+
 from bryo_filters import Any as AnyOf
 from bryo_filters import Filter, Predicate, to_predicate
 from bryo_graph import State, Variable, VariableState, merge, split

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import equinox as eqx
+
 from bryo_graph import iter_graph, merge, split
 
 Handler = Callable[..., Any]

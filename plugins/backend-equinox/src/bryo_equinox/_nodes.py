@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import equinox as eqx
 import jax.tree_util as jtu
+
 from bryo_graph import BatchStat, NodeType, Param, is_graph_node
 from bryo_pytree import Key, key_to_plain
 

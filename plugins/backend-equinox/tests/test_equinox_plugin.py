@@ -1,0 +1,19 @@
+"""The backend is an ordinary plugin: found through its entry point, removable."""
+
+import equinox as eqx
+import jax
+import pytest
+
+from bryo_graph import GraphError, split
+
+
+def test_loaded_through_its_entry_point(bryo_plugin_manager):
+    plugin = bryo_plugin_manager.get_plugin("backend-equinox")
+    assert plugin is not None and plugin.__name__ == "bryo_equinox._plugin"
+    assert split(eqx.nn.Linear(2, 2, key=jax.random.key(0)))[1].flat_state()
+
+
+def test_without_it_equinox_modules_are_not_graphs(bryo_plugin_manager):
+    bryo_plugin_manager.unregister(name="backend-equinox")
+    with pytest.raises(GraphError, match="must be a graph node"):
+        split(eqx.nn.Linear(2, 2, key=jax.random.key(0)))
