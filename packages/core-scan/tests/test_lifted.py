@@ -14,6 +14,8 @@ import pytest
 from bryo_graph import Carry, Object, Param, StateAxes, TransformError, Variable, grad, jit, vmap
 from bryo_rngs import Rngs
 from bryo_scan import ScanCheckpointPolicy, fork_rngs, lifted_scan, split_rngs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 class Count(Variable):
@@ -56,6 +58,15 @@ def test_scan_over_a_stack_of_layers_matches_the_loop() -> None:
     np.testing.assert_array_equal(stack.calls.value, [1, 1, 1, 1])  # scanned state, restacked
     run_stack(X, stack)
     np.testing.assert_array_equal(stack.calls.value, [2, 2, 2, 2])
+
+
+@settings(max_examples=4, deadline=None)
+@given(layers=st.integers(1, 5), batch=st.integers(1, 3))
+def test_scan_equals_the_python_loop_for_any_depth(layers: int, batch: int) -> None:
+    stack = make_stack(jnp.arange(layers))
+    x = jnp.linspace(-1, 1, batch * 2).reshape(batch, 2)
+    np.testing.assert_allclose(run_stack(x, stack), unrolled(x, stack.w.value), rtol=1e-5)
+    np.testing.assert_array_equal(stack.calls.value, np.ones(layers))
 
 
 class Cell(Object):
@@ -136,6 +147,8 @@ def test_scan_checkpoint_policies_keep_gradients(remat: object) -> None:
         return (scanned(X, stack) ** 2).sum()
 
     plain = grad(lambda s: loss(s, run_stack))(stack)
+    pure = jax.grad(lambda w: (unrolled(X, w) ** 2).sum())(stack.w.value)
+    np.testing.assert_allclose(plain["w"].value, pure, rtol=1e-5)
     checkpointed_scan = lifted_scan(
         run_stack.__wrapped__, in_axes=(Carry, 0), out_axes=Carry, remat=remat
     )
