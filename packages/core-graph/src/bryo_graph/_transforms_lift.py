@@ -292,9 +292,6 @@ class Signature:
         name, _ = self.root_places[root]
         return f"`{name}`" + (f" at {path_str(path[2:])}" if len(path) > 2 else "")
 
-    def root_of_leaf(self, k: int) -> int:
-        return self.paths[k][1]  # type: ignore[return-value]
-
 
 def _leaf_slots(graphdef: GraphDef) -> list[tuple]:
     """Per State leaf, in order: ('var', var index) or ('raw', parent index, key)."""
@@ -785,7 +782,6 @@ def lifted_call(
     transform: Callable[[Callable], Callable],
     f: Callable,
     grouping: Grouping,
-    prepare_out: Callable[[object], object] = lambda out: out,
 ) -> Any:
     """Run `f` under `transform` of the pure function of `plan`, then apply the updates.
 
@@ -796,8 +792,7 @@ def lifted_call(
 
     def pure(var_values: list, raw_values: list, arrays: list) -> tuple:
         args, kwargs, inner = rebuild(sig, join_leaves(sig, var_values, raw_values), arrays)
-        out = prepare_out(f(*args, **kwargs))
-        groups, direct, out_plan = collect(inner, out, grouping)
+        groups, direct, out_plan = collect(inner, f(*args, **kwargs), grouping)
         return groups, direct, Static(out_plan)
 
     var_values, raw_values = plan.values()
