@@ -33,7 +33,7 @@ def test_docs_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
             run_doctest(code, namespace, f"{page.name}:{line}")
             continue
         try:
-            exec(compile(code, f"{page.name}:{line}", "exec"), namespace)
+            exec(compile(code, f"{page.name}:{line}", "exec", dont_inherit=True), namespace)
         except Exception as error:
             raise AssertionError(f"{page.name}, block at line {line} failed: {error!r}") from error
     assert os.getcwd() == str(tmp_path)
@@ -44,5 +44,6 @@ def run_doctest(code: str, namespace: dict[str, object], name: str) -> None:
     test = parser.get_doctest(code, namespace, name, name, 0)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     runner.run(test, clear_globs=False)
+    namespace.update(test.globs)  # doctest ran on a copy: carry its names to later blocks
     failed, _ = runner.summarize(verbose=False)
     assert not failed, f"{name}: {failed} doctest example(s) failed (see the output above)"

@@ -1,0 +1,64 @@
+"""`bryo demo`, the main job: both backends end to end on tiny sizes, and its option errors."""
+
+import argparse
+
+import pytest
+from bryo._cli import main
+from bryo._demo_args import DemoError, add_demo_arguments, config_from_args
+
+TINY = ["--width", "8", "--layers", "2", "--steps", "4", "--finetune-steps", "3", "--batch", "16"]
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_demo_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["nnx", "equinox"])
+def test_demo_runs_end_to_end(backend, tmp_path, capsys):
+    from bryo._demo import run
+
+    config = config_from_args(parse(*TINY, "--backend", backend, "--out", str(tmp_path)))
+    results = run(config)
+    out = capsys.readouterr().out
+    assert f"bryo demo: {backend} backend" in out
+    assert "MoX queries:" in out and '//module_call[@type="Linear"]' in out
+    assert "ReLU -> GELU: 0 relu left" in out
+    assert "LoRA fine-tuning (only LoRAParams trained)" in out
+    assert "all reloaded outputs match." in out
+    for name in ("model.mox.xml", "model.mox.yson", "checkpoint.npz"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert results["difference.xml"] < 1e-4 and results["differencecheckpoint"] < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--width", "0"], "`--width` must be a positive integer, got 0."),
+        (["--steps", "-3"], "`--steps` must be a positive integer, got -3."),
+        (["--finetune-steps", "-1"], "`--finetune-steps` must be 0 or more, got -1."),
+        (["--rank", "64", "--width", "8"], "`--rank` (64) must not exceed `--width` (8)."),
+    ],
+)
+def test_bad_values_are_named(argv, message):
+    with pytest.raises(DemoError) as info:
+        config_from_args(parse(*argv))
+    assert str(info.value) == message
+
+
+def test_bad_values_exit_2_with_the_message(capsys):
+    assert main(["demo", "--width", "0"]) == 2
+    assert "bryo demo: `--width` must be a positive integer" in capsys.readouterr().err
+
+
+def test_bad_mesh_is_named(capsys):
+    assert main(["demo", *TINY, "--mesh", "data=x"]) == 2
+    assert "bryo demo: `--mesh data=x`" in capsys.readouterr().err
+
+
+def test_unknown_backend_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--backend", "torch"])
+    assert "invalid choice: 'torch'" in capsys.readouterr().err
