@@ -21,8 +21,25 @@ def _plugins(args: argparse.Namespace) -> int:
     return 1 if pm.failures and args.strict else 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from . import _demo  # imports optax and every backend: only when the demo runs
+
+    return _demo.main(args)
+
+
 @hookimpl
 def bryo_cli_commands(subparsers: argparse._SubParsersAction) -> None:
+    from ._demo_args import add_demo_arguments
+
+    demo = subparsers.add_parser(
+        "demo",
+        help="train, trace, rewrite and save a small model: the whole stack at work",
+        description="Build a small model with a Stacked trunk, train it on synthetic data, "
+        "trace it to MoX, swap its activation, fine-tune LoRA adapters, and save and reload "
+        "everything.",
+    )
+    add_demo_arguments(demo)
+    demo.set_defaults(handler=_demo)
     parser = subparsers.add_parser(
         "plugins", help="list the loaded plugins with their distribution, version and hooks"
     )
