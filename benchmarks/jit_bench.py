@@ -14,6 +14,7 @@ flat list, and writes back only the Variables the call changed.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -24,17 +25,23 @@ import jax.numpy as jnp
 
 def _time_rounds(calls: dict[str, Callable[[], object]], n_calls: int, rounds: int) -> dict:
     """Per case, the time per call of each round; the cases take turns within a round so
-    that a busy machine slows them alike."""
+    that a busy machine slows them alike. The garbage collector runs before each round
+    and is off during it, as in `timeit`."""
     for call in calls.values():
         jax.block_until_ready(call())  # compile
         jax.block_until_ready(call())
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
-            start = time.perf_counter()
-            for _ in range(n_calls):
-                jax.block_until_ready(call())
-            times[name].append((time.perf_counter() - start) / n_calls)
+            gc.collect()  # as `timeit` does: no case pays for another's garbage
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                for _ in range(n_calls):
+                    jax.block_until_ready(call())
+                times[name].append((time.perf_counter() - start) / n_calls)
+            finally:
+                gc.enable()
     return times
 
 
