@@ -11,8 +11,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from bryo import nnx
 from jax import random
+
+from bryo import nnx
 
 
 class ExplicitModel(nnx.Module):

@@ -10,6 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bryo_graph import (
     BatchStat,
     Carry,
@@ -26,8 +29,6 @@ from bryo_graph import (
     value_and_grad,
     vmap,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 class Count(Variable):

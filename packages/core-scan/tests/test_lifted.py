@@ -11,11 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bryo_graph import Carry, Object, Param, StateAxes, TransformError, Variable, grad, jit, vmap
 from bryo_rngs import Rngs
 from bryo_scan import ScanCheckpointPolicy, fork_rngs, lifted_scan, split_rngs
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 class Count(Variable):
@@ -58,6 +59,33 @@ def test_scan_over_a_stack_of_layers_matches_the_loop() -> None:
     np.testing.assert_array_equal(stack.calls.value, [1, 1, 1, 1])  # scanned state, restacked
     run_stack(X, stack)
     np.testing.assert_array_equal(stack.calls.value, [2, 2, 2, 2])
+
+
+def test_scan_state_axes_mix_scanned_and_carried_parts() -> None:
+    layer = Layer(0)
+    layer.w = Param(jnp.stack([jnp.eye(2) * (i + 1) for i in range(3)]))
+
+    @lifted_scan(in_axes=(StateAxes({Param: 0, ...: Carry}), Carry), out_axes=(Carry, 0))
+    def apply(layer: Layer, x: jax.Array) -> tuple:
+        layer.calls.value += 1
+        y = x @ layer.w.value
+        return y, y.sum()
+
+    y, sums = apply(layer, jnp.ones(2))
+    np.testing.assert_allclose(y, [6.0, 6.0])
+    np.testing.assert_allclose(sums, [2.0, 4.0, 12.0])
+    assert int(layer.calls.value) == 3  # carried, not stacked
+
+
+def test_scan_builds_a_stack_of_new_modules() -> None:
+    @lifted_scan(in_axes=(0,), out_axes=0)
+    def make(seed: jax.Array) -> Layer:
+        return Layer(seed.astype(jnp.uint32))
+
+    made = make(jnp.arange(4))
+    assert isinstance(made, Layer)
+    assert made.w.value.shape == (4, 2, 2) and made.calls.value.shape == (4,)
+    np.testing.assert_allclose(made.w.value, make_stack(jnp.arange(4)).w.value, rtol=1e-6)
 
 
 @settings(max_examples=4, deadline=None)

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import jax
 import numpy as np
+
 from bryo_filters import Filter, filters_to_predicates
 from bryo_pytree import Path
 

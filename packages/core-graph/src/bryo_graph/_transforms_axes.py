@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 import numpy as np
+
 from bryo_filters import Filter, filters_to_predicates
 from bryo_pytree import Path, PrefixError, broadcast_prefix
 

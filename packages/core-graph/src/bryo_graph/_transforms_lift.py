@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 import numpy as np
+
 from bryo_pytree import Path, path_str
 
 from ._graph import LEAF, NODE, REF, STATIC, VAR, GraphDef, GraphError, _flatten, unflatten

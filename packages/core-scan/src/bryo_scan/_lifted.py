@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
+
 from bryo_filters import Filter
 from bryo_graph import lift as _lift
 from bryo_rngs import RngSplit, split_rngs_in_place
