@@ -115,10 +115,9 @@ def model_parallel(want):
 def stacked_blocks():
     """Stacked with sharded stacked weights: the fold equals the unsharded one, and the
     stacked Variables' sharding metadata gained the layers axis."""
+    from bryo_graph import VariableState
     from bryo_pytree import pytree_dataclass
     from bryo_scan import AxisInfo, Stacked
-
-    from bryo_graph import VariableState
 
     @pytree_dataclass
     class Block:

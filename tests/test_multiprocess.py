@@ -70,7 +70,7 @@ def run_processes(port: int, logs: Path) -> list[tuple[int, str, str]]:
                 p.kill()
             p.wait()
     results = []
-    for p, (out, err) in zip(procs, files):
+    for p, (out, err) in zip(procs, files, strict=True):
         out.seek(0)
         err.seek(0)
         results.append((p.returncode, out.read(), err.read()))

@@ -18,10 +18,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
+from jax.sharding import PartitionSpec as P
+
 from bryo_graph import Param, VariableState, get_partition_spec
 from bryo_pytree import pytree_dataclass
 from bryo_scan import AxisInfo, Stacked
-from jax.sharding import PartitionSpec as P
 
 WORKER = Path(__file__).with_name("sharding_worker.py")
 TIMEOUT_S = 240  # generous: a loaded 2-core machine starts JAX slowly
@@ -89,9 +90,10 @@ def test_eight_device_runs_match_one_device():
 
 
 def test_named_arrays_shard_by_axis_names():
+    from jax.sharding import AbstractMesh
+
     from bryo_graph import ShardingError, get_named_sharding
     from bryo_named import NamedArray, infer_resource_partitions, pspec_for_axis
-    from jax.sharding import AbstractMesh
 
     mesh = AbstractMesh((2, 4), ("data", "model"))
     x = NamedArray(jnp.ones((4, 8)), {"Batch": 4, "Mlp": 8})
@@ -105,12 +107,15 @@ def test_named_arrays_shard_by_axis_names():
     with pytest.raises(ShardingError, match=r"logical axis 'Batch' of the value at x has no mesh"):
         get_named_sharding(tree, mesh, {"Mlp": "model"})  # bryo_graph's rules are strict
     odd = {"y": NamedArray(jnp.ones(6), {"Mlp": 6})}
-    with pytest.raises(ShardingError, match=r"dimension 0 of the value at y \(logical axis 'Mlp', size 6\)"):
+    with pytest.raises(
+        ShardingError, match=r"dimension 0 of the value at y \(logical axis 'Mlp', size 6\)"
+    ):
         infer_resource_partitions(odd, {"Mlp": "model"}, mesh)
 
 
 def test_equinox_module_sharded_init_and_placement():
     import equinox as eqx
+
     from bryo_graph import get_named_sharding, parse_mesh_spec, sharded_init
 
     mesh = parse_mesh_spec("data=1")

@@ -8,6 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.sharding import AbstractMesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
 from bryo_graph import (
     Object,
     Param,
@@ -31,10 +36,6 @@ from bryo_graph import (
     update,
 )
 from bryo_pytree import hookimpl
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from jax.sharding import AbstractMesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 RULES = {"embed": None, "mlp": "model", "batch": "data"}
 MESH_2x4 = AbstractMesh((2, 4), ("data", "model"))
@@ -133,12 +134,16 @@ def test_rules_tuple_of_mesh_axes():
 
 
 def test_missing_rule_names_path_and_axis():
-    with pytest.raises(ShardingError, match=r"logical axis 'mlp' of Param at b1 has no mesh mapping"):
+    with pytest.raises(
+        ShardingError, match=r"logical axis 'mlp' of Param at b1 has no mesh mapping"
+    ):
         logical_to_mesh(get_partition_spec(state(MLP(), Param)), {"embed": None})
 
 
 def test_two_logical_axes_on_one_mesh_axis():
-    with pytest.raises(ShardingError, match=r"Param at w1 would be sharded twice over the mesh axis 'data'"):
+    with pytest.raises(
+        ShardingError, match=r"Param at w1 would be sharded twice over the mesh axis 'data'"
+    ):
         get_named_sharding(MLP(), MESH_2x4, {"embed": "data", "mlp": "data"})
 
 
@@ -160,7 +165,9 @@ def test_named_sharding_on_abstract_mesh():
 
 def test_not_divisible_names_path_dimension_and_axis():
     mesh = AbstractMesh((2, 3), ("data", "model"))
-    with pytest.raises(ShardingError, match=r"dimension 0 of Param at b1 \(logical axis 'mlp', size 8\)"):
+    with pytest.raises(
+        ShardingError, match=r"dimension 0 of Param at b1 \(logical axis 'mlp', size 8\)"
+    ):
         get_named_sharding(state(MLP(), Param), mesh, RULES)
 
 
@@ -178,7 +185,9 @@ def test_too_many_logical_axes():
 def test_without_rules_names_must_be_mesh_axes():
     tree = {"w": VariableState(Param, jnp.ones((4, 8)), sharding=("data", "model"))}
     assert get_named_sharding(tree, MESH_2x4)["w"].value.spec == P("data", "model")
-    with pytest.raises(ShardingError, match=r"'mlp' of Param at b1 is not a mesh axis .* no `rules`"):
+    with pytest.raises(
+        ShardingError, match=r"'mlp' of Param at b1 is not a mesh axis .* no `rules`"
+    ):
         get_named_sharding(MLP(), MESH_2x4)
 
 
@@ -186,7 +195,7 @@ def test_bad_metadata_and_bad_mesh():
     tree = {"w": VariableState(Param, jnp.ones(4), sharding=3)}
     with pytest.raises(ShardingError, match="`sharding` metadata of Param at w must be a tuple"):
         get_partition_spec(tree)
-    with pytest.raises(ShardingError, match="`mesh` must be a `jax.sharding.Mesh`"):
+    with pytest.raises(ShardingError, match=r"`mesh` must be a `jax\.sharding\.Mesh`"):
         get_named_sharding(MLP(), {"data": 2})
 
 
@@ -268,7 +277,12 @@ def test_parse_mesh_spec_errors(spec, message):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True), min_size=1, max_size=4, unique=True), st.data())
+@given(
+    st.lists(
+        st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True), min_size=1, max_size=4, unique=True
+    ),
+    st.data(),
+)
 def test_parse_mesh_spec_round_trip(names, data):
     inferred = data.draw(st.sampled_from([None, *names]))
     spec = ",".join(f"{n}={-1 if n == inferred else 1}" for n in names)

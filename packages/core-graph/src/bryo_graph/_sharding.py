@@ -23,8 +23,9 @@ from typing import Any, TypeVar
 
 import jax
 import numpy as np
-from bryo_pytree import Path, get_plugin_manager, key_to_plain, path_str
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
+
+from bryo_pytree import Path, get_plugin_manager, key_to_plain, path_str
 
 from ._graph import merge, split, state, update
 from ._nodes import is_graph_node
@@ -215,9 +216,11 @@ def _rules_dict(rules: Rules | None) -> dict[str, MeshAxes] | None:
                 f"mesh_axes)` pairs); got the entry {pair!r}."
             )
         name, target = pair
-        if not (target is None or isinstance(target, str) or (
-            isinstance(target, tuple) and all(isinstance(a, str) for a in target)
-        )):
+        if not (
+            target is None
+            or isinstance(target, str)
+            or (isinstance(target, tuple) and all(isinstance(a, str) for a in target))
+        ):
             raise ShardingError(
                 f"`rules` maps {name!r} to {target!r}; map it to a mesh axis name, a tuple of "
                 "mesh axis names, or None (replicated)."
@@ -256,7 +259,9 @@ def _to_mesh_spec(
                     )
                 used[mesh_axis] = name
                 mesh_axes.append(mesh_axis)
-        entries.append(None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else tuple(mesh_axes))
+        entries.append(
+            None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else tuple(mesh_axes)
+        )
     return PartitionSpec(*entries)
 
 
@@ -287,7 +292,11 @@ def logical_to_mesh(spec_tree: T, rules: Rules) -> T:
         where = _describe(node, keypath)
         if isinstance(node, VariableState):
             value = node.value
-            return node.replace(_to_mesh_spec(value, table, where)) if isinstance(value, PartitionSpec) else node
+            return (
+                node.replace(_to_mesh_spec(value, table, where))
+                if isinstance(value, PartitionSpec)
+                else node
+            )
         if isinstance(node, PartitionSpec):
             return _to_mesh_spec(node, table, where)
         return node
@@ -309,7 +318,11 @@ def _check_mesh(mesh: object) -> AnyMesh:
 
 
 def _check_fits(
-    spec: PartitionSpec, shape: tuple[int, ...], axes: Sequence[LogicalAxis], mesh: AnyMesh, where: str
+    spec: PartitionSpec,
+    shape: tuple[int, ...],
+    axes: Sequence[LogicalAxis],
+    mesh: AnyMesh,
+    where: str,
 ) -> None:
     sizes = dict(mesh.shape)
     if len(spec) > len(shape):
@@ -317,7 +330,7 @@ def _check_fits(
             f"the `sharding` of {where} names {len(spec)} axes {tuple(axes)!r}, but its value has "
             f"{len(shape)} dimensions (shape {shape}); give one entry per dimension."
         )
-    for dim, (entry, logical) in enumerate(zip(spec, axes)):
+    for dim, (entry, logical) in enumerate(zip(spec, axes, strict=True)):
         mesh_axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
         for mesh_axis in mesh_axes:
             if mesh_axis not in sizes:
@@ -371,17 +384,15 @@ def get_named_sharding(tree: object, mesh: AnyMesh, rules: Rules | None = None) 
             return NamedSharding(mesh, PartitionSpec())
         spec = _to_mesh_spec(axes, table, where)
         if table is None:
-            _check_no_rules_needed(spec, axes, mesh, where)
+            _check_no_rules_needed(spec, mesh, where)
         _check_fits(spec, shape, axes, mesh, where)
         return NamedSharding(mesh, spec)
 
     return _map_units(tree, sharding)
 
 
-def _check_no_rules_needed(
-    spec: PartitionSpec, axes: Sequence[LogicalAxis], mesh: AnyMesh, where: str
-) -> None:
-    for entry, logical in zip(spec, axes):
+def _check_no_rules_needed(spec: PartitionSpec, mesh: AnyMesh, where: str) -> None:
+    for entry in spec:
         for name in () if entry is None else (entry,) if isinstance(entry, str) else entry:
             if name not in mesh.axis_names:
                 raise ShardingError(
@@ -449,8 +460,9 @@ def sharded_init(create: Callable[[], T], mesh: AnyMesh, rules: Rules | None = N
         ShardingError: as `get_named_sharding`, before anything is computed.
 
     Example:
-        >>> mesh = parse_mesh_spec("data=2,model=4")                           # doctest: +SKIP
-        >>> model = sharded_init(lambda: MLP(rngs=Rngs(0)), mesh, {"mlp": "model", "embed": None})  # doctest: +SKIP
+        >>> mesh = parse_mesh_spec("data=2,model=4")  # doctest: +SKIP
+        >>> rules = {"mlp": "model", "embed": None}
+        >>> model = sharded_init(lambda: MLP(rngs=Rngs(0)), mesh, rules)  # doctest: +SKIP
     """
     if not callable(create):
         raise TypeError(
@@ -498,11 +510,16 @@ def add_sharding_axis(tree: T, index: int, name: LogicalAxis = None) -> T:
 
         for path, node in list(iter_graph(tree)):
             if isinstance(node, Variable) and node._metadata.get(SHARDING_KEY) is not None:
-                node.sharding = insert(node._metadata[SHARDING_KEY], f"{node.type.__name__} at {path_str(path)}")
+                node.sharding = insert(
+                    node._metadata[SHARDING_KEY], f"{node.type.__name__} at {path_str(path)}"
+                )
         return tree
 
     def one(keypath: tuple, leaf: object) -> object:
-        if isinstance(leaf, VariableState | Variable) and leaf._metadata.get(SHARDING_KEY) is not None:
+        if (
+            isinstance(leaf, VariableState | Variable)
+            and leaf._metadata.get(SHARDING_KEY) is not None
+        ):
             axes = insert(leaf._metadata[SHARDING_KEY], _describe(leaf, keypath))
             if isinstance(leaf, Variable):
                 leaf.sharding = axes
@@ -588,7 +605,9 @@ def _fill_inferred(sizes: list[int], names: list[str], n_devices: int, spec: str
     if not inferred:
         return sizes
     if len(inferred) > 1:
-        raise ShardingError(f"the mesh spec {spec!r} has more than one size -1; at most one axis can be inferred.")
+        raise ShardingError(
+            f"the mesh spec {spec!r} has more than one size -1; at most one axis can be inferred."
+        )
     known = math.prod(size for size in sizes if size != -1)
     if n_devices % known:
         raise ShardingError(

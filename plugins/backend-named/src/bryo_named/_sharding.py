@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import jax
+from jax.sharding import Mesh, PartitionSpec
+
 from bryo_graph import get_named_sharding, get_partition_spec, logical_to_mesh
 from bryo_graph import shard as _shard_on_mesh
-from jax.sharding import Mesh, PartitionSpec
 
 from ._axis import Axis
 from ._named_array import NamedArray
@@ -41,7 +42,9 @@ def _lenient(mapping: AxisMapping, names: set[str]) -> dict[str, Any]:
     return {**dict.fromkeys(names), **mapping}
 
 
-def pspec_for_axis(axes: NamedArray | Axis | str | Sequence[Axis | str], mapping: AxisMapping) -> PartitionSpec:
+def pspec_for_axis(
+    axes: NamedArray | Axis | str | Sequence[Axis | str], mapping: AxisMapping
+) -> PartitionSpec:
     """The mesh `PartitionSpec` of `axes` (a NamedArray's, or axes/names) under `mapping`.
 
     Example:
