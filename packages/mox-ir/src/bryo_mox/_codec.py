@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from ._errors import MoxError
+from ._types import is_key_dtype, key_impls
 
 MAX_TEXT = 100_000
 
@@ -54,6 +55,12 @@ def encode(value: Any, *, strict: bool = True) -> str:
         return f"dtype({value.name!r})"
     if isinstance(value, type) and issubclass(value, np.generic):
         return f"dtype({np.dtype(value).name!r})"
+    if is_key_dtype(value):
+        return f"dtype({str(value)!r})"
+    if type(value).__name__ == "PRNGImpl":
+        impl = key_impls().get(str(getattr(value, "name", "")))
+        if impl is not None and impl.param == value:
+            return f"prng_impl({impl.name!r})"
     if isinstance(value, enum.Enum) and _CLASSES.get(type(value).__name__) is type(value):
         return f"{type(value).__name__}.{value.name}"
     if isinstance(value, tuple) and hasattr(value, "_fields"):
@@ -119,10 +126,18 @@ def decode_attr(text: str) -> Any:
 
 
 _CALLS: dict[str, Callable[..., Any]] = {
-    "dtype": lambda name: np.dtype(_dtype_name(name)),
+    "dtype": lambda name: _dtype_name(name),
     "float": lambda text: float(text) if text in ("inf", "-inf", "nan") else _bad(text),
     "array": lambda data, dtype: np.asarray(data, dtype=dtype),
+    "prng_impl": lambda name: _prng_impl(name),
 }
+
+
+def _prng_impl(name: Any) -> Any:
+    impl = key_impls().get(name) if isinstance(name, str) else None
+    if impl is None:
+        raise ValueError(f"prng_impl({name!r}) names no known PRNG implementation")
+    return impl.param
 
 
 def _dtype_name(name: Any) -> Any:
@@ -130,6 +145,11 @@ def _dtype_name(name: Any) -> Any:
         raise ValueError(f"dtype name must be a string, got {name!r}")
     import jax.numpy as jnp
 
+    if name.startswith("key<") and name.endswith(">"):
+        impl = key_impls().get(name[len("key<") : -1])
+        if impl is None:
+            raise ValueError(f"dtype({name!r}) names no known PRNG implementation")
+        return impl.dtype
     return jnp.dtype(name)
 
 

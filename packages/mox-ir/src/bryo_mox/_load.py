@@ -19,10 +19,11 @@ from jax.extend import core as jex
 
 from ._errors import MoxError, MoxSerializationError
 from ._ir import CUSTOM_DERIVATIVE_NAMES, JIT_ALIASES, ModuleInfo, Mox
+from ._regions import bind_with_regions
 from ._rules import rebuild_custom
 from ._trace import call_region, convert_closed, intercepting
-from ._types import parse_type, same_type
-from .document import MAX_DEPTH, MODULE_ATTRS, DocNode, Port, literal_value
+from ._types import from_storage, parse_type, same_type
+from .document import MAX_DEPTH, MODULE_ATTRS, Const, DocNode, Port, literal_value
 
 
 def _primitive_table() -> dict[str, jex.Primitive]:
@@ -34,6 +35,18 @@ def _primitive_table() -> dict[str, jex.Primitive]:
 
 
 _PRIMITIVES = _primitive_table()
+
+
+def _wrap_key_data(ins: list[Any], params: dict[str, Any]) -> list[Any]:
+    impl = params.get("impl")
+    return [jax.random.wrap_key_data(ins[0], impl=getattr(impl, "name", impl))]
+
+
+#: Primitives jax does not export, rebuilt through the public function that binds them.
+PUBLIC_BINDERS: dict[str, Any] = {
+    "random_unwrap": lambda ins, params: [jax.random.key_data(ins[0])],
+    "random_wrap": _wrap_key_data,
+}
 
 
 def primitive(name: str) -> jex.Primitive:
@@ -98,7 +111,7 @@ def _tree(example: Any) -> jax.tree_util.PyTreeDef | None:
     return jax.tree_util.tree_structure(example)
 
 
-def _type(port: Port) -> jax.ShapeDtypeStruct:
+def _type(port: Port | Const) -> jax.ShapeDtypeStruct:
     try:
         return parse_type(port.type)
     except MoxError as error:
@@ -116,13 +129,11 @@ def run_block(doc: DocNode, args: Sequence[Any], names: Sequence[str]) -> list[A
     """Evaluate a document block (root, module body or region) inside the trace."""
     env: dict[str, Any] = {}
     for const in doc.consts:
-        aval = parse_type(const.type)
-        data = np.asarray(const.data)
-        if data.shape != aval.shape:
-            raise MoxSerializationError(
-                f"constant `{const.name}` holds shape {data.shape}, its type says {const.type}."
-            )
-        env[const.name] = data.astype(aval.dtype)
+        aval = _type(const)
+        try:
+            env[const.name] = from_storage(np.asarray(const.data), aval)
+        except MoxError as error:
+            raise MoxSerializationError(f"constant `{const.name}`: {error}") from None
     for name, value in zip(names, args, strict=True):
         env[name] = value
 
@@ -214,31 +225,34 @@ def _region_fn(regions: dict[Any, DocNode], key: str, doc: DocNode) -> Any:
 
 
 def _bind(doc: DocNode, ins: list[Any], regions: dict[Any, DocNode]) -> list[Any]:
+    if doc.tag in PUBLIC_BINDERS and not regions:
+        return PUBLIC_BINDERS[doc.tag](ins, dict(doc.attrs))
     prim = primitive(doc.tag)
     params = dict(doc.attrs)
-    grouped: dict[str, dict[int | None, DocNode]] = {}
+    traced: dict[tuple[str, int | None], jex.ClosedJaxpr] = {}
+    open_params: dict[tuple[str, int | None], bool] = {}
+    counts: dict[str, int] = {}
     for (key, index), region in regions.items():
-        grouped.setdefault(str(key), {})[index] = region
-    for key, by_index in grouped.items():
-        traced = {}
-        for index, region in by_index.items():
-            names = [_name(p, "region input") for p in region.inputs]
-            avals = [_type(p) for p in region.inputs]
-            closed = jax.make_jaxpr(lambda *xs, _r=region, _n=names: run_block(_r, xs, _n))(*avals)
-            if not region.attrs.get("closed", True):
-                if closed.consts:
-                    raise MoxSerializationError(
-                        f"region `{key}` of <{doc.tag}> needs constants but the primitive "
-                        "takes an open jaxpr."
-                    )
-                closed = closed.jaxpr
-            traced[index] = closed
-        params[key] = traced[None] if None in traced else tuple(traced[i] for i in sorted(traced))
+        names = [_name(p, "region input") for p in region.inputs]
+        avals = [_type(p) for p in region.inputs]
+        traced[str(key), index] = jax.make_jaxpr(
+            lambda *xs, _r=region, _n=names: run_block(_r, xs, _n)
+        )(*avals)
+        open_params[str(key), index] = not region.attrs.get("closed", True)
+        if index is not None:
+            counts[str(key)] = max(counts.get(str(key), 0), int(index) + 1)
+    for key, count in counts.items():
+        if sorted(i for k, i in traced if k == key) != list(range(count)):
+            raise MoxSerializationError(f'<{doc.tag}> lacks a <region param="{key}"> index.')
+        params[key] = tuple(traced[key, i] for i in range(count))  # placeholders, replaced
     try:
-        out = prim.bind(*ins, **params)
+        return bind_with_regions(
+            prim, params, ins, traced, open_params, lambda: f"equation `{doc.tag}`"
+        )
+    except MoxSerializationError:
+        raise
     except Exception as error:
         raise MoxSerializationError(
             f"cannot rebuild equation `{doc.tag}` with params {sorted(params)}: "
             f"{type(error).__name__}: {error}"
         ) from error
-    return list(out) if prim.multiple_results else [out]

@@ -29,6 +29,7 @@ from ._ir import (
     Node,
     Var,
 )
+from ._regions import bind_with_regions
 from ._trace import call_region, convert_closed, intercepting
 from ._types import same_type, type_str
 from ._view import query
@@ -201,7 +202,7 @@ def _check_and_name(targets: list[_Target], replacement: Mox, mox: Mox) -> None:
                 f"{_types(node_out)}; outputs must match in number, shape and dtype."
             )
         label = (
-            node.name
+            (node.name or node.info.short_type)
             if isinstance(node, ModuleCall)
             else (f"{node.primitive.name}/{node.name}" if node.name else node.primitive.name)
         )
@@ -311,24 +312,16 @@ def _rebuild_equation(node: Node, ins: list[Any], plan: _Plan, loc: Location) ->
 
         body.__name__ = body.__qualname__ = str(params.get("name", "jit"))
         return jax.jit(body, inline=params.get("inline", False))(*ins)
+    traced: dict[tuple[str, int | None], jex.ClosedJaxpr] = {}
+    open_params: dict[tuple[str, int | None], bool] = {}
     for r, (key, index, region) in enumerate(node.regions):
 
         def body(*xs: Any, _region: Block = region, _r: int = r) -> list[Any]:
             return replay_block(_region, xs, plan, (*loc, ("region", _r)))
 
-        closed = jax.make_jaxpr(body)(*[_sds(v.aval) for v in region.invars])
+        traced[key, index] = jax.make_jaxpr(body)(*[_sds(v.aval) for v in region.invars])
         old = params[key] if index is None else params[key][index]
-        new: Any = closed
-        if isinstance(old, jex.Jaxpr):
-            if closed.consts:
-                raise MoxError(
-                    f"cannot substitute inside {describe(node, loc)}: its `{key}` takes no "
-                    "constants, but the rewritten region has some."
-                )
-            new = closed.jaxpr
-        if index is None:
-            params[key] = new
-        else:
-            params[key] = tuple(new if i == index else p for i, p in enumerate(params[key]))
-    out = node.primitive.bind(*ins, **params)
-    return list(out) if node.primitive.multiple_results else [out]
+        open_params[key, index] = isinstance(old, jex.Jaxpr)
+    return bind_with_regions(
+        node.primitive, params, ins, traced, open_params, lambda: describe(node, loc)
+    )

@@ -35,6 +35,7 @@ class _Marker:
     info: ModuleInfo
     n_state: int
     n_state_out: int
+    n_args: int
 
 
 # Marker name -> what the region stands for. Entries are tiny and must outlive a trace:
@@ -84,7 +85,7 @@ def call_region(
 
     region.__name__ = region.__qualname__ = name
     new_state, out = jax.jit(region)(list(state_leaves), list(arg_leaves))
-    _MARKERS[name] = _Marker(info, len(state_leaves), counts["state_out"])
+    _MARKERS[name] = _Marker(info, len(state_leaves), counts["state_out"], len(arg_leaves))
     return new_state, out
 
 
@@ -271,27 +272,45 @@ def _marker_of(eqn: jex.JaxprEqn) -> _Marker | None:
 
 def _module_call(eqn: jex.JaxprEqn, marker: _Marker, subst: dict[Var, Any]) -> ModuleCall:
     """A module call from its marked region; state outputs that are unchanged inputs are
-    pruned (the caller reads the input instead)."""
+    pruned (the caller reads the input instead).
+
+    Values the region closed over (`jax.jit` passes them as leading inputs: the new
+    parameters `sub` threads into a module, say) count as state inputs of the module,
+    after its own state: they are parameters the module's body now uses.
+    """
     body = convert_closed(eqn.params["jaxpr"])
+    n_closed = len(eqn.invars) - marker.n_state - marker.n_args
+    if n_closed < 0:
+        raise MoxError(
+            f"module_call {marker.info.name!r} ({marker.info.type}) has {len(eqn.invars)} "
+            f"inputs, fewer than its {marker.n_state} state leaves and {marker.n_args} arguments."
+        )
+    order = [
+        *range(n_closed, n_closed + marker.n_state),
+        *range(n_closed),
+        *range(n_closed + marker.n_state, len(eqn.invars)),
+    ]
+    invars = tuple(eqn.invars[i] for i in order)
+    body_invars = tuple(body.invars[i] for i in order)
     keep = []
     for i, (outer, inner) in enumerate(zip(eqn.outvars, body.outvars, strict=True)):
-        forwarded = i < marker.n_state_out and isinstance(inner, Var) and inner in body.invars
+        forwarded = i < marker.n_state_out and isinstance(inner, Var) and inner in body_invars
         if forwarded:
-            subst[outer] = eqn.invars[body.invars.index(inner)]
+            subst[outer] = invars[body_invars.index(inner)]
         else:
             keep.append(i)
     body = Block(
         body.constvars,
         body.consts,
-        body.invars,
+        body_invars,
         body.nodes,
         tuple(body.outvars[i] for i in keep),
     )
     return ModuleCall(
         info=marker.info,
-        invars=tuple(eqn.invars),
+        invars=invars,
         outvars=tuple(eqn.outvars[i] for i in keep),
         body=body,
-        n_state=marker.n_state,
+        n_state=marker.n_state + n_closed,
         n_state_out=sum(1 for i in keep if i < marker.n_state_out),
     )

@@ -15,10 +15,12 @@ translate `DocNode` trees to and from their syntax, so every format shares one s
   `region` (attrs `param`, `index`, `closed`) per sub-jaxpr, built like a module body;
   custom derivative equations add a `jvp` or `vjp` region holding their rule.
 
-Attr values are Python values (ints, floats, bools, strings, `None`, tuples, numpy
-dtypes, jax enums and named tuples); formats without such types write them with
-`encode`/`encode_attr` and read them back with `decode`/`decode_attr` (a safe parser, no
-`eval`). Types are strings (`type_str`, `parse_type`): `f32[2,3]`, `f32[]{weak}`.
+Constants hold numpy arrays in their storage layout (`storage_layout`: PRNG key arrays
+as their key data). Attr values are Python values (ints, floats, bools, strings, `None`,
+tuples, numpy dtypes, jax enums and named tuples); formats without such types write them
+with `encode`/`encode_attr` and read them back with `decode`/`decode_attr` (a safe
+parser, no `eval`). Types are strings (`type_str`, `parse_type`): `f32[2,3]`,
+`f32[]{weak}`, `key<fry>[]`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ._codec import Unencodable, encode
 from ._codec import decode as decode
 from ._codec import decode_attr as decode_attr
 from ._codec import encode_attr as encode_attr
-from ._errors import MoxSerializationError
+from ._errors import MoxError, MoxSerializationError
 from ._ir import (
     CUSTOM_DERIVATIVE_NAMES,
     JIT_NAME,
@@ -47,7 +49,10 @@ from ._ir import (
     Node,
 )
 from ._pretty import Namer
+from ._types import from_storage as from_storage
 from ._types import parse_type as parse_type
+from ._types import storage_layout as storage_layout
+from ._types import to_storage
 from ._types import type_str as type_str
 
 #: Documents nested deeper than this are rejected when read.
@@ -79,7 +84,11 @@ class Port:
 
 @dataclass
 class Const:
-    """A constant of a block (arrays closed over by the traced function)."""
+    """A constant of a block (arrays closed over by the traced function).
+
+    `data` is the array as files store it: for a PRNG key type (`key<fry>[3]`) its key
+    data (`u32[3,2]`); `storage_layout(parse_type(type))` gives the dtype and shape.
+    """
 
     name: str
     type: str
@@ -152,13 +161,21 @@ class _Writer:
             return
         for var, value in zip(block.constvars, block.consts, strict=False):
             doc.consts.append(
-                Const(self.namer(var), type_str(var.aval, weak=True), np.asarray(value))
+                Const(self.namer(var), type_str(var.aval, weak=True), self.const_data(var, value))
             )
         if not doc.inputs:
             doc.inputs = [self.port(v) for v in block.invars]
         for index, node in enumerate(block.nodes):
             doc.children.append(self.node(node, (*location, index)))
         doc.results = [self.port(v) for v in block.outvars]
+
+    def const_data(self, var: Any, value: Any) -> np.ndarray:
+        try:
+            return to_storage(value)
+        except MoxError as error:
+            if self.strict:
+                raise MoxSerializationError(f"constant {self.namer(var)}: {error}") from None
+            return np.zeros((0,), np.uint8)
 
     def bind_inputs(self, doc: DocNode, caller: tuple[Any, ...], body: tuple[Any, ...]) -> None:
         """Caller atoms as inputs; the body's variables take the caller's names when they can."""

@@ -265,7 +265,16 @@ def assert_round_trip(mox: Any, format: str, *args: Any) -> Any:
     else:
         got = eval_mox(back, *args)
     for a, b in zip(
-        jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected), strict=False
+        jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected), strict=True
     ):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(_comparable(a), _comparable(b), rtol=1e-6, atol=1e-6)
     return back
+
+
+def _comparable(value: Any) -> Any:
+    """Arrays as numpy values; PRNG key arrays as their key data."""
+    from ._types import is_key_dtype
+
+    if is_key_dtype(getattr(value, "dtype", None)):
+        return np.asarray(jax.random.key_data(value))
+    return value

@@ -22,6 +22,7 @@ from bryo_mox.document import (
     build_element,
     decode_attr,
     parse_type,
+    storage_layout,
 )
 from lxml import etree
 
@@ -122,10 +123,9 @@ def _const(element: etree._Element) -> Const:
     if type_ is None or data is None or not name:
         raise _fail(element, "needs a name, a `type` and base64 `data`")
     try:
-        aval = parse_type(type_)
-        dtype = np.dtype(aval.dtype).newbyteorder("<")
-        array = np.frombuffer(base64.b64decode(data, validate=True), dtype=dtype)
-        array = array.astype(aval.dtype).reshape(aval.shape)
+        dtype, shape = storage_layout(parse_type(type_))
+        array = np.frombuffer(base64.b64decode(data, validate=True), dtype=dtype.newbyteorder("<"))
+        array = array.astype(dtype).reshape(shape)
     except (ValueError, TypeError) as error:
         raise _fail(element, f"data does not fit type {type_}: {error}") from None
     return Const(name, type_, array)

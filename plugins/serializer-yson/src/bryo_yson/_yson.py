@@ -17,7 +17,16 @@ from typing import Any
 import numpy as np
 import yt.yson as yson
 from bryo_mox import MoxError, MoxSerializationError
-from bryo_mox.document import MAX_DEPTH, Const, DocNode, Port, decode, encode, parse_type
+from bryo_mox.document import (
+    MAX_DEPTH,
+    Const,
+    DocNode,
+    Port,
+    decode,
+    encode,
+    parse_type,
+    storage_layout,
+)
 
 MAX_BYTES = 256 * 1024 * 1024
 #: YSON nesting allowed: a MoX node takes up to 4 YSON levels (list, attributes, port list,
@@ -210,10 +219,9 @@ def _yson_to_const(const: Any, tag: str) -> Const:
     import base64
 
     try:
-        aval = parse_type(str(const["type"]))
-        dtype = np.dtype(aval.dtype).newbyteorder("<")
+        dtype, shape = storage_layout(parse_type(str(const["type"])))
         raw = base64.b64decode(str(const["data"]), validate=True)
-        array = np.frombuffer(raw, dtype=dtype).astype(aval.dtype).reshape(aval.shape)
+        array = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
         return Const(str(const["name"]), str(const["type"]), array)
     except (KeyError, TypeError, ValueError) as error:
         raise MoxSerializationError(f"a constant of `{tag}` is malformed: {error}") from None
