@@ -2,7 +2,7 @@
 
 JAX fixes its device count when it starts, so these runs cannot share the test process
 (one device). `python sharding_worker.py single` runs the 8-device checks (data parallel,
-2x4 model parallel, Stacked, eval_mox); `python sharding_worker.py multiprocess ID PORT`
+2x4 model parallel, Stacked, the graph-level lifted_scan, eval_mox, NamedArrays); `python sharding_worker.py multiprocess ID PORT`
 is one of two processes (4 devices each) joined through `jax.distributed`. The launcher
 sets `XLA_FLAGS=--xla_force_host_platform_device_count=N`. Every check asserts; the exit
 code is nonzero on any failure. The last stdout line is a JSON summary.
@@ -147,6 +147,29 @@ def stacked_blocks():
     check_close(np.asarray(grads.stacked.w.value), np.asarray(want.stacked.w.value), "Stacked grad")
 
 
+def graph_scan():
+    """The graph-level `lifted_scan` (under bryo's jit) over a sharded model and inputs."""
+    from bryo_scan import lifted_scan
+
+    @bg.jit
+    def run(model, xs):
+        @lifted_scan(in_axes=(None, bg.Carry, 0), out_axes=(bg.Carry, 0))
+        def step(model, total, x):
+            y = model(x)
+            return total + y.sum(), y
+
+        return step(model, jnp.zeros(()), xs)
+
+    xs = batch()[0].reshape(4, 4, 4)
+    want_total, want_ys = run(MLP(), xs)
+    mesh = bg.parse_mesh_spec("data=2,model=4")
+    model = bg.sharded_init(lambda: MLP(), mesh, RULES_MP)
+    sharded_xs = jax.device_put(xs, NamedSharding(mesh, P(None, "data")))
+    total, ys = run(model, sharded_xs)
+    check_close(float(total), float(want_total), "lifted_scan total")
+    check_close(np.asarray(ys), np.asarray(want_ys), "lifted_scan outputs")
+
+
 def mox_eval():
     """eval_mox of a traced loss, on sharded parameters and batch, under jit."""
     from bryo_mox import eval_mox, make_mox
@@ -184,6 +207,7 @@ def single() -> dict:
     want = reference_losses()
     summary = {"reference": want, "data": data_parallel(want), "model": model_parallel(want)}
     stacked_blocks()
+    graph_scan()
     mox_eval()
     named_arrays()
     return summary
