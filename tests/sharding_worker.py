@@ -2,10 +2,11 @@
 
 JAX fixes its device count when it starts, so these runs cannot share the test process
 (one device). `python sharding_worker.py single` runs the 8-device checks (data parallel,
-2x4 model parallel, Stacked, the graph-level lifted_scan, eval_mox, NamedArrays); `python sharding_worker.py multiprocess ID PORT`
-is one of two processes (4 devices each) joined through `jax.distributed`. The launcher
-sets `XLA_FLAGS=--xla_force_host_platform_device_count=N`. Every check asserts; the exit
-code is nonzero on any failure. The last stdout line is a JSON summary.
+2x4 model parallel, Stacked, the graph-level lifted_scan, eval_mox, NamedArrays);
+`python sharding_worker.py multiprocess ID PORT` is one of two processes (4 devices
+each) joined through `jax.distributed`. The launcher sets
+`XLA_FLAGS=--xla_force_host_platform_device_count=N`. Every check asserts; the exit code
+is nonzero on any failure. The last stdout line is a JSON summary.
 """
 
 from __future__ import annotations
