@@ -62,3 +62,47 @@ def test_unknown_backend_is_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--backend", "torch"])
     assert "invalid choice: 'torch'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_demo_runs_sharded_on_a_mesh(tmp_path):
+    """`bryo demo --mesh data=4,model=2` on 8 host CPU devices, in its own process."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    command = [sys.executable, "-m", "bryo", "demo", *TINY, "--mesh", "data=4,model=2",
+               "--out", str(tmp_path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "8 cpu device(s), mesh {'data': 4, 'model': 2}" in done.stdout
+    assert "all reloaded outputs match." in done.stdout
+
+
+def test_model_parallel_mesh_is_refused_for_equinox(monkeypatch):
+    import bryo._demo as demo
+    from bryo._demo_args import DemoConfig
+    from bryo._demo_models import EquinoxBackend
+
+    class TwoByTwo:  # stands in for a mesh this one-device process cannot build
+        axis_names = ("data", "model")
+        shape = {"data": 2, "model": 2}
+
+    monkeypatch.setattr(demo, "parse_mesh_spec", lambda spec: TwoByTwo())
+    with pytest.raises(DemoError, match="carries no logical sharding axes"):
+        demo._mesh(DemoConfig(mesh="data=2,model=2"), EquinoxBackend())
+
+
+def test_mesh_without_a_data_axis_is_refused(monkeypatch):
+    import bryo._demo as demo
+    from bryo._demo_args import DemoConfig
+    from bryo._demo_models import NNXBackend
+
+    class ModelOnly:
+        axis_names = ("model",)
+        shape = {"model": 1}
+
+    monkeypatch.setattr(demo, "parse_mesh_spec", lambda spec: ModelOnly())
+    with pytest.raises(DemoError, match="needs a `data` axis"):
+        demo._mesh(DemoConfig(mesh="model=1"), NNXBackend())

@@ -95,8 +95,9 @@ def _mesh(config: DemoConfig, backend: Backend) -> jax.sharding.Mesh:
     return mesh
 
 
-def run(config: DemoConfig, out: TextIO = sys.stdout) -> dict[str, float]:
+def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     """Run the demo; returns the headline numbers (losses and output differences)."""
+    out = out or sys.stdout
     say = lambda text="": print(text, file=out, flush=True)  # noqa: E731
     backend = BACKENDS[config.backend]()
     mesh = _mesh(config, backend)
@@ -160,7 +161,10 @@ def run(config: DemoConfig, out: TextIO = sys.stdout) -> dict[str, float]:
     def apply(params: State, x: jax.Array) -> jax.Array:
         return backend.forward(merge(graphdef, params, rest), x, train=False, key=None)
 
-    sample = x_test[: config.batch]
+    # Trace on a host copy of the parameters: a MoX file records the computation, not the
+    # placement of the arrays it was traced with.
+    params = jax.tree.map(np.asarray, params)
+    sample = np.asarray(x_test[: config.batch])
     traced = mox.make_mox(apply)(params, sample)
     say()
     say("MoX queries:")
@@ -171,7 +175,7 @@ def run(config: DemoConfig, out: TextIO = sys.stdout) -> dict[str, float]:
         '//pjit[@name="relu"]',
     ):
         found = mox.query(query, traced)
-        names = ", ".join(sorted({getattr(n, "name", "") or type(n).__name__ for n in found}))
+        names = ", ".join(sorted({_label(n) for n in found}))
         say(f"  {query:<45} {len(found):>3} node(s)  {names[:70]}")
 
     # 3. Swap the activation, wrap every Linear in LoRA, fine-tune the adapters ----------
@@ -234,6 +238,13 @@ def run(config: DemoConfig, out: TextIO = sys.stdout) -> dict[str, float]:
     say("all reloaded outputs match.")
     return {"trained_loss": trained_loss, "finetune_before": before, "finetune_after": after,
             **{f"difference{k}": v for k, v in differences.items()}}
+
+
+def _label(node: Any) -> str:
+    """A node's name for the query listing: the module path, or the root's type."""
+    if type(node).__name__ == "ModuleCall":
+        return node.name or f"<{node.type.rsplit('.', 1)[-1]}>"
+    return str(getattr(node, "name", "") or type(node).__name__)
 
 
 def _swap_activation(traced: mox.Mox) -> mox.Mox:
@@ -325,7 +336,10 @@ def _eval_loaded(loaded: mox.Mox, adapted: mox.Mox, trainable: State, frozen: St
 def save_checkpoint(checkpoint_state: State, path: Path) -> None:
     """Write a State's values and types to one `.npz` file."""
     flat = checkpoint_state.flat_state()
-    index = [{"path": list(p), "type": leaf.type.__name__} for p, leaf in flat.items()]
+    index = [
+        {"path": list(p), "type": leaf.type.__name__, "metadata": leaf.metadata}
+        for p, leaf in flat.items()
+    ]
     arrays = {f"a{i}": np.asarray(leaf.value) for i, leaf in enumerate(flat.values())}
     np.savez(path, __index__=np.array(json.dumps(index)), **arrays)
 
@@ -336,10 +350,17 @@ def load_checkpoint(path: Path) -> State:
     with np.load(path) as data:
         index = json.loads(str(data["__index__"]))
         flat = {
-            tuple(entry["path"]): VariableState(types[entry["type"]], jnp.asarray(data[f"a{i}"]))
+            tuple(entry["path"]): VariableState(
+                types[entry["type"]], jnp.asarray(data[f"a{i}"]), **_tuples(entry["metadata"])
+            )
             for i, entry in enumerate(index)
         }
     return State.from_flat_path(flat)
+
+
+def _tuples(metadata: dict[str, Any]) -> dict[str, Any]:
+    """JSON turned the metadata's tuples (logical sharding axes) into lists: undo that."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in metadata.items()}
 
 
 def main(args: argparse.Namespace) -> int:

@@ -96,3 +96,10 @@ from bryo_graph import vmap as vmap
 from bryo_scan import fork_rngs as fork_rngs
 from bryo_scan import lifted_scan as scan
 from bryo_scan import split_rngs as split_rngs
+from bryo_graph import ShardingError as ShardingError
+from bryo_graph import get_named_sharding as get_named_sharding
+from bryo_graph import get_partition_spec as get_partition_spec
+from bryo_graph import logical_to_mesh as logical_to_mesh
+from bryo_graph import parse_mesh_spec as parse_mesh_spec
+from bryo_graph import shard as shard
+from bryo_graph import sharded_init as sharded_init

@@ -33,6 +33,9 @@ class _Paths:
     def __eq__(self, other: object) -> bool:
         return self is other or (isinstance(other, _Paths) and self.paths == other.paths)
 
+    def __repr__(self) -> str:
+        return f"paths{list(self.paths)}"
+
 
 class State(Mapping[Key, _Any]):
     """A model's state: nested by path, printable, a pytree.

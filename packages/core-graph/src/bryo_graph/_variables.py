@@ -265,6 +265,10 @@ class _Meta:
     def __hash__(self) -> int:
         return self._hash
 
+    def __repr__(self) -> str:
+        fields = "".join(f", {k}={v!r}" for k, v in self.metadata.items())
+        return f"{self.type.__name__}{fields}"
+
     def __eq__(self, other: object) -> bool:
         return self is other or (
             isinstance(other, _Meta)

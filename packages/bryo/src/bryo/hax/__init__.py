@@ -81,7 +81,10 @@ from bryo_named import vmap as vmap
 from bryo_named import where as where
 from bryo_named import zeros as zeros
 from bryo_named import zeros_like as zeros_like
+from bryo_named import infer_resource_partitions as infer_resource_partitions
+from bryo_named import pspec_for_axis as pspec_for_axis
 from bryo_named import random as random
+from bryo_named import shard as shard
 from bryo_scan import OffloadUnavailableError as OffloadUnavailableError
 from bryo_scan import ScanAxisError as ScanAxisError
 from bryo_scan import ScanCheckpointPolicy as ScanCheckpointPolicy
