@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bryo_pytree import Path, path_str
+from bryo_pytree import Path, TypeTable, path_str, unwrap_hashable
 
-from ._nodes import _Registry
 from ._variables import Variable, VariableState
 
 if TYPE_CHECKING:
@@ -50,7 +49,7 @@ class CompileError(ValueError):
 
 
 class _Compiler:
-    def __init__(self, registry: _Registry, kinds: tuple[str, ...]) -> None:
+    def __init__(self, registry: TypeTable, kinds: tuple[str, ...]) -> None:
         self.registry = registry
         self.node, self.ref, self.var, self.leaf, self.static = kinds
         self.lines: list[str] = []
@@ -90,8 +89,7 @@ class _Compiler:
                 )
             return f"n{entry[1]}"
         if kind is self.static:
-            value = entry[1]
-            return self.const(getattr(value, "value", value) if type(value).__name__ == "_Opaque" else value)
+            return self.const(unwrap_hashable(entry[1]))
         return self.node_expr(entry, path)
 
     def node_expr(self, entry: tuple, path: Path) -> str:
@@ -129,7 +127,7 @@ class _Compiler:
         return name
 
 
-def compile_graphdef(graphdef: GraphDef, registry: _Registry, kinds: tuple[str, ...]) -> Callable:
+def compile_graphdef(graphdef: GraphDef, registry: TypeTable, kinds: tuple[str, ...]) -> Callable:
     """A function `build(leaves) -> root` for `graphdef` (leaves in GraphDef order)."""
     compiler = _Compiler(registry, kinds)
     root = compiler.expr(graphdef.root, ())

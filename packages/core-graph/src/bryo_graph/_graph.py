@@ -12,11 +12,11 @@ reads the Variables' current values.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any as _Any
 
 from bryo_filters import Filter, filters_to_predicates, is_builtin_filter
-from bryo_pytree import Key, Path, path_str
+from bryo_pytree import Key, Path, hashable, path_str
 
 from ._compile import CompileError, compile_graphdef
 from ._nodes import NodeType, node_types, structure_version
@@ -36,24 +36,6 @@ class GraphError(ValueError):
     """A graph operation cannot be done as asked; the message names the paths involved."""
 
 
-class _Opaque:
-    """An unhashable static value, kept by identity so the GraphDef stays hashable."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return id(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Opaque) and other.value is self.value
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
 class GraphDef:
     """A graph's structure without its state: hashable, structurally comparable.
 
@@ -68,7 +50,7 @@ class GraphDef:
         self._hash = hash(root)
         self._leaf_paths: frozenset[Path] | None = None
         self._leaf_order: tuple[Path, ...] | None = None
-        self._builder: tuple[int, int, object] | None = None
+        self._builder: tuple[int | None, Callable] | None = None
 
     def __hash__(self) -> int:
         return self._hash
@@ -100,13 +82,13 @@ class GraphDef:
         """A new graph from State leaves given in `leaf_order` (no checks)."""
         registry = node_types()
         builder = self._builder
-        if builder is None or builder[0] != registry.epoch or builder[1] != registry.manager_id:
+        if builder is None or builder[0] != registry.epoch:
             try:
                 function = compile_graphdef(self, registry, (NODE, REF, VAR, LEAF, STATIC))
             except CompileError as error:
                 raise GraphError(str(error)) from None
-            builder = self._builder = (registry.epoch, registry.manager_id, function)
-        return builder[2](leaves)
+            builder = self._builder = (registry.epoch, function)
+        return builder[1](leaves)
 
     def __repr__(self) -> str:
         return "GraphDef(" + _render_def(self.root, 0) + ")"
@@ -266,11 +248,7 @@ class _Flattener:
             self.paths.append(path)
             self.sources.append(_Source(None, value, leaf_type, parent, parent_type, key))
             return (LEAF, leaf_type)
-        try:
-            hash(value)
-        except TypeError:
-            return (STATIC, _Opaque(value))
-        return (STATIC, value)
+        return (STATIC, hashable(value))
 
     def visit_node(self, node: object, node_type: NodeType, path: Path, leaf_type: type) -> tuple:
         seen = self.index.get(id(node))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
-from bryo_pytree import Key, get_plugin_manager
+from bryo_pytree import BryoPluginManager, Key, TypeTable
 
 Children = Iterable[tuple[Key, object]]
 
@@ -64,40 +64,18 @@ class NodeType:
         return self.tracks_structure or not self.mutable and self.set_key is None
 
 
-class _Registry:
-    """type -> NodeType, rebuilt from the hook when the plugin manager changes."""
-
-    def __init__(self) -> None:
-        self.epoch = -1
-        self.manager_id = 0
-        self.by_type: dict[type, NodeType | None] = {}
-        self.declared: dict[type, NodeType] = {}
-
-    def refresh(self) -> None:
-        pm = get_plugin_manager()
-        if pm.epoch == self.epoch and id(pm) == self.manager_id:
-            return
-        declared: dict[type, NodeType] = {}
-        for node_types in reversed(pm.hook.bryo_graph_node_types()):
-            for node_type in node_types:
-                declared[node_type.type] = node_type
-        self.declared = declared
-        self.by_type = dict(declared)
-        self.epoch, self.manager_id = pm.epoch, id(pm)
-
-    def lookup(self, cls: type) -> NodeType | None:
-        try:
-            return self.by_type[cls]
-        except KeyError:
-            found = next((self.declared[b] for b in cls.__mro__ if b in self.declared), None)
-            self.by_type[cls] = found
-            return found
+def _declared_node_types(pm: BryoPluginManager) -> dict[type, NodeType]:
+    declared: dict[type, NodeType] = {}
+    for node_types in reversed(pm.hook.bryo_graph_node_types()):
+        for node_type in node_types:
+            declared[node_type.type] = node_type
+    return declared
 
 
-_registry = _Registry()
+_registry: TypeTable[NodeType] = TypeTable(_declared_node_types)
 
 
-def node_types() -> _Registry:
+def node_types() -> TypeTable[NodeType]:
     """The current registry, refreshed if plugins changed since the last call."""
     _registry.refresh()
     return _registry

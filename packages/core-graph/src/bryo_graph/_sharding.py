@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from bryo_pytree import Path, get_plugin_manager, key_to_plain, path_str
+from bryo_pytree import Path, TypeTable, key_to_plain, merge_mappings, path_str
 
 from ._graph import merge, split, state, update
 from ._nodes import is_graph_node
@@ -61,31 +61,10 @@ class ShardingError(ValueError):
 # Walking a tree of VariableStates, Variables and arrays ---------------------------------------
 
 
-class _AxesTable:
-    """type -> `value -> axis names`, from the `bryo_graph_logical_axes` hook, per epoch."""
-
-    def __init__(self) -> None:
-        self._epoch: tuple[int, int] | None = None
-        self._declared: dict[type, Callable[[Any], Sequence[str | None]]] = {}
-        self._resolved: dict[type, Callable[[Any], Sequence[str | None]] | None] = {}
-
-    def lookup(self, cls: type) -> Callable[[Any], Sequence[str | None]] | None:
-        pm = get_plugin_manager()
-        key = (id(pm), pm.epoch)
-        if key != self._epoch:
-            declared: dict[type, Callable[[Any], Sequence[str | None]]] = {}
-            for mapping in pm.hook.bryo_graph_logical_axes():
-                declared.update(mapping or {})
-            self._declared, self._resolved, self._epoch = declared, {}, key
-        try:
-            return self._resolved[cls]
-        except KeyError:
-            found = next((self._declared[k] for k in cls.__mro__ if k in self._declared), None)
-            self._resolved[cls] = found
-            return found
-
-
-_value_axes = _AxesTable()
+# type -> `value -> axis names`, from the `bryo_graph_logical_axes` hook.
+_value_axes: TypeTable[Callable[[Any], Sequence[str | None]]] = TypeTable(
+    lambda pm: merge_mappings(pm.hook.bryo_graph_logical_axes())
+)
 
 
 def _is_unit(node: object) -> bool:

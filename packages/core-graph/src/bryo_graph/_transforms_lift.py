@@ -25,12 +25,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from bryo_pytree import Path, path_str
+from bryo_pytree import Path, hashable, path_str, unwrap_hashable
 
 from ._graph import LEAF, NODE, REF, STATIC, VAR, GraphDef, GraphError, _flatten, unflatten
 from ._nodes import NodeType, node_types, structure_changed
 from ._state import State
-from ._variables import Variable, VariableState
+from ._variables import Variable, VariableMeta as Meta, VariableState
 
 # Leaf kinds of the arguments' pytrees.
 ARRAY = "array"  # a jax/numpy array or Python number: traced
@@ -58,67 +58,7 @@ def is_graph_leaf(value: object) -> bool:
     return node_type is not None and node_type.type not in CONTAINERS
 
 
-class _Opaque:
-    """An unhashable static value, compared by identity."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return id(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Opaque) and other.value is self.value
-
-
-def hashable(value: object) -> Hashable:
-    """`value` if it hashes, else a wrapper that compares by identity."""
-    try:
-        hash(value)
-    except TypeError:
-        return _Opaque(value)
-    return value
-
-
-def unwrap(value: object) -> object:
-    """The value `hashable` or a GraphDef STATIC entry wrapped."""
-    return getattr(value, "value", value) if type(value).__name__ == "_Opaque" else value
-
-
-class Meta:
-    """A Variable's type and metadata, hashable (metadata that does not hash counts by key)."""
-
-    __slots__ = ("_hash", "metadata", "type")
-
-    def __init__(self, type: type, metadata: dict[str, object]) -> None:
-        self.type = type
-        self.metadata = metadata
-        try:
-            self._hash = hash((type, tuple(metadata.items())))
-        except TypeError:
-            self._hash = hash((type, tuple(metadata)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        if not isinstance(other, Meta) or self.type is not other.type:
-            return False
-        a, b = self.metadata, other.metadata
-        return a.keys() == b.keys() and all(
-            x is y or _safe_eq(x, y) for x, y in zip(a.values(), b.values(), strict=True)
-        )
-
-
-def _safe_eq(a: object, b: object) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
+unwrap = unwrap_hashable  # a GraphDef STATIC entry or a `hashable` value, unwrapped
 
 
 class Static:
@@ -149,7 +89,7 @@ _kind_epoch: list[tuple[int, int]] = [(-1, 0)]
 def _leaf_kind(value: object, registry: Any) -> str | None:
     """ARRAY, ROOT or None (a container or a static value), cached per type."""
     cls = type(value)
-    epoch = (registry.epoch, registry.manager_id)
+    epoch = registry.epoch
     if _kind_epoch[0] != epoch:
         _kind_cache.clear()
         _kind_epoch[0] = epoch

@@ -249,8 +249,9 @@ class VariableState:
         return f"VariableState({', '.join(fields)})"
 
 
-class _Meta:
-    """VariableState aux data: type and metadata, hashed once."""
+class VariableMeta:
+    """A Variable's type and metadata, hashed once: VariableState's aux data, and the key
+    lifted transforms cache on (metadata that does not hash counts by its keys)."""
 
     __slots__ = ("_hash", "metadata", "type")
 
@@ -271,7 +272,7 @@ class _Meta:
 
     def __eq__(self, other: object) -> bool:
         return self is other or (
-            isinstance(other, _Meta)
+            isinstance(other, VariableMeta)
             and self.type is other.type
             and _metadata_equal(self.metadata, other.metadata)
         )
@@ -293,15 +294,15 @@ def _safe_eq(a: object, b: object) -> bool:
 _VALUE_KEY = (GetAttrKey("value"),)
 
 
-def _flatten_with_keys(state: VariableState) -> tuple[tuple, _Meta]:
-    return ((_VALUE_KEY[0], state.value),), _Meta(state.type, state._metadata)
+def _flatten_with_keys(state: VariableState) -> tuple[tuple, VariableMeta]:
+    return ((_VALUE_KEY[0], state.value),), VariableMeta(state.type, state._metadata)
 
 
-def _flatten(state: VariableState) -> tuple[tuple, _Meta]:
-    return (state.value,), _Meta(state.type, state._metadata)
+def _flatten(state: VariableState) -> tuple[tuple, VariableMeta]:
+    return (state.value,), VariableMeta(state.type, state._metadata)
 
 
-def _unflatten(meta: _Meta, children: tuple) -> VariableState:
+def _unflatten(meta: VariableMeta, children: tuple) -> VariableState:
     return VariableState(meta.type, children[0], **meta.metadata)
 
 

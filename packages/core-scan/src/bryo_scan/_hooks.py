@@ -6,11 +6,10 @@ plugin is registered or unregistered, so flattening a tree costs a dict lookup p
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
-from bryo_pytree import BryoPluginManager, get_plugin_manager
+from bryo_pytree import TypeTable, get_plugin_manager, merge_mappings
 
 from ._types import AxisInfo, BlockSplitter, NamedLeaf, ScanAxisError
 
@@ -22,42 +21,13 @@ _AXIS_HELP = (
 )
 
 
-class _TypeTable:
-    """A type -> value table built from one hook, resolved along the MRO, cached per epoch."""
-
-    def __init__(self, hook_name: str) -> None:
-        self._hook_name = hook_name
-        self._manager: weakref.ref[BryoPluginManager] | None = None
-        self._epoch = -1
-        self._declared: dict[type, object] = {}
-        self._resolved: dict[type, object | None] = {}
-
-    def _refresh(self) -> None:
-        pm = get_plugin_manager()
-        if self._manager is not None and self._manager() is pm and pm.epoch == self._epoch:
-            return
-        declared: dict[type, object] = {}
-        for mapping in getattr(pm.hook, self._hook_name)():
-            declared.update(mapping or {})
-        self._declared, self._resolved = declared, {}
-        self._manager, self._epoch = weakref.ref(pm), pm.epoch
-
-    def lookup(self, cls: type) -> object | None:
-        self._refresh()
-        try:
-            return self._resolved[cls]
-        except KeyError:
-            found = next((self._declared[k] for k in cls.__mro__ if k in self._declared), None)
-            self._resolved[cls] = found
-            return found
-
-    def types(self) -> tuple[type, ...]:
-        self._refresh()
-        return tuple(self._declared)
+def _table(hook_name: str) -> TypeTable[object]:
+    """A type table over one of core-scan's mapping hooks."""
+    return TypeTable(lambda pm: merge_mappings(getattr(pm.hook, hook_name)()))
 
 
-_named_leaves = _TypeTable("bryo_scan_named_leaves")
-_block_splitters = _TypeTable("bryo_scan_block_splitters")
+_named_leaves = _table("bryo_scan_named_leaves")
+_block_splitters = _table("bryo_scan_block_splitters")
 
 
 def resolve_axis(axis: object) -> AxisInfo:

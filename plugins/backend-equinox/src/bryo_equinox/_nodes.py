@@ -24,43 +24,13 @@ import equinox as eqx
 import jax.tree_util as jtu
 
 from bryo_graph import BatchStat, NodeType, Param, is_graph_node
-from bryo_pytree import Key, key_to_plain
+from bryo_pytree import Key, hashable, key_to_plain, unwrap_hashable
 
 Children = Iterable[tuple[Key, object]]
 
 
-class _ByIdentity:
-    """An unhashable static value, kept by identity so that the GraphDef stays hashable."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return id(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _ByIdentity) and other.value is self.value
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-def _is_hashable(value: object) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
-
-def _kept(value: object) -> object:
-    return value if _is_hashable(value) else _ByIdentity(value)
-
-
-def _unwrap(value: object) -> object:
-    return value.value if isinstance(value, _ByIdentity) else value
+_kept = hashable
+_unwrap = unwrap_hashable
 
 
 # Modules ------------------------------------------------------------------------------
