@@ -1,6 +1,7 @@
 import jax
 import jax.numpy as jnp
 import pytest
+
 from bryo_mox.testing import MLP, ToyBackend
 
 

@@ -2,10 +2,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bryo_mox import MoxError
-from bryo_mox.document import decode, decode_attr, encode, encode_attr, parse_type, type_str
 from hypothesis import given
 from hypothesis import strategies as st
+
+from bryo_mox import MoxError
+from bryo_mox.document import decode, decode_attr, encode, encode_attr, parse_type, type_str
 
 scalars = st.one_of(
     st.none(),

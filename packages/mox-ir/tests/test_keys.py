@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from bryo_mox import MoxError, eval_mox, make_mox, sub
 from bryo_mox.document import decode, encode, parse_type, storage_layout, to_document, type_str
 

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from bryo_mox import ModuleInfo, MoxError, eval_mox, make_mox, query, sub
 from bryo_mox.testing import MLP, Linear, LoRA, ResBlock
 

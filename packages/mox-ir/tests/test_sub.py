@@ -2,6 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from bryo_mox import MoxError, MoxTypeError, eval_mox, make_mox, query, sub
 from bryo_mox.testing import MLP, Linear, LoRA
 

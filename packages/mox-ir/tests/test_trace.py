@@ -2,6 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from bryo_mox import Equation, ModuleCall, MoxError, eval_mox, make_mox
 from bryo_mox.testing import Counter, Linear, ResBlock
 

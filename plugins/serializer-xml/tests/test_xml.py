@@ -1,13 +1,14 @@
-import bryo_mox as yax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bryo_mox import MoxSerializationError
-from bryo_mox.testing import MLP, Linear, LoRA, ResBlock, assert_round_trip
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
+
+import bryo_mox as yax
+from bryo_mox import MoxSerializationError
+from bryo_mox.testing import MLP, Linear, LoRA, ResBlock, assert_round_trip
 
 X = jnp.linspace(-1.0, 1.0, 8).reshape(2, 4)
 

@@ -1,4 +1,5 @@
 import pytest
+
 from bryo_mox.testing import ToyBackend
 
 

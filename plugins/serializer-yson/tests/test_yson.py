@@ -1,9 +1,10 @@
-import bryo_mox as yax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import yt.yson as yson
+
+import bryo_mox as yax
 from bryo_mox import MoxSerializationError
 from bryo_mox.testing import MLP, Linear, LoRA, ResBlock, assert_round_trip
 

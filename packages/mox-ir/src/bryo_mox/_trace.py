@@ -47,6 +47,8 @@ _MARKERS: dict[str, _Marker] = {}
 class _Session:
     depth: int = 0
     restores: list[tuple[Callable[[Any], None], Any]] = field(default_factory=list)
+    # id(calling module) -> its graph, for module paths (see `interception.module_path`)
+    paths: dict[int, Any] = field(default_factory=dict)
 
 
 _session: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(

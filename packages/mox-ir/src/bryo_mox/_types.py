@@ -126,11 +126,13 @@ def from_storage(data: np.ndarray, aval: Any) -> Any:
     dtype, shape = storage_layout(aval)
     if tuple(data.shape) != shape:
         raise MoxError(f"data of shape {tuple(data.shape)} does not fit type {type_str(aval)}.")
-    if is_key_dtype(aval.dtype):
-        impl = key_impl_of(aval.dtype)
-        with jax.ensure_compile_time_eval():  # a concrete key, even inside a trace
+    # Concrete jax arrays even inside a trace, so that they stay constants there (a numpy
+    # scalar would be inlined as a literal).
+    with jax.ensure_compile_time_eval():
+        if is_key_dtype(aval.dtype):
+            impl = key_impl_of(aval.dtype)
             return jax.random.wrap_key_data(np.asarray(data, dtype), impl=impl.name)
-    return np.asarray(data).astype(aval.dtype)
+        return jnp.asarray(np.asarray(data).astype(aval.dtype))
 
 
 @functools.lru_cache(maxsize=256)

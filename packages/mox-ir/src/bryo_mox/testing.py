@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from bryo_pytree import hookimpl
 
 from ._hooks import CallHandler

@@ -9,7 +9,9 @@ context-variable read when no handler is active, in this thread or another. Whil
 is, a call is described to the handler: the module's type, its path in the calling
 module (`"layers/0"`), its non-array fields as attributes, its State, and a pure version
 of the call that rebuilds the module from a State. Equinox modules are immutable, so the
-state after a call is the state before it and `write_back` has nothing to write.
+state after a call is the state before it and `write_back` has nothing to write. Paths,
+attributes and `ModuleInfo` come from `bryo_mox.interception` (shared with the NNX-style
+backend), imported only while a call is routed.
 """
 
 from __future__ import annotations
@@ -34,13 +36,6 @@ _handler: contextvars.ContextVar[Handler | None] = contextvars.ContextVar(
 _current: contextvars.ContextVar[tuple[object, str] | None] = contextvars.ContextVar(
     "bryo_equinox_mox_current", default=None
 )
-# Per trace: id(parent) -> (parent, {id(child): name}); the parent is kept alive so that
-# its id cannot be reused by another module during the trace.
-_child_names: contextvars.ContextVar[dict[int, tuple[object, dict[int, str]]] | None] = (
-    contextvars.ContextVar("bryo_equinox_mox_child_names", default=None)
-)
-
-STATIC_TYPES = (int, float, bool, str, type(None))
 _ORIGINAL = "__bryo_equinox_original__"
 
 _lock = threading.Lock()
@@ -108,11 +103,9 @@ def intercept(handler: Handler) -> Iterator[None]:
             _install()
         _active[0] += 1
     handler_token = _handler.set(handler)
-    names_token = _child_names.set({})
     try:
         yield
     finally:
-        _child_names.reset(names_token)
         _handler.reset(handler_token)
         with _lock:
             _active[0] -= 1
@@ -122,37 +115,11 @@ def intercept(handler: Handler) -> Iterator[None]:
 
 def attributes(module: object) -> dict[str, object]:
     """A module's fields that MoX records: numbers, strings, None and tuples of them."""
+    from bryo_mox.interception import static_attributes
+
     fields = getattr(type(module), "__dataclass_fields__", {})
     values = object.__getattribute__(module, "__dict__")
-    return {
-        name: values[name]
-        for name in sorted(fields)
-        if name in values and not name.startswith("_") and _is_static(values[name])
-    }
-
-
-def _is_static(value: object) -> bool:
-    if isinstance(value, STATIC_TYPES):
-        return True
-    return isinstance(value, tuple) and all(isinstance(v, STATIC_TYPES) for v in value)
-
-
-def _name_of(module: object, parent: tuple[object, str] | None) -> str:
-    if parent is None:
-        return ""
-    parent_module, parent_name = parent
-    caches = _child_names.get()
-    cached = caches.get(id(parent_module)) if caches is not None else None
-    if cached is None or cached[0] is not parent_module:
-        names: dict[int, str] = {}
-        for path, value in iter_graph(parent_module):
-            if path:
-                names.setdefault(id(value), "/".join(map(str, path)))
-        cached = (parent_module, names)
-        if caches is not None:
-            caches[id(parent_module)] = cached
-    own = cached[1].get(id(module), type(module).__name__)
-    return f"{parent_name}/{own}" if parent_name else own
+    return static_attributes((name, values[name]) for name in fields if name in values)
 
 
 def _route(
@@ -163,11 +130,10 @@ def _route(
     args: tuple,
     kwargs: dict,
 ) -> Any:
-    from bryo_mox import ModuleInfo  # only reached while make_mox traces
+    from bryo_mox.interception import module_info, module_path  # only while make_mox traces
 
-    cls = type(module)
-    name = _name_of(module, parent)
-    info = ModuleInfo(f"{cls.__module__}.{cls.__qualname__}", name, attributes(module))
+    name = module_path(module, parent, iter_graph)
+    info = module_info(module, name, attributes(module))
     graphdef, state = split(module)
 
     def pure(new_state: Any, *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:

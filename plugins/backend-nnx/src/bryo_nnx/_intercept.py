@@ -4,7 +4,9 @@
 get their `__call__` wrapped once, at class creation; the wrapper costs one context-variable
 read when no handler is active. While one is, the call is described to the handler (type,
 path in the model, static attributes, state) together with a pure version of it, as the
-`bryo_mox_interceptor` hook's contract says.
+`bryo_mox_interceptor` hook's contract says. Paths, attributes and `ModuleInfo` come from
+`bryo_mox.interception` (shared with the Equinox backend), imported only while a call is
+routed, so this backend loads without bryo-mox-ir.
 """
 
 from __future__ import annotations
@@ -22,15 +24,10 @@ Handler = Callable[..., Any]
 _handler: contextvars.ContextVar[Handler | None] = contextvars.ContextVar(
     "bryo_nnx_mox_handler", default=None
 )
-# The module whose call is running, with its name, and per-trace caches of child names.
+# The module whose call is running, with its name.
 _current: contextvars.ContextVar[tuple[object, str] | None] = contextvars.ContextVar(
     "bryo_nnx_mox_current", default=None
 )
-_child_names: contextvars.ContextVar[dict[int, dict[int, str]] | None] = contextvars.ContextVar(
-    "bryo_nnx_mox_child_names", default=None
-)
-
-STATIC_TYPES = (int, float, bool, str, type(None))
 
 
 def wrap_call(call: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,21 +53,18 @@ def wrap_call(call: Callable[..., Any]) -> Callable[..., Any]:
 def intercept(handler: Handler) -> Iterator[None]:
     """Route every Module call to `handler` inside the block (see `bryo_mox_interceptor`)."""
     handler_token = _handler.set(handler)
-    names_token = _child_names.set({})
     try:
         yield
     finally:
-        _child_names.reset(names_token)
         _handler.reset(handler_token)
 
 
 def static_attributes(module: object) -> dict[str, object]:
-    """A module's attributes that MoX can record: scalars, strings, None, tuples of them."""
-    attrs = {
-        key: value
-        for key, value in sorted(vars(module).items())
-        if not key.startswith("_") and _is_static(value)
-    }
+    """A module's attributes that MoX can record (scalars, strings, None, tuples of them),
+    and its Variables' sharding metadata (see `sharding_attributes`)."""
+    from bryo_mox.interception import static_attributes as recordable
+
+    attrs = recordable(vars(module).items())
     for key, value in sharding_attributes(module).items():
         attrs.setdefault(key, value)
     return attrs
@@ -93,29 +87,6 @@ def sharding_attributes(module: object) -> dict[str, tuple[str | None, ...]]:
     return attrs
 
 
-def _is_static(value: object) -> bool:
-    if isinstance(value, STATIC_TYPES):
-        return True
-    return isinstance(value, tuple) and all(isinstance(v, STATIC_TYPES) for v in value)
-
-
-def _name_of(module: object, parent: tuple[object, str] | None) -> str:
-    if parent is None:
-        return ""
-    parent_module, parent_name = parent
-    caches = _child_names.get()
-    names = caches.get(id(parent_module)) if caches is not None else None
-    if names is None:
-        names = {}
-        for path, value in iter_graph(parent_module):
-            if path:
-                names.setdefault(id(value), "/".join(map(str, path)))
-        if caches is not None:
-            caches[id(parent_module)] = names
-    own = names.get(id(module), type(module).__name__)
-    return f"{parent_name}/{own}" if parent_name else own
-
-
 def _route(
     handler: Handler,
     call: Callable[..., Any],
@@ -124,11 +95,10 @@ def _route(
     args: tuple,
     kwargs: dict,
 ) -> Any:
-    from bryo_mox import ModuleInfo  # only reached while make_mox traces
+    from bryo_mox.interception import module_info, module_path  # only while make_mox traces
 
-    cls = type(module)
-    name = _name_of(module, parent)
-    info = ModuleInfo(f"{cls.__module__}.{cls.__qualname__}", name, static_attributes(module))
+    name = module_path(module, parent, iter_graph)
+    info = module_info(module, name, static_attributes(module))
 
     def run(*call_args: Any, **call_kwargs: Any) -> Any:
         token = _current.set((module, name))

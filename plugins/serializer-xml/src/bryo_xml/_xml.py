@@ -13,6 +13,8 @@ import base64
 import sys
 
 import numpy as np
+from lxml import etree
+
 from bryo_mox import MoxSerializationError
 from bryo_mox.document import (
     MAX_DEPTH,
@@ -24,7 +26,6 @@ from bryo_mox.document import (
     parse_type,
     storage_layout,
 )
-from lxml import etree
 
 #: Files larger than this are refused before parsing.
 MAX_BYTES = 256 * 1024 * 1024

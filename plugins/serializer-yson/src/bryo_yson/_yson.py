@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import yt.yson as yson
+
 from bryo_mox import MoxError, MoxSerializationError
 from bryo_mox.document import (
     MAX_DEPTH,

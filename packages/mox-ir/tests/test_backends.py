@@ -1,0 +1,177 @@
+"""MoX on the real backends: a `Stacked` trunk of NNX-style blocks (the `bryo demo` model
+shape), LoRA on every Linear inside the scan, names along the model path, PRNG keys."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import bryo_mox as yax
+from bryo_mox.testing import assert_round_trip
+
+nnx = pytest.importorskip("bryo_nnx")
+bryo_rngs = pytest.importorskip("bryo_rngs")
+graph = pytest.importorskip("bryo_graph")
+bryo_scan = pytest.importorskip("bryo_scan")
+bryo_named = pytest.importorskip("bryo_named")
+
+RANK = 2
+
+
+class Block(nnx.Module):
+    def __init__(self, width, *, key):
+        rngs = bryo_rngs.Rngs(params=key)
+        self.up = nnx.Linear(width, 2 * width, rngs=rngs)
+        self.down = nnx.Linear(2 * width, width, rngs=rngs)
+
+    def __call__(self, x):
+        return x + self.down(jax.nn.relu(self.up(x)))
+
+
+class Model(nnx.Module):
+    def __init__(self, rngs):
+        layers = bryo_named.Axis("Layers", 3)
+        self.embed = nnx.Linear(3, 4, rngs=rngs)
+        self.trunk = bryo_scan.Stacked.init(layers, Block)(
+            4, key=jax.random.split(rngs.params(), 3)
+        )
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.head = nnx.Linear(4, 2, rngs=rngs)
+
+    def __call__(self, x, *, train=False):
+        h = self.trunk.fold(jax.nn.relu(self.embed(x)))
+        return self.head(self.drop(h, deterministic=not train))
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Model(bryo_rngs.Rngs(params=0, dropout=1))
+
+
+X = jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)
+SIZES = [(3, 4), (4, 8), (8, 4), (4, 2)]
+
+
+def lora_for(din, dout):
+    linear_graphdef, linear_state = graph.split(
+        nnx.Linear(din, dout, rngs=bryo_rngs.Rngs(params=1))
+    )
+
+    def lora(a, b, base_state, x):
+        return graph.merge(linear_graphdef, base_state)(x) + (x @ a) @ b
+
+    a0, b0 = jnp.zeros((din, RANK)), jnp.zeros((RANK, dout))
+    return yax.make_mox(lora)(a0, b0, linear_state, jnp.ones((2, din)))
+
+
+@pytest.fixture(scope="module")
+def traced(model):
+    graphdef, params = graph.split(model)
+    mox = yax.make_mox(lambda p, x: graph.merge(graphdef, p)(x))(params, X)
+    new = mox
+    for din, dout in SIZES:
+        query = f'//module_call[@type="Linear"][@in_features={din}][@out_features={dout}]'
+        new = yax.sub(query, lora_for(din, dout), new, with_state=True)
+    return params, mox, new
+
+
+def test_names_follow_the_model_path(traced):
+    _, mox, _ = traced
+    names = [n.name for n in yax.query("//module_call", mox)]
+    assert names == [
+        "",
+        "embed",
+        "trunk/stacked",
+        "trunk/stacked/up",
+        "trunk/stacked/down",
+        "drop",
+        "head",
+    ]
+    (up,) = yax.query('//scan//module_call[@name="trunk/stacked/up"]', mox)
+    assert up.attrs["in_features"] == 4
+
+
+def test_lora_on_every_linear_inside_the_scan(model, traced):
+    params, _, new = traced
+    keys = [k for k, _ in new.extra_params]
+    assert keys == [
+        f"{n}:{i}"
+        for n in ("embed", *("trunk/stacked/" + s for s in ("up", "down")), "head")
+        for i in (0, 1)
+    ]
+    extra = {k: jnp.full(s.shape, 0.1, s.dtype) for k, s in new.extra_params}
+
+    def lin(layer, h, key):
+        return layer(h) + h @ extra[f"{key}:0"] @ extra[f"{key}:1"]
+
+    h = jax.nn.relu(lin(model.embed, X, "embed"))
+    for i in range(3):
+        blk = model.trunk.get_layer(i)
+        up = jax.nn.relu(lin(blk.up, h, "trunk/stacked/up"))
+        h = h + lin(blk.down, up, "trunk/stacked/down")
+    expected = lin(model.head, h, "head")
+    np.testing.assert_allclose(yax.eval_mox(new, params, X, extra), expected, rtol=1e-5)
+    jitted = jax.jit(lambda p, e: yax.eval_mox(new, p, X, e))(params, extra)
+    np.testing.assert_allclose(jitted, expected, rtol=1e-5)
+    grads = jax.grad(lambda e: yax.eval_mox(new, params, X, e).sum())(extra)
+    assert set(grads) == set(extra)
+    assert all(float(jnp.abs(g).sum()) > 0 for g in grads.values())
+
+
+@pytest.mark.parametrize("fmt", ["xml", "yson"])
+def test_round_trip(traced, fmt):
+    pytest.importorskip(f"bryo_{fmt}")
+    params, _, new = traced
+    extra = {k: jnp.full(s.shape, 0.1, s.dtype) for k, s in new.extra_params}
+    back = assert_round_trip(new, fmt, params, X, extra)
+    # the adapter is a plain function: the wrapped Linear takes the replaced node's name
+    assert [n.name for n in yax.query("//module_call[@type='Linear']", back)] == [
+        "embed",
+        "trunk/stacked/up",
+        "trunk/stacked/down",
+        "head",
+    ]
+
+
+def test_dropout_rng_keys(model):
+    graphdef, params = graph.split(model)
+    mox = yax.make_mox(lambda p, x: graph.merge(graphdef, p)(x, train=True))(params, X)
+    assert "key<fry>[]" in str(mox)
+    expected = graph.merge(graphdef, params)(X, train=True)
+    np.testing.assert_allclose(yax.eval_mox(mox, params, X), expected, rtol=1e-6)
+    closed = yax.make_mox(lambda x: model(x, train=True))(X)
+    assert any("key<fry>" in c.type for c in yax.document.to_document(closed).consts)
+    for fmt in ("xml", "yson"):
+        pytest.importorskip(f"bryo_{fmt}")
+        assert_round_trip(closed, fmt, X)
+
+
+def test_equinox_stacked_names():
+    eqx = pytest.importorskip("equinox")
+
+    class EBlock(eqx.Module):
+        up: eqx.nn.Linear
+
+        def __init__(self, key):
+            self.up = eqx.nn.Linear(2, 2, key=key)
+
+        def __call__(self, x):
+            return jnp.tanh(self.up(x))
+
+    class EModel(eqx.Module):
+        trunk: bryo_scan.Stacked
+
+        def __init__(self, key):
+            keys = jax.random.split(key, 3)
+            self.trunk = bryo_scan.Stacked.init(bryo_named.Axis("Layers", 3), EBlock)(key=keys)
+
+        def __call__(self, x):
+            return self.trunk.fold(x)
+
+    m = EModel(jax.random.key(0))
+    mox = yax.make_mox(lambda m, x: m(x))(m, jnp.ones(2))
+    assert [n.name for n in yax.query("//module_call", mox)] == [
+        "",
+        "trunk/stacked",
+        "trunk/stacked/up",
+    ]
