@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from bryo_pytree import Path, TypeTable, path_str, unwrap_hashable
 
+from ._object import object_create, object_init_items
 from ._variables import Variable, VariableState
 
 if TYPE_CHECKING:
@@ -72,11 +73,20 @@ class _Compiler:
     def expr(self, entry: tuple, path: Path) -> str:
         kind = entry[0]
         if kind is self.var:
-            i = self.leaf_count
+            i, name = self.leaf_count, f"n{entry[2]}"
             self.leaf_count += 1
-            self.lines.append(f"n{entry[2]} = make_variable(L[{i}], {self.const(entry[1])})")
+            # A VariableState (the common case) becomes a Variable inline; anything else
+            # (a raw value, a Variable) goes through `make_variable`.
+            self.lines += [
+                f"s = L[{i}]",
+                "if type(s) is VariableState:",
+                f"    {name} = new(s.type); set_value({name}, s.value); "
+                f"set_metadata({name}, {{**s._metadata}})",
+                "else:",
+                f"    {name} = make_variable(s, {self.const(entry[1])})",
+            ]
             self.built.add(entry[2])
-            return f"n{entry[2]}"
+            return name
         if kind is self.leaf:
             i = self.leaf_count
             self.leaf_count += 1
@@ -101,6 +111,14 @@ class _Compiler:
                 f"{path_str(path)}; import the plugin that defines it before merging."
             )
         name = f"n{index}"
+        if node_type.create is object_create and node_type.init_items is object_init_items:
+            # `Object`s (NNX-style modules): inline what those two functions do.
+            self.lines.append(f"{name} = new({self.const(cls)})")
+            self.built.add(index)
+            values = [(self.key(key), self.expr(child, (*path, key))) for key, child in children]
+            items = ", ".join(f"{k}: {v}" for k, v in values)
+            self.lines.append(f"{name}.__dict__.update({{{items}}})")
+            return name
         if node_type.create is not None:
             self.lines.append(
                 f"{name} = {self.const(node_type.create)}({self.const(cls)}, {self.const(aux)})"
@@ -137,6 +155,10 @@ def compile_graphdef(graphdef: GraphDef, registry: TypeTable, kinds: tuple[str, 
         "K": compiler.consts,
         "make_variable": make_variable,
         "leaf_value": leaf_value,
+        "VariableState": VariableState,
+        "new": _new,
+        "set_value": _set_raw_value,
+        "set_metadata": _set_metadata,
     }
     exec(compile(source, f"<bryo graphdef {graphdef._hash & 0xFFFFFFFF:08x}>", "exec"), namespace)
     return namespace["build"]

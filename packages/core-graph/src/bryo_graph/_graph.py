@@ -376,7 +376,7 @@ def graphdef(node: object, /) -> GraphDef:
 
 def merge(graphdef: GraphDef, state: State | Mapping, /, *states: State | Mapping) -> _Any:
     """A new graph from `graphdef` and the States `split` returned (in any grouping)."""
-    return unflatten(graphdef, State.merge(state, *states))
+    return unflatten(graphdef, State.merge(state, *states) if states else state)
 
 
 def update(node: object, state: State | Mapping, /, *states: State | Mapping) -> None:
