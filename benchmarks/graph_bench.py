@@ -14,6 +14,7 @@ import timeit
 
 import jax
 import numpy as np
+
 from bryo_graph import Object, Param, graphdef, merge, split, state, update
 
 
@@ -30,7 +31,7 @@ class Stack(Object):
         self.layers = [Linear(8, 8, rng) for _ in range(n)]
 
 
-def flax_stack(n: int):  # noqa: ANN201
+def flax_stack(n: int):
     from flax import nnx
 
     class FlaxStack(nnx.Module):
@@ -40,7 +41,7 @@ def flax_stack(n: int):  # noqa: ANN201
     return nnx, FlaxStack(n, nnx.Rngs(0))
 
 
-def best(fn, number: int) -> float:  # noqa: ANN001
+def best(fn, number: int) -> float:
     """Best of 5 repeats, seconds per call."""
     return min(timeit.repeat(fn, number=number, repeat=5)) / number
 
@@ -62,7 +63,8 @@ def bench(n: int) -> dict[str, dict[str, float]]:
     times["flax"]["state"] = best(lambda: nnx.state(fmodel, nnx.Param), number)
     times["flax"]["update"] = best(lambda: nnx.update(fmodel, fparams), number)
 
-    raw = {"layers": [{"kernel": layer.kernel.value, "bias": layer.bias.value} for layer in model.layers]}
+    layers = model.layers
+    raw = {"layers": [{"kernel": la.kernel.value, "bias": la.bias.value} for la in layers]}
     leaves, treedef = jax.tree_util.tree_flatten(raw)
     flatten = best(lambda: jax.tree_util.tree_flatten(raw), number)
     times["raw"] = {

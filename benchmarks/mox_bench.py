@@ -19,9 +19,10 @@ import statistics
 import time
 from collections.abc import Callable
 
-import bryo_mox as mox_lib
 import jax
 import jax.numpy as jnp
+
+import bryo_mox as mox_lib
 from bryo_mox.testing import MLP, ToyBackend
 from bryo_pytree import new_plugin_manager, use_plugin_manager
 

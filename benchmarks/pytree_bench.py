@@ -21,9 +21,10 @@ import timeit
 from collections.abc import Callable
 
 import numpy as np
+from jax.tree_util import tree_flatten_with_path, tree_unflatten
+
 from bryo_pytree import flatten_to_paths, flatten_with_treedef, unflatten_paths
 from bryo_pytree._paths import _PATH_CACHE
-from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
 SIZES = (10, 1_000, 100_000)
 

@@ -22,9 +22,10 @@ import argparse
 import time
 from collections.abc import Callable
 
-import bryo_scan
 import jax
 import jax.numpy as jnp
+
+import bryo_scan
 
 HIDDEN = 256
 

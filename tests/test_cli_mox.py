@@ -2,6 +2,7 @@
 
 import jax.numpy as jnp
 import pytest
+
 from bryo import mox, nnx
 from bryo._cli import main
 

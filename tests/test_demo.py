@@ -3,6 +3,7 @@
 import argparse
 
 import pytest
+
 from bryo._cli import main
 from bryo._demo_args import DemoError, add_demo_arguments, config_from_args
 

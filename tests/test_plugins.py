@@ -10,11 +10,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pluggy
+import pytest
+
 import bryo
 import bryo._cli
 import bryo_pytree
-import pluggy
-import pytest
 from bryo_pytree import (
     AUTOLOAD_ENV,
     BLOCK_ENV,

@@ -38,5 +38,24 @@ def test_top_level_names():
     for name in ("split", "merge", "state", "update", "Rngs", "scan", "fold", "make_mox",
                  "eval_mox", "query", "sub", "Stacked", "nnx", "hax", "mox", "pytree"):
         assert hasattr(bryo, name), name
-    import bryo.nnx  # noqa: F401  (the facades import as modules too)
+    import bryo.nnx
     from bryo.nnx import Linear, Rngs, split  # noqa: F401
+
+
+SEED_NAMES = {
+    "bryo.nnx": ["filterlib", "graph", "split", "merge", "state", "update", "Rngs", "jit",
+                 "vmap", "scan", "grad", "StateAxes", "Carry", "fork_rngs", "reseed",
+                 "Linear", "Dropout", "display", "VariableState", "State", "OfType"],
+    "bryo.hax": ["Axis", "NamedArray", "scan", "fold", "map", "random", "zeros", "full",
+                 "minimum", "maximum", "arange", "tree_checkpoint_name", "nn",
+                 "ScanCheckpointPolicy"],
+    "bryo.hax.nn": ["Stacked", "BlockSeq", "scan"],
+    "bryo.mox": ["make_mox", "eval_mox", "query", "sub", "dumps", "loads", "dump", "load"],
+}
+
+
+@pytest.mark.parametrize("facade", sorted(SEED_NAMES))
+def test_the_seeds_names_are_in_the_facades(facade):
+    module = importlib.import_module(facade)
+    missing = [name for name in SEED_NAMES[facade] if not hasattr(module, name)]
+    assert not missing, f"{facade} lacks {missing}"

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from bryo import nnx
 
 yax = pytest.importorskip("bryo_mox")

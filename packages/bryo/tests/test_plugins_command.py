@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 
-import bryo
 import pytest
+
+import bryo
 from bryo._cli import main
 from bryo_pytree import AUTOLOAD_ENV, BLOCK_ENV, PluginFailure, hookimpl
 

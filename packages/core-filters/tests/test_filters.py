@@ -3,6 +3,9 @@
 import dataclasses
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from bryo_filters import (
     All,
     Any,
@@ -16,8 +19,6 @@ from bryo_filters import (
     to_predicate,
 )
 from bryo_pytree import hookimpl
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 class Param:

@@ -4,6 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bryo_filters import PathContains
 from bryo_graph import (
     BatchStat,
@@ -26,8 +29,6 @@ from bryo_graph import (
     update,
     variables,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 class Foo(Object):
@@ -304,6 +305,7 @@ def test_round_trip_property(sizes, data):
     graphdef_, *states = split(model, Param, ...)
     copy = merge(graphdef_, *states)
     assert graphdef(copy) == graphdef_
-    for (pa, a), (pb, b) in zip(state(model).flat_state().items(), state(copy).flat_state().items()):
+    pairs = zip(state(model).flat_state().items(), state(copy).flat_state().items(), strict=True)
+    for (pa, a), (pb, b) in pairs:
         assert pa == pb and a.type is b.type
         np.testing.assert_array_equal(a.value, b.value)

@@ -3,6 +3,7 @@
 import dataclasses
 
 import pytest
+
 from bryo_graph import GraphError, NodeType, Param, graphdef, merge, split
 from bryo_pytree import hookimpl
 

@@ -4,9 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bryo_graph import BatchStat, Param, State, Variable, VariableState
 from hypothesis import given
 from hypothesis import strategies as st
+
+from bryo_graph import BatchStat, Param, State, Variable, VariableState
 
 
 def test_variable_value_and_metadata():

@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bryo_pytree import field, flatten_to_paths, pytree_dataclass, static_field
 from jax.tree_util import GetAttrKey, tree_flatten_with_path, tree_leaves, tree_structure
+
+from bryo_pytree import field, flatten_to_paths, pytree_dataclass, static_field
 
 INIT_CALLS: list[str] = []
 

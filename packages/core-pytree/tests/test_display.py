@@ -7,6 +7,7 @@ from collections import namedtuple
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from bryo_pytree import describe_leaf, pytree_dataclass, static_field, tree_display
 
 Point = namedtuple("Point", ["x", "y"])

@@ -10,18 +10,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bryo_pytree import (
-    flatten_to_paths,
-    flatten_with_treedef,
-    key_to_plain,
-    keypath_to_path,
-    path_str,
-    path_to_keypath,
-    pytree_dataclass,
-    static_field,
-    unflatten_paths,
-)
-from bryo_pytree._paths import _PATH_CACHE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.tree_util import (
@@ -35,6 +23,19 @@ from jax.tree_util import (
     tree_leaves,
     tree_structure,
 )
+
+from bryo_pytree import (
+    flatten_to_paths,
+    flatten_with_treedef,
+    key_to_plain,
+    keypath_to_path,
+    path_str,
+    path_to_keypath,
+    pytree_dataclass,
+    static_field,
+    unflatten_paths,
+)
+from bryo_pytree._paths import _PATH_CACHE
 
 Point = namedtuple("Point", ["x", "y"])
 

@@ -9,6 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.tree_util import tree_structure
+
 from bryo_pytree import (
     PrefixError,
     broadcast_prefix,
@@ -18,9 +22,6 @@ from bryo_pytree import (
     tree_map_with_prefix,
 )
 from bryo_pytree._paths import node_children
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from jax.tree_util import tree_structure
 
 # Seed 004: "if we pass the following input to vmap ... (a1, {"k1": a2, "k2": a3})".
 A1, A2, A3 = "a1", "a2", "a3"

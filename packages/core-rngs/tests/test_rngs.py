@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import bryo_graph as graph
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bryo_graph as graph
 from bryo_rngs import (
     RngCount,
     RngKey,
@@ -16,8 +19,6 @@ from bryo_rngs import (
     UnknownStreamError,
     reseed,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def data(key: jax.Array) -> np.ndarray:

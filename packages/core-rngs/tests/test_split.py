@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import bryo_graph as graph
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+import bryo_graph as graph
 from bryo_rngs import Rngs, RngState, reseed, restore_rngs, split_rngs_in_place
 
 

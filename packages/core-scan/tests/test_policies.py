@@ -7,6 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bryo_scan import (
     OffloadUnavailableError,
     ScanCheckpointPolicy,
@@ -14,8 +17,6 @@ from bryo_scan import (
     scan,
     tree_checkpoint_name,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 POLICIES = [
     False,

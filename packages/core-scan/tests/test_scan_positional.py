@@ -1,9 +1,10 @@
 """scan / fold / map over positional axes of plain arrays, and their gradients."""
 
-import bryo_scan
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+import bryo_scan
 from bryo_scan import ScanAxisError, fold, scan
 
 

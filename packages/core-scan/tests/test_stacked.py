@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from bryo_pytree import hookimpl, pytree_dataclass, static_field
 from bryo_scan import AxisInfo, BlockFoldable, BlockSeq, ScanAxisError, Stacked
 

@@ -1,13 +1,14 @@
 """NamedArray: creation, operations by axis name, indexing, rearrange, vmap, errors."""
 
-import bryo_named as hax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bryo_named import Axis, AxisError, NamedArray
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import bryo_named as hax
+from bryo_named import Axis, AxisError, NamedArray
 
 Batch, Feat, Out = Axis("Batch", 2), Axis("Features", 3), Axis("Out", 4)
 

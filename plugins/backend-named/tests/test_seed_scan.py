@@ -3,15 +3,16 @@ is assembled from these packages; here a namespace stands in for it)."""
 
 import types
 
-import bryo_named
-import bryo_scan
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.random import PRNGKey
+
+import bryo_named
+import bryo_scan
 from bryo_named import Axis, AxisError
 from bryo_scan import OffloadUnavailableError, ScanAxisError, ScanCheckpointPolicy
-from jax.random import PRNGKey
 
 hax = types.SimpleNamespace(
     **{name: getattr(bryo_named, name) for name in dir(bryo_named) if not name.startswith("_")},

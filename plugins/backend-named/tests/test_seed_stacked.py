@@ -4,10 +4,11 @@ built with `Stacked.init(Layers, TransformerBlock)(config, scale=..., key=...)`.
 import dataclasses
 import math
 
-import bryo_named as hax
 import jax
 import numpy as np
 import pytest
+
+import bryo_named as hax
 from bryo_named import Axis, NamedArray
 from bryo_scan import BlockFoldable, BlockSeq, ScanCheckpointPolicy, Stacked
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import bryo_graph as graph
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+import bryo_graph as graph
 from bryo_graph import BatchStat, Param
 from bryo_nnx import (
     BatchNorm,

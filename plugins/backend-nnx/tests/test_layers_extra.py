@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import itertools
 
-import bryo_graph as graph
-import bryo_nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from bryo_nnx import Dropout, Linear, Module, display, initializers
-from bryo_rngs import Rngs
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import bryo_graph as graph
+import bryo_nnx
+from bryo_nnx import Dropout, Linear, Module, display, initializers
+from bryo_rngs import Rngs
 
 
 class Stack(Module):

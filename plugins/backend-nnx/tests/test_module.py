@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from bryo_graph import BatchStat, Dict, List, Param, Variable, graphdef, merge, split, state
 from bryo_nnx import Module
 

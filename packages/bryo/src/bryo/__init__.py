@@ -18,10 +18,6 @@ from . import hookspecs as _hookspecs
 _add_hookspecs(_hookspecs)
 
 # The facades.
-from . import hax as hax  # noqa: E402
-from . import mox as mox  # noqa: E402
-from . import nnx as nnx  # noqa: E402
-
 # The most used names, at top level.
 from bryo_filters import All as All  # noqa: E402
 from bryo_filters import Any as Any  # noqa: E402
@@ -37,8 +33,8 @@ from bryo_graph import State as State  # noqa: E402
 from bryo_graph import Variable as Variable  # noqa: E402
 from bryo_graph import VariableState as VariableState  # noqa: E402
 from bryo_graph import clone as clone  # noqa: E402
-from bryo_graph import graphdef as graphdef  # noqa: E402
 from bryo_graph import grad as grad  # noqa: E402
+from bryo_graph import graphdef as graphdef  # noqa: E402
 from bryo_graph import iter_graph as iter_graph  # noqa: E402
 from bryo_graph import jit as jit  # noqa: E402
 from bryo_graph import merge as merge  # noqa: E402
@@ -56,6 +52,10 @@ from bryo_scan import ScanCheckpointPolicy as ScanCheckpointPolicy  # noqa: E402
 from bryo_scan import Stacked as Stacked  # noqa: E402
 from bryo_scan import fold as fold  # noqa: E402
 from bryo_scan import scan as scan  # noqa: E402
+
+from . import hax as hax  # noqa: E402
+from . import mox as mox  # noqa: E402
+from . import nnx as nnx  # noqa: E402
 
 __version__ = "0.1.0"
 

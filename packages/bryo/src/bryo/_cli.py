@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from bryo_pytree import PluginError, get_plugin_manager
 
 
-
 def build_parser() -> argparse.ArgumentParser:
     """The full `bryo` parser, with every plugin's subcommands."""
     parser = argparse.ArgumentParser(

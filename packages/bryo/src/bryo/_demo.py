@@ -24,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from bryo_filters import Not
-from bryo_graph import Param, State, VariableState, merge, parse_mesh_spec, shard, split, state
 from jax.sharding import NamedSharding, PartitionSpec
 
 import bryo_mox as mox
+from bryo_filters import Not
+from bryo_graph import Param, State, VariableState, merge, parse_mesh_spec, shard, split, state
 
 from ._demo_args import DemoConfig, DemoError, config_from_args
 from ._demo_models import BACKENDS, Backend, Sizes, teacher
@@ -98,7 +98,7 @@ def _mesh(config: DemoConfig, backend: Backend) -> jax.sharding.Mesh:
 def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     """Run the demo; returns the headline numbers (losses and output differences)."""
     out = out or sys.stdout
-    say = lambda text="": print(text, file=out, flush=True)  # noqa: E731
+    say = lambda text="": print(text, file=out, flush=True)
     backend = BACKENDS[config.backend]()
     mesh = _mesh(config, backend)
     sizes = Sizes(in_features=8, width=config.width, layers=config.layers, out_features=1)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+
 from bryo_graph import Variable
 from bryo_named import Axis
 from bryo_scan import Stacked

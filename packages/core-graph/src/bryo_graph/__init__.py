@@ -10,6 +10,7 @@ knows only dicts, lists and tuples, plus `Object`, the base of mutable NNX-style
 
 from bryo_pytree import add_hookspecs as _add_hookspecs
 
+from . import _transforms_lift as lift  # noqa: F401  (bryo_graph.lift, the transforms toolkit)
 from . import graph as graph
 from . import hookspecs as _hookspecs
 from ._graph import GraphDef as GraphDef
@@ -33,17 +34,6 @@ from ._object import Dict as Dict
 from ._object import List as List
 from ._object import Object as Object
 from ._object import object_node_type as object_node_type
-from ._state import GraphState as GraphState
-from . import _transforms_lift as lift
-from ._transforms import grad as grad
-from ._transforms import jit as jit
-from ._transforms import remat as remat
-from ._transforms import value_and_grad as value_and_grad
-from ._transforms import vmap as vmap
-from ._transforms_axes import Carry as Carry
-from ._transforms_axes import StateAxes as StateAxes
-from ._transforms_lift import TransformError as TransformError
-from ._state import State as State
 from ._sharding import ShardingError as ShardingError
 from ._sharding import add_sharding_axis as add_sharding_axis
 from ._sharding import get_named_sharding as get_named_sharding
@@ -52,6 +42,16 @@ from ._sharding import logical_to_mesh as logical_to_mesh
 from ._sharding import parse_mesh_spec as parse_mesh_spec
 from ._sharding import shard as shard
 from ._sharding import sharded_init as sharded_init
+from ._state import GraphState as GraphState
+from ._state import State as State
+from ._transforms import grad as grad
+from ._transforms import jit as jit
+from ._transforms import remat as remat
+from ._transforms import value_and_grad as value_and_grad
+from ._transforms import vmap as vmap
+from ._transforms_axes import Carry as Carry
+from ._transforms_axes import StateAxes as StateAxes
+from ._transforms_lift import TransformError as TransformError
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate

@@ -125,7 +125,9 @@ class _Compiler:
             )
             self.built.add(index)
             if node_type.init_items is not None:
-                values = [(self.key(key), self.expr(child, (*path, key))) for key, child in children]
+                values = [
+                    (self.key(key), self.expr(child, (*path, key))) for key, child in children
+                ]
                 pairs = ", ".join(f"({k}, {v})" for k, v in values)
                 self.lines.append(f"{self.const(node_type.init_items)}({name}, [{pairs}])")
                 return name

@@ -398,7 +398,8 @@ def update(node: object, state: State | Mapping, /, *states: State | Mapping) ->
     frozen = [
         path
         for path, source in ((p, index[p]) for p in updates)
-        if source.variable is None and (source.parent_type is None or not source.parent_type.set_key)
+        if source.variable is None
+        and (source.parent_type is None or not source.parent_type.set_key)
     ]
     if frozen:
         raise GraphError(

@@ -61,7 +61,7 @@ class NodeType:
     @property
     def cacheable(self) -> bool:
         """Whether a graph of such nodes can keep its flattening between changes."""
-        return self.tracks_structure or not self.mutable and self.set_key is None
+        return self.tracks_structure or (not self.mutable and self.set_key is None)
 
 
 def _declared_node_types(pm: BryoPluginManager) -> dict[type, NodeType]:

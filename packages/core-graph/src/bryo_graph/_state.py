@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any as _Any
 
+from jax.tree_util import DictKey, register_pytree_with_keys
+
 from bryo_filters import Filter, filters_to_predicates
 from bryo_pytree import Key, Path, path_str
-from jax.tree_util import DictKey, register_pytree_with_keys
 
 from ._variables import VariableState
 

@@ -30,7 +30,8 @@ from bryo_pytree import Path, hashable, path_str, unwrap_hashable
 from ._graph import LEAF, NODE, REF, STATIC, VAR, GraphDef, GraphError, _flatten, unflatten
 from ._nodes import NodeType, node_types, structure_changed
 from ._state import State
-from ._variables import Variable, VariableMeta as Meta, VariableState
+from ._variables import Variable, VariableState
+from ._variables import VariableMeta as Meta
 
 # Leaf kinds of the arguments' pytrees.
 ARRAY = "array"  # a jax/numpy array or Python number: traced

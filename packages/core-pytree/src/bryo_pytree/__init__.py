@@ -37,12 +37,12 @@ from ._plugins import new_plugin_manager as new_plugin_manager
 from ._plugins import plugin_failures as plugin_failures
 from ._plugins import use_plugin_manager as use_plugin_manager
 from ._prefix import PrefixError as PrefixError
+from ._prefix import broadcast_prefix as broadcast_prefix
+from ._prefix import tree_map_with_prefix as tree_map_with_prefix
 from ._tables import ByIdentity as ByIdentity
 from ._tables import TypeTable as TypeTable
 from ._tables import hashable as hashable
 from ._tables import merge_mappings as merge_mappings
 from ._tables import unwrap_hashable as unwrap_hashable
-from ._prefix import broadcast_prefix as broadcast_prefix
-from ._prefix import tree_map_with_prefix as tree_map_with_prefix
 
 __version__ = "0.1.0"

@@ -13,6 +13,7 @@ from typing import Literal, TypeAlias
 
 import jax
 import jax.numpy as jnp
+
 from bryo_graph import iter_graph
 from bryo_pytree import Path, path_str
 

@@ -15,6 +15,7 @@ from typing import TypeAlias
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from bryo_filters import Filter, Predicate, to_predicate
 from bryo_graph import Object
 from bryo_pytree import Path, describe_leaf

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 
 import jax
 import jax.numpy as jnp
+
 from bryo_filters import Filter
 from bryo_graph import iter_graph
 from bryo_pytree import Path

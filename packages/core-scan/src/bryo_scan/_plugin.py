@@ -7,6 +7,7 @@ import operator
 from collections.abc import Sequence
 
 import numpy as np
+
 from bryo_graph import NodeType
 from bryo_pytree import hookimpl
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import jax
+
 from bryo_graph import add_sharding_axis
 from bryo_pytree import pytree_dataclass, static_field
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from bryo_pytree import keypath_to_path, path_str
 
 from ._hooks import is_named_leaf, named_leaf_handler

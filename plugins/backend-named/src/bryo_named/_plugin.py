@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import jax
+
 from bryo_pytree import hookimpl
 from bryo_scan import AxisInfo, NamedLeaf
 

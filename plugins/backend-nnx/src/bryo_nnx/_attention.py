@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from bryo_rngs import RngStream
 from jax import lax
+
+from bryo_rngs import RngStream
 
 from . import initializers
 from ._common import RngsArg, call_key, first_not_none, fork_stream, promote_dtype

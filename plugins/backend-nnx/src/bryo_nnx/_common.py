@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+
 from bryo_rngs import Rngs, RngStream
 
 RngsArg = Rngs | RngStream

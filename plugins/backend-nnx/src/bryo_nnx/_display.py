@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax.numpy as jnp
+
 from bryo_graph import Object, Param, State, Variable, VariableState
 from bryo_pytree import describe_leaf
 

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
-from bryo_rngs import RngStream
 from jax import lax
+
+from bryo_rngs import RngStream
 
 from ._common import RngsArg, call_key, first_not_none, fork_stream
 from ._module import Module

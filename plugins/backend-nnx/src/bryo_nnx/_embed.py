@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
 from bryo_graph import Param
 
 from . import initializers

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
-from bryo_graph import Param
 from jax import lax
+
+from bryo_graph import Param
 
 from . import initializers
 from ._common import RngsArg, canonical_axes, params_key, promote_dtype

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
-from bryo_graph import BatchStat, Param
 from jax import lax
+
+from bryo_graph import BatchStat, Param
 
 from . import initializers
 from ._common import RngsArg, canonical_axes, first_not_none, params_key, promote_dtype

@@ -6,7 +6,7 @@ friends from `bryo_scan` too. Code written for `import haliax as hax` runs with 
 line changed.
 """
 
-# ruff: noqa: A004  (Haliax shadows builtins on purpose: hax.sum, hax.max, ...)
+
 
 from bryo_named import Axis as Axis
 from bryo_named import AxisError as AxisError
@@ -34,6 +34,7 @@ from bryo_named import floor as floor
 from bryo_named import full as full
 from bryo_named import full_like as full_like
 from bryo_named import gelu as gelu
+from bryo_named import infer_resource_partitions as infer_resource_partitions
 from bryo_named import is_named_array as is_named_array
 from bryo_named import isfinite as isfinite
 from bryo_named import isnan as isnan
@@ -56,11 +57,14 @@ from bryo_named import ones as ones
 from bryo_named import ones_like as ones_like
 from bryo_named import power as power
 from bryo_named import prod as prod
+from bryo_named import pspec_for_axis as pspec_for_axis
+from bryo_named import random as random
 from bryo_named import rearrange as rearrange
 from bryo_named import relu as relu
 from bryo_named import rename as rename
 from bryo_named import round as round
 from bryo_named import rsqrt as rsqrt
+from bryo_named import shard as shard
 from bryo_named import sigmoid as sigmoid
 from bryo_named import sign as sign
 from bryo_named import silu as silu
@@ -81,10 +85,6 @@ from bryo_named import vmap as vmap
 from bryo_named import where as where
 from bryo_named import zeros as zeros
 from bryo_named import zeros_like as zeros_like
-from bryo_named import infer_resource_partitions as infer_resource_partitions
-from bryo_named import pspec_for_axis as pspec_for_axis
-from bryo_named import random as random
-from bryo_named import shard as shard
 from bryo_scan import OffloadUnavailableError as OffloadUnavailableError
 from bryo_scan import ScanAxisError as ScanAxisError
 from bryo_scan import ScanCheckpointPolicy as ScanCheckpointPolicy
