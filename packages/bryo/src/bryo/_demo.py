@@ -176,7 +176,8 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     ):
         found = mox.query(query, traced)
         names = ", ".join(sorted({_label(n) for n in found}))
-        say(f"  {query:<45} {len(found):>3} node(s)  {names[:70]}")
+        names = names if len(names) <= 70 else names[:67] + "..."
+        say(f"  {query:<45} {len(found):>3} node(s)  {names}")
 
     # 3. Swap the activation, wrap every Linear in LoRA, fine-tune the adapters ----------
     gelu = _swap_activation(traced)
