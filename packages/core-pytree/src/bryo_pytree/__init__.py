@@ -39,6 +39,8 @@ from ._plugins import use_plugin_manager as use_plugin_manager
 from ._prefix import PrefixError as PrefixError
 from ._prefix import broadcast_prefix as broadcast_prefix
 from ._prefix import tree_map_with_prefix as tree_map_with_prefix
+from ._routing import CallRouter as CallRouter
+from ._routing import original_call as original_call
 from ._tables import ByIdentity as ByIdentity
 from ._tables import TypeTable as TypeTable
 from ._tables import hashable as hashable

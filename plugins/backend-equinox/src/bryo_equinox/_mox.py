@@ -17,8 +17,6 @@ backend), imported only while a call is routed.
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,17 +24,9 @@ from typing import Any
 import equinox as eqx
 
 from bryo_graph import iter_graph, merge, split
+from bryo_pytree import CallRouter, original_call
 
 Handler = Callable[..., Any]
-
-_handler: contextvars.ContextVar[Handler | None] = contextvars.ContextVar(
-    "bryo_equinox_mox_handler", default=None
-)
-# The module whose call is running, with its name.
-_current: contextvars.ContextVar[tuple[object, str] | None] = contextvars.ContextVar(
-    "bryo_equinox_mox_current", default=None
-)
-_ORIGINAL = "__bryo_equinox_original__"
 
 _lock = threading.Lock()
 _active = [0]
@@ -63,33 +53,18 @@ def _subclasses(cls: type) -> Iterator[type]:
 def _install() -> None:
     for cls in _subclasses(eqx.Module):
         call = cls.__dict__.get("__call__")
-        if call is None or hasattr(call, _ORIGINAL) or not _is_layer_class(cls):
+        if call is None or original_call(call) is not None or not _is_layer_class(cls):
             continue
-        type.__setattr__(cls, "__call__", _wrap(call))
+        type.__setattr__(cls, "__call__", _router.wrap(call))
         _patched.append(cls)
 
 
 def _uninstall() -> None:
     while _patched:
         cls = _patched.pop()
-        wrapper = cls.__dict__.get("__call__")
-        if wrapper is not None and hasattr(wrapper, _ORIGINAL):
-            type.__setattr__(cls, "__call__", getattr(wrapper, _ORIGINAL))
-
-
-def _wrap(call: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(call)
-    def intercepted(self: object, *args: Any, **kwargs: Any) -> Any:
-        handler = _handler.get()
-        if handler is None:
-            return call(self, *args, **kwargs)
-        current = _current.get()
-        if current is not None and current[0] is self:  # super().__call__ of the same call
-            return call(self, *args, **kwargs)
-        return _route(handler, call, self, current, args, kwargs)
-
-    setattr(intercepted, _ORIGINAL, call)
-    return intercepted
+        original = original_call(cls.__dict__.get("__call__"))
+        if original is not None:
+            type.__setattr__(cls, "__call__", original)
 
 
 @contextlib.contextmanager
@@ -102,11 +77,10 @@ def intercept(handler: Handler) -> Iterator[None]:
         if _active[0] == 0:
             _install()
         _active[0] += 1
-    handler_token = _handler.set(handler)
     try:
-        yield
+        with _router.active(handler):
+            yield
     finally:
-        _handler.reset(handler_token)
         with _lock:
             _active[0] -= 1
             if _active[0] == 0:
@@ -138,13 +112,13 @@ def _route(
 
     def pure(new_state: Any, *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
         rebuilt = merge(graphdef, new_state)
-        token = _current.set((rebuilt, name))
-        try:
+        with _router.running(rebuilt, name):
             return new_state, call(rebuilt, *call_args, **call_kwargs)
-        finally:
-            _current.reset(token)
 
     def write_back(new_state: Any) -> None:
         """Nothing to write: a call cannot change an immutable Equinox module."""
 
     return handler(info, state, pure, write_back, args, kwargs)
+
+
+_router = CallRouter("bryo_equinox_mox", _route)

@@ -11,52 +11,49 @@ routed, so this backend loads without bryo-mox-ir.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from bryo_graph import iter_graph, state, update
+from bryo_pytree import CallRouter
 
 Handler = Callable[..., Any]
 
-_handler: contextvars.ContextVar[Handler | None] = contextvars.ContextVar(
-    "bryo_nnx_mox_handler", default=None
-)
-# The module whose call is running, with its name.
-_current: contextvars.ContextVar[tuple[object, str] | None] = contextvars.ContextVar(
-    "bryo_nnx_mox_current", default=None
-)
+
+def _route(
+    handler: Handler,
+    call: Callable[..., Any],
+    module: object,
+    parent: tuple[object, str] | None,
+    args: tuple,
+    kwargs: dict,
+) -> Any:
+    from bryo_mox.interception import module_info, module_path  # only while make_mox traces
+
+    name = module_path(module, parent, iter_graph)
+    info = module_info(module, name, static_attributes(module))
+
+    def pure(new_state: Any, *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
+        saved = state(module)
+        update(module, new_state)
+        try:
+            with _router.running(module, name):
+                out = call(module, *call_args, **call_kwargs)
+            return state(module), out
+        finally:
+            update(module, saved)
+
+    def write_back(new_state: Any) -> None:
+        update(module, new_state)
+
+    return handler(info, state(module), pure, write_back, args, kwargs)
 
 
-def wrap_call(call: Callable[..., Any]) -> Callable[..., Any]:
-    """`call` (a Module's `__call__`), routed to the active handler when there is one."""
-    if getattr(call, "__bryo_intercepted__", False):
-        return call
-
-    @functools.wraps(call)
-    def intercepted(self: object, *args: Any, **kwargs: Any) -> Any:
-        handler = _handler.get()
-        if handler is None:
-            return call(self, *args, **kwargs)
-        current = _current.get()
-        if current is not None and current[0] is self:  # super().__call__ of the same call
-            return call(self, *args, **kwargs)
-        return _route(handler, call, self, current, args, kwargs)
-
-    intercepted.__bryo_intercepted__ = True  # type: ignore[attr-defined]
-    return intercepted
-
-
-@contextlib.contextmanager
-def intercept(handler: Handler) -> Iterator[None]:
-    """Route every Module call to `handler` inside the block (see `bryo_mox_interceptor`)."""
-    handler_token = _handler.set(handler)
-    try:
-        yield
-    finally:
-        _handler.reset(handler_token)
+_router = CallRouter("bryo_nnx_mox", _route)
+wrap_call = _router.wrap
+"""`call` (a Module's `__call__`), routed to the active handler when there is one."""
+intercept = _router.active
+"""Route every Module call to `handler` inside the block (see `bryo_mox_interceptor`)."""
 
 
 def static_attributes(module: object) -> dict[str, object]:
@@ -85,38 +82,3 @@ def sharding_attributes(module: object) -> dict[str, tuple[str | None, ...]]:
                 e if e is None or isinstance(e, str) else "+".join(e) for e in entries
             )
     return attrs
-
-
-def _route(
-    handler: Handler,
-    call: Callable[..., Any],
-    module: object,
-    parent: tuple[object, str] | None,
-    args: tuple,
-    kwargs: dict,
-) -> Any:
-    from bryo_mox.interception import module_info, module_path  # only while make_mox traces
-
-    name = module_path(module, parent, iter_graph)
-    info = module_info(module, name, static_attributes(module))
-
-    def run(*call_args: Any, **call_kwargs: Any) -> Any:
-        token = _current.set((module, name))
-        try:
-            return call(module, *call_args, **call_kwargs)
-        finally:
-            _current.reset(token)
-
-    def pure(new_state: Any, *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
-        saved = state(module)
-        update(module, new_state)
-        try:
-            out = run(*call_args, **call_kwargs)
-            return state(module), out
-        finally:
-            update(module, saved)
-
-    def write_back(new_state: Any) -> None:
-        update(module, new_state)
-
-    return handler(info, state(module), pure, write_back, args, kwargs)

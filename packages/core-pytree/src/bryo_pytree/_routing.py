@@ -1,0 +1,78 @@
+"""`CallRouter`: route the calls of a backend's module classes to a handler, on demand.
+
+Backends make their module calls visible to tools such as `make_mox` by wrapping each
+class's `__call__`. The wrapper costs one context-variable read while no handler is active;
+while one is (inside `router.active(handler)`), each call goes to the backend's `route`
+function instead, except the inner `super().__call__` of a call already being routed.
+Handlers and the running call are context variables: re-entrant and confined to their
+thread or task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+ORIGINAL_ATTRIBUTE = "__bryo_original_call__"
+
+# route(handler, call, obj, current, args, kwargs): `call` is the unwrapped method and
+# `current` the `(object, name)` whose routed call is running (None at the top).
+Route = Callable[..., Any]
+
+
+class CallRouter:
+    """One backend's call routing: `wrap` methods, `active(handler)`, `running(obj, name)`."""
+
+    def __init__(self, name: str, route: Route) -> None:
+        self._route = route
+        self._handler: contextvars.ContextVar[Callable[..., Any] | None] = (
+            contextvars.ContextVar(f"{name}_handler", default=None)
+        )
+        self._current: contextvars.ContextVar[tuple[object, str] | None] = (
+            contextvars.ContextVar(f"{name}_current", default=None)
+        )
+
+    def wrap(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """`call` (a `__call__` method), routed while a handler is active; wraps once."""
+        if hasattr(call, ORIGINAL_ATTRIBUTE):
+            return call
+        handler_var, current_var, route = self._handler, self._current, self._route
+
+        @functools.wraps(call)
+        def routed(obj: object, *args: Any, **kwargs: Any) -> Any:
+            handler = handler_var.get()
+            if handler is None:
+                return call(obj, *args, **kwargs)
+            current = current_var.get()
+            if current is not None and current[0] is obj:  # super().__call__ of this call
+                return call(obj, *args, **kwargs)
+            return route(handler, call, obj, current, args, kwargs)
+
+        setattr(routed, ORIGINAL_ATTRIBUTE, call)
+        return routed
+
+    @contextlib.contextmanager
+    def active(self, handler: Callable[..., Any]) -> Iterator[None]:
+        """Route every wrapped call to `handler` inside the block."""
+        token = self._handler.set(handler)
+        try:
+            yield
+        finally:
+            self._handler.reset(token)
+
+    @contextlib.contextmanager
+    def running(self, obj: object, name: str) -> Iterator[None]:
+        """Mark `obj` (called `name`) as the call being routed, for nested calls' parents."""
+        token = self._current.set((obj, name))
+        try:
+            yield
+        finally:
+            self._current.reset(token)
+
+
+def original_call(method: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The method `CallRouter.wrap` wrapped, or None if `method` is not a wrapper."""
+    return getattr(method, ORIGINAL_ATTRIBUTE, None)

@@ -1,0 +1,70 @@
+"""CallRouter: wrapped methods run as usual until a handler is active, then go to `route`."""
+
+import threading
+
+from bryo_pytree import CallRouter, original_call
+
+calls = []
+
+
+def route(handler, call, obj, current, args, kwargs):
+    calls.append((obj.name, current[1] if current else None))
+    with router.running(obj, obj.name):
+        return handler(call(obj, *args, **kwargs))
+
+
+router = CallRouter("test", route)
+
+
+class Layer:
+    def __init__(self, name, child=None):
+        self.name, self.child = name, child
+
+    def __call__(self, x):
+        return self.child(x) + 1 if self.child else x + 1
+
+
+class Special(Layer):
+    def __call__(self, x):
+        return super().__call__(x) * 10  # the inner call is not routed twice
+
+
+Layer.__call__ = router.wrap(Layer.__call__)
+Special.__call__ = router.wrap(Special.__call__)
+
+
+def test_unwrapped_behaviour_without_a_handler():
+    calls.clear()
+    assert Layer("a", Layer("b"))(1) == 3
+    assert calls == []
+
+
+def test_routed_calls_know_their_parent():
+    calls.clear()
+    with router.active(lambda out: out * 2):
+        assert Layer("outer", Layer("inner"))(1) == ((1 + 1) * 2 + 1) * 2
+    assert calls == [("outer", None), ("inner", "outer")]
+    assert Layer("after")(1) == 2  # the handler is gone after the block
+
+
+def test_super_call_is_not_routed_again():
+    calls.clear()
+    with router.active(lambda out: out):
+        assert Special("s")(1) == 20
+    assert calls == [("s", None)]
+
+
+def test_wrapping_twice_is_a_no_op_and_the_original_is_kept():
+    wrapped = Layer.__call__
+    assert router.wrap(wrapped) is wrapped
+    assert original_call(wrapped).__name__ == "__call__"
+    assert original_call(len) is None
+
+
+def test_handlers_are_confined_to_their_thread():
+    seen = []
+    with router.active(lambda out: out * 100):
+        thread = threading.Thread(target=lambda: seen.append(Layer("t")(1)))
+        thread.start()
+        thread.join()
+    assert seen == [2]
