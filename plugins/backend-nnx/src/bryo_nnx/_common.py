@@ -7,11 +7,12 @@ owns its own stream, so splitting or restoring the caller's `Rngs` never reaches
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 
+from bryo_graph import Param
 from bryo_rngs import Rngs, RngStream
 
 RngsArg = Rngs | RngStream
@@ -31,6 +32,18 @@ def params_key(rngs: object, layer: str) -> jax.Array:
     """The next key of the `params` stream (or the default stream) of `rngs`."""
     rngs = _check_rngs(rngs, layer)
     return rngs.stream("params")() if isinstance(rngs, Rngs) else rngs()
+
+
+def optional_bias(
+    use_bias: bool,
+    bias_init: Callable[..., jax.Array],
+    rngs: object,
+    layer: str,
+    shape: tuple[int, ...],
+    param_dtype: object,
+) -> Param | None:
+    """A bias `Param` of `shape` drawn from the `params` stream, or None without `use_bias`."""
+    return Param(bias_init(params_key(rngs, layer), shape, param_dtype)) if use_bias else None
 
 
 def fork_stream(rngs: object, collection: str, layer: str) -> RngStream:

@@ -15,7 +15,7 @@ from jax import lax
 from bryo_graph import Param
 
 from . import initializers
-from ._common import RngsArg, params_key, promote_dtype
+from ._common import RngsArg, optional_bias, params_key, promote_dtype
 from ._linear import default_bias_init, default_kernel_init
 from ._module import Module
 
@@ -100,11 +100,7 @@ class Conv(Module):
             )
         shape = (*kernel_size, in_features // feature_group_count, out_features)
         self.kernel = Param(kernel_init(params_key(rngs, "Conv"), shape, param_dtype))
-        self.bias = (
-            Param(bias_init(params_key(rngs, "Conv"), (out_features,), param_dtype))
-            if use_bias
-            else None
-        )
+        self.bias = optional_bias(use_bias, bias_init, rngs, "Conv", (out_features,), param_dtype)
         self.in_features = in_features
         self.out_features = out_features
         self.kernel_size = kernel_size
@@ -120,13 +116,7 @@ class Conv(Module):
 
     def __call__(self, inputs: jax.Array) -> jax.Array:
         n = len(self.kernel_size)
-        if inputs.ndim < n + 1 or inputs.shape[-1] != self.in_features:
-            raise ValueError(
-                f"Conv expects inputs of shape (*batch, {n} spatial axes, {self.in_features}); "
-                f"got {tuple(inputs.shape)}."
-            )
-        batch = inputs.shape[: inputs.ndim - n - 1]
-        x = inputs.reshape(-1, *inputs.shape[len(batch) :])  # one batch axis
+        batch, x = _one_batch_axis(type(self).__name__, inputs, n, self.in_features)
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = promote_dtype(self.dtype, x, self.kernel.value, bias)
         y = lax.conv_general_dilated(
@@ -140,9 +130,7 @@ class Conv(Module):
             feature_group_count=self.feature_group_count,
             precision=self.precision,
         )
-        if bias is not None:
-            y = y + bias
-        return y.reshape(*batch, *y.shape[1:])
+        return _restore_batch(y, bias, batch)
 
 
 class ConvTranspose(Module):
@@ -185,10 +173,8 @@ class ConvTranspose(Module):
         if transpose_kernel:
             shape = (*kernel_size, out_features, in_features)
         self.kernel = Param(kernel_init(params_key(rngs, "ConvTranspose"), shape, param_dtype))
-        self.bias = (
-            Param(bias_init(params_key(rngs, "ConvTranspose"), (out_features,), param_dtype))
-            if use_bias
-            else None
+        self.bias = optional_bias(
+            use_bias, bias_init, rngs, "ConvTranspose", (out_features,), param_dtype
         )
         self.in_features = in_features
         self.out_features = out_features
@@ -204,13 +190,7 @@ class ConvTranspose(Module):
 
     def __call__(self, inputs: jax.Array) -> jax.Array:
         n = len(self.kernel_size)
-        if inputs.ndim < n + 1 or inputs.shape[-1] != self.in_features:
-            raise ValueError(
-                f"ConvTranspose expects inputs of shape (*batch, {n} spatial axes, "
-                f"{self.in_features}); got {tuple(inputs.shape)}."
-            )
-        batch = inputs.shape[: inputs.ndim - n - 1]
-        x = inputs.reshape(-1, *inputs.shape[len(batch) :])
+        batch, x = _one_batch_axis(type(self).__name__, inputs, n, self.in_features)
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = promote_dtype(self.dtype, x, self.kernel.value, bias)
         spatial = "".join("HWDXYZ"[i] for i in range(n)) if n <= 6 else None
@@ -226,6 +206,24 @@ class ConvTranspose(Module):
             transpose_kernel=self.transpose_kernel,
             precision=self.precision,
         )
-        if bias is not None:
-            y = y + bias
-        return y.reshape(*batch, *y.shape[1:])
+        return _restore_batch(y, bias, batch)
+
+
+def _one_batch_axis(
+    layer: str, inputs: jax.Array, spatial: int, in_features: int
+) -> tuple[tuple[int, ...], jax.Array]:
+    """Check the inputs' shape; return their batch shape and them with one batch axis."""
+    if inputs.ndim < spatial + 1 or inputs.shape[-1] != in_features:
+        raise ValueError(
+            f"{layer} expects inputs of shape (*batch, {spatial} spatial axes, "
+            f"{in_features}); got {tuple(inputs.shape)}."
+        )
+    batch = inputs.shape[: inputs.ndim - spatial - 1]
+    return batch, inputs.reshape(-1, *inputs.shape[len(batch) :])
+
+
+def _restore_batch(y: jax.Array, bias: jax.Array | None, batch: tuple[int, ...]) -> jax.Array:
+    """Add the bias and give the output back its original batch axes."""
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*batch, *y.shape[1:])

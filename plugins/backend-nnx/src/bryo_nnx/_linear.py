@@ -15,7 +15,7 @@ from jax import lax
 from bryo_graph import Param
 
 from . import initializers
-from ._common import RngsArg, canonical_axes, params_key, promote_dtype
+from ._common import RngsArg, canonical_axes, optional_bias, params_key, promote_dtype
 from ._module import Module
 
 default_kernel_init = initializers.lecun_normal()
@@ -56,11 +56,7 @@ class Linear(Module):
         self.kernel = Param(
             kernel_init(params_key(rngs, "Linear"), (in_features, out_features), param_dtype)
         )
-        self.bias = (
-            Param(bias_init(params_key(rngs, "Linear"), (out_features,), param_dtype))
-            if use_bias
-            else None
-        )
+        self.bias = optional_bias(use_bias, bias_init, rngs, "Linear", (out_features,), param_dtype)
         self.in_features = in_features
         self.out_features = out_features
         self.use_bias = use_bias
@@ -123,10 +119,8 @@ class LinearGeneral(Module):
                 kernel_init, params_key(rngs, "LinearGeneral"), in_shape, out_shape, param_dtype
             )
         )
-        self.bias = (
-            Param(bias_init(params_key(rngs, "LinearGeneral"), out_shape, param_dtype))
-            if use_bias
-            else None
+        self.bias = optional_bias(
+            use_bias, bias_init, rngs, "LinearGeneral", out_shape, param_dtype
         )
         self.in_features = in_shape
         self.out_features = out_shape
