@@ -14,7 +14,7 @@ from typing import Any as _Any
 from jax.tree_util import DictKey, register_pytree_with_keys
 
 from bryo_filters import Filter, filters_to_predicates
-from bryo_pytree import Key, Path, path_str
+from bryo_pytree import Key, Path, path_str, unflatten_paths
 
 from ._variables import VariableState
 
@@ -142,13 +142,8 @@ class State(Mapping[Key, _Any]):
 
     def to_pure_dict(self) -> dict:
         """Nested plain dicts holding the raw values (no VariableStates)."""
-        nested: dict = {}
-        for path, leaf in self._flat.items():
-            node = nested
-            for key in path[:-1]:
-                node = node.setdefault(key, {})
-            node[path[-1]] = leaf.value if isinstance(leaf, VariableState) else leaf
-        return nested
+        raw = {p: v.value if isinstance(v, VariableState) else v for p, v in self._flat.items()}
+        return unflatten_paths(raw)
 
     def replace_by_pure_dict(self, pure: Mapping) -> State:
         """A State like this one whose values come from nested plain dicts of raw values."""
@@ -170,13 +165,7 @@ class State(Mapping[Key, _Any]):
 
     def to_nested(self) -> dict:
         """Nested plain dicts holding the leaves as they are."""
-        nested: dict = {}
-        for path, leaf in self._flat.items():
-            node = nested
-            for key in path[:-1]:
-                node = node.setdefault(key, {})
-            node[path[-1]] = leaf
-        return nested
+        return unflatten_paths(self._flat)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, State):
