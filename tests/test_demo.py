@@ -1,6 +1,7 @@
 """`bryo demo`, the main job: both backends end to end on tiny sizes, and its option errors."""
 
 import argparse
+from typing import ClassVar
 
 import pytest
 
@@ -73,8 +74,17 @@ def test_demo_runs_sharded_on_a_mesh(tmp_path):
     import sys
 
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    command = [sys.executable, "-m", "bryo", "demo", *TINY, "--mesh", "data=4,model=2",
-               "--out", str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "bryo",
+        "demo",
+        *TINY,
+        "--mesh",
+        "data=4,model=2",
+        "--out",
+        str(tmp_path),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "8 cpu device(s), mesh {'data': 4, 'model': 2}" in done.stdout
@@ -87,8 +97,8 @@ def test_model_parallel_mesh_is_refused_for_equinox(monkeypatch):
     from bryo._demo_models import EquinoxBackend
 
     class TwoByTwo:  # stands in for a mesh this one-device process cannot build
-        axis_names = ("data", "model")
-        shape = {"data": 2, "model": 2}
+        axis_names: ClassVar = ("data", "model")
+        shape: ClassVar = {"data": 2, "model": 2}
 
     monkeypatch.setattr(demo, "parse_mesh_spec", lambda spec: TwoByTwo())
     with pytest.raises(DemoError, match="carries no logical sharding axes"):
@@ -101,8 +111,8 @@ def test_mesh_without_a_data_axis_is_refused(monkeypatch):
     from bryo._demo_models import NNXBackend
 
     class ModelOnly:
-        axis_names = ("model",)
-        shape = {"model": 1}
+        axis_names: ClassVar = ("model",)
+        shape: ClassVar = {"model": 1}
 
     monkeypatch.setattr(demo, "parse_mesh_spec", lambda spec: ModelOnly())
     with pytest.raises(DemoError, match="needs a `data` axis"):

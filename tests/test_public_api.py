@@ -35,20 +35,69 @@ def test_facade_names_import(facade):
 def test_top_level_names():
     import bryo
 
-    for name in ("split", "merge", "state", "update", "Rngs", "scan", "fold", "make_mox",
-                 "eval_mox", "query", "sub", "Stacked", "nnx", "hax", "mox", "pytree"):
+    for name in (
+        "split",
+        "merge",
+        "state",
+        "update",
+        "Rngs",
+        "scan",
+        "fold",
+        "make_mox",
+        "eval_mox",
+        "query",
+        "sub",
+        "Stacked",
+        "nnx",
+        "hax",
+        "mox",
+        "pytree",
+    ):
         assert hasattr(bryo, name), name
     import bryo.nnx
     from bryo.nnx import Linear, Rngs, split  # noqa: F401
 
 
 SEED_NAMES = {
-    "bryo.nnx": ["filterlib", "graph", "split", "merge", "state", "update", "Rngs", "jit",
-                 "vmap", "scan", "grad", "StateAxes", "Carry", "fork_rngs", "reseed",
-                 "Linear", "Dropout", "display", "VariableState", "State", "OfType"],
-    "bryo.hax": ["Axis", "NamedArray", "scan", "fold", "map", "random", "zeros", "full",
-                 "minimum", "maximum", "arange", "tree_checkpoint_name", "nn",
-                 "ScanCheckpointPolicy"],
+    "bryo.nnx": [
+        "filterlib",
+        "graph",
+        "split",
+        "merge",
+        "state",
+        "update",
+        "Rngs",
+        "jit",
+        "vmap",
+        "scan",
+        "grad",
+        "StateAxes",
+        "Carry",
+        "fork_rngs",
+        "reseed",
+        "Linear",
+        "Dropout",
+        "display",
+        "VariableState",
+        "State",
+        "OfType",
+    ],
+    "bryo.hax": [
+        "Axis",
+        "NamedArray",
+        "scan",
+        "fold",
+        "map",
+        "random",
+        "zeros",
+        "full",
+        "minimum",
+        "maximum",
+        "arange",
+        "tree_checkpoint_name",
+        "nn",
+        "ScanCheckpointPolicy",
+    ],
     "bryo.hax.nn": ["Stacked", "BlockSeq", "scan"],
     "bryo.mox": ["make_mox", "eval_mox", "query", "sub", "dumps", "loads", "dump", "load"],
 }

@@ -57,8 +57,7 @@ def test_the_filter_dsl_in_vmap() -> None:
     state_axes = nnx.StateAxes({(nnx.Param, "dropout"): 0, ...: None})
 
     @nnx.vmap(in_axes=(state_axes, 0))
-    def forward(model, x):
-        ...
+    def forward(model, x): ...
 
     # Beyond the seed: the same StateAxes on a model with Params, a dropout stream and a
     # BatchStat maps the first two over axis 0 and broadcasts the BatchStat.

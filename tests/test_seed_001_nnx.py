@@ -71,12 +71,12 @@ def test_tracing_leaves_the_model_unchanged(traced):
     yax.make_mox(lambda x: model(x))(jnp.ones((1, 10)))
     after = nnx.state(model)
     assert nnx.graphdef(model) == graphdef
-    for (p, a), (_, b) in zip(before.flat_state().items(), after.flat_state().items()):
+    for (p, a), (_, b) in zip(before.flat_state().items(), after.flat_state().items(), strict=True):
         np.testing.assert_array_equal(a.value, b.value, err_msg=str(p))
 
 
 def test_relu_to_gelu(traced):
-    apply, params, batch, mox = traced
+    _, params, batch, mox = traced
     gelu_mox = yax.make_mox(jax.nn.gelu)(jnp.ones((1, 10)))
     modified = yax.sub('//pjit[@name="relu"]', gelu_mox, mox)
     assert yax.query('//pjit[@name="relu"]', modified) == []

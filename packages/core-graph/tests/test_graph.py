@@ -1,5 +1,7 @@
 """split/merge/state/update/clone/pop/iter_graph on mutable graphs (seed 000)."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,7 +52,7 @@ class Linear(Object):
 
 class MLP(Object):
     def __init__(self, sizes):
-        self.layers = [Linear(a, b, i) for i, (a, b) in enumerate(zip(sizes, sizes[1:]))]
+        self.layers = [Linear(a, b, i) for i, (a, b) in enumerate(itertools.pairwise(sizes))]
         self.count = Variable(np.array(0))
 
     def __call__(self, x):
@@ -208,7 +210,7 @@ def test_merge_rejects_a_state_that_does_not_fit():
 
 def test_merge_accepts_raw_values_in_place_of_variable_states():
     model = Foo()
-    graphdef_, state_ = split(model)
+    graphdef_, _ = split(model)
     raw = State.from_flat_path({("a",): 5, ("b",): False})
     copy = merge(graphdef_, raw)
     assert isinstance(copy.a, Param) and copy.a.value == 5

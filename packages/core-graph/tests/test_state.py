@@ -40,7 +40,7 @@ def test_variable_state_round_trip():
 
 def test_variable_state_is_a_pytree_with_one_child():
     snapshot = VariableState(Param, jnp.ones(2), tag="x")
-    leaves, treedef = jax.tree.flatten(snapshot)
+    leaves, _ = jax.tree.flatten(snapshot)
     assert len(leaves) == 1
     doubled = jax.tree.map(lambda v: v * 2, snapshot)
     assert doubled.type is Param and doubled.tag == "x"

@@ -406,7 +406,8 @@ def test_value_and_grad_argnums_aux_and_wrt() -> None:
     np.testing.assert_allclose(loss, expected_loss, rtol=1e-6)
     assert aux["model"] is model and aux["y"].shape == (3, 2)
     np.testing.assert_allclose(
-        g_x, jax.grad(pure_loss, argnums=2)(model.linear.kernel.value, model.linear.bias.value, X),
+        g_x,
+        jax.grad(pure_loss, argnums=2)(model.linear.kernel.value, model.linear.bias.value, X),
         rtol=1e-6,
     )
     only_kernel = grad(loss_fn, wrt=lambda path, v: path[-1:] == ("kernel",))(model, X)

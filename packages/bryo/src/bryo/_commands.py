@@ -43,7 +43,5 @@ def bryo_cli_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plugins", help="list the loaded plugins with their distribution, version and hooks"
     )
-    parser.add_argument(
-        "--strict", action="store_true", help="exit 1 when a plugin failed to load"
-    )
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a plugin failed to load")
     parser.set_defaults(handler=_plugins)

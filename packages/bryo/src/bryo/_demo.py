@@ -110,21 +110,27 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     key = jax.random.key(config.seed)
     model_key, data_key, batch_key, lora_key = jax.random.split(key, 4)
 
-    say(f"bryo demo: {backend.name} backend, {len(jax.devices())} {jax.devices()[0].platform} "
-        f"device(s), mesh {dict(mesh.shape)}")
+    say(
+        f"bryo demo: {backend.name} backend, {len(jax.devices())} {jax.devices()[0].platform} "
+        f"device(s), mesh {dict(mesh.shape)}"
+    )
     model = backend.build(sizes, model_key)
     graphdef, params, rest = split(model, Param, ...)
     count = sum(int(np.prod(v.value.shape)) for v in params.flat_state().values())
-    say(f"model: {sizes.layers} stacked blocks of width {sizes.width}, {count:,} parameters "
-        f"in {len(params.flat_state())} Param arrays")
+    say(
+        f"model: {sizes.layers} stacked blocks of width {sizes.width}, {count:,} parameters "
+        f"in {len(params.flat_state())} Param arrays"
+    )
 
     x, y = teacher(sizes, data_key, 4096)
     x_test, y_test = x[-512:], y[-512:]
     x_train, y_train = x[:-512], y[:-512]
     data_sharding = NamedSharding(mesh, PartitionSpec("data"))
     rules = SHARDING_RULES if "model" in mesh.axis_names else {**SHARDING_RULES, "mlp": None}
-    params = shard(params, mesh, rules) if backend.supports_model_parallel() else jax.device_put(
-        params, NamedSharding(mesh, PartitionSpec())
+    params = (
+        shard(params, mesh, rules)
+        if backend.supports_model_parallel()
+        else jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
     )
 
     # 1. Train ------------------------------------------------------------------------
@@ -132,12 +138,14 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     opt_state = tx.init(params)
 
     @jax.jit
-    def train_step(params: State, rest: State, opt_state: Any, x: jax.Array, y: jax.Array,
-                   key: jax.Array) -> tuple:
+    def train_step(
+        params: State, rest: State, opt_state: Any, x: jax.Array, y: jax.Array, key: jax.Array
+    ) -> tuple:
         def loss_fn(params: State) -> tuple[jax.Array, State]:
             model = merge(graphdef, params, rest)
             loss = _mse(backend.forward(model, x, train=True, key=key), y)
             return loss, state(model, Not(Param))  # rng counts advanced by dropout
+
         (loss, rest), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), rest, opt_state, loss
@@ -185,8 +193,10 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     relu_left = len(mox.query('//pjit[@name="relu"]', gelu))
     say(f"\nReLU -> GELU: {relu_left} relu left, outputs moved by up to {diff:.4f}")
     adapted, lora = _wrap_linears_in_lora(gelu, model, backend, params, config.rank, lora_key)
-    say(f"LoRA on every Linear: {len(lora.flat_state())} adapter arrays "
-        f"({sum(int(np.prod(v.value.shape)) for v in lora.flat_state().values()):,} parameters)")
+    say(
+        f"LoRA on every Linear: {len(lora.flat_state())} adapter arrays "
+        f"({sum(int(np.prod(v.value.shape)) for v in lora.flat_state().values()):,} parameters)"
+    )
 
     combined = State.merge(params, lora)
     trainable, frozen = combined.split(LoRAParam, ...)
@@ -197,8 +207,9 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
         return _mse(_eval_adapted(adapted, trainable, frozen, x), y)
 
     @jax.jit
-    def finetune_step(trainable: State, frozen: State, ft_state: Any, x: jax.Array,
-                      y: jax.Array) -> tuple:
+    def finetune_step(
+        trainable: State, frozen: State, ft_state: Any, x: jax.Array, y: jax.Array
+    ) -> tuple:
         loss, grads = jax.value_and_grad(adapted_loss)(trainable, frozen, x, y)
         updates, ft_state = ft_tx.update(grads, ft_state, trainable)
         return optax.apply_updates(trainable, updates), ft_state, loss
@@ -223,8 +234,10 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
         loaded = mox.load(path)
         restored = _eval_loaded(loaded, adapted, trainable, frozen, sample)
         differences[suffix] = float(jnp.max(jnp.abs(restored - expected)))
-        say(f"saved {path} ({path.stat().st_size:,} bytes), reloaded: max difference "
-            f"{differences[suffix]:.2e}")
+        say(
+            f"saved {path} ({path.stat().st_size:,} bytes), reloaded: max difference "
+            f"{differences[suffix]:.2e}"
+        )
     checkpoint = config.out / "checkpoint.npz"
     save_checkpoint(State.merge(trainable, frozen), checkpoint)
     reloaded = load_checkpoint(checkpoint)
@@ -237,8 +250,12 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     if worst > 1e-4:
         raise RuntimeError(f"reloaded outputs differ from the originals by {worst:.2e}")
     say("all reloaded outputs match.")
-    return {"trained_loss": trained_loss, "finetune_before": before, "finetune_after": after,
-            **{f"difference{k}": v for k, v in differences.items()}}
+    return {
+        "trained_loss": trained_loss,
+        "finetune_before": before,
+        "finetune_after": after,
+        **{f"difference{k}": v for k, v in differences.items()},
+    }
 
 
 def _label(node: Any) -> str:
@@ -251,12 +268,17 @@ def _label(node: Any) -> str:
 def _swap_activation(traced: mox.Mox) -> mox.Mox:
     """Replace every ReLU with GELU, one replacement per input shape."""
     swapped = traced
-    shapes = {tuple(node.in_avals[0].shape): node.in_avals[0]
-              for node in mox.query('//pjit[@name="relu"]', traced)}
+    shapes = {
+        tuple(node.in_avals[0].shape): node.in_avals[0]
+        for node in mox.query('//pjit[@name="relu"]', traced)
+    }
     for shape, aval in shapes.items():
         gelu = mox.make_mox(jax.nn.gelu)(jnp.zeros(shape, aval.dtype))
-        nodes = [n for n in mox.query('//pjit[@name="relu"]', swapped)
-                 if tuple(n.in_avals[0].shape) == shape]
+        nodes = [
+            n
+            for n in mox.query('//pjit[@name="relu"]', swapped)
+            if tuple(n.in_avals[0].shape) == shape
+        ]
         swapped = mox.sub(nodes, gelu, swapped)
     return swapped
 
@@ -271,8 +293,11 @@ def _wrap_linears_in_lora(
     """
     adapted = traced
     for (fan_in, fan_out), linear in _linears_by_shape(model).items():
-        nodes = [n for n in mox.query('//module_call[@type="Linear"]', adapted)
-                 if _linear_shape(n) == (fan_in, fan_out)]
+        nodes = [
+            n
+            for n in mox.query('//module_call[@type="Linear"]', adapted)
+            if _linear_shape(n) == (fan_in, fan_out)
+        ]
         if not nodes:
             continue
         # Stacked layers share one graphdef with a single layer; take the state's shapes
@@ -285,12 +310,15 @@ def _wrap_linears_in_lora(
         )
         x_aval = node.in_avals[-1]
 
-        def lora(a: jax.Array, b: jax.Array, base: State, x: jax.Array,
-                 graphdef: Any = linear_graphdef) -> jax.Array:
+        def lora(
+            a: jax.Array, b: jax.Array, base: State, x: jax.Array, graphdef: Any = linear_graphdef
+        ) -> jax.Array:
             return backend.apply_linear(merge(graphdef, base), x) + (x @ a) @ b
 
         lora_mox = mox.make_mox(lora)(
-            jnp.zeros((fan_in, rank)), jnp.zeros((rank, fan_out)), base,
+            jnp.zeros((fan_in, rank)),
+            jnp.zeros((rank, fan_out)),
+            base,
             jnp.zeros(x_aval.shape, x_aval.dtype),
         )
         adapted = mox.sub(nodes, lora_mox, adapted, with_state=True)
@@ -298,8 +326,11 @@ def _wrap_linears_in_lora(
     for name, aval in adapted.extra_params:
         key, sub = jax.random.split(key)
         is_b = aval.shape[0] == rank and len(aval.shape) == 2 and name.endswith(":1")
-        value = jnp.zeros(aval.shape, aval.dtype) if is_b else 0.01 * jax.random.normal(
-            sub, aval.shape, aval.dtype)
+        value = (
+            jnp.zeros(aval.shape, aval.dtype)
+            if is_b
+            else 0.01 * jax.random.normal(sub, aval.shape, aval.dtype)
+        )
         flat[("lora", name)] = VariableState(LoRAParam, value)
     return adapted, State.from_flat_path(flat)
 
@@ -328,8 +359,9 @@ def _eval_adapted(adapted: mox.Mox, trainable: State, frozen: State, x: jax.Arra
     return mox.eval_mox(adapted, frozen, x, _extra(trainable))
 
 
-def _eval_loaded(loaded: mox.Mox, adapted: mox.Mox, trainable: State, frozen: State,
-                 x: jax.Array) -> jax.Array:
+def _eval_loaded(
+    loaded: mox.Mox, adapted: mox.Mox, trainable: State, frozen: State, x: jax.Array
+) -> jax.Array:
     """A loaded MoX takes its inputs flat (files keep no pytree structure)."""
     return mox.eval_mox(loaded, *jax.tree.leaves((frozen, x)), _extra(trainable))
 
@@ -375,6 +407,3 @@ def main(args: argparse.Namespace) -> int:
         return 2
     print(f"done in {time.perf_counter() - started:.1f} s.")
     return 0
-
-
-

@@ -33,21 +33,31 @@ class DemoError(ValueError):
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's command-line options."""
     defaults = DemoConfig()
-    parser.add_argument("--backend", choices=BACKEND_NAMES, default=defaults.backend,
-                        help="module style of the model (default: nnx)")
+    parser.add_argument(
+        "--backend",
+        choices=BACKEND_NAMES,
+        default=defaults.backend,
+        help="module style of the model (default: nnx)",
+    )
     parser.add_argument("--width", type=int, default=defaults.width, help="hidden width")
-    parser.add_argument("--layers", type=int, default=defaults.layers,
-                        help="blocks in the Stacked trunk")
+    parser.add_argument(
+        "--layers", type=int, default=defaults.layers, help="blocks in the Stacked trunk"
+    )
     parser.add_argument("--steps", type=int, default=defaults.steps, help="training steps")
-    parser.add_argument("--finetune-steps", type=int, default=defaults.finetune_steps,
-                        help="LoRA fine-tuning steps")
+    parser.add_argument(
+        "--finetune-steps", type=int, default=defaults.finetune_steps, help="LoRA fine-tuning steps"
+    )
     parser.add_argument("--batch", type=int, default=defaults.batch, help="batch size")
     parser.add_argument("--rank", type=int, default=defaults.rank, help="LoRA rank")
-    parser.add_argument("--out", type=Path, default=defaults.out,
-                        help="folder for the MoX files and the checkpoint")
+    parser.add_argument(
+        "--out", type=Path, default=defaults.out, help="folder for the MoX files and the checkpoint"
+    )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="random seed")
-    parser.add_argument("--mesh", default=None,
-                        help="device mesh, e.g. data=4,model=2 (default: all devices on data)")
+    parser.add_argument(
+        "--mesh",
+        default=None,
+        help="device mesh, e.g. data=4,model=2 (default: all devices on data)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> DemoConfig:
@@ -61,7 +71,14 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
     if args.rank > args.width:
         raise DemoError(f"`--rank` ({args.rank}) must not exceed `--width` ({args.width}).")
     return DemoConfig(
-        backend=args.backend, width=args.width, layers=args.layers, steps=args.steps,
-        finetune_steps=args.finetune_steps, batch=args.batch, rank=args.rank,
-        out=args.out, seed=args.seed, mesh=args.mesh,
+        backend=args.backend,
+        width=args.width,
+        layers=args.layers,
+        steps=args.steps,
+        finetune_steps=args.finetune_steps,
+        batch=args.batch,
+        rank=args.rank,
+        out=args.out,
+        seed=args.seed,
+        mesh=args.mesh,
     )

@@ -20,7 +20,7 @@ from . import _hooks
 
 Predicate: TypeAlias = Callable[[Path, object], bool]
 Filter: TypeAlias = (
-    type | str | bool | None | Predicate | tuple["Filter", ...] | list["Filter"] | object
+    type | str | bool | Predicate | tuple["Filter", ...] | list["Filter"] | object | None
 )
 
 ACCEPTED_LITERALS = (
@@ -202,11 +202,8 @@ def to_predicate(filter: Filter) -> Predicate:
     if callable(filter):
         return filter
     raise TypeError(
-        f"`filter` must be one of: {ACCEPTED_LITERALS}. Got {type(filter).__name__}: "
-        f"{filter!r}."
+        f"`filter` must be one of: {ACCEPTED_LITERALS}. Got {type(filter).__name__}: {filter!r}."
     )
-
-
 
 
 def is_builtin_filter(predicate: Predicate) -> bool:

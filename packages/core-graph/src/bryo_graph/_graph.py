@@ -58,9 +58,7 @@ class GraphDef:
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
-        return (
-            isinstance(other, GraphDef) and self._hash == other._hash and self.root == other.root
-        )
+        return isinstance(other, GraphDef) and self._hash == other._hash and self.root == other.root
 
     @property
     def leaf_order(self) -> tuple[Path, ...]:
@@ -175,11 +173,13 @@ class _Flat:
     @property
     def index(self) -> dict[Path, _Source]:
         if self._index is None:
-            self._index = dict(zip(self.paths, self.sources))
+            self._index = dict(zip(self.paths, self.sources, strict=True))
         return self._index
 
     def flat_state(self) -> dict[Path, VariableState]:
-        return {path: source.snapshot() for path, source in zip(self.paths, self.sources)}
+        return {
+            path: source.snapshot() for path, source in zip(self.paths, self.sources, strict=True)
+        }
 
     def grouped(self, filters: tuple[Filter, ...], *, require_all: bool) -> tuple[State, ...]:
         """The leaves grouped by the first matching filter, as `State`s."""
@@ -200,9 +200,9 @@ class _Flat:
 
     def _classify(self, predicates: tuple) -> tuple[list[int], ...]:
         groups: list[list[int]] = [[] for _ in range(len(predicates) + 1)]
-        for i, (path, source) in enumerate(zip(self.paths, self.sources)):
+        for i, (path, source) in enumerate(zip(self.paths, self.sources, strict=True)):
             value = source.snapshot()
-            for group, predicate in zip(groups, predicates):
+            for group, predicate in zip(groups, predicates, strict=False):
                 if predicate(path, value):
                     group.append(i)
                     break
@@ -471,7 +471,11 @@ def _iter(value: object, path: Path, seen: set[int], registry: object) -> Iterat
 def variables(node: object, /, *filters: Filter) -> _Any:
     """`node`'s live Variables by path (not snapshots), optionally filtered like `state`."""
     flat = _flatten(node)
-    found = {p: s.variable for p, s in zip(flat.paths, flat.sources) if s.variable is not None}
+    found = {
+        p: s.variable
+        for p, s in zip(flat.paths, flat.sources, strict=True)
+        if s.variable is not None
+    }
     if not filters:
         return State._from_flat(found)
     predicates = filters_to_predicates(filters)
@@ -480,4 +484,3 @@ def variables(node: object, /, *filters: Filter) -> _Any:
 
 
 Key = Key  # re-exported for `graph.Key` (seed 000 annotates paths with it)
-

@@ -69,8 +69,17 @@ def _tracked(cls: type, method_name: str) -> None:
     setattr(cls, method_name, changed)
 
 
-for _name in ("__delitem__", "__iadd__", "__imul__", "clear", "insert", "pop", "remove",
-              "reverse", "sort"):
+for _name in (
+    "__delitem__",
+    "__iadd__",
+    "__imul__",
+    "clear",
+    "insert",
+    "pop",
+    "remove",
+    "reverse",
+    "sort",
+):
     _tracked(List, _name)
 for _name in ("__delitem__", "clear", "pop", "popitem"):
     _tracked(Dict, _name)

@@ -91,9 +91,7 @@ class State(Mapping[Key, _Any]):
             return leaf
         sub = {path[1:]: leaf for path, leaf in self._flat.items() if path and path[0] == key}
         if not sub:
-            raise KeyError(
-                f"{key!r} is not in this State; its keys are {self._top_keys()}"
-            )
+            raise KeyError(f"{key!r} is not in this State; its keys are {self._top_keys()}")
         return State._from_flat(sub)
 
     def __getattr__(self, name: str) -> _Any:
@@ -230,7 +228,7 @@ def group_flat(
     predicates = filters_to_predicates(filters)
     groups: list[dict[Path, object]] = [{} for _ in predicates]
     for path, leaf in flat.items():
-        for group, predicate in zip(groups, predicates):
+        for group, predicate in zip(groups, predicates, strict=True):
             if predicate(path, leaf):
                 group[path] = leaf
                 break
@@ -255,11 +253,10 @@ def _state_flatten(state: State) -> tuple[list, _Paths]:
 
 
 def _state_unflatten(paths: _Paths, leaves: list) -> State:
-    return State._from_flat(dict(zip(paths.paths, leaves)))
+    return State._from_flat(dict(zip(paths.paths, leaves, strict=True)))
 
 
 register_pytree_with_keys(State, _state_flatten_with_keys, _state_unflatten, _state_flatten)
 
 GraphState = State
 """Flax's name for the State of a graph node."""
-

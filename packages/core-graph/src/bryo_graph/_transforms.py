@@ -208,8 +208,13 @@ def vmap(
         ...     return model(x)
     """
     partial = _decorator(
-        vmap, f, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name,
-        axis_size=axis_size, spmd_axis_name=spmd_axis_name,
+        vmap,
+        f,
+        in_axes=in_axes,
+        out_axes=out_axes,
+        axis_name=axis_name,
+        axis_size=axis_size,
+        spmd_axis_name=spmd_axis_name,
     )
     if partial is not None:
         return partial
@@ -278,9 +283,7 @@ def _diff_leaves(plan: CallPlan, argnums: tuple[int, ...], wrt: Filter) -> tuple
 
     (predicate,) = filters_to_predicates((wrt,))
     by_var = {id(s.variable): k for k, s in enumerate(plan.sources) if s.variable is not None}
-    by_slot = {
-        (id(s.parent), s.key): k for k, s in enumerate(plan.sources) if s.variable is None
-    }
+    by_slot = {(id(s.parent), s.key): k for k, s in enumerate(plan.sources) if s.variable is None}
     roots = plan.pair[0]
     chosen: set[int] = set()
     per_root: dict[int, list[tuple[Path, int]]] = {}
@@ -341,6 +344,7 @@ def _assemble_grads(
     arrays_it = iter(array_grads)
     out = []
     for i, layout in enumerate(sig.layouts):
+
         def root_grad() -> Any:
             return _grad_state(plan, per_root.get(next(roots_it), []), leaf_grads)
 
@@ -395,7 +399,7 @@ def _grad_core(
             all_leaves, all_arrays = list(rest_leaves), list(rest_arrays)
             for k, value in zip(diff_ks, diff[: len(diff_ks)], strict=False):
                 all_leaves[k] = value
-            for i, value in zip(diff_arrays, diff[len(diff_ks):], strict=False):
+            for i, value in zip(diff_arrays, diff[len(diff_ks) :], strict=False):
                 all_arrays[i] = value
             args, kwargs, inner = rebuild(sig, all_leaves, all_arrays)
             out = f(*args, **kwargs)
@@ -417,7 +421,7 @@ def _grad_core(
         aux = apply(plan, static.value, groups, direct)
         leaf_grads = dict(zip(diff_ks, grads[: len(diff_ks)], strict=False))
         array_grads = list(arrays)
-        for i, g in zip(diff_arrays, grads[len(diff_ks):], strict=False):
+        for i, g in zip(diff_arrays, grads[len(diff_ks) :], strict=False):
             array_grads[i] = g
         per_arg = _assemble_grads(plan, nums, per_root, leaf_grads, array_grads)
         by_num = dict(zip(sorted(set(nums)), per_arg, strict=False))
@@ -457,7 +461,12 @@ def grad(
         >>> grads['linear']['kernel'].value.shape                     # doctest: +SKIP
     """
     partial = _decorator(
-        grad, f, argnums=argnums, has_aux=has_aux, wrt=wrt, holomorphic=holomorphic,
+        grad,
+        f,
+        argnums=argnums,
+        has_aux=has_aux,
+        wrt=wrt,
+        holomorphic=holomorphic,
         allow_int=allow_int,
     )
     if partial is not None:
@@ -489,8 +498,13 @@ def value_and_grad(
         >>> loss, grads = value_and_grad(loss_fn)(model, x, y)    # doctest: +SKIP
     """
     partial = _decorator(
-        value_and_grad, f, argnums=argnums, has_aux=has_aux, wrt=wrt,
-        holomorphic=holomorphic, allow_int=allow_int,
+        value_and_grad,
+        f,
+        argnums=argnums,
+        has_aux=has_aux,
+        wrt=wrt,
+        holomorphic=holomorphic,
+        allow_int=allow_int,
     )
     if partial is not None:
         return partial
@@ -549,6 +563,13 @@ def remat(
 
 
 __all__ = [
-    "Carry", "GraphError", "StateAxes", "TransformError", "grad", "jit", "remat",
-    "value_and_grad", "vmap",
+    "Carry",
+    "GraphError",
+    "StateAxes",
+    "TransformError",
+    "grad",
+    "jit",
+    "remat",
+    "value_and_grad",
+    "vmap",
 ]

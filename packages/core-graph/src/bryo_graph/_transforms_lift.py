@@ -75,9 +75,7 @@ class Static:
         self.value = value
 
 
-jax.tree_util.register_pytree_node(
-    Static, lambda s: ((), s.value), lambda value, _: Static(value)
-)
+jax.tree_util.register_pytree_node(Static, lambda s: ((), s.value), lambda value, _: Static(value))
 
 
 # The arguments' layout ------------------------------------------------------------------
@@ -169,8 +167,10 @@ def scan_args(
     kw_layouts = []
     for name in sorted(kwargs):
         value = kwargs[name]
-        layout = ("static", hashable(value)) if name in static else _layout(
-            value, registry, roots, arrays
+        layout = (
+            ("static", hashable(value))
+            if name in static
+            else _layout(value, registry, roots, arrays)
         )
         kw_layouts.append((name, layout))
     key = (tuple(layouts), tuple(kw_layouts), tuple(map(_identity, roots)))
@@ -192,8 +192,15 @@ class Signature:
     """
 
     __slots__ = (
-        "_hash", "graphdef", "kw_layouts", "layouts", "leaf_slots", "metas", "n_vars",
-        "paths", "root_places",
+        "_hash",
+        "graphdef",
+        "kw_layouts",
+        "layouts",
+        "leaf_slots",
+        "metas",
+        "n_vars",
+        "paths",
+        "root_places",
     )
 
     def __init__(
@@ -273,7 +280,14 @@ class CallPlan:
     """The live side of a call: the caller's Variables and raw leaves, in State order."""
 
     __slots__ = (
-        "_objects", "pair", "raw_values", "reads", "sig", "sources", "variables", "writers",
+        "_objects",
+        "pair",
+        "raw_values",
+        "reads",
+        "sig",
+        "sources",
+        "variables",
+        "writers",
     )
 
     def __init__(self, sig: Signature, pair: tuple, sources: list) -> None:
@@ -319,9 +333,7 @@ def build_plan(key: tuple, roots: list, sig_cache: dict | None = None) -> CallPl
     """Flatten the roots together (sharing included) into a `CallPlan`."""
     pair = (tuple(roots), ())
     flat = _flatten(pair)
-    metas = tuple(
-        meta_of(s.variable) if s.variable is not None else None for s in flat.sources
-    )
+    metas = tuple(meta_of(s.variable) if s.variable is not None else None for s in flat.sources)
     sig = Signature(flat.graphdef, key[0], key[1], metas, flat.paths)
     if sig_cache is not None:
         sig = sig_cache.setdefault(sig, sig)
@@ -707,7 +719,7 @@ def _set_children(node: object, node_type: NodeType, children: list[tuple]) -> N
 
 def _set_items(node: list, values: list) -> None:
     if len(node) > len(values):
-        del node[len(values):]
+        del node[len(values) :]
     for position, value in enumerate(values):
         if position == len(node):
             node.append(value)
@@ -757,9 +769,36 @@ from ._transforms_axes import (  # noqa: E402
 )
 
 __all__ = [
-    "ARRAY", "ROOT", "AxisGrouping", "CallPlan", "Carry", "Grouping", "Inner", "Meta",
-    "OutPlan", "PlanCache", "Signature", "StateAxes", "Static", "TransformError", "apply",
-    "arg_specs", "check_axis", "check_sizes", "collect", "hashable", "index_objects",
-    "is_array_value", "is_axis_leaf", "is_graph_leaf", "join_leaves", "leaf_axes",
-    "lifted_call", "rebuild", "scan_args", "sorted_axes", "state_leaf", "unwrap",
+    "ARRAY",
+    "ROOT",
+    "AxisGrouping",
+    "CallPlan",
+    "Carry",
+    "Grouping",
+    "Inner",
+    "Meta",
+    "OutPlan",
+    "PlanCache",
+    "Signature",
+    "StateAxes",
+    "Static",
+    "TransformError",
+    "apply",
+    "arg_specs",
+    "check_axis",
+    "check_sizes",
+    "collect",
+    "hashable",
+    "index_objects",
+    "is_array_value",
+    "is_axis_leaf",
+    "is_graph_leaf",
+    "join_leaves",
+    "leaf_axes",
+    "lifted_call",
+    "rebuild",
+    "scan_args",
+    "sorted_axes",
+    "state_leaf",
+    "unwrap",
 ]

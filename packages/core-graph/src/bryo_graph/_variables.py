@@ -281,7 +281,7 @@ class VariableMeta:
 def _metadata_equal(a: dict, b: dict) -> bool:
     if a.keys() != b.keys():
         return False
-    return all(x is y or _safe_eq(x, y) for x, y in zip(a.values(), b.values()))
+    return all(x is y or _safe_eq(x, y) for x, y in zip(a.values(), b.values(), strict=True))
 
 
 def _safe_eq(a: object, b: object) -> bool:

@@ -28,11 +28,11 @@ class CallRouter:
 
     def __init__(self, name: str, route: Route) -> None:
         self._route = route
-        self._handler: contextvars.ContextVar[Callable[..., Any] | None] = (
-            contextvars.ContextVar(f"{name}_handler", default=None)
+        self._handler: contextvars.ContextVar[Callable[..., Any] | None] = contextvars.ContextVar(
+            f"{name}_handler", default=None
         )
-        self._current: contextvars.ContextVar[tuple[object, str] | None] = (
-            contextvars.ContextVar(f"{name}_current", default=None)
+        self._current: contextvars.ContextVar[tuple[object, str] | None] = contextvars.ContextVar(
+            f"{name}_current", default=None
         )
 
     def wrap(self, call: Callable[..., Any]) -> Callable[..., Any]:

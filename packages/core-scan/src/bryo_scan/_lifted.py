@@ -161,8 +161,13 @@ def lifted_scan(
     """
     if f is None:
         return functools.partial(  # type: ignore[return-value]
-            lifted_scan, length=length, reverse=reverse, unroll=unroll, in_axes=in_axes,
-            out_axes=out_axes, remat=remat,
+            lifted_scan,
+            length=length,
+            reverse=reverse,
+            unroll=unroll,
+            in_axes=in_axes,
+            out_axes=out_axes,
+            remat=remat,
         )
     policy = ScanCheckpointPolicy.from_remat(remat)
     position = _carry_position(out_axes)
@@ -183,8 +188,14 @@ class _Scan:
     """One call of a lifted scan: the inputs sorted into carry, scanned and broadcast."""
 
     def __init__(
-        self, plan: Any, arrays: list, f: Callable, in_axes: object, out_axes: object,
-        position: object, length: int | None,
+        self,
+        plan: Any,
+        arrays: list,
+        f: Callable,
+        in_axes: object,
+        out_axes: object,
+        position: object,
+        length: int | None,
     ) -> None:
         arg_specs, check_axis, check_sizes = _lift.arg_specs, _lift.check_axis, _lift.check_sizes
         leaf_axes = _lift.leaf_axes
@@ -192,7 +203,8 @@ class _Scan:
         self.out_axes, self.position = out_axes, position
         sig = plan.sig
         in_carry_args = [
-            i for i, spec in enumerate(in_axes if isinstance(in_axes, tuple | list) else ())
+            i
+            for i, spec in enumerate(in_axes if isinstance(in_axes, tuple | list) else ())
             if spec is Carry
         ]
         if len(in_carry_args) > 1:
@@ -259,7 +271,7 @@ class _Scan:
                 arrays[i] = value
             for k, value in zip(scanned_ks, slices, strict=False):
                 leaves[k] = value
-            for i, value in zip(scanned_arrays, slices[len(scanned_ks):], strict=False):
+            for i, value in zip(scanned_arrays, slices[len(scanned_ks) :], strict=False):
                 arrays[i] = value
             args, kwargs, inner = _lift.rebuild(sig, leaves, arrays)
             carry_out, ys, _ = _split_output(self.f(*args, **kwargs), self.position, self.out_axes)
@@ -295,7 +307,7 @@ class _Scan:
                 groups[0][pos] = final[0][inner_carry_index[k]]
         offset = 0
         for g, (axis, size) in enumerate(zip(stack_axes, record["sizes"], strict=False), start=1):
-            chunk = ys[offset: offset + size]
+            chunk = ys[offset : offset + size]
             offset += size
             if axis is None:
                 groups[g] = [y[0] if reverse else y[-1] for y in chunk]
@@ -359,11 +371,16 @@ class _Scan:
         if layout[0] == "static":  # type: ignore[index]
             return _lift.unwrap(layout[1])  # type: ignore[index]
         _, treedef, kinds = layout  # type: ignore[misc]
-        return treedef.unflatten([
-            next(arrays) if k is _lift.ARRAY else roots[next(root_positions)] if k is _lift.ROOT
-            else _lift.unwrap(k[1])
-            for k in kinds
-        ])
+        return treedef.unflatten(
+            [
+                next(arrays)
+                if k is _lift.ARRAY
+                else roots[next(root_positions)]
+                if k is _lift.ROOT
+                else _lift.unwrap(k[1])
+                for k in kinds
+            ]
+        )
 
 
 def _split_output_axes(out_axes: object, position: object) -> object:

@@ -6,8 +6,6 @@ friends from `bryo_scan` too. Code written for `import haliax as hax` runs with 
 line changed.
 """
 
-
-
 from bryo_named import Axis as Axis
 from bryo_named import AxisError as AxisError
 from bryo_named import AxisSelection as AxisSelection
