@@ -114,3 +114,15 @@ def test_sub_inside_plain_jit_region(toy, v):
     new = sub("//tanh", make_mox(jnp.sin)(v), mox)
     np.testing.assert_allclose(eval_mox(new, v), jnp.sin(v) * 2.0 + 1.0, rtol=1e-6)
     assert query("//jit//sin", new)
+
+
+def test_sub_keeps_traced_and_static_keyword_arguments(v):
+    def noisy(x, *, key, scale):
+        return jax.nn.relu(x + scale * jax.random.normal(key, x.shape))
+
+    mox = make_mox(noisy)(v, key=jax.random.key(0), scale=0.5)
+    gelu = sub('//pjit[@name="relu"]', make_mox(jax.nn.gelu)(v), mox)
+    assert gelu.traced_kwargs == ("key",) and gelu.static_kwargs == (("scale", 0.5),)
+    key = jax.random.key(3)
+    expected = jax.nn.gelu(v + 0.5 * jax.random.normal(key, v.shape))
+    np.testing.assert_allclose(eval_mox(gelu, v, key=key, scale=0.5), expected, rtol=1e-6)

@@ -148,3 +148,46 @@ def test_bad_args(toy, mlp, x):
         eval_mox(mox, x, mlp)
     with pytest.raises(MoxError, match="not an array"):
         make_mox(lambda s, v: v)("text", x)
+
+
+def _noisy(x, *, key, scale=1.0, mode="add"):
+    noise = jax.random.normal(key, x.shape)
+    return x + scale * noise if mode == "add" else x * noise
+
+
+def test_keyword_arguments_holding_arrays_are_traced():
+    x = jnp.ones(3)
+    mox = make_mox(_noisy)(x, key=jax.random.key(0), mode="mul")
+    assert mox.traced_kwargs == ("key",) and dict(mox.static_kwargs) == {"mode": "mul"}
+    assert len(mox.invars) == 2  # x, then the key: an input, not a constant
+    for seed in (0, 1):
+        key = jax.random.key(seed)
+        expected = _noisy(x, key=key, mode="mul")
+        np.testing.assert_allclose(eval_mox(mox, x, key=key), expected)
+        np.testing.assert_allclose(eval_mox(mox, x, key=key, mode="mul"), expected)
+    jitted = jax.jit(lambda v, k: eval_mox(mox, v, key=k))(x, jax.random.key(2))
+    np.testing.assert_allclose(jitted, _noisy(x, key=jax.random.key(2), mode="mul"))
+
+
+def test_keyword_arguments_errors():
+    x = jnp.ones(3)
+    mox = make_mox(_noisy)(x, key=jax.random.key(0), scale=2.0)
+    with pytest.raises(MoxError, match=r"`scale=3.0` differs from the traced `scale=2.0`"):
+        eval_mox(mox, x, key=jax.random.key(0), scale=3.0)
+    with pytest.raises(MoxError, match=r"\['key'\] are missing"):
+        eval_mox(mox, x)
+    with pytest.raises(MoxError, match="`mode` was not given"):
+        eval_mox(mox, x, key=jax.random.key(0), mode="add")
+    with pytest.raises(MoxError, match="keyword arguments have structure"):
+        eval_mox(mox, x, key={"a": jax.random.key(0)})
+    with pytest.raises(MoxError, match=r"`kwargs\['key'\]\[1\]` is a str"):
+        make_mox(lambda v, key: v)(x, key=(jnp.ones(1), "text"))
+
+
+def test_dead_equations_are_dropped():
+    def f(x):
+        jax.jit(lambda: ())()  # no inputs, no outputs: computes nothing
+        return x + 1.0
+
+    mox = make_mox(f)(jnp.ones(2))
+    assert [node.primitive.name for node in mox.nodes] == ["add"]

@@ -18,8 +18,8 @@ from ._ir import CUSTOM_DERIVATIVE_NAMES, Block, Equation, Literal, ModuleCall, 
 from ._types import type_str
 
 
-def eval_mox(mox: Mox, *args: Any) -> Any:
-    """Evaluate `mox` on `args`, the same arguments the traced function took.
+def eval_mox(mox: Mox, *args: Any, **kwargs: Any) -> Any:
+    """Evaluate `mox` on `args` and `kwargs`, the same arguments the traced function took.
 
     Works eagerly and under `jax.jit`, `jax.grad`, `jax.vmap` and `jax.lax.scan`.
 
@@ -28,6 +28,8 @@ def eval_mox(mox: Mox, *args: Any) -> Any:
         *args: the traced function's positional arguments. When `sub` added parameters
             (`mox.extra_params`), pass them as one more trailing argument: a dict
             `{key: array}` with every key of `mox.extra_params`.
+        **kwargs: its keyword arguments: those traced (holding arrays, `mox.traced_kwargs`)
+            are required; static ones may be repeated and must equal the traced values.
 
     Returns:
         The result, with the traced function's output structure.
@@ -37,12 +39,12 @@ def eval_mox(mox: Mox, *args: Any) -> Any:
     """
     if not isinstance(mox, Mox):
         raise MoxError(f"`mox` must be a Mox (from `make_mox`), got {type(mox).__name__}.")
-    leaves = _flatten_args(mox, args)
+    leaves = _flatten_args(mox, args, kwargs)
     out = eval_block(mox.block, leaves)
     return out if mox.out_tree is None else mox.out_tree.unflatten(out)
 
 
-def _flatten_args(mox: Mox, args: tuple[Any, ...]) -> list[Any]:
+def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     extra: list[Any] = []
     if mox.extra_params:
         if not args or not isinstance(args[-1], dict):
@@ -69,6 +71,7 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...]) -> list[Any]:
                 f"`args` have structure {tree}, but the MoX was traced with {mox.in_tree}. "
                 "Pass arguments of the traced structure."
             )
+    leaves += _kwarg_leaves(mox, kwargs)
     expected = len(mox.block.invars) - len(extra)
     if len(leaves) != expected:
         raise MoxError(f"`args` have {len(leaves)} leaves; the MoX takes {expected}.")
@@ -80,6 +83,50 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...]) -> list[Any]:
                 f"{type_str(var.aval)}."
             )
     return leaves + extra
+
+
+def _kwarg_leaves(mox: Mox, kwargs: dict[str, Any]) -> list[Any]:
+    """The leaves of the traced keyword arguments; static ones are checked, not passed."""
+    traced = mox.traced_kwargs
+    static = dict(mox.static_kwargs)
+    for name, value in kwargs.items():
+        if name in traced:
+            continue
+        if name not in static:
+            raise MoxError(
+                f"keyword argument `{name}` was not given when the MoX was traced (traced: "
+                f"{list(traced)}, static: {list(static)}). Trace again with it."
+            )
+        if not _same_static(value, static[name]):
+            raise MoxError(
+                f"keyword argument `{name}={value!r}` differs from the traced "
+                f"`{name}={static[name]!r}`: keyword arguments without arrays are static, "
+                f"baked into the MoX. Trace again with `{name}={value!r}`."
+            )
+    if mox.kwargs_tree is None:
+        return []
+    missing = [name for name in traced if name not in kwargs]
+    if missing:
+        raise MoxError(
+            f"keyword arguments {missing} are missing: the MoX traced them as inputs "
+            f"(they held arrays). Pass {', '.join(f'{n}=...' for n in missing)}."
+        )
+    leaves, tree = jax.tree_util.tree_flatten({name: kwargs[name] for name in traced})
+    if tree != mox.kwargs_tree:
+        raise MoxError(
+            f"keyword arguments have structure {tree}, but the MoX was traced with "
+            f"{mox.kwargs_tree}. Pass keyword arguments of the traced structure."
+        )
+    return leaves
+
+
+def _same_static(value: object, traced: object) -> bool:
+    if value is traced:
+        return True
+    try:
+        return type(value) is type(traced) and bool(value == traced)
+    except Exception:  # an `==` that raises or is ambiguous: not provably the same
+        return False
 
 
 def eval_block(block: Block, args: Sequence[Any], *, inline_custom: bool = False) -> list[Any]:

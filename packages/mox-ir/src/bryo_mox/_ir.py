@@ -176,20 +176,27 @@ class Mox(Node):
     """A module expression: the root of the tree, callable through `eval_mox`.
 
     Attributes:
-        block: the computation; its invars are the leaves of the traced arguments,
-            followed by one leaf per `extra_params` entry.
+        block: the computation; its invars are the leaves of the traced arguments
+            (positional, then keyword), followed by one leaf per `extra_params` entry.
         in_tree: the treedef of the traced positional arguments (`None` after loading a
             file whose argument structure could not be written: pass flat leaves then).
         out_tree: the treedef of the result (`None`: a flat list of leaves is returned).
         extra_params: parameters added by `sub` (a LoRA adapter's matrices, say), as
             `(key, jax.ShapeDtypeStruct)` pairs; `eval_mox` takes them as one trailing
             dict `{key: array}`.
+        kwargs_tree: the treedef of the traced keyword arguments (a dict: those holding
+            arrays, such as Linen's `rngs={"dropout": key}`), or `None` when there are
+            none. Their leaves follow the positional ones in `block.invars`.
+        static_kwargs: the keyword arguments without arrays (`train=True`), baked into
+            the computation, as sorted `(name, value)` pairs.
     """
 
     block: Block
     in_tree: jax.tree_util.PyTreeDef | None = None
     out_tree: jax.tree_util.PyTreeDef | None = None
     extra_params: tuple[tuple[str, jax.ShapeDtypeStruct], ...] = ()
+    kwargs_tree: jax.tree_util.PyTreeDef | None = None
+    static_kwargs: tuple[tuple[str, object], ...] = ()
 
     @property
     def invars(self) -> tuple[Atom, ...]:  # type: ignore[override]
@@ -202,6 +209,13 @@ class Mox(Node):
     @property
     def nodes(self) -> tuple[Node, ...]:
         return self.block.nodes
+
+    @property
+    def traced_kwargs(self) -> tuple[str, ...]:
+        """Names of the keyword arguments traced as inputs (sorted)."""
+        if self.kwargs_tree is None:
+            return ()
+        return tuple(self.kwargs_tree.unflatten([None] * self.kwargs_tree.num_leaves))
 
     @property
     def extra_param_types(self) -> dict[str, jax.ShapeDtypeStruct]:

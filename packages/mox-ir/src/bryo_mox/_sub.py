@@ -8,6 +8,7 @@ checks run before the replay, so a failed `sub` leaves everything as it was.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -240,7 +241,7 @@ def _replay_root(mox: Mox, replacement: Mox, targets: list[_Target]) -> Mox:
         (k, jax.ShapeDtypeStruct(a.shape, a.dtype))
         for k, a in zip(new_keys, new_avals, strict=False)
     )
-    return Mox(convert_closed(closed), mox.in_tree, mox.out_tree, extra)
+    return dataclasses.replace(mox, block=convert_closed(closed), extra_params=extra)
 
 
 def _sds(aval: Any) -> jax.ShapeDtypeStruct:

@@ -176,7 +176,9 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
 
     Args:
         fun: the function to trace. Positional arguments are traced (their leaves must be
-            arrays); keyword arguments are static and baked into the expression.
+            arrays); so are keyword arguments holding arrays (Linen's
+            `rngs={"dropout": key}`). Keyword arguments without arrays (`train=True`,
+            `mutable=["batch_stats"]`) are static and baked into the expression.
 
     Returns:
         A function taking `fun`'s arguments (arrays or `jax.ShapeDtypeStruct`s) and
@@ -189,31 +191,51 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
     """
 
     def trace(*args: Any, **kwargs: Any) -> Mox:
+        traced_kwargs = {k: v for k, v in kwargs.items() if _holds_arrays(v)}
+        static_kwargs = {k: v for k, v in kwargs.items() if k not in traced_kwargs}
         leaves, in_tree = jax.tree_util.tree_flatten(args)
-        _check_leaves(leaves, in_tree)
+        kw_leaves, kw_tree = jax.tree_util.tree_flatten(traced_kwargs)
+        _check_leaves(leaves, in_tree, "args")
+        _check_leaves(kw_leaves, kw_tree, "kwargs")
+        n_args = len(leaves)
         out_store: dict[str, Any] = {}
 
         def flat_fun(*flat: Any) -> list[Any]:
-            out = fun(*in_tree.unflatten(flat), **kwargs)
+            call_args = in_tree.unflatten(flat[:n_args])
+            call_kwargs = kw_tree.unflatten(flat[n_args:])
+            out = fun(*call_args, **call_kwargs, **static_kwargs)
             out_leaves, out_store["tree"] = jax.tree_util.tree_flatten(out)
             return out_leaves
 
         with intercepting():
-            closed = jax.make_jaxpr(flat_fun)(*leaves)
-        return Mox(convert_closed(closed), in_tree, out_store["tree"])
+            closed = jax.make_jaxpr(flat_fun)(*leaves, *kw_leaves)
+        return Mox(
+            convert_closed(closed),
+            in_tree,
+            out_store["tree"],
+            kwargs_tree=kw_tree if traced_kwargs else None,
+            static_kwargs=tuple(sorted(static_kwargs.items())),
+        )
 
     return trace
 
 
-def _check_leaves(leaves: Sequence[Any], in_tree: jax.tree_util.PyTreeDef) -> None:
+def _holds_arrays(value: object) -> bool:
+    """Whether a keyword argument is traced: some leaf of it is an array."""
+    leaves = jax.tree_util.tree_leaves(value)
+    return any(is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves)
+
+
+def _check_leaves(leaves: Sequence[Any], tree: jax.tree_util.PyTreeDef, what: str) -> None:
     for index, leaf in enumerate(leaves):
         if not (is_array(leaf) or isinstance(leaf, (jax.ShapeDtypeStruct, int, float, bool))):
-            paths = jax.tree_util.tree_flatten_with_path(in_tree.unflatten(leaves))[0]
+            paths = jax.tree_util.tree_flatten_with_path(tree.unflatten(leaves))[0]
             where = jax.tree_util.keystr(paths[index][0])
             raise MoxError(
-                f"`args{where}` is a {type(leaf).__name__}, not an array: positional "
-                "arguments of `make_mox(fun)(...)` are traced. Close over it or pass it "
-                "as a keyword argument to keep it static."
+                f"`{what}{where}` is a {type(leaf).__name__}, not an array: positional "
+                "arguments of `make_mox(fun)(...)`, and keyword arguments holding arrays, are "
+                "traced. Close over it, or pass it as a keyword argument without arrays to "
+                "keep it static."
             )
 
 
@@ -231,6 +253,8 @@ def convert(jaxpr: jex.Jaxpr, consts: Sequence[Any] = ()) -> Block:
 
     nodes = []
     for eqn in jaxpr.eqns:
+        if not eqn.outvars and not eqn.effects:
+            continue  # dead: a residue of partial evaluation (flax's nn.scan leaves some)
         invars = [read(a) for a in eqn.invars]
         if any(a is not b for a, b in zip(invars, eqn.invars, strict=False)):
             eqn = jex.new_jaxpr_eqn(
