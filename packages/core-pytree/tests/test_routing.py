@@ -68,3 +68,37 @@ def test_handlers_are_confined_to_their_thread():
         thread.start()
         thread.join()
     assert seen == [2]
+
+
+class Foreign:
+    """A class hierarchy the backend does not own: wrapped only inside `patching`."""
+
+    def __call__(self, x):
+        return x + 1
+
+
+class ForeignChild(Foreign):
+    def __call__(self, x):
+        return super().__call__(x) * 3
+
+
+class Skipped(Foreign):
+    def __call__(self, x):
+        return x
+
+
+foreign_router = CallRouter(
+    "foreign", lambda handler, call, obj, current, args, kw: handler(call(obj, *args, **kw))
+)
+
+
+def test_patching_wraps_existing_subclasses_while_active():
+    originals = {cls: cls.__dict__["__call__"] for cls in (ForeignChild, Skipped)}
+    with foreign_router.patching(Foreign, keep=lambda cls: cls is not Skipped):
+        with foreign_router.patching(Foreign):  # re-entrant: patched once, undone once
+            assert original_call(ForeignChild.__call__) is originals[ForeignChild]
+        with foreign_router.active(lambda out: -out):
+            assert ForeignChild()(1) == -6  # routed once; super().__call__ is not a subclass
+            assert Skipped()(1) == 1
+        assert ForeignChild()(1) == 6
+    assert {cls: cls.__dict__["__call__"] for cls in originals} == originals

@@ -5,7 +5,8 @@ class's `__call__`. The wrapper costs one context-variable read while no handler
 while one is (inside `router.active(handler)`), each call goes to the backend's `route`
 function instead, except the inner `super().__call__` of a call already being routed.
 Handlers and the running call are context variables: re-entrant and confined to their
-thread or task.
+thread or task. For classes a backend does not own (Equinox's, Flax's), `patching(base)`
+wraps the `__call__` of every existing subclass of `base` while a block runs.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +23,10 @@ ORIGINAL_ATTRIBUTE = "__bryo_original_call__"
 # route(handler, call, obj, current, args, kwargs): `call` is the unwrapped method and
 # `current` the `(object, name)` whose routed call is running (None at the top).
 Route = Callable[..., Any]
+
+
+def _every_class(cls: type) -> bool:
+    return True
 
 
 class CallRouter:
@@ -34,6 +40,9 @@ class CallRouter:
         self._current: contextvars.ContextVar[tuple[object, str] | None] = contextvars.ContextVar(
             f"{name}_current", default=None
         )
+        self._patch_lock = threading.Lock()
+        self._patch_depth = 0
+        self._patched: list[type] = []
 
     def wrap(self, call: Callable[..., Any]) -> Callable[..., Any]:
         """`call` (a `__call__` method), routed while a handler is active; wraps once."""
@@ -71,6 +80,52 @@ class CallRouter:
             yield
         finally:
             self._current.reset(token)
+
+    @contextlib.contextmanager
+    def patching(self, base: type, keep: Callable[[type], bool] = _every_class) -> Iterator[None]:
+        """Wrap `__call__` of every existing subclass of `base` inside the block.
+
+        Only classes defining `__call__` themselves and accepted by `keep` are wrapped;
+        they are put back when the last block (of any thread) exits. Classes created
+        inside the block are not wrapped. Pass the same `base` every time.
+        """
+        with self._patch_lock:
+            if self._patch_depth == 0:
+                self._install(base, keep)
+            self._patch_depth += 1
+        try:
+            yield
+        finally:
+            with self._patch_lock:
+                self._patch_depth -= 1
+                if self._patch_depth == 0:
+                    self._uninstall()
+
+    def _install(self, base: type, keep: Callable[[type], bool]) -> None:
+        for cls in _subclasses(base):
+            call = cls.__dict__.get("__call__")
+            if call is None or original_call(call) is not None or not keep(cls):
+                continue
+            type.__setattr__(cls, "__call__", self.wrap(call))
+            self._patched.append(cls)
+
+    def _uninstall(self) -> None:
+        while self._patched:
+            cls = self._patched.pop()
+            original = original_call(cls.__dict__.get("__call__"))
+            if original is not None:
+                type.__setattr__(cls, "__call__", original)
+
+
+def _subclasses(cls: type) -> Iterator[type]:
+    seen: set[type] = set()
+    stack = [cls]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                stack.append(sub)
+                yield sub
 
 
 def original_call(method: Callable[..., Any]) -> Callable[..., Any] | None:

@@ -17,20 +17,15 @@ backend), imported only while a call is routed.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import equinox as eqx
 
 from bryo_graph import iter_graph, merge, split
-from bryo_pytree import CallRouter, original_call
+from bryo_pytree import CallRouter
 
 Handler = Callable[..., Any]
-
-_lock = threading.Lock()
-_active = [0]
-_patched: list[type] = []
 
 
 def _is_layer_class(cls: type) -> bool:
@@ -39,52 +34,14 @@ def _is_layer_class(cls: type) -> bool:
     return not (module.startswith("equinox.") and not module.startswith("equinox.nn."))
 
 
-def _subclasses(cls: type) -> Iterator[type]:
-    seen: set[type] = set()
-    stack = [cls]
-    while stack:
-        for sub in stack.pop().__subclasses__():
-            if sub not in seen:
-                seen.add(sub)
-                stack.append(sub)
-                yield sub
-
-
-def _install() -> None:
-    for cls in _subclasses(eqx.Module):
-        call = cls.__dict__.get("__call__")
-        if call is None or original_call(call) is not None or not _is_layer_class(cls):
-            continue
-        type.__setattr__(cls, "__call__", _router.wrap(call))
-        _patched.append(cls)
-
-
-def _uninstall() -> None:
-    while _patched:
-        cls = _patched.pop()
-        original = original_call(cls.__dict__.get("__call__"))
-        if original is not None:
-            type.__setattr__(cls, "__call__", original)
-
-
 @contextlib.contextmanager
 def intercept(handler: Handler) -> Iterator[None]:
     """Route every Equinox module call to `handler` inside the block.
 
     See the `bryo_mox_interceptor` hook for the handler's contract.
     """
-    with _lock:
-        if _active[0] == 0:
-            _install()
-        _active[0] += 1
-    try:
-        with _router.active(handler):
-            yield
-    finally:
-        with _lock:
-            _active[0] -= 1
-            if _active[0] == 0:
-                _uninstall()
+    with _router.patching(eqx.Module, _is_layer_class), _router.active(handler):
+        yield
 
 
 def attributes(module: object) -> dict[str, object]:
