@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 import bryo_mox as mox_lib
 from bryo_mox.testing import MLP, ToyBackend
-from bryo_pytree import new_plugin_manager, use_plugin_manager
+from bryo_plugins import new_plugin_manager, use_plugin_manager
 
 
 def timeit(fn: Callable[[], object], repeat: int = 7, number: int = 1) -> float:

@@ -1,10 +1,11 @@
-"""Install only what you need: `bryo-core-pytree` alone pulls in jax and pluggy, nothing more.
+"""Install only what you need: `bryo-core-pytree` alone pulls in jax and bryo-core-plugins.
 
-Builds the wheel of packages/core-pytree, makes a fresh virtual environment with `uv`,
-installs the wheel there (its dependencies come from the package index, through uv's
-cache so that reruns are fast), imports it, and checks that no backend's dependency
-(equinox, flax, lxml) and no other bryo distribution came along. It needs a reachable
-package index, or uv's cache holding every dependency; otherwise it is skipped.
+Builds the wheels of packages/core-pytree and packages/core-plugins, makes a fresh virtual
+environment with `uv`, installs the wheels there (their dependencies come from the package
+index, through uv's cache so that reruns are fast), imports bryo_pytree, and checks that no
+backend's dependency (equinox, flax, lxml) and no other bryo distribution came along. It
+needs a reachable package index, or uv's cache holding every dependency; otherwise it is
+skipped.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "packages" / "core-pytree"
+PACKAGES = (ROOT / "packages" / "core-plugins", ROOT / "packages" / "core-pytree")
 FORBIDDEN = ("equinox", "flax", "lxml", "optax", "ytsaurus-client")
 STEP_TIMEOUT = 600
 
@@ -31,7 +32,8 @@ pytestmark = [pytest.mark.install, pytest.mark.slow, pytest.mark.timeout(1500)]
 CHECK_IMPORT = """
 import importlib.metadata as md, json, re
 import bryo_pytree
-from bryo_pytree import broadcast_prefix, flatten_to_paths, get_plugin_manager
+from bryo_pytree import broadcast_prefix, flatten_to_paths
+from bryo_plugins import get_plugin_manager
 assert flatten_to_paths({"a": [1, 2]}) == {("a", 0): 1, ("a", 1): 2}
 assert broadcast_prefix((None, 0), (1, {"k": 2})) == (None, {"k": 0})
 pm = get_plugin_manager()
@@ -39,7 +41,6 @@ print(json.dumps({
     "version": bryo_pytree.__version__,
     "file": bryo_pytree.__file__,
     "plugins": [name for name, plugin in pm.list_name_plugin() if plugin is not None],
-    "pytest11": [ep.value for ep in md.entry_points(group="pytest11") if ep.name == "bryo"],
     "distributions": sorted(
         {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower() for d in md.distributions()}
     ),
@@ -103,23 +104,22 @@ def test_core_pytree_installs_alone(workdir):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
 
     wheels = workdir / "wheels"
-    _check(
-        _run([*uv, "build", "--wheel", "--out-dir", str(wheels), *offline, str(PACKAGE)], env=env),
-        "building the wheel",
-    )
-    [wheel] = wheels.glob("bryo_core_pytree-*.whl")
+    for package in PACKAGES:
+        build = [*uv, "build", "--wheel", "--out-dir", str(wheels), *offline, str(package)]
+        _check(_run(build, env=env), f"building the wheel of {package.name}")
+    built = sorted(str(wheel) for wheel in wheels.glob("bryo_core_*.whl"))
 
     venv = workdir / "venv"
     _check(_run([*uv, "venv", "--python", sys.executable, str(venv)], env=env), "uv venv")
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
-    install = _run([*uv, "pip", "install", "--python", str(python), *offline, str(wheel)], env=env)
+    install = _run([*uv, "pip", "install", "--python", str(python), *offline, *built], env=env)
     if install.returncode != 0 and not online:
         pytest.skip(
             f"no package index reachable at {_index_url()} and uv's cache lacks the "
             f"dependencies of bryo-core-pytree:\n{install.stderr[-2000:]}"
         )
-    _check(install, "installing the wheel")
+    _check(install, "installing the wheels")
 
     result = _run([str(python), "-c", CHECK_IMPORT], env=env, cwd=workdir)
     _check(result, "importing bryo_pytree in the fresh venv")
@@ -128,9 +128,9 @@ def test_core_pytree_installs_alone(workdir):
     assert Path(report["file"]).is_relative_to(venv), "imported the workspace copy, not the wheel"
     assert report["version"] == "0.1.0"
     assert report["plugins"] == []  # core-pytree ships no `bryo` plugin of its own
-    assert report["pytest11"] == ["bryo_pytree.testing"]
     installed = set(report["distributions"])
     print("installed:", ", ".join(sorted(installed)))
-    assert {"bryo-core-pytree", "jax", "jaxlib", "pluggy"} <= installed
+    assert {"bryo-core-pytree", "bryo-core-plugins", "jax", "jaxlib", "pluggy"} <= installed
     assert not installed & set(FORBIDDEN), f"pulled in {sorted(installed & set(FORBIDDEN))}"
-    assert sorted(d for d in installed if d.startswith("bryo")) == ["bryo-core-pytree"]
+    bryo_dists = sorted(d for d in installed if d.startswith("bryo"))
+    assert bryo_dists == ["bryo-core-plugins", "bryo-core-pytree"]

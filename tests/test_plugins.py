@@ -15,13 +15,13 @@ import pytest
 
 import bryo
 import bryo._cli
-import bryo_pytree
-from bryo_pytree import (
+import bryo_plugins
+from bryo_plugins import (
     AUTOLOAD_ENV,
     BLOCK_ENV,
     BryoPluginManager,
     PluginError,
-    _plugins,
+    _manager,
     describe_plugins,
     get_plugin_manager,
     hookimpl,
@@ -33,7 +33,7 @@ from bryo_pytree import (
 
 HELLO = """
     import bryo  # owns the hook below: importing it declares `bryo_cli_commands`
-    from bryo_pytree import hookimpl
+    from bryo_plugins import hookimpl
 
     def _hello(args):
         print(f"hello, {args.who}")
@@ -52,7 +52,7 @@ BROKEN = """
 
 MISSPELT = """
     import bryo
-    from bryo_pytree import hookimpl
+    from bryo_plugins import hookimpl
 
     @hookimpl
     def bryo_cli_command(subparsers):
@@ -60,7 +60,7 @@ MISSPELT = """
 """
 
 OPTIONAL = """
-    from bryo_pytree import hookimpl
+    from bryo_plugins import hookimpl
 
     @hookimpl(optionalhook=True)
     def bryo_hook_of_a_package_not_installed(value):
@@ -68,7 +68,7 @@ OPTIONAL = """
 """
 
 REENTRANT = """
-    from bryo_pytree import get_plugin_manager
+    from bryo_plugins import get_plugin_manager
 
     PM = get_plugin_manager()  # at import time: not allowed
 """
@@ -78,7 +78,7 @@ def _names(pm: BryoPluginManager) -> set[str]:
     return {name for name, plugin in pm.list_name_plugin() if plugin is not None}
 
 
-def _fake_failures(pm: BryoPluginManager) -> list[bryo_pytree.PluginFailure]:
+def _fake_failures(pm: BryoPluginManager) -> list[bryo_plugins.PluginFailure]:
     """Failures of this file's fake plugins (other packages of the workspace may be half-built)."""
     return [f for f in pm.failures if f.distribution and f.distribution.startswith("acme-")]
 
@@ -106,7 +106,7 @@ def test_discovered_plugin_adds_a_cli_subcommand(fake_dists, capsys):
 def test_describe_plugins_names_distribution_version_and_hooks(fake_dists):
     fake_dists.add("acme-bryo-hello", {"hello": HELLO}, version="2.0")
     infos = {info.name: info for info in describe_plugins(new_plugin_manager())}
-    assert infos["hello"] == bryo_pytree.PluginInfo(
+    assert infos["hello"] == bryo_plugins.PluginInfo(
         "hello", "acme-bryo-hello", "2.0", ("bryo_cli_commands",)
     )
     assert infos["cli"].distribution == "bryo"
@@ -159,7 +159,7 @@ def test_broken_plugin_is_reported_and_the_rest_keeps_working(fake_dists, capsys
 
 def test_plugin_calling_get_plugin_manager_at_import_gets_a_clear_error(fake_dists, monkeypatch):
     fake_dists.add("acme-eager", {"eager": REENTRANT})
-    monkeypatch.setattr(_plugins, "_manager", None)  # force a first, global load
+    monkeypatch.setattr(_manager, "_manager", None)  # force a first, global load
     with pytest.warns(RuntimeWarning, match="'eager'.*get_plugin_manager"):
         pm = get_plugin_manager()
     assert get_plugin_manager() is pm  # one load, no nested second manager
@@ -186,7 +186,7 @@ def test_misspelt_hook_fails_loudly_with_a_suggestion(fake_dists):
 
 def test_misspelt_hook_makes_the_cli_exit_2_with_the_error(fake_dists, monkeypatch, capsys):
     fake_dists.add("acme-typo", {"typo": MISSPELT})
-    monkeypatch.setattr(_plugins, "_manager", None)
+    monkeypatch.setattr(_manager, "_manager", None)
     assert bryo._cli.main(["plugins"]) == 2
     assert "unknown hook 'bryo_cli_command'" in capsys.readouterr().err
 
@@ -199,7 +199,7 @@ def test_misspelt_hook_registered_by_hand_is_caught_by_check_pending(bryo_plugin
 
     bryo_plugin_manager.register(Typo(), name="by-hand")
     with pytest.raises(PluginError, match="'by-hand' implements unknown hook 'bryo_cli_comands'"):
-        _plugins._check_pending(bryo_plugin_manager)
+        _manager._check_pending(bryo_plugin_manager)
 
 
 def test_optional_hook_of_an_unknown_spec_is_accepted(fake_dists):
@@ -274,10 +274,10 @@ class _Specs:
 
 
 def test_add_hookspecs_reaches_live_and_future_managers(monkeypatch):
-    monkeypatch.setattr(_plugins, "_hookspec_modules", list(_plugins._hookspec_modules))
+    monkeypatch.setattr(_manager, "_hookspec_modules", list(_manager._hookspec_modules))
     live = new_plugin_manager(load=False)
-    bryo_pytree.add_hookspecs(_Specs)
-    bryo_pytree.add_hookspecs(_Specs)  # twice is harmless
+    bryo_plugins.add_hookspecs(_Specs)
+    bryo_plugins.add_hookspecs(_Specs)  # twice is harmless
     later = new_plugin_manager(load=False)
 
     class Doubler:
@@ -288,7 +288,7 @@ def test_add_hookspecs_reaches_live_and_future_managers(monkeypatch):
     for pm in (live, later):
         pm.register(Doubler())
         assert pm.hook.bryo_test_double(value=21) == 42
-        _plugins._check_pending(pm)
+        _manager._check_pending(pm)
 
 
 def test_epoch_changes_on_every_registration(bryo_empty_plugin_manager):
@@ -304,27 +304,27 @@ def test_epoch_changes_on_every_registration(bryo_empty_plugin_manager):
 
 def test_epochs_never_repeat_across_managers(monkeypatch):
     """A cache keyed on the epoch cannot confuse a fresh manager with an older one."""
-    monkeypatch.setattr(_plugins, "_hookspec_modules", list(_plugins._hookspec_modules))
+    monkeypatch.setattr(_manager, "_hookspec_modules", list(_manager._hookspec_modules))
     first = new_plugin_manager(load=False)
     first_epoch = first.epoch
     del first
     second = new_plugin_manager(load=False)  # may even reuse `first`'s id()
     assert second.epoch > first_epoch
     before = second.epoch
-    bryo_pytree.add_hookspecs(_Specs)
+    bryo_plugins.add_hookspecs(_Specs)
     assert second.epoch > before  # a new spec may change what hooks answer
 
 
 def test_hook_markers_are_bryos():
     assert isinstance(hookimpl, pluggy.HookimplMarker)
     assert hookimpl.project_name == hookspec.project_name == "bryo"
-    assert bryo_pytree.ENTRY_POINT_GROUP == "bryo"
+    assert bryo_plugins.ENTRY_POINT_GROUP == "bryo"
 
 
 def test_failed_load_is_not_cached(fake_dists, monkeypatch):
     """A misspelt plugin fails every call (loudly), until it is fixed or blocked."""
     fake_dists.add("acme-typo", {"typo": MISSPELT})
-    monkeypatch.setattr(_plugins, "_manager", None)
+    monkeypatch.setattr(_manager, "_manager", None)
     for _ in range(2):
         with pytest.raises(PluginError):
             get_plugin_manager()
@@ -375,7 +375,7 @@ def test_pytest_plugin_is_shipped_through_pytest11(pytestconfig):
 def test_fixtures_work_in_a_fresh_pytest_process(tmp_path):
     """The `pytest11` entry point makes the fixtures available with no conftest at all."""
     (tmp_path / "test_uses_fixture.py").write_text(
-        "from bryo_pytree import get_plugin_manager, hookimpl\n"
+        "from bryo_plugins import get_plugin_manager, hookimpl\n"
         "class P:\n"
         "    @hookimpl\n"
         "    def bryo_cli_commands(self, subparsers):\n"

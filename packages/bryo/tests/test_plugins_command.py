@@ -10,7 +10,7 @@ import pytest
 
 import bryo
 from bryo._cli import main
-from bryo_pytree import AUTOLOAD_ENV, BLOCK_ENV, PluginFailure, hookimpl
+from bryo_plugins import AUTOLOAD_ENV, BLOCK_ENV, PluginFailure, hookimpl
 
 
 class _Greeter:

@@ -18,7 +18,7 @@ from bryo_filters import (
     WithTag,
     to_predicate,
 )
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 
 
 class Param:

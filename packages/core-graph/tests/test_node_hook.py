@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from bryo_graph import GraphError, NodeType, Param, graphdef, merge, split
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,7 +35,7 @@ from bryo_graph import (
     state,
     update,
 )
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 
 RULES = {"embed": None, "mlp": "model", "batch": "data"}
 MESH_2x4 = AbstractMesh((2, 4), ("data", "model"))

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bryo_pytree import hookimpl, pytree_dataclass, static_field
+from bryo_plugins import hookimpl
+from bryo_pytree import pytree_dataclass, static_field
 from bryo_scan import AxisInfo, BlockFoldable, BlockSeq, ScanAxisError, Stacked
 
 LAYERS = AxisInfo(name=None, size=4, position=0)  # a sized positional axis

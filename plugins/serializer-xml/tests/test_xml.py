@@ -63,7 +63,7 @@ def test_higher_order_primitives(bryo_plugin_manager):
 @given(st.lists(st.integers(1, 4), min_size=2, max_size=4), st.integers(1, 3))
 def test_random_mlp_round_trip(sizes, batch):
     from bryo_mox.testing import ToyBackend
-    from bryo_pytree import new_plugin_manager, use_plugin_manager
+    from bryo_plugins import new_plugin_manager, use_plugin_manager
 
     pm = new_plugin_manager()
     pm.register(ToyBackend())

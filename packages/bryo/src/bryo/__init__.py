@@ -11,7 +11,7 @@ most used names at top level, and provides the `bryo` command (`bryo demo`,
 """
 
 import bryo_pytree as pytree
-from bryo_pytree import add_hookspecs as _add_hookspecs
+from bryo_plugins import add_hookspecs as _add_hookspecs
 
 from . import hookspecs as _hookspecs
 

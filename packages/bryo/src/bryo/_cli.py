@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bryo_pytree import PluginError, get_plugin_manager
+from bryo_plugins import PluginError, get_plugin_manager
 
 
 def build_parser() -> argparse.ArgumentParser:

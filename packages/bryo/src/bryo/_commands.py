@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bryo_pytree import describe_plugins, get_plugin_manager, hookimpl
+from bryo_plugins import describe_plugins, get_plugin_manager, hookimpl
 
 
 def _plugins(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 
 FORMATS = ("xml", "yson")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bryo_pytree import hookspec
+from bryo_plugins import hookspec
 
 
 @hookspec

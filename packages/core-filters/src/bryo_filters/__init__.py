@@ -6,7 +6,7 @@ predicate; the classes below are the predicates themselves, hashable and compara
 Importing this package declares the `bryo_filter_predicate` hook for new literal kinds.
 """
 
-from bryo_pytree import add_hookspecs as _add_hookspecs
+from bryo_plugins import add_hookspecs as _add_hookspecs
 
 from . import hookspecs as _hookspecs
 from ._filters import ACCEPTED_LITERALS as ACCEPTED_LITERALS

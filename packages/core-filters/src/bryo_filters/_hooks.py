@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bryo_pytree import get_plugin_manager
+from bryo_plugins import get_plugin_manager
 
 
 def plugin_predicate(filter: object) -> Callable[[tuple, object], bool] | None:

@@ -8,7 +8,7 @@ types come from backends through the `bryo_graph_node_types` hook: the core itse
 knows only dicts, lists and tuples, plus `Object`, the base of mutable NNX-style nodes.
 """
 
-from bryo_pytree import add_hookspecs as _add_hookspecs
+from bryo_plugins import add_hookspecs as _add_hookspecs
 
 from . import _transforms_lift as lift  # noqa: F401  (bryo_graph.lift, the transforms toolkit)
 from . import graph as graph

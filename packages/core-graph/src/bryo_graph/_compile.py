@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bryo_pytree import Path, TypeTable, path_str, unwrap_hashable
+from bryo_plugins import TypeTable
+from bryo_pytree import Path, path_str, unwrap_hashable
 
 from ._object import object_create, object_init_items
 from ._variables import Variable, VariableState

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
-from bryo_pytree import BryoPluginManager, Key, TypeTable
+from bryo_plugins import BryoPluginManager, TypeTable
+from bryo_pytree import Key
 
 Children = Iterable[tuple[Key, object]]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 
 from ._nodes import NodeType, builtin_node_types
 from ._object import Object, object_node_type, tracked_container_node_types

@@ -25,7 +25,8 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from bryo_pytree import Path, TypeTable, key_to_plain, merge_mappings, path_str
+from bryo_plugins import TypeTable, merge_mappings
+from bryo_pytree import Path, key_to_plain, path_str
 
 from ._graph import merge, split, state, update
 from ._nodes import is_graph_node

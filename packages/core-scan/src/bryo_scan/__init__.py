@@ -8,7 +8,7 @@ identical blocks as one block with stacked arrays and applies it with one scan; 
 does the same with a Python loop. Backends extend all of this through `hookspecs`.
 """
 
-from bryo_pytree import add_hookspecs as _add_hookspecs
+from bryo_plugins import add_hookspecs as _add_hookspecs
 
 from . import hookspecs as hookspecs
 from ._hooks import resolve_axis as resolve_axis

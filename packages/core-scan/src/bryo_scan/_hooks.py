@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from bryo_pytree import TypeTable, get_plugin_manager, merge_mappings
+from bryo_plugins import TypeTable, get_plugin_manager, merge_mappings
 
 from ._types import AxisInfo, BlockSplitter, NamedLeaf, ScanAxisError
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bryo_graph import NodeType
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 
 from ._stacked import BlockSeq, Stacked
 from ._types import AxisInfo

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bryo_pytree import hookspec
+from bryo_plugins import hookspec
 
 from ._types import AxisInfo, BlockSplitter, NamedLeaf
 

@@ -6,7 +6,7 @@ transformation; `query` selects nodes with XPath 1.0; `sub` rewrites them; `dump
 serialize through serializer plugins (XML, YSON). See `docs/mox.md`.
 """
 
-from bryo_pytree import add_hookspecs as _add_hookspecs
+from bryo_plugins import add_hookspecs as _add_hookspecs
 
 from . import document as document
 from . import hookspecs as _hookspecs

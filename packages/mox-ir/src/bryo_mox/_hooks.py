@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bryo_pytree import get_plugin_manager
+from bryo_plugins import get_plugin_manager
 
 from ._errors import MoxError
 

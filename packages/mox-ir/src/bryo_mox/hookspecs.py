@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bryo_pytree import hookspec
+from bryo_plugins import hookspec
 
 from ._hooks import Interceptor, Serializer
 

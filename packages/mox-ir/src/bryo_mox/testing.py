@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 
 from ._hooks import CallHandler
 from ._ir import ModuleInfo

@@ -23,7 +23,7 @@ from typing import Any
 import equinox as eqx
 
 from bryo_graph import iter_graph, merge, split
-from bryo_pytree import CallRouter
+from bryo_plugins import CallRouter
 
 Handler = Callable[..., Any]
 

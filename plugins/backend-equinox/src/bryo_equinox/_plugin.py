@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from bryo_graph import NodeType
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 
 from ._filters import value_predicate
 from ._mox import intercept

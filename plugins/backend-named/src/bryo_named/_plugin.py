@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 
 import jax
 
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 from bryo_scan import AxisInfo, NamedLeaf
 
 from ._axis import Axis, AxisError, check_unique, declared_size, format_axes

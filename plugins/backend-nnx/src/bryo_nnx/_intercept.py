@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bryo_graph import iter_graph, state, update
-from bryo_pytree import CallRouter
+from bryo_plugins import CallRouter
 
 Handler = Callable[..., Any]
 

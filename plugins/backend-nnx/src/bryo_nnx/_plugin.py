@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bryo_graph import NodeType, merge, object_node_type, split
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 
 from ._intercept import intercept
 from ._module import Module

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bryo_mox import Serializer
-from bryo_pytree import hookimpl
+from bryo_plugins import hookimpl
 
 from . import _yson
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ._plugins import BryoPluginManager, new_plugin_manager, use_plugin_manager
+from ._manager import BryoPluginManager, new_plugin_manager, use_plugin_manager
 
 
 @pytest.fixture

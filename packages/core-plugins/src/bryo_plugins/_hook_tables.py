@@ -1,5 +1,4 @@
-"""Lookup tables built from hook results, cached per plugin-manager epoch, and a wrapper
-that lets unhashable static values sit in treedefs and GraphDefs.
+"""Lookup tables built from hook results, cached per plugin-manager epoch.
 
 Hot paths (flattening a graph, scanning a tree) ask "how does a plugin handle this
 type?" once per node. `TypeTable` answers from a dict rebuilt only when a plugin is
@@ -8,10 +7,10 @@ registered or unregistered, resolving subclasses along the MRO and memoising the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-from ._plugins import BryoPluginManager, get_plugin_manager
+from ._manager import BryoPluginManager, get_plugin_manager
 
 V = TypeVar("V")
 
@@ -65,35 +64,3 @@ def merge_mappings(results: list[Mapping[type, V] | None]) -> dict[type, V]:
     for mapping in results:
         merged.update(mapping or {})
     return merged
-
-
-class ByIdentity:
-    """An unhashable static value, compared by identity so the structure holding it hashes."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return id(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ByIdentity) and other.value is self.value
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-def hashable(value: object) -> Hashable:
-    """`value` itself if it hashes, else `ByIdentity(value)`."""
-    try:
-        hash(value)
-    except TypeError:
-        return ByIdentity(value)
-    return value
-
-
-def unwrap_hashable(value: object) -> object:
-    """The value `hashable` wrapped, or `value` unchanged."""
-    return value.value if type(value) is ByIdentity else value

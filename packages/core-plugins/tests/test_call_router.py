@@ -2,7 +2,7 @@
 
 import threading
 
-from bryo_pytree import CallRouter, original_call
+from bryo_plugins import CallRouter, original_call
 
 calls = []
 

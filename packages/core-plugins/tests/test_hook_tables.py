@@ -1,7 +1,7 @@
-"""TypeTable (hook results cached per plugin-manager epoch) and the identity wrapper."""
+"""TypeTable: hook results cached per plugin-manager epoch."""
 
-from bryo_pytree import ByIdentity, TypeTable, hashable, hookimpl, hookspec, merge_mappings
-from bryo_pytree import add_hookspecs as add
+from bryo_plugins import TypeTable, hookimpl, hookspec, merge_mappings
+from bryo_plugins import add_hookspecs as add
 
 
 class Specs:
@@ -48,12 +48,3 @@ def test_lookup_follows_the_mro_and_the_plugins(bryo_plugin_manager):
 
 def test_merge_mappings_later_wins():
     assert merge_mappings([{int: 1}, None, {int: 2, str: 3}]) == {int: 2, str: 3}
-
-
-def test_hashable_wraps_only_unhashable_values():
-    assert hashable(3) == 3
-    value = [1, 2]
-    wrapped = hashable(value)
-    assert isinstance(wrapped, ByIdentity) and wrapped.value is value
-    assert hash(wrapped) == hash(hashable(value)) and wrapped == hashable(value)
-    assert wrapped != hashable([1, 2])  # equal contents, other object
