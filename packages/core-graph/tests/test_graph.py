@@ -15,10 +15,15 @@ from bryo_graph import (
     GraphDef,
     GraphError,
     Intermediate,
+    LeafEntry,
+    NodeEntry,
     Object,
     Param,
+    RefEntry,
     State,
+    StaticEntry,
     Variable,
+    VariableEntry,
     VariableState,
     clone,
     graph,
@@ -121,6 +126,31 @@ def test_graphdef_is_hashable_and_structural():
     assert graphdef(a) == graphdef(b) and hash(graphdef(a)) == hash(graphdef(b))
     assert graphdef(a) != graphdef(MLP([2, 4]))
     assert {graphdef(a): 1}[graphdef(b)] == 1
+
+
+def test_graphdef_entries_are_named_records():
+    model = MLP([2, 3])
+    model.tied = model.layers[0].kernel
+    model.raw = {"w": np.ones(2)}
+    root = graphdef(model).root
+    assert isinstance(root, NodeEntry) and root.type is MLP and root.index == 0
+    kernel = root.child("layers").child(0).child("kernel")
+    assert isinstance(kernel, VariableEntry) and kernel.type is Param
+    assert root.child("tied") == RefEntry(kernel.index)
+    assert root.child("raw").child("w") == LeafEntry(Variable)
+    assert root.child("layers").child(0).child("din") == StaticEntry(2)
+    with pytest.raises(KeyError):
+        root.child("missing")
+
+
+def test_graphdef_entries_of_different_kinds_never_compare_equal():
+    # Equal fields, different kinds: a Python int static vs a reference, a class kept
+    # as a static value vs a raw array shown as that class.
+    assert RefEntry(3) != StaticEntry(3)
+    assert StaticEntry(Param) != LeafEntry(Param)
+    static_class, array_leaf = Object(), Object()
+    static_class.x, array_leaf.x = Variable, np.zeros(2)
+    assert graphdef(static_class) != graphdef(array_leaf)
 
 
 def test_resplitting_an_unchanged_model_reuses_its_graphdef():

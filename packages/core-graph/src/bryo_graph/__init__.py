@@ -13,6 +13,12 @@ from bryo_plugins import add_hookspecs as _add_hookspecs
 from . import _transforms_lift as lift  # noqa: F401  (bryo_graph.lift, the transforms toolkit)
 from . import graph as graph
 from . import hookspecs as _hookspecs
+from ._entries import Entry as Entry
+from ._entries import LeafEntry as LeafEntry
+from ._entries import NodeEntry as NodeEntry
+from ._entries import RefEntry as RefEntry
+from ._entries import StaticEntry as StaticEntry
+from ._entries import VariableEntry as VariableEntry
 from ._graph import GraphDef as GraphDef
 from ._graph import GraphError as GraphError
 from ._graph import clone as clone

@@ -11,16 +11,13 @@ when the registered node types change.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from bryo_plugins import TypeTable
 from bryo_pytree import Path, path_str, unwrap_hashable
 
+from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
 from ._object import object_create, object_init_items
 from ._variables import Variable, VariableState
-
-if TYPE_CHECKING:
-    from ._graph import GraphDef
 
 _new = object.__new__
 _set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
@@ -51,9 +48,8 @@ class CompileError(ValueError):
 
 
 class _Compiler:
-    def __init__(self, registry: TypeTable, kinds: tuple[str, ...]) -> None:
+    def __init__(self, registry: TypeTable) -> None:
         self.registry = registry
-        self.node, self.ref, self.var, self.leaf, self.static = kinds
         self.lines: list[str] = []
         self.consts: list[object] = []
         self.const_index: dict[int, int] = {}
@@ -71,10 +67,10 @@ class _Compiler:
     def key(self, key: object) -> str:
         return repr(key) if type(key) in (str, int) else self.const(key)
 
-    def expr(self, entry: tuple, path: Path) -> str:
-        kind = entry[0]
-        if kind is self.var:
-            i, name = self.leaf_count, f"n{entry[2]}"
+    def expr(self, entry: Entry, path: Path) -> str:
+        cls = type(entry)
+        if cls is VariableEntry:
+            i, name = self.leaf_count, f"n{entry.index}"
             self.leaf_count += 1
             # A VariableState (the common case) becomes a Variable inline; anything else
             # (a raw value, a Variable) goes through `make_variable`.
@@ -84,27 +80,27 @@ class _Compiler:
                 f"    {name} = new(s.type); set_value({name}, s.value); "
                 f"set_metadata({name}, {{**s._metadata}})",
                 "else:",
-                f"    {name} = make_variable(s, {self.const(entry[1])})",
+                f"    {name} = make_variable(s, {self.const(entry.type)})",
             ]
-            self.built.add(entry[2])
+            self.built.add(entry.index)
             return name
-        if kind is self.leaf:
+        if cls is LeafEntry:
             i = self.leaf_count
             self.leaf_count += 1
             return f"leaf_value(L[{i}])"
-        if kind is self.ref:
-            if entry[1] not in self.built:
+        if cls is RefEntry:
+            if entry.index not in self.built:
                 raise CompileError(
                     f"the node at {path_str(path)} refers back to a node still being built; "
                     "cycles may only go through mutable nodes."
                 )
-            return f"n{entry[1]}"
-        if kind is self.static:
-            return self.const(unwrap_hashable(entry[1]))
-        return self.node_expr(entry, path)
+            return f"n{entry.index}"
+        if cls is StaticEntry:
+            return self.const(unwrap_hashable(entry.value))
+        return self.node_expr(entry, path)  # type: ignore[arg-type]
 
-    def node_expr(self, entry: tuple, path: Path) -> str:
-        _, cls, index, aux, children = entry
+    def node_expr(self, entry: NodeEntry, path: Path) -> str:
+        cls, index, aux, children = entry.type, entry.index, entry.aux, entry.children
         node_type = self.registry.lookup(cls)
         if node_type is None:
             raise CompileError(
@@ -148,12 +144,13 @@ class _Compiler:
         return name
 
 
-def compile_graphdef(graphdef: GraphDef, registry: TypeTable, kinds: tuple[str, ...]) -> Callable:
-    """A function `build(leaves) -> root` for `graphdef` (leaves in GraphDef order)."""
-    compiler = _Compiler(registry, kinds)
-    root = compiler.expr(graphdef.root, ())
+def compile_graphdef(root: NodeEntry, registry: TypeTable, *, name: str) -> Callable:
+    """A function `build(leaves) -> graph` for the GraphDef `root` (leaves in GraphDef
+    order); `name` is the file name its tracebacks show."""
+    compiler = _Compiler(registry)
+    result = compiler.expr(root, ())
     body = "\n".join(f"    {line}" for line in compiler.lines) or "    pass"
-    source = f"def build(L):\n{body}\n    return {root}\n"
+    source = f"def build(L):\n{body}\n    return {result}\n"
     namespace = {
         "K": compiler.consts,
         "make_variable": make_variable,
@@ -163,5 +160,5 @@ def compile_graphdef(graphdef: GraphDef, registry: TypeTable, kinds: tuple[str, 
         "set_value": _set_raw_value,
         "set_metadata": _set_metadata,
     }
-    exec(compile(source, f"<bryo graphdef {graphdef._hash & 0xFFFFFFFF:08x}>", "exec"), namespace)
+    exec(compile(source, name, "exec"), namespace)
     return namespace["build"]

@@ -19,17 +19,19 @@ from bryo_filters import Filter, filters_to_predicates, is_builtin_filter
 from bryo_pytree import Key, Path, hashable, path_str
 
 from ._compile import CompileError, compile_graphdef
+from ._entries import (
+    Entry,
+    LeafEntry,
+    NodeEntry,
+    RefEntry,
+    StaticEntry,
+    VariableEntry,
+    collect_leaf_paths,
+    render,
+)
 from ._nodes import NodeType, node_types, structure_version
 from ._state import State, group_flat
 from ._variables import Variable, VariableState
-
-# GraphDef entries are plain tuples (C-speed hashing and equality), tagged by kind:
-#   (NODE, type, index, aux, ((key, entry), ...))  a node and its children
-#   (REF, index)                                   a node or Variable seen before
-#   (VAR, type, index)                             a Variable; its value is in the State
-#   (LEAF, type)                                   a raw array; its value is in the State
-#   (STATIC, value)                                a static value kept in the GraphDef
-NODE, REF, VAR, LEAF, STATIC = "node", "ref", "var", "leaf", "static"
 
 
 class GraphError(ValueError):
@@ -41,11 +43,12 @@ class GraphDef:
 
     The hash is computed once. Two GraphDefs are equal when their graphs have the same
     node types, keys, static values and sharing, whatever the values in their States.
+    `root` is the graph's `NodeEntry` (see `bryo_graph.NodeEntry` for the entries).
     """
 
     __slots__ = ("_builder", "_hash", "_leaf_order", "_leaf_paths", "root")
 
-    def __init__(self, root: tuple) -> None:
+    def __init__(self, root: NodeEntry) -> None:
         self.root = root
         self._hash = hash(root)
         self._leaf_paths: frozenset[Path] | None = None
@@ -65,7 +68,7 @@ class GraphDef:
         """The paths a State must have to merge with this GraphDef, in flattening order."""
         if self._leaf_order is None:
             paths: list[Path] = []
-            _collect_leaf_paths(self.root, (), paths)
+            collect_leaf_paths(self.root, (), paths)
             self._leaf_order = tuple(paths)
         return self._leaf_order
 
@@ -82,41 +85,18 @@ class GraphDef:
         builder = self._builder
         if builder is None or builder[0] != registry.epoch:
             try:
-                function = compile_graphdef(self, registry, (NODE, REF, VAR, LEAF, STATIC))
+                function = compile_graphdef(self.root, registry, name=self._name())
             except CompileError as error:
                 raise GraphError(str(error)) from None
             builder = self._builder = (registry.epoch, function)
         return builder[1](leaves)
 
+    def _name(self) -> str:
+        """The file name the compiled builder's tracebacks show."""
+        return f"<bryo graphdef {self._hash & 0xFFFFFFFF:08x}>"
+
     def __repr__(self) -> str:
-        return "GraphDef(" + _render_def(self.root, 0) + ")"
-
-
-def _collect_leaf_paths(entry: tuple, path: Path, out: list[Path]) -> None:
-    kind = entry[0]
-    if kind is VAR or kind is LEAF:
-        out.append(path)
-    elif kind is NODE:
-        for key, child in entry[4]:
-            _collect_leaf_paths(child, (*path, key), out)
-
-
-def _render_def(entry: tuple, depth: int) -> str:
-    kind = entry[0]
-    if kind is NODE:
-        pad = "  " * (depth + 1)
-        head = f"{entry[1].__name__}#{entry[2]}"
-        if not entry[4]:
-            return head + "()"
-        lines = [f"{pad}{key}={_render_def(child, depth + 1)}" for key, child in entry[4]]
-        return head + "(\n" + ",\n".join(lines) + "\n" + "  " * depth + ")"
-    if kind is REF:
-        return f"<ref #{entry[1]}>"
-    if kind is VAR:
-        return f"{entry[1].__name__}#{entry[2]}"
-    if kind is LEAF:
-        return f"<array as {entry[1].__name__}>"
-    return repr(entry[1])
+        return "GraphDef(" + render(self.root) + ")"
 
 
 # Flattening -------------------------------------------------------------------------
@@ -232,28 +212,30 @@ class _Flattener:
         parent_type: NodeType | None,
         key: Key,
         leaf_type: type,
-    ) -> tuple:
+    ) -> Entry:
         if isinstance(value, Variable):
             seen = self.index.get(id(value))
             if seen is not None:
-                return (REF, seen)
+                return RefEntry(seen)
             index = self.index[id(value)] = len(self.index)
             self.paths.append(path)
             self.sources.append(_Source(value, None, type(value), parent, parent_type, key))
-            return (VAR, type(value), index)
+            return VariableEntry(type(value), index)
         node_type = self.registry.lookup(type(value))
         if node_type is not None:
             return self.visit_node(value, node_type, path, leaf_type)
         if _is_array(value):
             self.paths.append(path)
             self.sources.append(_Source(None, value, leaf_type, parent, parent_type, key))
-            return (LEAF, leaf_type)
-        return (STATIC, hashable(value))
+            return LeafEntry(leaf_type)
+        return StaticEntry(hashable(value))
 
-    def visit_node(self, node: object, node_type: NodeType, path: Path, leaf_type: type) -> tuple:
+    def visit_node(
+        self, node: object, node_type: NodeType, path: Path, leaf_type: type
+    ) -> NodeEntry | RefEntry:
         seen = self.index.get(id(node))
         if seen is not None:
-            return (REF, seen)
+            return RefEntry(seen)
         index = self.index[id(node)] = len(self.index)
         if not node_type.cacheable:
             self.cacheable = False
@@ -264,7 +246,7 @@ class _Flattener:
             for key, child in children
         )
         self.nodes.append((path, node))
-        return (NODE, type(node), index, aux, entries)
+        return NodeEntry(type(node), index, aux, entries)
 
 
 _CACHE_SIZE = 128

@@ -27,7 +27,16 @@ import numpy as np
 
 from bryo_pytree import Path, hashable, path_str, unwrap_hashable
 
-from ._graph import LEAF, NODE, REF, STATIC, VAR, GraphDef, GraphError, _flatten, unflatten
+from ._entries import (
+    Entry,
+    LeafEntry,
+    NodeEntry,
+    RefEntry,
+    StaticEntry,
+    VariableEntry,
+    indices_under,
+)
+from ._graph import GraphDef, GraphError, _flatten, unflatten
 from ._nodes import NodeType, node_types, structure_changed
 from ._state import State
 from ._variables import Variable, VariableState
@@ -246,15 +255,14 @@ def _leaf_slots(graphdef: GraphDef) -> list[tuple]:
     """Per State leaf, in order: ('var', var index) or ('raw', parent index, key)."""
     slots: list[tuple] = []
 
-    def walk(entry: tuple, parent: int | None, key: object) -> None:
-        kind = entry[0]
-        if kind is VAR:
-            slots.append(("var", entry[2]))
-        elif kind is LEAF:
+    def walk(entry: Entry, parent: int | None, key: object) -> None:
+        if isinstance(entry, VariableEntry):
+            slots.append(("var", entry.index))
+        elif isinstance(entry, LeafEntry):
             slots.append(("raw", parent, key))
-        elif kind is NODE:
-            for child_key, child in entry[4]:
-                walk(child, entry[2], child_key)
+        elif isinstance(entry, NodeEntry):
+            for child_key, child in entry.children:
+                walk(child, entry.index, child_key)
 
     walk(graphdef.root, None, None)
     return slots
@@ -345,15 +353,14 @@ def index_objects(graphdef: GraphDef, root: object) -> dict[int, object]:
     registry = node_types()
     objects: dict[int, object] = {}
 
-    def walk(entry: tuple, value: object) -> None:
-        kind = entry[0]
-        if kind is VAR:
-            objects[entry[2]] = value
-        elif kind is NODE:
-            objects[entry[2]] = value
+    def walk(entry: Entry, value: object) -> None:
+        if isinstance(entry, VariableEntry):
+            objects[entry.index] = value
+        elif isinstance(entry, NodeEntry):
+            objects[entry.index] = value
             node_type = registry.lookup(type(value))
             children = dict(node_type.flatten(value)[0])  # type: ignore[union-attr]
-            for key, child in entry[4]:
+            for key, child in entry.children:
                 walk(child, children[key])
 
     walk(graphdef.root, root)
@@ -530,9 +537,9 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
         meta = meta_of(variable) if variable is not None else None
         leaf_plans.append(("new", place(group, value), meta))
 
-    inputs_unchanged = post.graphdef.root[4][0] == sig.graphdef.root[4][0] and all(
-        post_objects.get(index) is inner.built[index]
-        for index in _part_indices(sig.graphdef.root[4][0][1])
+    inputs_before = sig.graphdef.root.child(0)
+    inputs_unchanged = post.graphdef.root.child(0) == inputs_before and all(
+        post_objects.get(index) is inner.built[index] for index in indices_under(inputs_before)
     )
     graph = None
     if not inputs_unchanged or out_roots:
@@ -555,22 +562,6 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
                 plans.append(place(grouping.output_group(spec, (), leaf), leaf))
         out_plan = (out_treedef, tuple(plans))
     return groups, direct, OutPlan(tuple(sets), tuple(set_consts), graph, out_plan)
-
-
-def _part_indices(entry: tuple) -> list[int]:
-    """The GraphDef indices of the nodes and Variables under `entry`."""
-    found: list[int] = []
-
-    def walk(entry: tuple) -> None:
-        if entry[0] is VAR:
-            found.append(entry[2])
-        elif entry[0] is NODE:
-            found.append(entry[2])
-            for _, child in entry[4]:
-                walk(child)
-
-    walk(entry)
-    return found
 
 
 def _is_jax_value(value: object) -> bool:
@@ -620,7 +611,7 @@ class _Reconciler:
         self.leaf = 0
 
     def run(self) -> tuple:
-        in_entry, out_entry = self.graphdef.root[4][0][1], self.graphdef.root[4][1][1]
+        in_entry, out_entry = self.graphdef.root.child(0), self.graphdef.root.child(1)
         if self.inputs_unchanged:
             self.built.update(self.plan.objects)
             self.leaf = len(self.plan.sig.paths)
@@ -642,27 +633,26 @@ class _Reconciler:
             return source.value if changed is None else _value_of(changed, self.groups)
         return _value_of(leaf_plan[1], self.groups)
 
-    def build(self, entry: tuple) -> object:
-        kind = entry[0]
-        if kind is REF:
-            return self.built[entry[1]]
-        if kind is STATIC:
-            return unwrap(entry[1])
-        if kind is VAR:
+    def build(self, entry: Entry) -> object:
+        if isinstance(entry, RefEntry):
+            return self.built[entry.index]
+        if isinstance(entry, StaticEntry):
+            return unwrap(entry.value)
+        if isinstance(entry, VariableEntry):
             leaf_plan = self.next_leaf()
             if leaf_plan[0] == "keep":
                 variable = self.leaf_value(leaf_plan)
             else:
                 meta = leaf_plan[2]
                 variable = meta.type.from_metadata(self.leaf_value(leaf_plan), meta.metadata)
-            self.built[entry[2]] = variable
+            self.built[entry.index] = variable
             return variable
-        if kind is LEAF:
+        if isinstance(entry, LeafEntry):
             return self.leaf_value(self.next_leaf())
         return self.build_node(entry)
 
-    def build_node(self, entry: tuple) -> object:
-        _, cls, index, aux, children = entry
+    def build_node(self, entry: NodeEntry) -> object:
+        cls, index, aux, children = entry.type, entry.index, entry.aux, entry.children
         node_type = self.registry.lookup(cls)
         source = self.node_map.get(index)
         if source is not None:

@@ -2,6 +2,12 @@
 
 from bryo_pytree import Key as Key
 
+from ._entries import Entry as Entry
+from ._entries import LeafEntry as LeafEntry
+from ._entries import NodeEntry as NodeEntry
+from ._entries import RefEntry as RefEntry
+from ._entries import StaticEntry as StaticEntry
+from ._entries import VariableEntry as VariableEntry
 from ._graph import GraphDef as GraphDef
 from ._graph import clone as clone
 from ._graph import flatten as flatten

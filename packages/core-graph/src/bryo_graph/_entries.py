@@ -1,0 +1,117 @@
+"""The entries of a GraphDef: one small named record per kind of thing in a graph.
+
+A GraphDef is a tree of entries: a `NodeEntry` per node with its children, a
+`VariableEntry` per Variable and a `LeafEntry` per raw array (their values are in the
+State), a `StaticEntry` per static value, and a `RefEntry` for a node or Variable met
+before (shared references and cycles). The records are NamedTuples, so a GraphDef hashes
+and compares at C speed like the plain tuple it is; the trailing `kind` field (filled in
+by default, never passed) keeps entries of different kinds with equal fields apart
+(`RefEntry(3) != StaticEntry(3)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import NamedTuple, TypeAlias
+
+from bryo_pytree import Key, Path
+
+
+class NodeEntry(NamedTuple):
+    """A graph node: its class, its GraphDef index, its static aux data and its children.
+
+    Attributes:
+        type: the node's class (its `NodeType` rebuilds it).
+        index: the node's GraphDef index; a later `RefEntry(index)` refers to it.
+        aux: the hashable static data its `NodeType.flatten` returned.
+        children: `(key, entry)` pairs in the node type's order.
+    """
+
+    type: type
+    index: int
+    aux: Hashable
+    children: tuple[tuple[Key, Entry], ...]
+    kind: str = "node"
+
+    def child(self, key: Key) -> Entry:
+        """The entry of the child under `key` (a `KeyError` if there is none)."""
+        for child_key, entry in self.children:
+            if child_key == key:
+                return entry
+        raise KeyError(key)
+
+
+class RefEntry(NamedTuple):
+    """A node or Variable seen before in the flattening: a shared reference."""
+
+    index: int
+    kind: str = "ref"
+
+
+class VariableEntry(NamedTuple):
+    """A Variable of class `type` with GraphDef `index`; its value is a State leaf."""
+
+    type: type
+    index: int
+    kind: str = "variable"
+
+
+class LeafEntry(NamedTuple):
+    """A raw array in a node; its value is a State leaf, shown there as a `type` Variable."""
+
+    type: type
+    kind: str = "leaf"
+
+
+class StaticEntry(NamedTuple):
+    """A static value kept in the GraphDef (wrapped by `bryo_pytree.hashable`)."""
+
+    value: Hashable
+    kind: str = "static"
+
+
+Entry: TypeAlias = NodeEntry | RefEntry | VariableEntry | LeafEntry | StaticEntry
+
+
+def collect_leaf_paths(entry: Entry, path: Path, out: list[Path]) -> None:
+    """Append the paths of the State leaves under `entry` (at `path`) to `out`, in order."""
+    cls = type(entry)
+    if cls is VariableEntry or cls is LeafEntry:
+        out.append(path)
+    elif cls is NodeEntry:
+        for key, child in entry.children:  # type: ignore[union-attr]
+            collect_leaf_paths(child, (*path, key), out)
+
+
+def render(entry: Entry, depth: int = 0) -> str:
+    """`entry` as indented text, for `repr(graphdef)`."""
+    if isinstance(entry, NodeEntry):
+        head = f"{entry.type.__name__}#{entry.index}"
+        if not entry.children:
+            return head + "()"
+        pad = "  " * (depth + 1)
+        lines = [f"{pad}{key}={render(child, depth + 1)}" for key, child in entry.children]
+        return head + "(\n" + ",\n".join(lines) + "\n" + "  " * depth + ")"
+    if isinstance(entry, RefEntry):
+        return f"<ref #{entry.index}>"
+    if isinstance(entry, VariableEntry):
+        return f"{entry.type.__name__}#{entry.index}"
+    if isinstance(entry, LeafEntry):
+        return f"<array as {entry.type.__name__}>"
+    return repr(entry.value)
+
+
+def indices_under(entry: Entry) -> list[int]:
+    """The GraphDef indices of the nodes and Variables under `entry`, itself included."""
+    found: list[int] = []
+    _collect_indices(entry, found)
+    return found
+
+
+def _collect_indices(entry: Entry, found: list[int]) -> None:
+    if isinstance(entry, VariableEntry):
+        found.append(entry.index)
+    elif isinstance(entry, NodeEntry):
+        found.append(entry.index)
+        for _, child in entry.children:
+            _collect_indices(child, found)
