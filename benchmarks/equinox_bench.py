@@ -6,7 +6,7 @@ model (core-graph caches the flattening of an immutable model, keyed on the root
 fresh model every call (no cache: what a training loop that rebuilds its model sees).
 
 Part 2: the overhead of a jitted call of a small Equinox MLP: `eqx.filter_jit` against
-bryo's `jit` (when `bryo_graph.jit` exists) and against the split/merge pattern under a
+bryo's `jit` (`bryo_transforms.jit`) and against the split/merge pattern under a
 plain `jax.jit` (`jax.jit(lambda params, x: merge(graphdef, params)(x))`), with a
 `jax.jit` of a pure function of the same arrays as the floor.
 
@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 import bryo_graph
+import bryo_transforms
 from bryo_graph import Param, merge, split
 
 
@@ -105,12 +106,10 @@ def bench_jit() -> None:
         lambda: filter_jitted(model, x).block_until_ready(), number=300
     )
 
-    bryo_jit = getattr(bryo_graph, "jit", None)
-    if bryo_jit is not None:
-        bryo_jitted = bryo_jit(forward)
-        results["bryo_graph.jit"] = median_time(
-            lambda: bryo_jitted(model, x).block_until_ready(), number=300
-        )
+    bryo_jitted = bryo_transforms.jit(forward)
+    results["bryo_transforms.jit"] = median_time(
+        lambda: bryo_jitted(model, x).block_until_ready(), number=300
+    )
 
     graphdef = bryo_graph.graphdef(model)
     pure = jax.jit(lambda params, x: merge(graphdef, params)(x))
@@ -127,8 +126,6 @@ def bench_jit() -> None:
     anchor = results["eqx.filter_jit"]
     for name, seconds in results.items():
         print(f"  {name:<30} {fmt(seconds)}   filter_jit/this = {anchor / seconds:5.2f}x")
-    if bryo_jit is None:
-        print("  (bryo_graph.jit is not exported yet: only the split/merge pattern is timed)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 JAX fixes its device count when it starts, so these runs cannot share the test process
 (one device). `python sharding_worker.py single` runs the 8-device checks (data parallel,
-2x4 model parallel, Stacked, the graph-level lifted_scan, eval_mox, NamedArrays);
+2x4 model parallel, Stacked, the graph-level scan, eval_mox, NamedArrays);
 `python sharding_worker.py multiprocess ID PORT` is one of two processes (4 devices
 each) joined through `jax.distributed`. The launcher sets
 `XLA_FLAGS=--xla_force_host_platform_device_count=N`. Every check asserts; the exit code
@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import bryo_graph as bg
+import bryo_transforms as bt
 from bryo_graph import Object, Param, Variable
 
 RULES_DP = {"embed": None, "mlp": None, "batch": "data"}
@@ -47,9 +48,9 @@ def loss_fn(model, x, y):
 
 
 def make_step(mesh=None, rules=None):
-    @bg.jit
+    @bt.jit
     def train_step(model, x, y):
-        loss, grads = bg.value_and_grad(loss_fn)(model, x, y)
+        loss, grads = bt.value_and_grad(loss_fn)(model, x, y)
         params = bg.state(model, Param)
         bg.update(model, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads))
         model.steps.value += 1
@@ -149,12 +150,11 @@ def stacked_blocks():
 
 
 def graph_scan():
-    """The graph-level `lifted_scan` (under bryo's jit) over a sharded model and inputs."""
-    from bryo_scan import lifted_scan
+    """The graph-level `scan` (under bryo's jit) over a sharded model and inputs."""
 
-    @bg.jit
+    @bt.jit
     def run(model, xs):
-        @lifted_scan(in_axes=(None, bg.Carry, 0), out_axes=(bg.Carry, 0))
+        @bt.scan(in_axes=(None, bt.Carry, 0), out_axes=(bt.Carry, 0))
         def step(model, total, x):
             y = model(x)
             return total + y.sum(), y
@@ -167,8 +167,8 @@ def graph_scan():
     model = bg.sharded_init(lambda: MLP(), mesh, RULES_MP)
     sharded_xs = jax.device_put(xs, NamedSharding(mesh, P(None, "data")))
     total, ys = run(model, sharded_xs)
-    check_close(float(total), float(want_total), "lifted_scan total")
-    check_close(np.asarray(ys), np.asarray(want_ys), "lifted_scan outputs")
+    check_close(float(total), float(want_total), "graph-level scan total")
+    check_close(np.asarray(ys), np.asarray(want_ys), "graph-level scan outputs")
 
 
 def mox_eval():

@@ -24,8 +24,6 @@ from bryo_graph import (
     clone,
     get_named_sharding,
     get_partition_spec,
-    grad,
-    jit,
     logical_to_mesh,
     merge,
     parse_mesh_spec,
@@ -72,34 +70,6 @@ def test_metadata_kept_through_split_merge_state_update_clone():
     update(model, jax.tree.map(lambda x: x * 2, params))
     assert model.w1.sharding == ("embed", "mlp")
     assert clone(model).w2.sharding == ("mlp", "embed")
-
-
-def test_metadata_kept_through_jit_and_grad():
-    model = MLP()
-    x = jnp.ones((2, 4))
-
-    @jit
-    def forward(model, x):
-        return model(x)
-
-    forward(model, x)
-    assert model.w1.sharding == ("embed", "mlp") and int(model.count.value) == 1
-    grads = grad(lambda m, x: m(x).sum())(model, x)
-    assert grads["w1"].sharding == ("embed", "mlp")
-    specs = get_partition_spec(grads)
-    assert specs["b1"].value == P("mlp")
-
-
-def test_update_with_grads_keeps_tree_structure():
-    model = MLP()
-    grads = grad(lambda m: m(jnp.ones((1, 4))).sum())(model)
-    params = state(model, Param)
-    new = jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
-    update(model, new)
-    assert model.b1.sharding == ("mlp",)
-
-
-# Logical specs and rules -------------------------------------------------------------------
 
 
 def test_get_partition_spec_of_state_and_of_model():

@@ -1,4 +1,6 @@
-"""The in-place split/restore primitive, and the anchor's traps it must avoid."""
+"""The in-place split/restore primitive, the anchor's traps it must avoid, and
+`split_rngs`/`fork_rngs` around a call (their use with the lifted transforms is tested
+in core-transforms)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,15 @@ import numpy as np
 import pytest
 
 import bryo_graph as graph
-from bryo_rngs import Rngs, RngState, reseed, restore_rngs, split_rngs_in_place
+from bryo_rngs import (
+    Rngs,
+    RngState,
+    fork_rngs,
+    reseed,
+    restore_rngs,
+    split_rngs,
+    split_rngs_in_place,
+)
 
 
 def data(key: jax.Array) -> np.ndarray:
@@ -186,3 +196,36 @@ def test_split_under_jit():
     keys, new_state = f(state)
     graph.update(rngs, new_state)
     assert keys.shape == (3, 2) and int(rngs.dropout.count.value) == 1
+
+
+def test_split_rngs_as_context_manager_and_token() -> None:
+    rngs = Rngs(params=0, dropout=1)
+    with split_rngs(rngs, splits=3, only="dropout") as token:
+        assert rngs.dropout.key.value.shape == (3,)
+        assert rngs.params.key.value.shape == ()
+        assert token.paths
+    assert rngs.dropout.key.value.shape == ()
+    with fork_rngs(rngs, split={"params": 2}):
+        assert rngs.params.key.value.shape == (2,)
+        assert rngs.dropout.key.value.shape == ()
+    assert rngs.params.key.value.shape == ()
+
+
+def test_split_rngs_and_fork_rngs_as_decorators_restore_after_the_call() -> None:
+    rngs = Rngs(params=0, dropout=1)
+    seen = {}
+
+    @split_rngs(splits=3, only="dropout")
+    def split_call(r: Rngs) -> None:
+        seen["split"] = (r.dropout.key.value.shape, r.params.key.value.shape)
+
+    @fork_rngs(split={"params": 2})
+    def fork_call(r: Rngs) -> None:
+        seen["fork"] = (r.dropout.key.value.shape, r.params.key.value.shape)
+
+    split_call(rngs)
+    fork_call(r=rngs)  # keyword arguments are split too
+    assert seen == {"split": ((3,), ()), "fork": ((), (2,))}
+    assert rngs.dropout.key.value.shape == () and rngs.params.key.value.shape == ()
+    # Each split or fork draws once from the streams it touches: nothing is replayed.
+    assert int(rngs.dropout.count.value) == 2 and int(rngs.params.count.value) == 1

@@ -33,16 +33,12 @@ from bryo_graph import State as State  # noqa: E402
 from bryo_graph import Variable as Variable  # noqa: E402
 from bryo_graph import VariableState as VariableState  # noqa: E402
 from bryo_graph import clone as clone  # noqa: E402
-from bryo_graph import grad as grad  # noqa: E402
 from bryo_graph import graphdef as graphdef  # noqa: E402
 from bryo_graph import iter_graph as iter_graph  # noqa: E402
-from bryo_graph import jit as jit  # noqa: E402
 from bryo_graph import merge as merge  # noqa: E402
 from bryo_graph import split as split  # noqa: E402
 from bryo_graph import state as state  # noqa: E402
 from bryo_graph import update as update  # noqa: E402
-from bryo_graph import value_and_grad as value_and_grad  # noqa: E402
-from bryo_graph import vmap as vmap  # noqa: E402
 from bryo_mox import eval_mox as eval_mox  # noqa: E402
 from bryo_mox import make_mox as make_mox  # noqa: E402
 from bryo_mox import query as query  # noqa: E402
@@ -52,6 +48,10 @@ from bryo_scan import ScanCheckpointPolicy as ScanCheckpointPolicy  # noqa: E402
 from bryo_scan import Stacked as Stacked  # noqa: E402
 from bryo_scan import fold as fold  # noqa: E402
 from bryo_scan import scan as scan  # noqa: E402
+from bryo_transforms import grad as grad  # noqa: E402
+from bryo_transforms import jit as jit  # noqa: E402
+from bryo_transforms import value_and_grad as value_and_grad  # noqa: E402
+from bryo_transforms import vmap as vmap  # noqa: E402
 
 from . import hax as hax  # noqa: E402
 from . import mox as mox  # noqa: E402

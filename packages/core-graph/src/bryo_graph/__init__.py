@@ -6,11 +6,12 @@ holding `Variable`s. `split(model, *filters)` separates its structure, a hashabl
 shared references and cycles included; `update` writes a State into a live model. Node
 types come from backends through the `bryo_graph_node_types` hook: the core itself
 knows only dicts, lists and tuples, plus `Object`, the base of mutable NNX-style nodes.
+The lifted transforms over graphs (`jit`, `vmap`, `grad`, `scan`, ...) live in
+`bryo_transforms`, built on `flat_graph` and the GraphDef entries exported here.
 """
 
 from bryo_plugins import add_hookspecs as _add_hookspecs
 
-from . import _transforms_lift as lift  # noqa: F401  (bryo_graph.lift, the transforms toolkit)
 from . import graph as graph
 from . import hookspecs as _hookspecs
 from ._entries import Entry as Entry
@@ -19,9 +20,12 @@ from ._entries import NodeEntry as NodeEntry
 from ._entries import RefEntry as RefEntry
 from ._entries import StaticEntry as StaticEntry
 from ._entries import VariableEntry as VariableEntry
+from ._graph import FlatGraph as FlatGraph
 from ._graph import GraphDef as GraphDef
 from ._graph import GraphError as GraphError
+from ._graph import LeafSource as LeafSource
 from ._graph import clone as clone
+from ._graph import flat_graph as flat_graph
 from ._graph import flatten as flatten
 from ._graph import graphdef as graphdef
 from ._graph import iter_graph as iter_graph
@@ -35,6 +39,7 @@ from ._graph import variables as variables
 from ._nodes import NodeType as NodeType
 from ._nodes import is_graph_node as is_graph_node
 from ._nodes import node_type_of as node_type_of
+from ._nodes import node_types as node_types
 from ._nodes import structure_changed as structure_changed
 from ._object import Dict as Dict
 from ._object import List as List
@@ -50,19 +55,12 @@ from ._sharding import shard as shard
 from ._sharding import sharded_init as sharded_init
 from ._state import GraphState as GraphState
 from ._state import State as State
-from ._transforms import grad as grad
-from ._transforms import jit as jit
-from ._transforms import remat as remat
-from ._transforms import value_and_grad as value_and_grad
-from ._transforms import vmap as vmap
-from ._transforms_axes import Carry as Carry
-from ._transforms_axes import StateAxes as StateAxes
-from ._transforms_lift import TransformError as TransformError
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate
 from ._variables import Param as Param
 from ._variables import Variable as Variable
+from ._variables import VariableMeta as VariableMeta
 from ._variables import VariableState as VariableState
 
 _add_hookspecs(_hookspecs)

@@ -99,19 +99,3 @@ def render(entry: Entry, depth: int = 0) -> str:
     if isinstance(entry, LeafEntry):
         return f"<array as {entry.type.__name__}>"
     return repr(entry.value)
-
-
-def indices_under(entry: Entry) -> list[int]:
-    """The GraphDef indices of the nodes and Variables under `entry`, itself included."""
-    found: list[int] = []
-    _collect_indices(entry, found)
-    return found
-
-
-def _collect_indices(entry: Entry, found: list[int]) -> None:
-    if isinstance(entry, VariableEntry):
-        found.append(entry.index)
-    elif isinstance(entry, NodeEntry):
-        found.append(entry.index)
-        for _, child in entry.children:
-            _collect_indices(child, found)

@@ -102,8 +102,16 @@ class GraphDef:
 # Flattening -------------------------------------------------------------------------
 
 
-class _Source:
-    """Where one State leaf lives in the graph: a Variable, or a raw leaf of a parent."""
+class LeafSource:
+    """Where one State leaf lives in the graph: a Variable, or a raw leaf of a parent.
+
+    Attributes:
+        variable: the live Variable, or None for a raw array leaf.
+        value: the raw array (None for a Variable: read `variable.raw_value`).
+        leaf_type: the Variable class the leaf has in a State.
+        parent, parent_type, key: the node holding the leaf, its `NodeType`, and the key
+            of the leaf in it (`parent_type.set_key(parent, key, v)` writes a raw leaf).
+    """
 
     __slots__ = ("key", "leaf_type", "parent", "parent_type", "value", "variable")
 
@@ -130,8 +138,13 @@ class _Source:
         return VariableState(self.leaf_type, self.value)
 
 
-class _Flat:
+class FlatGraph:
     """One flattening of a graph: its GraphDef and the sources of its State leaves.
+
+    Attributes:
+        graphdef: the graph's `GraphDef`.
+        paths: the State leaves' paths, in GraphDef order.
+        sources: per State leaf, the `LeafSource` it is read from and written to.
 
     It also remembers how built-in filters grouped its leaves: their answers depend only
     on paths, Variable types and metadata, which cannot change while the flattening is
@@ -141,17 +154,17 @@ class _Flat:
     __slots__ = ("_groups", "_index", "graphdef", "nodes", "paths", "sources")
 
     def __init__(
-        self, graphdef: GraphDef, paths: list[Path], sources: list[_Source], nodes: list
+        self, graphdef: GraphDef, paths: list[Path], sources: list[LeafSource], nodes: list
     ) -> None:
         self.graphdef = graphdef
         self.paths = paths
         self.sources = sources
         self.nodes = nodes
-        self._index: dict[Path, _Source] | None = None
+        self._index: dict[Path, LeafSource] | None = None
         self._groups: dict[tuple, tuple[list[int], ...]] = {}
 
     @property
-    def index(self) -> dict[Path, _Source]:
+    def index(self) -> dict[Path, LeafSource]:
         if self._index is None:
             self._index = dict(zip(self.paths, self.sources, strict=True))
         return self._index
@@ -200,7 +213,7 @@ class _Flattener:
         self.registry = node_types()
         self.index: dict[int, int] = {}
         self.paths: list[Path] = []
-        self.sources: list[_Source] = []
+        self.sources: list[LeafSource] = []
         self.nodes: list[tuple[Path, object]] = []
         self.cacheable = True
 
@@ -219,14 +232,14 @@ class _Flattener:
                 return RefEntry(seen)
             index = self.index[id(value)] = len(self.index)
             self.paths.append(path)
-            self.sources.append(_Source(value, None, type(value), parent, parent_type, key))
+            self.sources.append(LeafSource(value, None, type(value), parent, parent_type, key))
             return VariableEntry(type(value), index)
         node_type = self.registry.lookup(type(value))
         if node_type is not None:
             return self.visit_node(value, node_type, path, leaf_type)
         if _is_array(value):
             self.paths.append(path)
-            self.sources.append(_Source(None, value, leaf_type, parent, parent_type, key))
+            self.sources.append(LeafSource(None, value, leaf_type, parent, parent_type, key))
             return LeafEntry(leaf_type)
         return StaticEntry(hashable(value))
 
@@ -250,11 +263,17 @@ class _Flattener:
 
 
 _CACHE_SIZE = 128
-_cache: dict[int, tuple[weakref.ref, int, _Flat]] = {}
+_cache: dict[int, tuple[weakref.ref, int, FlatGraph]] = {}
 
 
-def _flatten(node: object) -> _Flat:
-    """Flatten `node`, reusing the last flattening when its structure cannot have changed."""
+def flat_graph(node: object, /) -> FlatGraph:
+    """`node` flattened: its GraphDef and, per State leaf, its path and live source.
+
+    The flattening is reused while `node`'s structure cannot have changed: the same
+    `FlatGraph` object comes back, so its identity can key caches of work done per
+    structure (the lifted transforms' call plans do). Read values through its `sources`;
+    never mutate it.
+    """
     version = structure_version()
     cached = _cache.get(id(node))
     if cached is not None and cached[1] == version and cached[0]() is node:
@@ -268,13 +287,13 @@ def _flatten(node: object) -> _Flat:
             "that defines it, or wrap arrays in a Variable inside a Module."
         )
     root = flattener.visit_node(node, node_type, (), Variable)
-    flat = _Flat(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
+    flat = FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
     if flattener.cacheable:
         _remember(node, version, flat)
     return flat
 
 
-def _remember(node: object, version: int, flat: _Flat) -> None:
+def _remember(node: object, version: int, flat: FlatGraph) -> None:
     try:
         ref = weakref.ref(node)
     except TypeError:
@@ -315,7 +334,7 @@ def _list_paths(paths: list[Path], limit: int = 6) -> str:
 
 def flatten(node: object, /) -> tuple[GraphDef, State]:
     """`node`'s GraphDef and its whole State (`graph.flatten` of seed 000)."""
-    flat = _flatten(node)
+    flat = flat_graph(node)
     return flat.graphdef, State._from_flat(flat.flat_state())
 
 
@@ -336,7 +355,7 @@ def split(node: object, /, *filters: Filter) -> tuple[_Any, ...]:
     put specific filters before general ones). A value that no filter matches raises a
     `ValueError` naming its path and value; end with `...` to catch the rest.
     """
-    flat = _flatten(node)
+    flat = flat_graph(node)
     if not filters:
         return flat.graphdef, State._from_flat(flat.flat_state())
     return (flat.graphdef, *flat.grouped(filters, require_all=True))
@@ -344,7 +363,7 @@ def split(node: object, /, *filters: Filter) -> tuple[_Any, ...]:
 
 def state(node: object, /, *filters: Filter) -> _Any:
     """`node`'s State, or one sub-State per filter (values matching none are left out)."""
-    flat = _flatten(node)
+    flat = flat_graph(node)
     if not filters:
         return State._from_flat(flat.flat_state())
     states = flat.grouped(filters, require_all=False)
@@ -353,7 +372,7 @@ def state(node: object, /, *filters: Filter) -> _Any:
 
 def graphdef(node: object, /) -> GraphDef:
     """`node`'s GraphDef."""
-    return _flatten(node).graphdef
+    return flat_graph(node).graphdef
 
 
 def merge(graphdef: GraphDef, state: State | Mapping, /, *states: State | Mapping) -> _Any:
@@ -368,7 +387,7 @@ def update(node: object, state: State | Mapping, /, *states: State | Mapping) ->
     or an array leaf inside an immutable node, raises a `GraphError` naming the paths,
     and leaves the model exactly as it was.
     """
-    flat = _flatten(node)
+    flat = flat_graph(node)
     updates = State.merge(state, *states)._flat
     index = flat.index
     unknown = [path for path in updates if path not in index]
@@ -414,7 +433,7 @@ def pop(node: object, /, *filters: Filter) -> _Any:
     """Remove the Variables matching `filters` from `node` and return them as State(s)."""
     if not filters:
         raise TypeError("`pop` needs at least one filter, e.g. `pop(model, Intermediate)`.")
-    flat = _flatten(node)
+    flat = flat_graph(node)
     flat_state = flat.flat_state()
     states = group_flat(flat_state, filters, require_all=False)
     for group in states:
@@ -452,7 +471,7 @@ def _iter(value: object, path: Path, seen: set[int], registry: object) -> Iterat
 
 def variables(node: object, /, *filters: Filter) -> _Any:
     """`node`'s live Variables by path (not snapshots), optionally filtered like `state`."""
-    flat = _flatten(node)
+    flat = flat_graph(node)
     found = {
         p: s.variable
         for p, s in zip(flat.paths, flat.sources, strict=True)

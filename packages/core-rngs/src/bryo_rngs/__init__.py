@@ -4,8 +4,8 @@
 it lacks). A stream draws `fold_in(key, count)` and counts up; its key and count are
 `RngKey`/`RngCount` Variables tagged with the stream name, so `'dropout'` or `RngState`
 select them as filters, and `split`/`merge` and the lifted transforms carry them like any
-other state. `fork`, `reseed` and the in-place `split_rngs_in_place`/`restore_rngs` manage
-them across `vmap` and `scan`.
+other state. `fork`, `reseed`, `split_rngs`/`fork_rngs` (decorators and context managers)
+and the in-place `split_rngs_in_place`/`restore_rngs` manage them across `vmap` and `scan`.
 """
 
 from ._reseed import ReseedPolicy as ReseedPolicy
@@ -20,8 +20,10 @@ from ._rngs import as_key as as_key
 from ._rngs import split_rules as split_rules
 from ._rngs import stream_matches as stream_matches
 from ._split import RngSplit as RngSplit
+from ._split import fork_rngs as fork_rngs
 from ._split import iter_streams as iter_streams
 from ._split import restore_rngs as restore_rngs
+from ._split import split_rngs as split_rngs
 from ._split import split_rngs_in_place as split_rngs_in_place
 from ._variables import RngCount as RngCount
 from ._variables import RngKey as RngKey

@@ -15,12 +15,17 @@ keep this safe:
   inside (e.g. a stack of Dropouts made by a vmapped constructor) hold streams *forked*
   from the split ones, so the restore cannot turn their stacked keys back into one key and
   break a later `scan` over the stack.
+
+`split_rngs` and `fork_rngs` do the same around a call, as decorators of the lifted
+transforms (`@split_rngs(splits=5)` over a `vmap`) or as context managers on a node.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +35,8 @@ from bryo_graph import iter_graph
 from bryo_pytree import Path
 
 from ._rngs import NO_MATCH, RngStream, Splits, draw_keys, first_match, split_keys, split_rules
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def iter_streams(node: object, /) -> Iterator[tuple[Path, RngStream]]:
@@ -133,3 +140,91 @@ def restore_rngs(token: RngSplit, /) -> None:
         stream.key.value = backup.key
         stream.count.value = backup.count
     token.restored = True
+
+
+# Around a call -------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def split_rngs(
+    node: object = _MISSING,
+    /,
+    *,
+    splits: int | tuple[int, ...] | Mapping[Filter, Any],
+    only: Filter = ...,
+) -> Any:
+    """Split the rng streams of `node` (or, as a decorator, of each call's arguments).
+
+    The streams `only` selects (or those a `{filter: n}` mapping names) hold `n` keys
+    (key and count of shape `(n,)`) until the call returns or the `with` block ends, so
+    that a `vmap` or `scan` over axis 0 gives each element its own keys. Streams left out
+    are not touched: their keys and counts carry on.
+
+    Args:
+        node: a graph holding `Rngs` (a module, an `Rngs`); leave it out to get a decorator.
+        splits: an int or shape, or a mapping `{filter: n}` (`{'dropout': 5}`).
+        only: with an int `splits`, the streams to split (all by default).
+
+    Returns:
+        With `node`, the `RngSplit` token (a context manager restoring the streams);
+        without, a decorator.
+
+    Example:
+        >>> @split_rngs(splits=5)                                   # doctest: +SKIP
+        ... @vmap(in_axes=(0,), out_axes=StateAxes({...: 0}))
+        ... def create(rngs):
+        ...     return Model(rngs)
+    """
+    if node is _MISSING:
+        return _around_calls(lambda args: split_rngs_in_place(args, splits, only=only))
+    return split_rngs_in_place(node, splits, only=only)
+
+
+def fork_rngs(node: object = _MISSING, /, *, split: object = None) -> Any:
+    """Fork every rng stream of `node` (or of each call's arguments), splitting some.
+
+    Each stream gets a fresh key drawn from it (its count moves on, so nothing repeats);
+    the streams `split` names get `n` keys. The streams are put back when the call
+    returns or the `with` block ends.
+
+    Args:
+        node: a graph holding `Rngs`; leave it out to get a decorator.
+        split: None (fork all, split none), an int or shape (split all), or a mapping
+            `{filter: n}` (split those, fork the others).
+
+    Returns:
+        With `node`, the `RngSplit` token (a context manager); without, a decorator.
+
+    Example:
+        >>> @fork_rngs(split={'dropout': 5})                       # doctest: +SKIP
+        ... @vmap(in_axes=(StateAxes({'dropout': 0, ...: None}), None))
+        ... def sample(model, x):
+        ...     return model(x)
+    """
+    rules = _fork_rules(split)
+    if node is _MISSING:
+        return _around_calls(lambda args: split_rngs_in_place(args, rules))
+    return split_rngs_in_place(node, rules)
+
+
+def _fork_rules(split: object) -> dict:
+    if split is None:
+        return {...: None}
+    if isinstance(split, Mapping):
+        rules = dict(split)
+        rules.setdefault(..., None)
+        return rules
+    return {...: split}
+
+
+def _around_calls(split: Callable[[object], RngSplit]) -> Callable[[F], F]:
+    def decorator(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with split((args, kwargs)):
+                return f(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator

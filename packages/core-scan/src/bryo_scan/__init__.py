@@ -12,14 +12,13 @@ from bryo_plugins import add_hookspecs as _add_hookspecs
 
 from . import hookspecs as hookspecs
 from ._hooks import resolve_axis as resolve_axis
-from ._lifted import fork_rngs as fork_rngs
-from ._lifted import lifted_scan as lifted_scan
-from ._lifted import split_rngs as split_rngs
 from ._policy import CARRY_NAME as CARRY_NAME
 from ._policy import INPUTS_NAME as INPUTS_NAME
 from ._policy import ScanCheckpointPolicy as ScanCheckpointPolicy
 from ._policy import check_can_offload as check_can_offload
 from ._policy import tree_checkpoint_name as tree_checkpoint_name
+from ._scan import Remat as Remat
+from ._scan import checkpointed_scan as checkpointed_scan
 from ._scan import fold as fold
 from ._scan import map as map
 from ._scan import scan as scan

@@ -49,16 +49,30 @@ def _length(inputs: Unbound, axis: AxisInfo) -> int:
     )
 
 
-def _run(
+def checkpointed_scan(
     body: Body,
     init: Any,
     xs: list[jax.Array],
     length: int,
     policy: ScanCheckpointPolicy,
-    reverse: bool,
-    unroll: int | bool,
+    reverse: bool = False,
+    unroll: int | bool = 1,
 ) -> tuple[Any, list[jax.Array]]:
-    """`lax.scan` of the checkpointed body, as one scan or as an outer scan of inner ones."""
+    """`jax.lax.scan` of `body` checkpointed by `policy`: one scan, or for a nested policy
+    an outer scan of inner ones. The engine under `scan`, `fold`, `Stacked` and the
+    graph-level scan of `bryo_transforms`.
+
+    Args:
+        body: `(carry, [x slices]) -> (carry, [y slices])`.
+        init: the initial carry.
+        xs: the arrays scanned over their leading axis.
+        length: the number of steps.
+        policy: the checkpoint policy (`ScanCheckpointPolicy.from_remat(remat)`).
+        reverse, unroll: as for `jax.lax.scan`.
+
+    Returns:
+        `(final carry, [stacked ys])`.
+    """
     block = policy.checkpoint(body)
     outer_blocks = policy.outer_blocks(length)
     if outer_blocks is None:
@@ -128,7 +142,7 @@ def scan(
             carry, y = _split_carry_output(f(carry, *step_args, **step_kwargs), f)
             return carry, outputs.flatten(y)
 
-        carry, ys = _run(body, init, inputs.arrays, length, policy, reverse, unroll)
+        carry, ys = checkpointed_scan(body, init, inputs.arrays, length, policy, reverse, unroll)
         return carry, outputs.unflatten(ys, info)
 
     return scanned

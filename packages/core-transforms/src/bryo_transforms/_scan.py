@@ -1,6 +1,6 @@
-"""The graph-level `scan` (Flax NNX's `nnx.scan`), and rng splitting around transforms.
+"""`scan`: the graph-level scan (Flax NNX's `nnx.scan`) over functions of graph nodes.
 
-`lifted_scan(f, in_axes=(Carry, 0), out_axes=(Carry, 0))` scans a function of graph
+`scan(f, in_axes=(Carry, 0), out_axes=(Carry, 0))` scans a function of graph
 nodes: each argument is the carry (`Carry`), scanned over an axis (an int), or broadcast
 (None); a module's state can be divided with `StateAxes({'recurrent_dropout': None,
 ...: Carry})`. It runs on core-scan's array-level engine (the same one `scan`/`fold` and
@@ -8,36 +8,31 @@ nodes: each argument is the carry (`Carry`), scanned over an axis (an int), or b
 inside is written back: the carry's final value, scanned state stacked back on its axis,
 and broadcast state with its value after the last step (an rng stream broadcast so that
 every step draws the same mask still moves on by one draw per call).
-
-`split_rngs` and `fork_rngs` split the rng streams of a call's arguments for the call
-and put them back afterwards, as decorators or context managers, on top of
-`bryo_rngs.split_rngs_in_place`.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 
-from bryo_filters import Filter
-from bryo_graph import lift as _lift
-from bryo_rngs import RngSplit, split_rngs_in_place
+from bryo_scan import Remat, ScanCheckpointPolicy, checkpointed_scan
 
-from ._policy import ScanCheckpointPolicy
-from ._scan import Remat, _run
+from ._apply import apply
+from ._axes import AxisGrouping, Carry, StateAxes, arg_specs, check_axis, check_sizes, leaf_axes
+from ._collect import Grouping, collect
+from ._errors import TransformError
+from ._layout import ArgLayout, is_array_value, is_graph_leaf, scan_args
+from ._plan import CallPlan, PlanCache
+from ._rebuild import Inner, rebuild
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-Carry = _lift.Carry
-StateAxes = _lift.StateAxes
-TransformError = _lift.TransformError
 
-
-class _ScanGrouping(_lift.Grouping):
+class _ScanGrouping(Grouping):
     """Group 0 is the carry; every other group is stacked, one per output axis."""
 
     direct_ok = False
@@ -73,11 +68,11 @@ class _ScanGrouping(_lift.Grouping):
         return self.index[spec]
 
     def output_specs(self, out: object, treedef: Any) -> list:
-        return _lift_output_specs(self.y_axes, treedef)
+        return _output_specs(self.y_axes, treedef)
 
 
-def _lift_output_specs(y_axes: object, treedef: Any) -> list:
-    return _lift.AxisGrouping([], [], y_axes, []).output_specs(None, treedef)
+def _output_specs(y_axes: object, treedef: Any) -> list:
+    return AxisGrouping([], [], y_axes, []).output_specs(None, treedef)
 
 
 def _carry_position(out_axes: object) -> object:
@@ -121,7 +116,7 @@ def _join_output(carry: object, ys: object, position: object, out_axes: object) 
     return tuple(rest)
 
 
-def lifted_scan(
+def scan(
     f: F | None = None,
     /,
     *,
@@ -135,7 +130,7 @@ def lifted_scan(
     """`jax.lax.scan` for functions of graph nodes (Flax NNX's `nnx.scan`).
 
     Args:
-        f: the function to scan (or use `@lifted_scan(in_axes=..., out_axes=...)`).
+        f: the function to scan (or use `@scan(in_axes=..., out_axes=...)`).
         length: the number of steps (needed when nothing is scanned over).
         reverse: run from the last step to the first (outputs stay in order).
         unroll: `jax.lax.scan`'s unroll.
@@ -154,14 +149,14 @@ def lifted_scan(
 
     Example:
         >>> axes = StateAxes({'recurrent_dropout': None, ...: Carry})
-        >>> @lifted_scan(in_axes=(axes, Carry, 1), out_axes=(Carry, 1))
+        >>> @scan(in_axes=(axes, Carry, 1), out_axes=(Carry, 1))
         ... def unroll(cell, h, x):
         ...     h, y = cell(h, x)
         ...     return h, y
     """
     if f is None:
         return functools.partial(  # type: ignore[return-value]
-            lifted_scan,
+            scan,
             length=length,
             reverse=reverse,
             unroll=unroll,
@@ -171,11 +166,11 @@ def lifted_scan(
         )
     policy = ScanCheckpointPolicy.from_remat(remat)
     position = _carry_position(out_axes)
-    cache = _lift.PlanCache(size=16)
+    cache = PlanCache(size=16)
 
     @functools.wraps(f)
     def scanned(*args: Any, **kwargs: Any) -> Any:
-        key, roots, arrays = _lift.scan_args(args, kwargs)
+        key, roots, arrays = scan_args(args, kwargs)
         plan = cache.plan(key, roots)
         return _Scan(plan, arrays, f, in_axes, out_axes, position, length).run(
             policy, reverse, unroll
@@ -189,7 +184,7 @@ class _Scan:
 
     def __init__(
         self,
-        plan: Any,
+        plan: CallPlan,
         arrays: list,
         f: Callable,
         in_axes: object,
@@ -197,8 +192,6 @@ class _Scan:
         position: object,
         length: int | None,
     ) -> None:
-        arg_specs, check_axis, check_sizes = _lift.arg_specs, _lift.check_axis, _lift.check_sizes
-        leaf_axes = _lift.leaf_axes
         self.plan, self.arrays, self.f = plan, arrays, f
         self.out_axes, self.position = out_axes, position
         sig = plan.sig
@@ -273,38 +266,39 @@ class _Scan:
                 leaves[k] = value
             for i, value in zip(scanned_arrays, slices[len(scanned_ks) :], strict=False):
                 arrays[i] = value
-            args, kwargs, inner = _lift.rebuild(sig, leaves, arrays)
+            args, kwargs, inner = rebuild(sig, leaves, arrays)
             carry_out, ys, _ = _split_output(self.f(*args, **kwargs), self.position, self.out_axes)
-            groups, _, out_plan = _lift.collect(inner, ys, grouping)
-            if out_plan.graph is not None and not out_plan.graph[3]:
+            groups, _, out_plan = collect(inner, ys, grouping)
+            if out_plan.graph is not None and not out_plan.graph.inputs_unchanged:
                 raise TransformError(
                     "`scan`: the scanned function changed the structure of its arguments "
                     "(added or removed attributes or Variables); a scan body may only change "
                     "values."
                 )
-            for k, value in out_plan.set_consts:
-                if self.leaf_axes[k] is Carry or isinstance(self.leaf_axes[k], int):
+            for update in out_plan.set_consts:
+                if self.leaf_axes[update.k] is Carry or isinstance(self.leaf_axes[update.k], int):
                     raise TransformError(
-                        f"`scan`: {sig.describe_leaf(k)} was set to the Python value "
-                        f"{value!r}; carried and scanned state must hold arrays."
+                        f"`scan`: {sig.describe_leaf(update.k)} was set to the Python value "
+                        f"{update.value!r}; carried and scanned state must hold arrays."
                     )
             new_state = [leaves[k] for k in self.carry_ks]
-            for k, group, pos in out_plan.sets:
-                if group == 0:
-                    new_state[inner_carry_index[k]] = groups[0][pos]
+            for update in out_plan.sets:
+                if update.group == 0:
+                    new_state[inner_carry_index[update.k]] = groups[0][update.position]
             carry_arrays = self._carry_arrays_out(carry_out, args, inner)
             record["plan"] = out_plan
             record["sizes"] = [len(g) for g in groups[1:]]
             stacked = [y for group in groups[1:] for y in group]
             return (new_state, carry_arrays), stacked
 
-        final, ys = _run(body, init, xs, self.length, policy, reverse, unroll)
+        final, ys = checkpointed_scan(body, init, xs, self.length, policy, reverse, unroll)
         out_plan = record["plan"]
         groups: list[list] = [[] for _ in axes]
-        for k, group, pos in out_plan.sets:
-            if group == 0:
+        for update in out_plan.sets:
+            if update.group == 0:
+                pos = update.position
                 groups[0].extend([None] * (pos + 1 - len(groups[0])))
-                groups[0][pos] = final[0][inner_carry_index[k]]
+                groups[0][pos] = final[0][inner_carry_index[update.k]]
         offset = 0
         for g, (axis, size) in enumerate(zip(stack_axes, record["sizes"], strict=False), start=1):
             chunk = ys[offset : offset + size]
@@ -313,7 +307,7 @@ class _Scan:
                 groups[g] = [y[0] if reverse else y[-1] for y in chunk]
             else:
                 groups[g] = [jnp.moveaxis(y, 0, axis) for y in chunk]
-        ys_out = _lift.apply(plan, out_plan, groups, None)
+        ys_out = apply(plan, out_plan, groups, None)
         carry_out = self._carry_result(final[1])
         return _join_output(carry_out, ys_out, self.position, self.out_axes)
 
@@ -331,15 +325,15 @@ class _Scan:
 
     # The carry argument's arrays and nodes --------------------------------------------
 
-    def _carry_layout(self) -> object:
+    def _carry_layout(self) -> ArgLayout | None:
         return self.plan.sig.layouts[self.carry_arg] if self.carry_arg is not None else None
 
-    def _carry_arrays_out(self, carry_out: object, args: tuple, inner: Any) -> list:
+    def _carry_arrays_out(self, carry_out: object, args: tuple, inner: Inner) -> list:
         if self.carry_arg is None:
             return []
         carry_in = args[self.carry_arg]
-        in_leaves, in_def = jax.tree_util.tree_flatten(carry_in, is_leaf=_lift.is_graph_leaf)
-        out_leaves, out_def = jax.tree_util.tree_flatten(carry_out, is_leaf=_lift.is_graph_leaf)
+        in_leaves, in_def = jax.tree_util.tree_flatten(carry_in, is_leaf=is_graph_leaf)
+        out_leaves, out_def = jax.tree_util.tree_flatten(carry_out, is_leaf=is_graph_leaf)
         if in_def != out_def:
             raise TransformError(
                 f"`scan`: the carry must keep its structure from step to step; it came in as "
@@ -347,40 +341,23 @@ class _Scan:
             )
         arrays = []
         for a, b in zip(in_leaves, out_leaves, strict=False):
-            if _lift.is_graph_leaf(a):
+            if is_graph_leaf(a):
                 if a is not b:
                     raise TransformError(
                         "`scan`: the carry must hold the same graph nodes it came in with; "
                         f"a {type(a).__name__} was replaced by {type(b).__name__}."
                     )
-            elif _lift.is_array_value(a):
+            elif is_array_value(a):
                 arrays.append(b)
         return arrays
 
     def _carry_result(self, carry_arrays: list) -> object:
-        if self.carry_arg is None:
-            return None
         layout = self._carry_layout()
+        if layout is None:
+            return None
         roots = self.plan.pair[0]
-        root_positions = iter(self.carry_roots)
-        arrays = iter(carry_arrays)
-        if layout is _lift.ARRAY:
-            return next(arrays)
-        if layout is _lift.ROOT:
-            return roots[next(root_positions)]
-        if layout[0] == "static":  # type: ignore[index]
-            return _lift.unwrap(layout[1])  # type: ignore[index]
-        _, treedef, kinds = layout  # type: ignore[misc]
-        return treedef.unflatten(
-            [
-                next(arrays)
-                if k is _lift.ARRAY
-                else roots[next(root_positions)]
-                if k is _lift.ROOT
-                else _lift.unwrap(k[1])
-                for k in kinds
-            ]
-        )
+        carry_roots = (roots[j] for j in self.carry_roots)
+        return layout.rebuild(carry_roots, iter(carry_arrays))
 
 
 def _split_output_axes(out_axes: object, position: object) -> object:
@@ -390,91 +367,3 @@ def _split_output_axes(out_axes: object, position: object) -> object:
         return out_axes
     rest = tuple(a for i, a in enumerate(out_axes) if i != position)  # type: ignore[arg-type]
     return rest[0] if len(rest) == 1 else rest
-
-
-# Splitting rng streams around a call -----------------------------------------------------
-
-_MISSING = object()
-
-
-def split_rngs(
-    node: object = _MISSING,
-    /,
-    *,
-    splits: int | tuple[int, ...] | Mapping[Filter, Any],
-    only: Filter = ...,
-) -> Any:
-    """Split the rng streams of `node` (or, as a decorator, of each call's arguments).
-
-    The streams `only` selects (or those a `{filter: n}` mapping names) hold `n` keys
-    (key and count of shape `(n,)`) until the call returns or the `with` block ends, so
-    that a `vmap` or `scan` over axis 0 gives each element its own keys. Streams left out
-    are not touched: their keys and counts carry on.
-
-    Args:
-        node: a graph holding `Rngs` (a module, an `Rngs`); leave it out to get a decorator.
-        splits: an int or shape, or a mapping `{filter: n}` (`{'dropout': 5}`).
-        only: with an int `splits`, the streams to split (all by default).
-
-    Returns:
-        With `node`, the `RngSplit` token (a context manager restoring the streams);
-        without, a decorator.
-
-    Example:
-        >>> @split_rngs(splits=5)                                   # doctest: +SKIP
-        ... @vmap(in_axes=(0,), out_axes=StateAxes({...: 0}))
-        ... def create(rngs):
-        ...     return Model(rngs)
-    """
-    if node is _MISSING:
-        return _around_calls(lambda args: split_rngs_in_place(args, splits, only=only))
-    return split_rngs_in_place(node, splits, only=only)
-
-
-def fork_rngs(node: object = _MISSING, /, *, split: object = None) -> Any:
-    """Fork every rng stream of `node` (or of each call's arguments), splitting some.
-
-    Each stream gets a fresh key drawn from it (its count moves on, so nothing repeats);
-    the streams `split` names get `n` keys. The streams are put back when the call
-    returns or the `with` block ends.
-
-    Args:
-        node: a graph holding `Rngs`; leave it out to get a decorator.
-        split: None (fork all, split none), an int or shape (split all), or a mapping
-            `{filter: n}` (split those, fork the others).
-
-    Returns:
-        With `node`, the `RngSplit` token (a context manager); without, a decorator.
-
-    Example:
-        >>> @fork_rngs(split={'dropout': 5})                       # doctest: +SKIP
-        ... @vmap(in_axes=(StateAxes({'dropout': 0, ...: None}), None))
-        ... def sample(model, x):
-        ...     return model(x)
-    """
-    rules = _fork_rules(split)
-    if node is _MISSING:
-        return _around_calls(lambda args: split_rngs_in_place(args, rules))
-    return split_rngs_in_place(node, rules)
-
-
-def _fork_rules(split: object) -> dict:
-    if split is None:
-        return {...: None}
-    if isinstance(split, Mapping):
-        rules = dict(split)
-        rules.setdefault(..., None)
-        return rules
-    return {...: split}
-
-
-def _around_calls(split: Callable[[object], RngSplit]) -> Callable[[F], F]:
-    def decorator(f: F) -> F:
-        @functools.wraps(f)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with split((args, kwargs)):
-                return f(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorator

@@ -13,19 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bryo_graph import (
-    BatchStat,
+from bryo_graph import BatchStat, Object, Param, State, Variable, state
+from bryo_transforms import (
     Carry,
-    Object,
-    Param,
-    State,
     StateAxes,
     TransformError,
-    Variable,
     grad,
     jit,
     remat,
-    state,
     value_and_grad,
     vmap,
 )

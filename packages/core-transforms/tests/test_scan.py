@@ -1,4 +1,4 @@
-"""The graph-level `lifted_scan`, and `split_rngs`/`fork_rngs` around transforms.
+"""The graph-level `scan`, and `split_rngs`/`fork_rngs` around the transforms.
 
 Modules are plain `bryo_graph.Object`s; rng streams come from `bryo_rngs`. Three traps of
 the anchor each have a test: one key reused across a vmapped batch, split keys restored
@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bryo_graph import Carry, Object, Param, StateAxes, TransformError, Variable, grad, jit, vmap
-from bryo_rngs import Rngs
-from bryo_scan import ScanCheckpointPolicy, fork_rngs, lifted_scan, split_rngs
+from bryo_graph import Object, Param, Variable
+from bryo_rngs import Rngs, fork_rngs, split_rngs
+from bryo_scan import ScanCheckpointPolicy
+from bryo_transforms import Carry, StateAxes, TransformError, grad, jit, scan, vmap
 
 
 class Count(Variable):
@@ -38,7 +39,7 @@ def make_stack(seed: jax.Array) -> Layer:
     return Layer(seed)
 
 
-@lifted_scan(in_axes=(Carry, 0), out_axes=Carry)
+@scan(in_axes=(Carry, 0), out_axes=Carry)
 def run_stack(x: jax.Array, layer: Layer) -> jax.Array:
     return layer(x)
 
@@ -65,7 +66,7 @@ def test_scan_state_axes_mix_scanned_and_carried_parts() -> None:
     layer = Layer(0)
     layer.w = Param(jnp.stack([jnp.eye(2) * (i + 1) for i in range(3)]))
 
-    @lifted_scan(in_axes=(StateAxes({Param: 0, ...: Carry}), Carry), out_axes=(Carry, 0))
+    @scan(in_axes=(StateAxes({Param: 0, ...: Carry}), Carry), out_axes=(Carry, 0))
     def apply(layer: Layer, x: jax.Array) -> tuple:
         layer.calls.value += 1
         y = x @ layer.w.value
@@ -78,7 +79,7 @@ def test_scan_state_axes_mix_scanned_and_carried_parts() -> None:
 
 
 def test_scan_builds_a_stack_of_new_modules() -> None:
-    @lifted_scan(in_axes=(0,), out_axes=0)
+    @scan(in_axes=(0,), out_axes=0)
     def make(seed: jax.Array) -> Layer:
         return Layer(seed.astype(jnp.uint32))
 
@@ -113,7 +114,7 @@ class Cell(Object):
 CELL_AXES = StateAxes({"broadcast": None, ...: Carry})
 
 
-@lifted_scan(in_axes=(CELL_AXES, Carry, 1), out_axes=(Carry, 1))
+@scan(in_axes=(CELL_AXES, Carry, 1), out_axes=(Carry, 1))
 def rnn(cell: Cell, h: jax.Array, xs: jax.Array) -> tuple[jax.Array, jax.Array]:
     return cell(h, xs)
 
@@ -142,7 +143,7 @@ def test_scan_carry_state_axes_and_out_axes() -> None:
 
 def test_scan_reverse_and_inside_jit() -> None:
     cell, h0, xs = Cell(), jnp.zeros((3, 2)), jnp.linspace(0, 1, 3 * 4 * 2).reshape(3, 4, 2)
-    reverse_rnn = lifted_scan(
+    reverse_rnn = scan(
         rnn.__wrapped__, in_axes=(CELL_AXES, Carry, 1), out_axes=(Carry, 1), reverse=True
     )
     h, ys = jit(reverse_rnn)(cell, h0, xs)
@@ -156,7 +157,7 @@ def test_scan_reverse_and_inside_jit() -> None:
 def test_scan_with_length_and_no_scanned_input() -> None:
     counter = {"n": Count(jnp.array(0))}
 
-    @lifted_scan(in_axes=(Carry,), out_axes=(Carry, 0), length=6)
+    @scan(in_axes=(Carry,), out_axes=(Carry, 0), length=6)
     def count(graph: dict) -> tuple[dict, jax.Array]:
         graph["n"].value += 1
         return graph, graph["n"].value
@@ -177,9 +178,7 @@ def test_scan_checkpoint_policies_keep_gradients(remat: object) -> None:
     plain = grad(lambda s: loss(s, run_stack))(stack)
     pure = jax.grad(lambda w: (unrolled(X, w) ** 2).sum())(stack.w.value)
     np.testing.assert_allclose(plain["w"].value, pure, rtol=1e-5)
-    checkpointed_scan = lifted_scan(
-        run_stack.__wrapped__, in_axes=(Carry, 0), out_axes=Carry, remat=remat
-    )
+    checkpointed_scan = scan(run_stack.__wrapped__, in_axes=(Carry, 0), out_axes=Carry, remat=remat)
     checkpointed = grad(lambda s: loss(s, checkpointed_scan))(stack)
     np.testing.assert_allclose(checkpointed["w"].value, plain["w"].value, rtol=1e-5)
 
@@ -187,28 +186,24 @@ def test_scan_checkpoint_policies_keep_gradients(remat: object) -> None:
 def test_scan_errors() -> None:
     cell = Cell()
     with pytest.raises(TransformError, match="both have a `Carry` or neither"):
-        lifted_scan(lambda c, x: c(x, x), in_axes=(Carry, 0), out_axes=0)(
-            jnp.zeros(2), jnp.ones((3, 2))
-        )
+        scan(lambda c, x: c(x, x), in_axes=(Carry, 0), out_axes=0)(jnp.zeros(2), jnp.ones((3, 2)))
     with pytest.raises(TransformError, match="nothing to scan over"):
-        lifted_scan(lambda c: (c, None), in_axes=(Carry,), out_axes=(Carry, 0))(jnp.zeros(2))
+        scan(lambda c: (c, None), in_axes=(Carry,), out_axes=(Carry, 0))(jnp.zeros(2))
 
     def grows(cell: Cell, x: jax.Array) -> tuple:
         cell.extra = Param(x)
         return cell, x
 
     with pytest.raises(TransformError, match="added a Param"):
-        lifted_scan(grows, in_axes=(Carry, 0), out_axes=(Carry, 0))(cell, jnp.ones((3, 2)))
+        scan(grows, in_axes=(Carry, 0), out_axes=(Carry, 0))(cell, jnp.ones((3, 2)))
 
     def reshapes(h: jax.Array, x: jax.Array) -> tuple:
         return (h, h), x
 
     with pytest.raises(TransformError, match="keep its structure"):
-        lifted_scan(reshapes, in_axes=(Carry, 0), out_axes=(Carry, 0))(
-            jnp.zeros(2), jnp.ones((3, 2))
-        )
+        scan(reshapes, in_axes=(Carry, 0), out_axes=(Carry, 0))(jnp.zeros(2), jnp.ones((3, 2)))
     with pytest.raises(TransformError, match=r"size 2, but the array argument #1 has 3"):
-        lifted_scan(lambda h, a, b: (h, a + b), in_axes=(Carry, 0, 0), out_axes=(Carry, 0))(
+        scan(lambda h, a, b: (h, a + b), in_axes=(Carry, 0, 0), out_axes=(Carry, 0))(
             jnp.zeros(()), jnp.ones(3), jnp.ones(2)
         )
     assert int(cell.steps.value) == 0 and not hasattr(cell, "extra")
@@ -269,7 +264,7 @@ def test_trap_b_layers_built_under_a_split_survive_the_restore() -> None:
     assert rngs.dropout.key.value.shape == ()  # the caller's streams are restored
     assert stack.rngs.key.value.shape == (4,)  # the layers keep their own split streams
 
-    @lifted_scan(in_axes=(Carry, 0), out_axes=(Carry, 0))
+    @scan(in_axes=(Carry, 0), out_axes=(Carry, 0))
     def apply_all(x: jax.Array, layer: Noise) -> tuple:
         y = layer(x)
         return y, y
@@ -294,19 +289,6 @@ def test_trap_c_streams_left_out_of_a_split_keep_counting() -> None:
     assert not np.allclose(first, second)  # no key replayed
 
 
-def test_split_rngs_as_context_manager_and_token() -> None:
-    rngs = Rngs(params=0, dropout=1)
-    with split_rngs(rngs, splits=3, only="dropout") as token:
-        assert rngs.dropout.key.value.shape == (3,)
-        assert rngs.params.key.value.shape == ()
-        assert token.paths
-    assert rngs.dropout.key.value.shape == ()
-    with fork_rngs(rngs, split={"params": 2}):
-        assert rngs.params.key.value.shape == (2,)
-        assert rngs.dropout.key.value.shape == ()
-    assert rngs.params.key.value.shape == ()
-
-
 def test_recurrent_dropout_style_broadcast_stream() -> None:
     class Drop(Object):
         def __init__(self) -> None:
@@ -319,7 +301,7 @@ def test_recurrent_dropout_style_broadcast_stream() -> None:
             return h, mask
 
     axes = StateAxes({"recurrent": None, ...: Carry})
-    run = jit(lifted_scan(lambda c, h, x: c(h, x), in_axes=(axes, Carry, 0), out_axes=(Carry, 0)))
+    run = jit(scan(lambda c, h, x: c(h, x), in_axes=(axes, Carry, 0), out_axes=(Carry, 0)))
     drop = Drop()
     _, masks = run(drop, jnp.ones(8), jnp.ones((6, 8)))
     assert all(np.array_equal(masks[0], m) for m in masks)  # one mask for every step

@@ -4,10 +4,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
-bryo_graph = pytest.importorskip("bryo_graph")
-jit, vmap, grad = bryo_graph.jit, bryo_graph.vmap, bryo_graph.grad
+import bryo_graph
+from bryo_transforms import Carry, grad, jit, scan, vmap
 
 KEY = jax.random.key(0)
 MLP = eqx.nn.MLP(3, 2, 4, 1, key=KEY)
@@ -60,11 +59,9 @@ def test_vmap_over_inputs_and_over_an_ensemble():
 
 
 def test_graph_scan_over_stacked_equinox_layers():
-    bryo_scan = pytest.importorskip("bryo_scan")
-    Carry = bryo_graph.Carry
     layers = eqx.filter_vmap(lambda k: eqx.nn.Linear(3, 3, key=k))(jax.random.split(KEY, 3))
 
-    @bryo_scan.lifted_scan(in_axes=(Carry, 0), out_axes=(Carry, 0))
+    @scan(in_axes=(Carry, 0), out_axes=(Carry, 0))
     def step(x, layer):
         y = jnp.tanh(layer(x))
         return y, jnp.sum(y)

@@ -4,7 +4,7 @@
 graph node they may be a `StateAxes` that gives each part of the node's state its own
 axis by filter. The functions here expand such prefixes to one axis per State leaf and
 array, check the axes against the values, and name the argument and path when one does
-not fit. `vmap` and the graph-level `scan` (in `bryo_scan`) share them.
+not fit. `vmap` and the graph-level `scan` share them.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ import jax
 import numpy as np
 
 from bryo_filters import Filter, filters_to_predicates
+from bryo_graph import VariableState
 from bryo_pytree import Path, PrefixError, broadcast_prefix
 
-from ._transforms_lift import ARRAY, ROOT, CallPlan, Grouping, Signature, TransformError
-from ._variables import VariableState
+from ._collect import Grouping
+from ._errors import TransformError
+from ._layout import ARRAY, ROOT, ArgLayout, LeafLayout, StaticLayout
+from ._plan import CallPlan, Signature
 
 
 class Carry:
@@ -119,12 +122,13 @@ class _Slot:
 
     __slots__ = ("kind",)
 
-    def __init__(self, kind: object) -> None:
+    def __init__(self, kind: LeafLayout | StaticLayout | None) -> None:
         self.kind = kind
 
     def __repr__(self) -> str:
-        names = {ROOT: "<graph node>", ARRAY: "<array>"}
-        return names.get(self.kind, "<static>")  # type: ignore[call-overload]
+        if self.kind is ROOT:
+            return "<graph node>"
+        return "<array>" if self.kind is ARRAY else "<static>"
 
 
 def is_axis_leaf(value: object) -> bool:
@@ -176,27 +180,24 @@ def arg_specs(
     return root_specs, array_specs
 
 
-def _expand(spec: object, layout: object, where: str) -> list[tuple[object, object]]:
-    if layout is ARRAY or layout is ROOT:
+def _expand(spec: object, layout: ArgLayout, where: str) -> list[tuple[object, object]]:
+    """`(leaf kind, axis spec)` per leaf of an argument, from the argument's prefix."""
+    if isinstance(layout, LeafLayout):
         if not is_axis_leaf(spec):
             raise TransformError(
                 f"`{where}` must be an int, None or StateAxes for this argument (a single "
                 f"{'graph node' if layout is ROOT else 'array'}); got {spec!r}."
             )
         return [(layout, spec)]
-    if layout[0] == "static":  # type: ignore[index]
+    if isinstance(layout, StaticLayout):
         return []
-    _, treedef, kinds = layout  # type: ignore[misc]
-    skeleton = treedef.unflatten([_Slot(kind) for kind in kinds])
+    skeleton = layout.treedef.unflatten([_Slot(kind) for kind in layout.kinds])
     try:
         full = broadcast_prefix(spec, skeleton, is_leaf=lambda x: isinstance(x, _Slot), name=where)
     except PrefixError as error:
         raise TransformError(str(error)) from None
-    specs = treedef.flatten_up_to(full)
-    return [
-        (kind if kind in (ARRAY, ROOT) else "static", s)
-        for kind, s in zip(kinds, specs, strict=True)
-    ]
+    specs = layout.treedef.flatten_up_to(full)
+    return list(zip(layout.kinds, specs, strict=True))
 
 
 def state_leaf(plan: CallPlan, k: int) -> object:

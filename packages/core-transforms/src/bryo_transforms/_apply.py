@@ -1,0 +1,169 @@
+"""Stage 5 of a lifted call: back outside, write the changes into the caller's objects.
+
+`apply` writes updated values into the caller's Variables and raw leaves, brings the
+caller's graphs to the structure the function left (reusing the caller's own nodes and
+Variables, building new ones) when the `OutPlan` says it changed, and builds the
+caller's output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bryo_graph import (
+    Entry,
+    GraphError,
+    LeafEntry,
+    NodeEntry,
+    NodeType,
+    RefEntry,
+    StaticEntry,
+    Variable,
+    VariableEntry,
+    node_types,
+    structure_changed,
+)
+from bryo_pytree import unwrap_hashable
+
+from ._collect import GraphPlan, KeptLeaf, LeafPlan, OutPlan
+from ._layout import is_array_value
+from ._plan import CallPlan
+
+
+def apply(plan: CallPlan, out_plan: OutPlan, groups: Sequence[Sequence], direct: object) -> Any:
+    """Write the updates into the caller's graph and build the caller's output."""
+    for update in out_plan.sets:
+        plan.write(update.k, groups[update.group][update.position])
+    for update in out_plan.set_consts:
+        plan.write(update.k, update.value)
+    out_roots: tuple = ()
+    if out_plan.graph is not None:
+        out_roots = _Reconciler(plan, out_plan.graph, groups).run()
+    if out_plan.out is None:
+        return direct
+    leaves = [leaf.resolve(groups, out_roots) for leaf in out_plan.out.leaves]
+    return out_plan.out.treedef.unflatten(leaves)
+
+
+class _Reconciler:
+    """Bring the caller's graph to the structure the function left, reusing its objects.
+
+    Nodes and Variables that existed before the call are the caller's own objects (their
+    values were written already); new ones are built. Mutable nodes whose children
+    changed get them set or removed in place, which reports the structural change.
+    """
+
+    def __init__(self, plan: CallPlan, graph: GraphPlan, groups: Sequence[Sequence]) -> None:
+        self.plan = plan
+        self.graph = graph
+        self.groups = groups
+        self.registry = node_types()
+        self.built: dict[int, object] = {}
+        self.leaf = 0
+
+    def run(self) -> tuple:
+        root = self.graph.graphdef.root
+        if self.graph.inputs_unchanged:
+            self.built.update(self.plan.objects)
+            self.leaf = len(self.plan.sig.paths)
+        else:
+            self.build(root.child(0))
+        return self.build(root.child(1))  # type: ignore[return-value]
+
+    def next_leaf(self) -> LeafPlan:
+        leaf_plan = self.graph.leaf_plans[self.leaf]
+        self.leaf += 1
+        return leaf_plan
+
+    def leaf_value(self, leaf_plan: LeafPlan) -> object:
+        if isinstance(leaf_plan, KeptLeaf):
+            source = self.plan.sources[leaf_plan.k]
+            if source.variable is not None:
+                return source.variable
+            changed = leaf_plan.changed
+            return source.value if changed is None else changed.resolve(self.groups, ())
+        return leaf_plan.place.resolve(self.groups, ())
+
+    def build(self, entry: Entry) -> object:
+        if isinstance(entry, RefEntry):
+            return self.built[entry.index]
+        if isinstance(entry, StaticEntry):
+            return unwrap_hashable(entry.value)
+        if isinstance(entry, VariableEntry):
+            leaf_plan = self.next_leaf()
+            if isinstance(leaf_plan, KeptLeaf):
+                variable = self.leaf_value(leaf_plan)
+            else:
+                meta = leaf_plan.meta
+                variable = meta.type.from_metadata(self.leaf_value(leaf_plan), meta.metadata)  # type: ignore[union-attr]
+            self.built[entry.index] = variable
+            return variable
+        if isinstance(entry, LeafEntry):
+            return self.leaf_value(self.next_leaf())
+        return self.build_node(entry)
+
+    def build_node(self, entry: NodeEntry) -> object:
+        node_type = self.registry.lookup(entry.type)
+        assert node_type is not None  # the entry came from flattening a live node
+        source = self.graph.node_map.get(entry.index)
+        if source is not None:
+            node = self.plan.objects[source]
+            self.built[entry.index] = node
+            built = [(key, self.build(child)) for key, child in entry.children]
+            if node_type.create is not None:
+                _set_children(node, node_type, built)
+            return node
+        if node_type.create is not None:
+            node = node_type.create(entry.type, entry.aux)
+            self.built[entry.index] = node
+            init_key = node_type.init_key or node_type.set_key
+            for key, child in entry.children:
+                init_key(node, key, self.build(child))  # type: ignore[misc]
+            return node
+        built = [(key, self.build(child)) for key, child in entry.children]
+        node = node_type.unflatten(entry.type, entry.aux, built)  # type: ignore[misc]
+        self.built[entry.index] = node
+        return node
+
+
+def _same(a: object, b: object) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b) or isinstance(a, Variable) or is_array_value(a):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _set_children(node: object, node_type: NodeType, children: list[tuple]) -> None:
+    if isinstance(node, list):  # a tracked List: keys are positions
+        _set_items(node, [child for _, child in children])
+        return
+    current = dict(node_type.flatten(node)[0])
+    for key, child in children:
+        if key not in current or not _same(current[key], child):
+            node_type.set_key(node, key, child)  # type: ignore[misc]
+    new_keys = {key for key, _ in children}
+    removed = [key for key in current if key not in new_keys]
+    for key in removed:
+        if node_type.pop_key is None:
+            raise GraphError(
+                f"the transformed function removed {key!r} from a "
+                f"{type(node).__name__}, which cannot drop children in place."
+            )
+        node_type.pop_key(node, key)
+    if removed:
+        structure_changed()
+
+
+def _set_items(node: list, values: list) -> None:
+    if len(node) > len(values):
+        del node[len(values) :]
+    for position, value in enumerate(values):
+        if position == len(node):
+            node.append(value)
+        elif not _same(node[position], value):
+            node[position] = value

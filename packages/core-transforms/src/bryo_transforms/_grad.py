@@ -1,0 +1,242 @@
+"""`grad` and `value_and_grad` for functions of graph nodes: gradients w.r.t. their state.
+
+The State leaves the `wrt` filter selects in the differentiated arguments, and the
+array arguments among them, are the inputs of `jax.value_and_grad`; everything else is
+passed through. Gradients come back shaped like the arguments: a `State` of
+`VariableState`s for a graph node, arrays for arrays, None for static values.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import jax
+
+from bryo_filters import Filter, filters_to_predicates
+from bryo_graph import Param, State, Variable, VariableState, flat_graph
+from bryo_pytree import Path
+
+from ._apply import apply
+from ._collect import Grouping, Static, collect
+from ._layout import ARRAY, scan_args
+from ._options import as_argnums, decorator_or_none
+from ._plan import CallPlan, PlanCache, Signature
+from ._rebuild import rebuild
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _diff_leaves(plan: CallPlan, argnums: tuple[int, ...], wrt: Filter) -> tuple[list, dict]:
+    """State leaves to differentiate, and per root of a differentiated argument its
+    `[(path, k)]` (paths relative to that root)."""
+    (predicate,) = filters_to_predicates((wrt,))
+    by_var = {id(s.variable): k for k, s in enumerate(plan.sources) if s.variable is not None}
+    by_slot = {(id(s.parent), s.key): k for k, s in enumerate(plan.sources) if s.variable is None}
+    roots = plan.pair[0]
+    chosen: set[int] = set()
+    per_root: dict[int, list[tuple[Path, int]]] = {}
+    for j, place in enumerate(plan.sig.root_places):
+        if place.argument not in argnums:
+            continue
+        root = roots[j]
+        if isinstance(root, Variable):
+            entries = [((), root, by_var[id(root)])]
+        else:
+            flat = flat_graph(root)
+            entries = [
+                (path, s.variable, by_var[id(s.variable)])
+                if s.variable is not None
+                else (path, VariableState(s.leaf_type, s.value), by_slot[(id(s.parent), s.key)])
+                for path, s in zip(flat.paths, flat.sources, strict=True)
+            ]
+        per_root[j] = [(path, k) for path, leaf, k in entries if predicate(path, leaf)]
+        chosen.update(k for _, k in per_root[j])
+    return sorted(chosen), per_root
+
+
+def _array_places(sig: Signature) -> list[int | str]:
+    """Per array argument leaf, the argument it is in (position or keyword name)."""
+    return [
+        argument
+        for argument, layout in sig.named_layouts()
+        for kind in layout.leaf_kinds
+        if kind is ARRAY
+    ]
+
+
+def _grad_state(plan: CallPlan, entries: list[tuple[Path, int]], grads: dict[int, Any]) -> Any:
+    flat = {}
+    for path, k in entries:
+        meta = plan.sig.metas[k]
+        leaf_type = meta.type if meta is not None else plan.sources[k].leaf_type
+        metadata = meta.metadata if meta is not None else {}
+        flat[path] = VariableState(leaf_type, grads[k], **metadata)
+    if list(flat) == [()]:
+        return flat[()]
+    return State.from_flat_path(flat)
+
+
+def _assemble_grads(
+    plan: CallPlan, argnums: tuple[int, ...], per_root: dict, leaf_grads: dict, array_grads: list
+) -> tuple:
+    """Per differentiated argument, its gradients shaped like it (None for statics)."""
+    root_grads = (
+        _grad_state(plan, per_root.get(j, []), leaf_grads) for j in range(len(plan.sig.root_places))
+    )
+    arrays = iter(array_grads)
+    per_arg = [layout.rebuild(root_grads, arrays, statics=False) for layout in plan.sig.layouts]
+    return tuple(grads for i, grads in enumerate(per_arg) if i in argnums)
+
+
+def _grad_core(
+    f: Callable, argnums: int | Sequence[int], has_aux: bool, wrt: Filter, jax_kwargs: dict
+) -> Callable:
+    nums = as_argnums(argnums)
+    cache = PlanCache(size=16)
+
+    def run(*args: Any, **kwargs: Any) -> tuple:
+        if any(n >= len(args) for n in nums):
+            raise TypeError(
+                f"`argnums` {argnums!r} names an argument the call did not get: it passed "
+                f"{len(args)} positional arguments."
+            )
+        key, roots, arrays = scan_args(args, kwargs)
+        plan = cache.plan(key, roots)
+        sig = plan.sig
+        diff_ks, per_root = _diff_leaves(plan, nums, wrt)
+        places = _array_places(sig)
+        diff_arrays = [i for i, place in enumerate(places) if place in nums]
+        leaves = plan.leaf_values()
+        diff_values = [leaves[k] for k in diff_ks] + [arrays[i] for i in diff_arrays]
+        rest_leaves = list(leaves)
+        for k in diff_ks:
+            rest_leaves[k] = None
+        rest_arrays = list(arrays)
+        for i in diff_arrays:
+            rest_arrays[i] = None
+        grouping = Grouping()
+
+        def pure(diff: list, rest_leaves: list, rest_arrays: list) -> tuple:
+            all_leaves, all_arrays = list(rest_leaves), list(rest_arrays)
+            for k, value in zip(diff_ks, diff[: len(diff_ks)], strict=False):
+                all_leaves[k] = value
+            for i, value in zip(diff_arrays, diff[len(diff_ks) :], strict=False):
+                all_arrays[i] = value
+            args, kwargs, inner = rebuild(sig, all_leaves, all_arrays)
+            out = f(*args, **kwargs)
+            if has_aux:
+                if not isinstance(out, tuple) or len(out) != 2:
+                    raise TypeError(
+                        "with `has_aux=True` the function must return a pair `(loss, aux)`; "
+                        f"it returned {type(out).__name__}."
+                    )
+                loss, aux = out
+            else:
+                loss, aux = out, None
+            groups, direct, out_plan = collect(inner, aux, grouping)
+            return loss, (groups, direct, Static(out_plan))
+
+        (loss, (groups, direct, static)), grads = jax.value_and_grad(
+            pure, has_aux=True, **jax_kwargs
+        )(diff_values, rest_leaves, rest_arrays)
+        aux = apply(plan, static.value, groups, direct)
+        leaf_grads = dict(zip(diff_ks, grads[: len(diff_ks)], strict=False))
+        array_grads = list(arrays)
+        for i, g in zip(diff_arrays, grads[len(diff_ks) :], strict=False):
+            array_grads[i] = g
+        per_arg = _assemble_grads(plan, nums, per_root, leaf_grads, array_grads)
+        by_num = dict(zip(sorted(set(nums)), per_arg, strict=False))
+        result = by_num[argnums] if isinstance(argnums, int) else tuple(by_num[n] for n in nums)
+        return loss, aux, result
+
+    return run
+
+
+def grad(
+    f: F | None = None,
+    /,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    *,
+    wrt: Filter = Param,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+) -> Callable[..., Any]:
+    """`jax.grad` for functions of graph nodes: gradients w.r.t. their `wrt` state.
+
+    Args:
+        f: a function returning a scalar loss (or `(loss, aux)` with `has_aux`).
+        argnums: which positional argument(s) to differentiate.
+        has_aux: `f` returns `(loss, aux)`; aux may hold graph nodes.
+        wrt: the filter selecting, in graph-node arguments, the state to differentiate
+            (Params by default). Array arguments are differentiated whole.
+        holomorphic, allow_int: as for `jax.grad`.
+
+    Returns:
+        A function returning the gradients (and aux): for a graph-node argument a `State`
+        of `VariableState`s shaped like `state(model, wrt)`; for arrays, arrays. Other
+        state changed inside (batch statistics, rng counts) is written back.
+
+    Example:
+        >>> grads = grad(lambda model, x: model(x).sum())(model, x)   # doctest: +SKIP
+        >>> grads['linear']['kernel'].value.shape                     # doctest: +SKIP
+    """
+    partial = decorator_or_none(
+        grad,
+        f,
+        argnums=argnums,
+        has_aux=has_aux,
+        wrt=wrt,
+        holomorphic=holomorphic,
+        allow_int=allow_int,
+    )
+    if partial is not None:
+        return partial
+    assert f is not None
+    run = _grad_core(f, argnums, has_aux, wrt, {"holomorphic": holomorphic, "allow_int": allow_int})
+
+    @functools.wraps(f)
+    def grad_f(*args: Any, **kwargs: Any) -> Any:
+        _, aux, grads = run(*args, **kwargs)
+        return (grads, aux) if has_aux else grads
+
+    return grad_f
+
+
+def value_and_grad(
+    f: F | None = None,
+    /,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    *,
+    wrt: Filter = Param,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+) -> Callable[..., Any]:
+    """Like `grad`, returning `(loss, grads)`, or `((loss, aux), grads)` with `has_aux`.
+
+    Example:
+        >>> loss, grads = value_and_grad(loss_fn)(model, x, y)    # doctest: +SKIP
+    """
+    partial = decorator_or_none(
+        value_and_grad,
+        f,
+        argnums=argnums,
+        has_aux=has_aux,
+        wrt=wrt,
+        holomorphic=holomorphic,
+        allow_int=allow_int,
+    )
+    if partial is not None:
+        return partial
+    assert f is not None
+    run = _grad_core(f, argnums, has_aux, wrt, {"holomorphic": holomorphic, "allow_int": allow_int})
+
+    @functools.wraps(f)
+    def value_and_grad_f(*args: Any, **kwargs: Any) -> Any:
+        loss, aux, grads = run(*args, **kwargs)
+        return ((loss, aux), grads) if has_aux else (loss, grads)
+
+    return value_and_grad_f

@@ -1,0 +1,270 @@
+"""Stage 2 of a lifted call: the call's `Signature` (static) and `CallPlan` (live).
+
+`build_plan` flattens a call's graph roots together, as the pair `(roots, ())`, so that
+references shared across arguments stay shared. The `Signature` is the hashable static
+side (the GraphDef, the Variables' types and metadata, the arguments' layouts): equally
+structured calls share it, and so share a compiled function. The `CallPlan` is the live
+side: the caller's Variables and raw leaves in State order, read before the call and
+written after it. `PlanCache` keeps both per transformed function, keyed by `CallKey`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+
+from bryo_graph import (
+    Entry,
+    GraphDef,
+    GraphError,
+    LeafEntry,
+    LeafSource,
+    NodeEntry,
+    Variable,
+    VariableEntry,
+    VariableMeta,
+    flat_graph,
+    node_types,
+)
+from bryo_pytree import Key, Path, path_str
+
+from ._layout import ROOT, ArgLayout, CallKey
+
+raw_value = operator.attrgetter("raw_value")
+
+
+class RootPlace(NamedTuple):
+    """Where a graph root sits in the arguments.
+
+    Attributes:
+        argument: the positional index, or the keyword's name.
+        position: its position among that argument's leaves (0 for a bare root).
+    """
+
+    argument: int | str
+    position: int
+
+    @property
+    def name(self) -> str:
+        """`args[0]` or `kwargs['model']`, as error messages name the argument."""
+        if isinstance(self.argument, int):
+            return f"args[{self.argument}]"
+        return f"kwargs[{self.argument!r}]"
+
+
+class Signature:
+    """The static side of a call: hashable, shared by calls on equally structured graphs.
+
+    Attributes:
+        graphdef: the GraphDef of `(roots, ())`, the roots being the arguments' graphs.
+        layouts, kw_layouts: how to put the arguments back together around the roots.
+        metas: per State leaf, the `VariableMeta` of a Variable, or None (a raw array).
+        paths: per State leaf, its path in `(roots, ())`: `(0, root, *path in root)`.
+        root_places: per root, its `RootPlace`.
+        leaf_of_variable: GraphDef index of an input Variable -> its State leaf.
+        leaf_of_raw: `(GraphDef index of the parent, key)` of an input raw array -> its
+            State leaf.
+    """
+
+    __slots__ = (
+        "_hash",
+        "graphdef",
+        "kw_layouts",
+        "layouts",
+        "leaf_of_raw",
+        "leaf_of_variable",
+        "metas",
+        "n_vars",
+        "paths",
+        "root_places",
+    )
+
+    def __init__(
+        self,
+        graphdef: GraphDef,
+        layouts: tuple[ArgLayout, ...],
+        kw_layouts: tuple[tuple[str, ArgLayout], ...],
+        metas: tuple[VariableMeta | None, ...],
+        paths: list[Path],
+    ) -> None:
+        self.graphdef = graphdef
+        self.layouts = layouts
+        self.kw_layouts = kw_layouts
+        self.metas = metas
+        self.paths = paths
+        self.n_vars = sum(meta is not None for meta in metas)
+        self.leaf_of_variable: dict[int, int] = {}
+        self.leaf_of_raw: dict[tuple[int, Key], int] = {}
+        _index_leaves(graphdef.root, None, None, self.leaf_of_variable, self.leaf_of_raw)
+        self.root_places = _root_places(layouts, kw_layouts)
+        self._hash = hash((graphdef, layouts, kw_layouts, metas))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, Signature)
+            and self._hash == other._hash
+            and self.graphdef == other.graphdef
+            and self.layouts == other.layouts
+            and self.kw_layouts == other.kw_layouts
+            and self.metas == other.metas
+        )
+
+    def named_layouts(self) -> list[tuple[int | str, ArgLayout]]:
+        """`(argument, layout)` for every argument: positions, then keyword names."""
+        return [*enumerate(self.layouts), *self.kw_layouts]
+
+    def describe_leaf(self, k: int) -> str:
+        """Where State leaf `k` comes from, e.g. "`args[0]` at linear/kernel"."""
+        path = self.paths[k]
+        name = self.root_places[path[1]].name  # type: ignore[index]
+        return f"`{name}`" + (f" at {path_str(path[2:])}" if len(path) > 2 else "")
+
+
+def _index_leaves(
+    entry: Entry,
+    parent: int | None,
+    key: Key | None,
+    of_variable: dict[int, int],
+    of_raw: dict[tuple[int, Key], int],
+) -> None:
+    """Number the State leaves under `entry` in order, by Variable index or parent/key."""
+    if isinstance(entry, VariableEntry):
+        of_variable[entry.index] = len(of_variable) + len(of_raw)
+    elif isinstance(entry, LeafEntry):
+        of_raw[(parent, key)] = len(of_variable) + len(of_raw)  # type: ignore[index]
+    elif isinstance(entry, NodeEntry):
+        for child_key, child in entry.children:
+            _index_leaves(child, entry.index, child_key, of_variable, of_raw)
+
+
+def _root_places(
+    layouts: tuple[ArgLayout, ...], kw_layouts: tuple[tuple[str, ArgLayout], ...]
+) -> list[RootPlace]:
+    named: list[tuple[int | str, ArgLayout]] = [*enumerate(layouts), *kw_layouts]
+    return [
+        RootPlace(argument, position)
+        for argument, layout in named
+        for position, kind in enumerate(layout.leaf_kinds)
+        if kind is ROOT
+    ]
+
+
+def meta_of(variable: Variable) -> VariableMeta:
+    """`variable`'s type and (a copy of its) metadata."""
+    return VariableMeta(type(variable), variable.metadata)
+
+
+class CallPlan:
+    """The live side of a call: the caller's Variables and raw leaves, in State order."""
+
+    __slots__ = (
+        "_objects",
+        "pair",
+        "raw_values",
+        "sig",
+        "sources",
+        "variables",
+    )
+
+    def __init__(self, sig: Signature, pair: tuple, sources: list[LeafSource]) -> None:
+        self.sig = sig
+        self.pair = pair
+        self.sources = sources
+        self.variables = [s.variable for s in sources if s.variable is not None]
+        self.raw_values = [s.value for s in sources if s.variable is None]
+        self._objects: dict[int, object] | None = None
+
+    def values(self) -> tuple[list, list]:
+        """The current `(variable values, raw leaves)`."""
+        return list(map(raw_value, self.variables)), self.raw_values
+
+    def leaf_values(self) -> list:
+        """The current value of every State leaf, in order."""
+        return [s.variable.raw_value if s.variable is not None else s.value for s in self.sources]
+
+    def write(self, k: int, value: object) -> None:
+        """Write `value` into State leaf `k` of the caller's graph."""
+        source = self.sources[k]
+        if source.variable is not None:
+            source.variable.value = value
+            return
+        node_type = source.parent_type
+        if node_type is None or node_type.set_key is None:
+            raise GraphError(
+                f"{self.sig.describe_leaf(k)} changed inside the transform, but it is an array "
+                f"inside an immutable {type(source.parent).__name__}; return the new node "
+                "instead of changing it in place."
+            )
+        node_type.set_key(source.parent, source.key, value)
+
+    @property
+    def objects(self) -> dict[int, object]:
+        """The caller's nodes and Variables by their GraphDef index."""
+        if self._objects is None:
+            self._objects = index_objects(self.sig.graphdef, self.pair)
+        return self._objects
+
+
+def build_plan(key: CallKey, roots: list, sig_cache: dict | None = None) -> CallPlan:
+    """Flatten the roots together (sharing included) into a `CallPlan`."""
+    pair = (tuple(roots), ())
+    flat = flat_graph(pair)
+    metas = tuple(meta_of(s.variable) if s.variable is not None else None for s in flat.sources)
+    sig = Signature(flat.graphdef, key.layouts, key.kw_layouts, metas, flat.paths)
+    if sig_cache is not None:
+        sig = sig_cache.setdefault(sig, sig)
+    return CallPlan(sig, pair, flat.sources)
+
+
+def index_objects(graphdef: GraphDef, root: object) -> dict[int, object]:
+    """Walk `graphdef` along the live graph `root`: GraphDef index -> node or Variable."""
+    registry = node_types()
+    objects: dict[int, object] = {}
+
+    def walk(entry: Entry, value: object) -> None:
+        if isinstance(entry, VariableEntry):
+            objects[entry.index] = value
+        elif isinstance(entry, NodeEntry):
+            objects[entry.index] = value
+            node_type = registry.lookup(type(value))
+            children = dict(node_type.flatten(value)[0])  # type: ignore[union-attr]
+            for key, child in entry.children:
+                walk(child, children[key])
+
+    walk(graphdef.root, root)
+    return objects
+
+
+def has_tracers(values: Sequence[object]) -> bool:
+    return any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+class PlanCache:
+    """Bounded caches of one transformed function: call plans and signatures."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self.plans: dict[CallKey, CallPlan] = {}
+        self.sigs: dict[Signature, Signature] = {}
+
+    def plan(self, key: CallKey, roots: list) -> CallPlan:
+        plan = self.plans.get(key)
+        if plan is not None:
+            return plan
+        plan = build_plan(key, roots, self.sigs)
+        # Plans built under a trace hold tracers; they are used once, never cached.
+        if not has_tracers(plan.raw_values) and not has_tracers(
+            [v.raw_value for v in plan.variables]
+        ):
+            if len(self.plans) >= self.size:
+                self.plans.pop(next(iter(self.plans)))
+            self.plans[key] = plan
+        if len(self.sigs) > 4 * self.size:
+            self.sigs.clear()
+        return plan

@@ -1,0 +1,128 @@
+"""`vmap`: `jax.vmap` for functions of graph nodes, with `StateAxes` for their state.
+
+The axes (`in_axes`/`out_axes` prefixes, `StateAxes` at graph nodes) are expanded to one
+axis per State leaf and array argument by `_axes`, checked against the values, and
+handed to `jax.vmap` over the pure function; updated state comes back with the axis it
+went in with, new state and outputs with their `out_axes`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+
+from ._axes import (
+    AxisGrouping,
+    Carry,
+    arg_specs,
+    check_axis,
+    check_sizes,
+    leaf_axes,
+    sorted_axes,
+)
+from ._call import lifted_call
+from ._errors import TransformError
+from ._layout import scan_args
+from ._options import decorator_or_none
+from ._plan import PlanCache
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def vmap(
+    f: F | None = None,
+    /,
+    *,
+    in_axes: object = 0,
+    out_axes: object = 0,
+    axis_name: Any = None,
+    axis_size: int | None = None,
+    spmd_axis_name: Any = None,
+) -> F:
+    """`jax.vmap` for functions of graph nodes, with `StateAxes` for their state.
+
+    Args:
+        f: the function (or use `@vmap(in_axes=..., out_axes=...)`).
+        in_axes: an axis for all positional arguments, or a tuple with a prefix per
+            argument: an int, None (broadcast), or for graph nodes a `StateAxes`
+            (`StateAxes({'dropout': 0, ...: None})`). Keyword arguments use axis 0.
+        out_axes: a prefix of the output: ints, None or `StateAxes` for returned nodes.
+        axis_name, axis_size, spmd_axis_name: as for `jax.vmap`.
+
+    Returns:
+        The vectorized function. State changed inside comes back with the axis it went
+        in with: a broadcast (None) Variable may only be given unbatched values.
+
+    Example:
+        >>> @vmap(in_axes=(StateAxes({'dropout': 0, ...: None}), None))
+        ... def sample(model, x):
+        ...     return model(x)
+    """
+    partial = decorator_or_none(
+        vmap,
+        f,
+        in_axes=in_axes,
+        out_axes=out_axes,
+        axis_name=axis_name,
+        axis_size=axis_size,
+        spmd_axis_name=spmd_axis_name,
+    )
+    if partial is not None:
+        return partial
+    assert f is not None
+    cache = PlanCache(size=16)
+
+    @functools.wraps(f)
+    def mapped(*args: Any, **kwargs: Any) -> Any:
+        key, roots, arrays = scan_args(args, kwargs)
+        plan = cache.plan(key, roots)
+        root_specs, array_specs = arg_specs(plan.sig, in_axes)
+        axes = leaf_axes(plan, root_specs)
+        sizes = [
+            (size, plan.sig.describe_leaf(k))
+            for k, (value, axis) in enumerate(zip(plan.leaf_values(), axes, strict=False))
+            if (size := check_axis(value, axis, plan.sig.describe_leaf(k), "in_axes")) is not None
+        ]
+        sizes += [
+            (size, f"the array argument #{i} (shape {tuple(np.shape(value))})")
+            for i, (value, axis) in enumerate(zip(arrays, array_specs, strict=False))
+            if (size := check_axis(value, axis, f"array argument #{i}", "in_axes")) is not None
+        ]
+        check_sizes(sizes, "in_axes", axis_size)
+        for axis in (*axes, *array_specs):
+            if axis is Carry:
+                raise TransformError("`in_axes` of `vmap` cannot hold `Carry` (it is for `scan`).")
+        group_axes = sorted_axes([*axes, *root_specs, out_axes])
+        grouping = AxisGrouping(axes, root_specs, out_axes, group_axes)
+        var_axes = [a for a, meta in zip(axes, plan.sig.metas, strict=False) if meta is not None]
+        raw_axes = [a for a, meta in zip(axes, plan.sig.metas, strict=False) if meta is None]
+
+        def transform(pure: Callable) -> Callable:
+            return jax.vmap(
+                pure,
+                in_axes=(var_axes, raw_axes, list(array_specs)),
+                out_axes=(list(group_axes), None, None),
+                axis_name=axis_name,
+                axis_size=axis_size,
+                spmd_axis_name=spmd_axis_name,
+            )
+
+        try:
+            return lifted_call(plan, arrays, transform, f, grouping)
+        except ValueError as error:
+            text = str(error)
+            if "out_axes" in text and "None" in text and not isinstance(error, TransformError):
+                raise TransformError(
+                    "`vmap`: a value that leaves the function unmapped (out_axes None, or "
+                    "state broadcast with in_axes None) depends on the mapped inputs. Map "
+                    "that state (e.g. `StateAxes({'dropout': 0, ...: None})`) or give it an "
+                    f"int out axis. JAX said: {error}"
+                ) from error
+            raise
+
+    mapped.__wrapped__ = f  # type: ignore[attr-defined]
+    return mapped  # type: ignore[return-value]
