@@ -6,7 +6,9 @@ Prints, measured in one run on this machine:
 - the jitted `eval_mox` against the jitted original function (target: equal within
   noise), per call after compilation;
 - `query('//module_call[@type="Linear"]')` on a 1,000-layer model (target: < 10 ms),
-  first call (builds the cached element view) and repeated calls.
+  first call (builds the cached element view) and repeated calls;
+- `dumps`/`loads` throughput in MB/s of file text for each format (target: >= 10 MB/s),
+  on a model that is mostly structure (an MLP) and on one that is mostly constant arrays.
 
 Modules come from `bryo_mox.testing` (the toy backend), so the script needs no other
 bryo package. Run: `python benchmarks/mox_bench.py [--layers 1000]`.
@@ -105,9 +107,48 @@ def bench_query(layers: int) -> None:
     )
 
 
+def throughput(mox: mox_lib.Mox, format: str) -> tuple[int, float, float]:
+    """(file bytes, dumps MB/s, loads MB/s) of `mox` in `format`, after one warm-up."""
+    text = mox_lib.dumps(mox, format=format)
+    mox_lib.loads(text, format=format)
+    size = len(text.encode() if isinstance(text, str) else text)
+    dump_s = timeit(lambda: mox_lib.dumps(mox, format=format), repeat=3)
+    load_s = timeit(lambda: mox_lib.loads(text, format=format), repeat=3)
+    return size, size / dump_s / 1e6, size / load_s / 1e6
+
+
+def print_throughput(label: str, mox: mox_lib.Mox) -> None:
+    for format in ("xml", "yson"):
+        size, dumps_rate, loads_rate = throughput(mox, format)
+        verdict = "ok" if min(dumps_rate, loads_rate) >= 10 else "MISSED"
+        print(
+            f"files   {label:<24} {format:4} {size / 1e6:7.3f} MB: dumps {dumps_rate:7.2f} MB/s | "
+            f"loads {loads_rate:7.2f} MB/s (target >= 10 MB/s: {verdict})"
+        )
+
+
+def bench_files(layers: int, width: int) -> None:
+    """dumps/loads speed on structure (an MLP) and on constants (closed-over arrays)."""
+    model = MLP((width,) * (layers + 1), key=jax.random.key(0))
+    structure = mox_lib.make_mox(lambda m, v: m(v))(model, jnp.ones((8, width)))
+    print_throughput(f"MLP {layers}x{width}", structure)
+    weights = [jax.random.normal(jax.random.key(i), (512, 512)) for i in range(4)]
+
+    def closed(v: jax.Array) -> jax.Array:
+        for w in weights:
+            v = jnp.tanh(v @ w)
+        return v
+
+    constants = mox_lib.make_mox(closed)(jnp.ones((8, 512)))
+    print_throughput("4 constants 512x512", constants)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=1000, help="layers of the query model")
+    parser.add_argument(
+        "--file-layers", type=int, default=32, help="layers of the dumps/loads model"
+    )
     args = parser.parse_args()
     pm = new_plugin_manager()
     pm.register(ToyBackend())
@@ -117,6 +158,7 @@ def main() -> None:
         bench_eval(4, width=256, batch=64)
         bench_eval(16, width=64, batch=16)
         bench_query(args.layers)
+        bench_files(args.file_layers, width=16)
 
 
 if __name__ == "__main__":

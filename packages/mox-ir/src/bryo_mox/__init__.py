@@ -11,6 +11,7 @@ from bryo_plugins import add_hookspecs as _add_hookspecs
 from . import document as document
 from . import hookspecs as _hookspecs
 from ._errors import MoxError as MoxError
+from ._errors import MoxLimitError as MoxLimitError
 from ._errors import MoxSerializationError as MoxSerializationError
 from ._errors import MoxTypeError as MoxTypeError
 from ._eval import eval_mox as eval_mox
@@ -23,6 +24,7 @@ from ._ir import ModuleCall as ModuleCall
 from ._ir import ModuleInfo as ModuleInfo
 from ._ir import Mox as Mox
 from ._ir import Node as Node
+from ._limits import Limits as Limits
 from ._pretty import pformat as pformat
 from ._serialize import dump as dump
 from ._serialize import dumps as dumps

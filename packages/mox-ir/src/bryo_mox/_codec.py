@@ -3,25 +3,40 @@
 Params are written in Python literal syntax (`(([1], [0]), ([], []))`, `dtype('float32')`,
 `Precision.HIGHEST`, `GatherDimensionNumbers(offset_dims=(1,), ...)`) and read back with
 `ast.parse` and a whitelist: literals, `None`/`True`/`False`, and calls of a fixed set of
-jax value types. Nothing is evaluated, so reading untrusted text is safe.
+jax value types. Nothing is evaluated, so reading untrusted text is safe. Arrays are
+written compactly, `array('<base64 of little-endian bytes>', dtype('float32'), (2, 3))`
+(`encode_array`/`decode_array`, shared with the constants of files); the older decimal
+form `array([[1.0, 2.0]], dtype('float32'))` is still read. Every array is counted against
+the active load budget (`_limits`) before it is allocated, and dtypes come from a fixed
+list (no structured or sub-array dtypes).
 """
 
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
 import enum
 import functools
 import math
+import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 
-from ._errors import MoxError
-from ._types import is_key_dtype, key_impls
+from ._errors import MoxError, MoxLimitError
+from ._limits import array_nbytes, current_budget
+from ._types import dtype_named, is_key_dtype, key_impls
 
 MAX_TEXT = 100_000
+#: Integers in params must fit 64 bits (signed or unsigned).
+MAX_INT = 2**64
+_COMPACT_ARRAY = re.compile(
+    r"^\s*array\('([A-Za-z0-9+/=]*)', dtype\('(\w+)'\), \(([0-9, ]*)\)\)\s*$"
+)
 
 
 class Unencodable(MoxError):
@@ -80,8 +95,9 @@ def encode(value: Any, *, strict: bool = True) -> str:
             f"{encode(k, strict=strict)}: {encode(v, strict=strict)}" for k, v in value.items()
         ]
         return "{" + ", ".join(items) + "}"
-    if isinstance(value, np.ndarray):
-        return f"array({encode(value.tolist(), strict=strict)}, dtype({value.dtype.name!r}))"
+    if isinstance(value, np.ndarray) and dtype_named(value.dtype.name) == value.dtype:
+        shape = ", ".join(str(d) for d in value.shape) + ("," if value.ndim == 1 else "")
+        return f"array({encode_array(value)!r}, dtype({value.dtype.name!r}), ({shape}))"
     if strict:
         raise Unencodable(
             f"a value of type {type(value).__name__} ({value!r:.60}) has no text form"
@@ -89,15 +105,92 @@ def encode(value: Any, *, strict: bool = True) -> str:
     return str(value)
 
 
+def encode_array(array: np.ndarray) -> str:
+    """The base64 text of an array's bytes, little-endian, C order (see `decode_array`)."""
+    data = np.ascontiguousarray(array)
+    if data.dtype.byteorder == ">" or (data.dtype.byteorder == "=" and sys.byteorder == "big"):
+        data = data.astype(data.dtype.newbyteorder("<"))
+    return base64.b64encode(data.tobytes()).decode("ascii")
+
+
+def decode_array(
+    text: str, dtype: Any, shape: tuple[int, ...], what: str = "an array"
+) -> np.ndarray:
+    """The array of `dtype` and `shape` whose little-endian bytes `text` holds in base64.
+
+    The array's bytes are counted against the active load budget and the text's length
+    checked against them before anything is decoded.
+
+    Raises:
+        MoxError: the text does not hold exactly such an array.
+        MoxLimitError: the array is over the load's array budget.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = array_nbytes(tuple(shape), dtype.itemsize)
+    current_budget().spend_array(nbytes, what)
+    expected = 4 * ((nbytes + 2) // 3)
+    if len(text) != expected:
+        raise MoxError(
+            f"{what} of type {dtype.name}{list(shape)} takes {expected} base64 characters "
+            f"({nbytes} bytes), the data has {len(text)}."
+        )
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise MoxError(f"{what}: the data is not valid base64 ({error}).") from None
+    if len(raw) != nbytes:
+        raise MoxError(f"{what}: the data decodes to {len(raw)} bytes, not {nbytes}.")
+    return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
+
+
 def decode(text: str) -> Any:
     """Parse text written by `encode`. Raises `MoxError` for anything else."""
+    compact = _COMPACT_ARRAY.match(text)
+    if compact is not None:
+        return _compact_array(*compact.groups())
     if len(text) > MAX_TEXT:
         raise MoxError(f"a param text of {len(text)} characters exceeds {MAX_TEXT}.")
     try:
         tree = ast.parse(text.strip(), mode="eval")
         return _eval(tree.body)
-    except (SyntaxError, RecursionError, ValueError, TypeError) as error:
+    except MoxError:
+        raise
+    except (
+        SyntaxError,
+        RecursionError,
+        MemoryError,
+        ValueError,
+        TypeError,
+        OverflowError,
+    ) as error:
         raise MoxError(f"cannot read param text {text[:80]!r}: {error}") from None
+
+
+def _compact_array(data: str, dtype_name: str, dims: str) -> np.ndarray:
+    dtype = _plain_dtype(dtype_name)
+    pieces = [d.strip() for d in dims.split(",") if d.strip()]
+    if not all(p.isdigit() and len(p) <= 18 for p in pieces):
+        raise MoxError(f"array shape ({dims}) is malformed.")
+    return decode_array(data, dtype, tuple(map(int, pieces)), "an array param")
+
+
+def _plain_dtype(name: Any) -> np.dtype:
+    dtype = dtype_named(name) if isinstance(name, str) else None
+    if dtype is None:
+        raise ValueError(f"{name!r} is not a dtype MoX reads (such as 'float32')")
+    return np.dtype(dtype)
+
+
+def _decimal_array(data: Any, dtype: Any) -> np.ndarray:
+    """The older decimal form, `array([[1.0, 2.0]], dtype('float32'))`: bounded by the
+    text it was read from; its bytes still count against the budget."""
+    if isinstance(dtype, str):
+        dtype = _plain_dtype(dtype)
+    if not isinstance(dtype, np.dtype) or dtype_named(dtype.name) != dtype:
+        raise ValueError(f"array dtype {dtype!r} is not a dtype MoX reads")
+    array = np.asarray(data, dtype=dtype)
+    current_budget().spend_array(array.nbytes, "an array param")
+    return array
 
 
 def encode_attr(value: Any, *, strict: bool = True) -> str:
@@ -112,15 +205,23 @@ def encode_attr(value: Any, *, strict: bool = True) -> str:
 def _encode_str(value: str) -> str:
     try:
         decode(value)
+    except MoxLimitError:
+        return repr(value)  # it reads as an array too large to read: quote it
     except MoxError:
         return value
     return repr(value)
 
 
 def decode_attr(text: str) -> Any:
-    """Read an attribute written by `encode_attr`: a value, or else the bare string."""
+    """Read an attribute written by `encode_attr`: a value, or else the bare string.
+
+    Raises:
+        MoxLimitError: the text is an array over the load's budget.
+    """
     try:
         return decode(text)
+    except MoxLimitError:
+        raise
     except MoxError:
         return text
 
@@ -128,7 +229,7 @@ def decode_attr(text: str) -> Any:
 _CALLS: dict[str, Callable[..., Any]] = {
     "dtype": lambda name: _dtype_name(name),
     "float": lambda text: float(text) if text in ("inf", "-inf", "nan") else _bad(text),
-    "array": lambda data, dtype: np.asarray(data, dtype=dtype),
+    "array": _decimal_array,
     "prng_impl": lambda name: _prng_impl(name),
 }
 
@@ -141,16 +242,12 @@ def _prng_impl(name: Any) -> Any:
 
 
 def _dtype_name(name: Any) -> Any:
-    if not isinstance(name, str):
-        raise ValueError(f"dtype name must be a string, got {name!r}")
-    import jax.numpy as jnp
-
-    if name.startswith("key<") and name.endswith(">"):
+    if isinstance(name, str) and name.startswith("key<") and name.endswith(">"):
         impl = key_impls().get(name[len("key<") : -1])
         if impl is None:
             raise ValueError(f"dtype({name!r}) names no known PRNG implementation")
         return impl.dtype
-    return jnp.dtype(name)
+    return _plain_dtype(name)
 
 
 def _bad(text: Any) -> Any:
@@ -161,6 +258,8 @@ def _eval(node: ast.AST) -> Any:
     if isinstance(node, ast.Constant) and isinstance(
         node.value, (int, float, str, bool, type(None), complex)
     ):
+        if isinstance(node.value, int) and not -MAX_INT < node.value < MAX_INT:
+            raise ValueError(f"an integer of {node.value.bit_length()} bits does not fit 64")
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         operand = _eval(node.operand)

@@ -1,29 +1,48 @@
-"""Rebuild a MoX from a document (what serializers read), by re-tracing it.
+"""Rebuild a MoX from a document (what serializers read): its jaxpr is built directly.
 
-The document is interpreted under `jax.make_jaxpr`: primitives are looked up by name in
-jax's primitive registry (`jax.extend.core.primitives`) and bound with their decoded
-params; `jit` regions are rebuilt with `jax.jit`; custom derivative equations with
-`jax.custom_jvp`/`jax.custom_vjp` from their primal and rule regions; other sub-jaxprs
-(`scan`, `cond`, ...) are traced from their regions; module calls become module regions
-again. Every failure is a `MoxSerializationError` naming the node.
+A document is read into one closed jaxpr, which is then converted like a traced one
+(`convert_closed`: marked `jit` regions become module calls). Nothing is re-traced node by
+node, so loading costs about what the file holds:
+
+- a leaf equation is bound once with `jax.make_jaxpr` per distinct (primitive, params,
+  input types) — jax checks the params and computes the output types there — and every
+  equation like it reuses that result with its own variables;
+- a module call or a `jit` equation is built around its body directly, with the params a
+  `jax.jit` equation of that arity gets (traced once per arity); a module call's `jit` is
+  marked as tracing marks it (`new_marker`);
+- an equation with other regions (custom derivatives, `scan`, `cond`, `while`, `remat`)
+  is rebuilt through public APIs (`jax.custom_jvp`/`custom_vjp` from its primal and rule
+  regions, the primitive's bind around traced regions) once per distinct subtree: the 31
+  ReLUs of an MLP are rebuilt once.
+
+Every declared type is checked against what it connects to (an input against the
+variable it reads, an output against what its equation computes, a literal against its
+value, a module's body against its call); names are defined once per scope (a root that
+lists an input twice is refused). The builder walks nested scopes with an explicit
+stack, so depth is bounded by `Limits.max_depth`, never by Python's recursion limit.
+Every failure is a `MoxSerializationError` naming the node, located in the file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from jax import lax
 from jax.extend import core as jex
 
 from ._errors import MoxError, MoxSerializationError
 from ._ir import CUSTOM_DERIVATIVE_NAMES, JIT_ALIASES, ModuleInfo, Mox
+from ._limits import array_nbytes, current_budget
 from ._regions import bind_with_regions
 from ._rules import rebuild_custom
-from ._trace import call_region, convert_closed, intercepting
-from ._types import from_storage, parse_type, same_type
-from .document import MAX_DEPTH, MODULE_ATTRS, Const, DocNode, Port, literal_value
+from ._trace import convert_closed, new_marker
+from ._types import from_storage, is_key_dtype, parse_type, same_type, type_str
+from .document import ATTR_NAME, MODULE_ATTRS, NOWHERE, DocNode, Port, Source, located
+
+Atom = jex.Var | jex.Literal
 
 
 def _primitive_table() -> dict[str, jex.Primitive]:
@@ -61,198 +80,641 @@ def primitive(name: str) -> jex.Primitive:
     return found
 
 
-def check_depth(doc: DocNode, limit: int = MAX_DEPTH) -> None:
-    """Reject documents nested deeper than `limit` (iteratively, no recursion)."""
+def check_depth(doc: DocNode) -> None:
+    """Refuse documents nested deeper than the load's `Limits.max_depth`, iteratively."""
+    budget = current_budget()
     stack = [(doc, 1)]
     while stack:
         node, depth = stack.pop()
-        if depth > limit:
-            raise MoxSerializationError(
-                f"the document nests deeper than {limit} levels; refusing to read it."
-            )
+        budget.check_depth(depth, **_where(node.source))
         stack.extend((child, depth + 1) for child in node.children)
 
 
 def from_document(doc: DocNode) -> Mox:
-    """Rebuild a `Mox` from a document read by a serializer."""
+    """Rebuild a `Mox` from a document read by a serializer.
+
+    Raises:
+        MoxSerializationError: the document is malformed; the error is located in the file
+            when the serializer recorded where each node is (`DocNode.source`).
+    """
+    if not isinstance(doc, DocNode):
+        raise MoxSerializationError(f"expected a document (DocNode), got {type(doc).__name__}.")
     check_depth(doc)
     if doc.tag != "mox":
-        raise MoxSerializationError(f"the root element is `{doc.tag}`, expected `mox`.")
-    avals = [_type(p) for p in doc.inputs]
-    names = [_name(p, "mox input") for p in doc.inputs]
-
-    def flat(*xs: Any) -> list[Any]:
-        return run_block(doc, xs, names)
-
+        raise _at(doc.source, f"the root element is `{doc.tag}`, expected `mox`.")
+    builder = _Builder()
+    closed = builder.run(doc)
     try:
-        with intercepting():
-            closed = jax.make_jaxpr(flat)(*avals)
-    except MoxSerializationError:
-        raise
-    except (MoxError, TypeError, ValueError, KeyError, AttributeError) as error:
-        raise MoxSerializationError(f"cannot rebuild the MoX: {error}") from error
-    in_tree, out_tree = _tree(doc.attrs.get("in_tree")), _tree(doc.attrs.get("out_tree"))
-    extra_keys = tuple(doc.attrs.get("extra") or ())
-    if len(extra_keys) > len(avals):
-        raise MoxSerializationError("attr `extra` names more parameters than the root has.")
-    extra_avals = avals[len(avals) - len(extra_keys) :]
-    extra = tuple(
-        (str(k), jax.ShapeDtypeStruct(a.shape, a.dtype))
-        for k, a in zip(extra_keys, extra_avals, strict=False)
+        block = convert_closed(closed)
+    except RecursionError:
+        raise _at(doc.source, "the document nests too deeply to convert.") from None
+    n_inputs = len(closed.jaxpr.invars)
+    extra = _extra(doc, closed.in_avals)
+    in_tree = _tree(doc, "in_tree", n_inputs - len(extra))
+    out_tree = _tree(doc, "out_tree", len(closed.jaxpr.outvars))
+    return Mox(block, in_tree, out_tree, extra)
+
+
+def _extra(doc: DocNode, avals: Sequence[Any]) -> tuple[tuple[str, jax.ShapeDtypeStruct], ...]:
+    keys = doc.attrs.get("extra") or ()
+    if not isinstance(keys, tuple) or not all(isinstance(k, str) for k in keys):
+        raise _at(doc.source, f"attr `extra` must be a tuple of names, got {keys!r:.80}.")
+    if len(set(keys)) != len(keys):
+        raise _at(doc.source, "attr `extra` names a parameter twice.")
+    if len(keys) > len(avals):
+        raise _at(
+            doc.source, f"attr `extra` names {len(keys)} parameters; the root has {len(avals)}."
+        )
+    tail = avals[len(avals) - len(keys) :]
+    return tuple(
+        (k, jax.ShapeDtypeStruct(a.shape, a.dtype)) for k, a in zip(keys, tail, strict=True)
     )
-    if in_tree is not None and in_tree.num_leaves != len(avals) - len(extra):
-        in_tree = None
-    return Mox(convert_closed(closed), in_tree, out_tree, extra)
 
 
-def _tree(example: Any) -> jax.tree_util.PyTreeDef | None:
+def _tree(doc: DocNode, attr: str, leaves: int) -> jax.tree_util.PyTreeDef | None:
+    """The treedef written in attr `attr`: a tree of tuples/lists/dicts/None whose leaves
+    number the flat values in order (`(0, {'a': 1})`), or `None` when not written."""
+    example = doc.attrs.get(attr)
     if example is None:
         return None
-    return jax.tree_util.tree_structure(example)
+    flat, treedef = jax.tree_util.tree_flatten(example)
+    if not _plain_tree(example) or flat != list(range(leaves)):
+        raise _at(
+            doc.source,
+            f"attr `{attr}` must be a tree of tuples, lists and dicts numbering the "
+            f"{leaves} flat values in order, got {example!r:.80}.",
+        )
+    return treedef
 
 
-def _type(port: Port | Const) -> jax.ShapeDtypeStruct:
-    try:
-        return parse_type(port.type)
-    except MoxError as error:
-        raise MoxSerializationError(str(error)) from None
+def _plain_tree(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) in (tuple, list):
+            stack.extend(item)
+        elif type(item) is dict:
+            if not all(isinstance(k, str) for k in item):
+                return False
+            stack.extend(item.values())
+        elif not (item is None or type(item) is int):
+            return False
+    return True
 
 
-def _name(port: Port, where: str) -> str:
-    name = port.bind or port.name
-    if name is None:
-        raise MoxSerializationError(f"a {where} has no variable name.")
-    return name
+def _where(source: Source | None) -> dict[str, Any]:
+    source = source or NOWHERE
+    return {"line": source.line, "position": source.position, "path": source.path}
 
 
-def run_block(doc: DocNode, args: Sequence[Any], names: Sequence[str]) -> list[Any]:
-    """Evaluate a document block (root, module body or region) inside the trace."""
-    env: dict[str, Any] = {}
-    for const in doc.consts:
-        aval = _type(const)
-        try:
-            env[const.name] = from_storage(np.asarray(const.data), aval)
-        except MoxError as error:
-            raise MoxSerializationError(f"constant `{const.name}`: {error}") from None
-    for name, value in zip(names, args, strict=True):
-        env[name] = value
+def _at(source: Source | None, message: str) -> MoxSerializationError:
+    return (source or NOWHERE).error(message)
 
-    def read(port: Port) -> Any:
-        if port.name is None:
-            return literal_value(port)
-        try:
-            return env[port.name]
-        except KeyError:
+
+class _Scope(NamedTuple):
+    """A request from a scope being built to the driver: build `doc`'s scope first.
+
+    `doc` is a module call (its body) or a region; the built `ClosedJaxpr` is sent back.
+    """
+
+    doc: DocNode
+
+
+class _JitTemplate(NamedTuple):
+    """The params, source info and context of a traced `jax.jit` equation of one arity."""
+
+    params: dict[str, Any]
+    source_info: Any
+    ctx: Any
+
+
+_Building = Generator[_Scope, jex.ClosedJaxpr, jex.ClosedJaxpr]
+
+
+class _Builder:
+    """Builds one document's jaxpr; caches what it traced for this document only."""
+
+    def __init__(self) -> None:
+        self.budget = current_budget()
+        self.avals: dict[str, jax.core.ShapedArray] = {}
+        self.traced: dict[Any, jex.ClosedJaxpr] = {}
+        self.jit_templates: dict[tuple[int, int], _JitTemplate] = {}
+        self.at: Source | None = None
+
+    # -- the driver: nested scopes on an explicit stack ---------------------------------
+
+    def run(self, root: DocNode) -> jex.ClosedJaxpr:
+        """Build the root scope, and every scope it asks for, without recursing."""
+        stack: list[_Building] = [self.scope(root, root=True)]
+        sent: Any = None
+        while True:
+            try:
+                request = stack[-1].send(sent)
+            except StopIteration as done:
+                stack.pop()
+                if not stack:
+                    return done.value
+                sent = done.value
+                continue
+            except MoxError as error:
+                raise located(error, self.at) from None
+            except RecursionError:
+                raise _at(self.at, "the document nests too deeply for jax to rebuild.") from None
+            except Exception as error:
+                raise _at(
+                    self.at, f"cannot rebuild the node: {type(error).__name__}: {error}"
+                ) from None
+            self.budget.check_depth(len(stack) + 1, **_where(request.doc.source))
+            stack.append(self.scope(request.doc))
+            sent = None
+
+    # -- one scope: a root, a module body or a region -----------------------------------
+
+    def scope(self, doc: DocNode, *, root: bool = False) -> _Building:
+        """Build `doc`'s scope into a closed jaxpr, asking the driver for inner scopes."""
+        self.at = doc.source
+        _check_attr_names(doc)
+        env: dict[str, Atom] = {}
+        constvars: list[jex.Var] = []
+        consts: list[Any] = []
+        for const in doc.consts:
+            self.at = const.source or doc.source
+            aval = self.aval(const.type)
+            var = jex.Var(aval)
+            value = from_storage(np.asarray(const.data), aval)
+            self.define(env, const.name, var, doc, "constant")
+            constvars.append(var)
+            consts.append(value)
+        invars = []
+        for port in doc.inputs:
+            self.at = port.source or doc.source
+            name = port.bind or port.name
+            if name is None:
+                raise MoxSerializationError(f"an input of <{doc.tag}> has no variable name.")
+            var = jex.Var(self.aval(port.type))
+            self.define(env, name, var, doc, "root input" if root else "input")
+            invars.append(var)
+        eqns: list[jex.JaxprEqn] = []
+        for child in doc.children:
+            self.at = child.source
+            _check_attr_names(child)
+            ins = [self.read(env, port, child) for port in child.inputs]
+            self.at = child.source
+            if child.tag == "region":
+                raise MoxSerializationError(f"a <region> may not appear directly in <{doc.tag}>.")
+            if child.tag == "module_call":
+                body = yield _Scope(child)
+                self.at = child.source
+                outs = self.module_call(child, ins, body, eqns)
+            elif child.tag in JIT_ALIASES:
+                region = _regions(child, expected={("jaxpr", None)})[("jaxpr", None)]
+                body = yield _Scope(region)
+                self.at = child.source
+                outs = self.jit(child, ins, body, eqns)
+            elif child.children or child.tag in CUSTOM_DERIVATIVE_NAMES:
+                key = (_fingerprint(child), tuple(a.aval for a in ins))
+                traced = self.traced.get(key)
+                if traced is None:
+                    regions = {}
+                    for region_key, region in _regions(child).items():
+                        regions[region_key] = yield _Scope(region)
+                    self.at = child.source
+                    traced = self.traced[key] = self.trace_with_regions(child, ins, regions)
+                outs = _inline(traced, ins, eqns, constvars, consts)
+            else:
+                outs = self.leaf(child, ins, eqns, constvars, consts)
+            self.bind_outputs(env, child, outs)
+        self.at = doc.source
+        outvars = [self.read(env, port, doc) for port in doc.results]
+        effects: set[Any] = set()
+        for eqn in eqns:
+            effects.update(eqn.effects)
+        debug = jex.DebugInfo("bryo_mox.loads", str(doc.attrs.get("name") or doc.tag), None, None)
+        jaxpr = jex.Jaxpr(constvars, invars, outvars, eqns, effects, debug)
+        return jex.ClosedJaxpr(jaxpr, consts)
+
+    def aval(self, text: Any) -> Any:
+        """The abstract value of a type string, with its size bounded."""
+        hit = self.avals.get(text) if isinstance(text, str) else None
+        if hit is not None:
+            return hit
+        if not isinstance(text, str):
             raise MoxSerializationError(
-                f"variable `{port.name}` is used in <{doc.tag}> before it is defined."
+                f"a `type` must be a string such as 'f32[2,3]', got {text!r:.40}."
+            )
+        sds = parse_type(text)
+        itemsize = 4 if is_key_dtype(sds.dtype) else np.dtype(sds.dtype).itemsize
+        array_nbytes(tuple(sds.shape), itemsize)
+        aval = self.avals[text] = jax.core.ShapedArray(
+            sds.shape, sds.dtype, weak_type=sds.weak_type
+        )
+        return aval
+
+    def define(self, env: dict[str, Atom], name: Any, atom: Atom, doc: DocNode, what: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise MoxSerializationError(f"a {what} of <{doc.tag}> has no valid variable name.")
+        if name in env:
+            raise MoxSerializationError(
+                f"<{doc.tag}> defines variable `{name}` twice (again as a {what}); every "
+                "variable of a scope needs its own name."
+            )
+        env[name] = atom
+
+    def read(self, env: dict[str, Atom], port: Port, node: DocNode) -> Atom:
+        """The atom a port reads: a variable of the scope or a literal, of its declared type."""
+        self.at = port.source or node.source
+        aval = self.aval(port.type)
+        if port.name is None:
+            return jex.Literal(_literal(port.value, aval), aval)
+        atom = env.get(port.name)
+        if atom is None:
+            raise MoxSerializationError(
+                f"variable `{port.name}` is used in <{node.tag}> before it is defined."
+            )
+        if not same_type(atom.aval, aval):
+            raise MoxSerializationError(
+                f"<{node.tag}> declares `{port.name}` as {port.type}, but `{port.name}` is "
+                f"{type_str(atom.aval)}."
+            )
+        return atom
+
+    def bind_outputs(self, env: dict[str, Atom], node: DocNode, outs: Sequence[Atom]) -> None:
+        if len(outs) != len(node.outputs):
+            raise MoxSerializationError(
+                f"<{node.tag}> computes {len(outs)} values but lists {len(node.outputs)} outputs."
+            )
+        for port, atom in zip(node.outputs, outs, strict=True):
+            self.at = port.source or node.source
+            if port.name is None:
+                raise MoxSerializationError(f"an output of <{node.tag}> has no variable name.")
+            aval = self.aval(port.type)
+            if not same_type(atom.aval, aval):
+                raise MoxSerializationError(
+                    f"<{node.tag}> output `{port.name}` is declared {port.type} but computes "
+                    f"{type_str(atom.aval)}."
+                )
+            self.define(env, port.name, atom, node, "output")
+
+    # -- the kinds of node --------------------------------------------------------------
+
+    def leaf(
+        self,
+        node: DocNode,
+        ins: list[Atom],
+        eqns: list[jex.JaxprEqn],
+        constvars: list[jex.Var],
+        consts: list[Any],
+    ) -> list[Atom]:
+        key = (node.tag, _freeze(node.attrs), tuple(a.aval for a in ins))
+        traced = self.traced.get(key)
+        if traced is None:
+            params = dict(node.attrs)
+            if node.tag in PUBLIC_BINDERS:
+                binder = PUBLIC_BINDERS[node.tag]
+                fn: Callable[..., Any] = lambda *xs: binder(list(xs), params)
+            else:
+                prim = primitive(node.tag)
+                fn = lambda *xs: _bound(prim, prim.bind(*xs, **params))
+            traced = self.traced[key] = self.trace(node, fn, ins)
+        return _inline(traced, ins, eqns, constvars, consts)
+
+    def trace(self, node: DocNode, fn: Callable[..., Any], ins: Sequence[Atom]) -> jex.ClosedJaxpr:
+        """`jax.make_jaxpr(fn)` on the types of `ins`; errors name the node."""
+        avals = [
+            jax.ShapeDtypeStruct(a.aval.shape, a.aval.dtype, weak_type=a.aval.weak_type)
+            for a in ins
+        ]
+        try:
+            return jax.make_jaxpr(fn)(*avals)
+        except (MoxError, RecursionError):
+            raise
+        except Exception as error:
+            params = ", ".join(sorted(node.attrs)) or "no params"
+            raise MoxSerializationError(
+                f"cannot rebuild equation `{node.tag}` ({params}) on inputs "
+                f"({', '.join(type_str(a.aval) for a in ins)}): {type(error).__name__}: {error}"
             ) from None
 
-    for child in doc.children:
-        if child.tag == "region":
-            raise MoxSerializationError(f"a <region> may not appear directly in <{doc.tag}>.")
-        ins = [read(p) for p in child.inputs]
-        outs = run_node(child, ins)
-        if len(outs) != len(child.outputs):
-            raise MoxSerializationError(
-                f"<{child.tag}> produces {len(outs)} values but lists {len(child.outputs)} outputs."
+    def trace_with_regions(
+        self, node: DocNode, ins: list[Atom], regions: dict[tuple[str, int | None], jex.ClosedJaxpr]
+    ) -> jex.ClosedJaxpr:
+        """Trace a custom derivative equation, or bind a primitive around its regions."""
+        if node.tag in CUSTOM_DERIVATIVE_NAMES:
+            rule_key = "jvp" if node.tag == "custom_jvp_call" else "vjp"
+            _expect(node, regions, {("call_jaxpr", None), (rule_key, None)})
+            primal = jex.jaxpr_as_fun(regions["call_jaxpr", None])
+            rule = jex.jaxpr_as_fun(regions[rule_key, None])
+            name = node.attrs.get("name")
+            avals = [a.aval for a in ins]
+
+            def custom(*xs: Any) -> list[Any]:
+                fun = rebuild_custom(node.tag, str(name or node.tag), primal, rule, avals)
+                return fun(*xs)
+
+            return self.trace(node, custom, ins)
+        prim = primitive(node.tag)
+        params = dict(node.attrs)
+        counts: dict[str, int] = {}
+        for key, index in regions:
+            if index is not None:
+                counts[key] = counts.get(key, 0) + 1
+        for key, count in counts.items():
+            params[key] = tuple(regions[key, i] for i in range(count))  # replaced when bound
+        open_params = {key: not _closed_attr(node, key) for key in regions}
+
+        def bind(*xs: Any) -> list[Any]:
+            return bind_with_regions(
+                prim, params, xs, regions, open_params, lambda: f"equation `{node.tag}`"
             )
-        for port, value in zip(child.outputs, outs, strict=False):
-            if port.name is None:
-                raise MoxSerializationError(f"an output of <{child.tag}> has no name.")
-            if not same_type(parse_type(port.type), value):
-                raise MoxSerializationError(
-                    f"<{child.tag}> output `{port.name}` is {port.type} in the file but "
-                    f"computes to a different type ({value.shape}, {value.dtype})."
-                )
-            env[port.name] = value
-    return [read(p) for p in doc.results]
 
+        return self.trace(node, bind, ins)
 
-def run_node(doc: DocNode, ins: list[Any]) -> list[Any]:
-    """Evaluate one document node on its input values."""
-    if doc.tag == "module_call":
-        return _module_call(doc, ins)
-    regions = {
-        (c.attrs.get("param"), c.attrs.get("index")): c for c in doc.children if c.tag == "region"
-    }
-    if doc.tag in JIT_ALIASES:
-        body = _region_fn(regions, "jaxpr", doc)
-        body.__name__ = body.__qualname__ = str(doc.attrs.get("name", "jit"))
-        jitted = jax.jit(
-            body,
-            inline=bool(doc.attrs.get("inline", False)),
-            keep_unused=bool(doc.attrs.get("keep_unused", False)),
+    def module_call(
+        self, node: DocNode, ins: list[Atom], body: jex.ClosedJaxpr, eqns: list[jex.JaxprEqn]
+    ) -> list[Atom]:
+        attrs = node.attrs
+        n_state = _count(node, "state_inputs", len(ins))
+        n_state_out = _count(node, "state_outputs", len(body.jaxpr.outvars))
+        for key in ("type", "qualtype", "name"):
+            if not isinstance(attrs.get(key, ""), str):
+                raise MoxSerializationError(f"<module_call> attr `{key}` must be a string.")
+        info = ModuleInfo(
+            str(attrs.get("qualtype") or attrs.get("type") or "module"),
+            str(attrs.get("name", "")),
+            {k: v for k, v in attrs.items() if k not in MODULE_ATTRS},
         )
-        return list(jitted(*ins))
-    if doc.tag in CUSTOM_DERIVATIVE_NAMES:
-        rule_key = "jvp" if doc.tag == "custom_jvp_call" else "vjp"
-        fun = rebuild_custom(
-            doc.tag,
-            str(doc.attrs.get("name") or doc.tag),
-            _region_fn(regions, "call_jaxpr", doc),
-            _region_fn(regions, rule_key, doc),
+        marker = new_marker(info, n_state, n_state_out, len(ins) - n_state)
+        return self.jit_equation(node, ins, body, eqns, name=marker)
+
+    def jit(
+        self, node: DocNode, ins: list[Atom], body: jex.ClosedJaxpr, eqns: list[jex.JaxprEqn]
+    ) -> list[Atom]:
+        name = node.attrs.get("name", "jit")
+        return self.jit_equation(
+            node,
             ins,
+            body,
+            eqns,
+            name=str(name),
+            inline=bool(node.attrs.get("inline", False)),
+            keep_unused=bool(node.attrs.get("keep_unused", False)),
         )
-        return fun(*ins)
-    return _bind(doc, ins, regions)
 
-
-def _module_call(doc: DocNode, ins: list[Any]) -> list[Any]:
-    attrs = dict(doc.attrs)
-    n_state = int(attrs.get("state_inputs", 0))
-    n_state_out = int(attrs.get("state_outputs", 0))
-    info = ModuleInfo(
-        str(attrs.get("qualtype") or attrs.get("type") or "module"),
-        str(attrs.get("name", "")),
-        {k: v for k, v in attrs.items() if k not in MODULE_ATTRS},
-    )
-    names = [_name(p, "module_call input") for p in doc.inputs]
-
-    def fn(state: list[Any], args: list[Any]) -> tuple[list[Any], list[Any]]:
-        outs = run_block(doc, [*state, *args], names)
-        return outs[:n_state_out], outs[n_state_out:]
-
-    new_state, out = call_region(info, fn, ins[:n_state], ins[n_state:])
-    return [*new_state, *out]
-
-
-def _region_fn(regions: dict[Any, DocNode], key: str, doc: DocNode) -> Any:
-    region = regions.get((key, None))
-    if region is None:
-        raise MoxSerializationError(f'<{doc.tag}> lacks its <region param="{key}">.')
-    names = [_name(p, "region input") for p in region.inputs]
-    return lambda *xs: run_block(region, xs, names)
-
-
-def _bind(doc: DocNode, ins: list[Any], regions: dict[Any, DocNode]) -> list[Any]:
-    if doc.tag in PUBLIC_BINDERS and not regions:
-        return PUBLIC_BINDERS[doc.tag](ins, dict(doc.attrs))
-    prim = primitive(doc.tag)
-    params = dict(doc.attrs)
-    traced: dict[tuple[str, int | None], jex.ClosedJaxpr] = {}
-    open_params: dict[tuple[str, int | None], bool] = {}
-    counts: dict[str, int] = {}
-    for (key, index), region in regions.items():
-        names = [_name(p, "region input") for p in region.inputs]
-        avals = [_type(p) for p in region.inputs]
-        traced[str(key), index] = jax.make_jaxpr(
-            lambda *xs, _r=region, _n=names: run_block(_r, xs, _n)
-        )(*avals)
-        open_params[str(key), index] = not region.attrs.get("closed", True)
-        if index is not None:
-            counts[str(key)] = max(counts.get(str(key), 0), int(index) + 1)
-    for key, count in counts.items():
-        if sorted(i for k, i in traced if k == key) != list(range(count)):
-            raise MoxSerializationError(f'<{doc.tag}> lacks a <region param="{key}"> index.')
-        params[key] = tuple(traced[key, i] for i in range(count))  # placeholders, replaced
-    try:
-        return bind_with_regions(
-            prim, params, ins, traced, open_params, lambda: f"equation `{doc.tag}`"
+    def jit_equation(
+        self,
+        node: DocNode,
+        ins: list[Atom],
+        body: jex.ClosedJaxpr,
+        eqns: list[jex.JaxprEqn],
+        **params: Any,
+    ) -> list[Atom]:
+        """A `jit` equation calling `body` on `ins`, with the params `jax.jit` gives it."""
+        body_avals = [v.aval for v in body.jaxpr.invars]
+        if len(body_avals) != len(ins) or not all(
+            same_type(a, b.aval) for a, b in zip(body_avals, ins, strict=True)
+        ):
+            raise MoxSerializationError(
+                f"<{node.tag}> passes ({', '.join(type_str(a.aval) for a in ins)}) to a body "
+                f"that takes ({', '.join(type_str(a) for a in body_avals)})."
+            )
+        template = self.jit_template(len(ins), len(body.jaxpr.outvars))
+        outvars = [jex.Var(a.aval) for a in body.jaxpr.outvars]
+        eqns.append(
+            jex.new_jaxpr_eqn(
+                list(ins),
+                outvars,
+                jex.primitives.jit_p,
+                {**template.params, **params, "jaxpr": body},
+                body.jaxpr.effects,
+                template.source_info,
+                template.ctx,
+            )
         )
-    except MoxSerializationError:
-        raise
-    except Exception as error:
+        return outvars
+
+    def jit_template(self, n_in: int, n_out: int) -> _JitTemplate:
+        """What `jax.jit` makes of a call with `n_in` inputs and `n_out` outputs."""
+        hit = self.jit_templates.get((n_in, n_out))
+        if hit is not None:
+            return hit
+
+        def body(*xs: Any) -> list[Any]:
+            return [lax.full((), float(i), np.float32) for i in range(n_out)]
+
+        scalar = jax.ShapeDtypeStruct((), np.float32)
+        closed = jax.make_jaxpr(lambda *xs: jax.jit(body)(*xs))(*[scalar] * n_in)
+        (eqn,) = closed.jaxpr.eqns
+        if len(eqn.invars) != n_in or len(eqn.outvars) != n_out:
+            raise MoxSerializationError(
+                f"this jax ({jax.__version__}) rewrites `jit` calls in a way bryo_mox cannot "
+                "rebuild; please report it."
+            )
+        template = _JitTemplate(dict(eqn.params), eqn.source_info, eqn.ctx)
+        self.jit_templates[n_in, n_out] = template
+        return template
+
+
+def _bound(prim: jex.Primitive, out: Any) -> list[Any]:
+    return list(out) if prim.multiple_results else [out]
+
+
+def _inline(
+    traced: jex.ClosedJaxpr,
+    ins: Sequence[Atom],
+    eqns: list[jex.JaxprEqn],
+    constvars: list[jex.Var],
+    consts: list[Any],
+) -> list[Atom]:
+    """Append `traced`'s equations on `ins` with fresh variables; returns its outputs."""
+    jaxpr = traced.jaxpr
+    sub: dict[jex.Var, Atom] = dict(zip(jaxpr.invars, ins, strict=True))
+    for var, value in zip(jaxpr.constvars, traced.consts, strict=True):
+        new = jex.Var(var.aval)
+        constvars.append(new)
+        consts.append(value)
+        sub[var] = new
+    for eqn in jaxpr.eqns:
+        outvars = [
+            jex.DropVar(v.aval) if isinstance(v, jex.DropVar) else jex.Var(v.aval)
+            for v in eqn.outvars
+        ]
+        invars = [sub[a] if isinstance(a, jex.Var) else a for a in eqn.invars]
+        sub.update(zip(eqn.outvars, outvars, strict=True))
+        eqns.append(
+            jex.new_jaxpr_eqn(
+                invars, outvars, eqn.primitive, eqn.params, eqn.effects, eqn.source_info, eqn.ctx
+            )
+        )
+    return [sub[a] if isinstance(a, jex.Var) else a for a in jaxpr.outvars]
+
+
+def _literal(value: Any, aval: Any) -> Any:
+    """A literal's value as an array of its declared type; refuses values that do not fit."""
+    if isinstance(value, np.ndarray):
+        if tuple(value.shape) != tuple(aval.shape):
+            raise MoxSerializationError(
+                f"a literal of type {type_str(aval)} has a value of shape {value.shape}."
+            )
+        return value.astype(aval.dtype)
+    if isinstance(value, (list, tuple)):
+        array = np.asarray(value)
+        current_budget().spend_array(array.nbytes, "a literal")
+        return _literal(array, aval)
+    if is_key_dtype(aval.dtype):
+        raise MoxSerializationError(f"a literal may not be of the PRNG key type {type_str(aval)}.")
+    if aval.shape != () or not isinstance(value, (bool, int, float, complex)):
         raise MoxSerializationError(
-            f"cannot rebuild equation `{doc.tag}` with params {sorted(params)}: "
-            f"{type(error).__name__}: {error}"
-        ) from error
+            f"a literal of type {type_str(aval)} has value {value!r:.40}; literals are scalars "
+            "(or arrays of that shape)."
+        )
+    dtype = np.dtype(aval.dtype)
+    if dtype.kind in "iub":
+        if not isinstance(value, (bool, int)):
+            raise MoxSerializationError(
+                f"a literal of type {type_str(aval)} has the non-integer value {value!r}."
+            )
+        low, high = (0, 1) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+        if not low <= value <= high:
+            raise MoxSerializationError(
+                f"the literal {value} does not fit its type {type_str(aval)}."
+            )
+    elif dtype.kind == "f" and isinstance(value, complex):
+        raise MoxSerializationError(f"a literal of type {type_str(aval)} has a complex value.")
+    with np.errstate(all="ignore"):
+        array = np.asarray(value, dtype=dtype)
+    if dtype.kind in "fc" and np.isfinite(value) and not np.isfinite(array):
+        raise MoxSerializationError(f"the literal {value} overflows its type {type_str(aval)}.")
+    # A weakly typed literal is a Python scalar to jax; keep it one.
+    return array.item() if aval.weak_type else array
+
+
+def _count(node: DocNode, attr: str, limit: int) -> int:
+    value = node.attrs.get(attr, 0)
+    if type(value) is not int or not 0 <= value <= limit:
+        raise MoxSerializationError(
+            f"<{node.tag}> attr `{attr}` must be an integer from 0 to {limit}, got {value!r:.40}."
+        )
+    return value
+
+
+def _check_attr_names(node: DocNode) -> None:
+    for key in node.attrs:
+        if not isinstance(key, str) or not ATTR_NAME.match(key):
+            raise MoxSerializationError(
+                f"<{node.tag}> has an attribute named {key!r:.60}, which XML cannot hold and "
+                "XPath cannot query; attribute names are letters, digits, `_`, `-` and `.`, "
+                "not starting with a digit or `xml`."
+            )
+
+
+def _closed_attr(node: DocNode, key: tuple[str, int | None]) -> bool:
+    for child in node.children:
+        if (child.attrs.get("param"), child.attrs.get("index")) == key:
+            return bool(child.attrs.get("closed", True))
+    return True
+
+
+RegionKey = tuple[str, int | None]
+
+
+def _regions(node: DocNode, expected: set[RegionKey] | None = None) -> dict[RegionKey, DocNode]:
+    """`node`'s regions by `(param, index)`: checked names, indices below the number of
+    regions present, no duplicates, and indices of a param counting from 0 without gaps."""
+    found: dict[RegionKey, DocNode] = {}
+    for child in node.children:
+        if child.tag != "region":
+            raise _at(
+                child.source, f"<{node.tag}> may hold only <region> children, not <{child.tag}>."
+            )
+        param, index = child.attrs.get("param"), child.attrs.get("index")
+        if not isinstance(param, str) or not param.isidentifier():
+            raise _at(child.source, f"a <region> of <{node.tag}> has no valid `param` attr.")
+        if index is not None and (type(index) is not int or not 0 <= index < len(node.children)):
+            raise _at(
+                child.source,
+                f"<region param={param!r}> of <{node.tag}> has index {index!r:.40}; indices "
+                f"count the regions of a param from 0 (this node has {len(node.children)}).",
+            )
+        if (param, index) in found:
+            raise _at(child.source, f"<{node.tag}> has two regions ({param!r}, {index!r}).")
+        found[param, index] = child
+    indexed: dict[str, list[int]] = {}
+    for param, index in found:
+        if index is not None:
+            indexed.setdefault(param, []).append(index)
+    for param, indices in indexed.items():
+        if (param, None) in found or sorted(indices) != list(range(len(indices))):
+            raise _at(node.source, f'<{node.tag}>\'s <region param="{param}"> indices have gaps.')
+    if expected is not None:
+        _expect(node, found, expected)
+    return found
+
+
+def _expect(node: DocNode, regions: Any, expected: set[RegionKey]) -> None:
+    if set(regions) != expected:
+        names = ", ".join(f'param="{p}"' for p, _ in sorted(expected, key=str))
+        raise _at(node.source, f"<{node.tag}> needs exactly the regions {names}.")
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable key for a decoded attribute value: equal keys mean equal values, with
+    types kept apart (`True` is not `1`, `-0.0` is not `0.0`)."""
+    kind = type(value)
+    if kind is dict:
+        return (dict, tuple(sorted((str(k), _freeze(v)) for k, v in value.items())))
+    if kind in (float, complex):
+        return (kind, repr(value))
+    if kind in (bool, int, str, type(None)):
+        return (kind, value)
+    if isinstance(value, (tuple, list)):
+        return (kind, tuple(_freeze(v) for v in value))
+    if isinstance(value, np.ndarray):
+        return (np.ndarray, value.dtype.str, value.shape, value.tobytes())
+    try:
+        hash(value)
+    except TypeError:
+        return (kind, id(value))  # alive as long as the document that holds it
+    return (kind, value)
+
+
+def _fingerprint(node: DocNode) -> tuple[Any, ...]:
+    """The content of an equation with regions, with variables numbered per scope: two
+    equations with equal fingerprints (and input types) rebuild the same."""
+    tokens: list[Any] = [node.tag, _freeze(node.attrs)]
+    tokens.extend(p.type for p in node.inputs)
+    tokens.extend(p.type for p in node.outputs)
+    # (doc, the enclosing scope's names or None for `node` itself) and scope ends
+    stack: list[tuple[str, DocNode, dict[str, int] | None]] = [
+        ("open", child, None) for child in reversed(node.children)
+    ]
+    while stack:
+        action, doc, outer = stack.pop()
+        if action == "close":
+            assert outer is not None
+            tokens.append(("results", tuple(_ref(outer, p) for p in doc.results)))
+            continue
+        tokens.append((doc.tag, _freeze(doc.attrs)))
+        if outer is not None:
+            tokens.append(("in", tuple(_ref(outer, p) for p in doc.inputs)))
+            for port in doc.outputs:
+                outer.setdefault(str(port.name), len(outer))
+            tokens.append(("out", tuple(p.type for p in doc.outputs)))
+        if doc.tag in ("region", "module_call"):
+            inner: dict[str, int] = {}
+            for const in doc.consts:
+                inner.setdefault(const.name, len(inner))
+                tokens.append(("const", const.type, np.asarray(const.data).tobytes()))
+            for port in doc.inputs:
+                inner.setdefault(str(port.bind or port.name), len(inner))
+            tokens.append(("scope", tuple(p.type for p in doc.inputs)))
+            stack.append(("close", doc, inner))
+            stack.extend(("open", child, inner) for child in reversed(doc.children))
+        else:
+            stack.extend(("open", child, None) for child in reversed(doc.children))
+    return tuple(tokens)
+
+
+def _ref(scope: dict[str, int], port: Port) -> Any:
+    if port.name is None:
+        return ("literal", port.type, _freeze(port.value))
+    return (scope.get(port.name, -1), port.type)

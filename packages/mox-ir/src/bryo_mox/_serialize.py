@@ -1,13 +1,19 @@
-"""`dumps`/`loads`/`dump`/`load`: MoX to and from files through serializer plugins."""
+"""`dumps`/`loads`/`dump`/`load`: MoX to and from files through serializer plugins.
+
+Loading is safe on untrusted files: it runs under a budget (`Limits`) that bounds the
+memory a file can make it allocate, and every malformed file raises
+`MoxSerializationError` (or its `MoxLimitError`), never another exception.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from ._errors import MoxError
-from ._hooks import serializer_for
+from ._errors import MoxError, MoxSerializationError
+from ._hooks import Serializer, serializer_for
 from ._ir import Mox
+from ._limits import Limits, loading
 from ._load import from_document
 from .document import DocNode, to_document
 
@@ -27,12 +33,20 @@ def dumps(mox: Mox, format: str = "xml") -> str | bytes:
     return serializer_for(format).dumps(to_document(mox))
 
 
-def loads(data: str | bytes, format: str = "xml") -> Mox:
-    """Read a MoX written by `dumps`. Safe on untrusted input; errors carry the position."""
-    doc = serializer_for(format).loads(data)
-    if not isinstance(doc, DocNode):
-        raise MoxError(f"the `{format}` serializer returned {type(doc).__name__}, not a DocNode.")
-    return from_document(doc)
+def loads(data: str | bytes, format: str = "xml", *, limits: Limits | None = None) -> Mox:
+    """Read a MoX written by `dumps`. Safe on untrusted input.
+
+    Args:
+        data: the file's text (or bytes).
+        format: `"xml"`, `"yson"`, or any installed format.
+        limits: the budgets of the load (file size, nesting, node count, array bytes);
+            the defaults (`Limits()`) fit files `dumps` writes.
+
+    Raises:
+        MoxSerializationError: the file is malformed; `.line`/`.position` (or `.path`)
+            say where. `MoxLimitError` (a subclass) when it is over a budget.
+    """
+    return _read(serializer_for(format), data, limits)
 
 
 def dump(mox: Mox, path: str | os.PathLike[str], format: str | None = None) -> None:
@@ -44,8 +58,34 @@ def dump(mox: Mox, path: str | os.PathLike[str], format: str | None = None) -> N
         file.write(data)
 
 
-def load(path: str | os.PathLike[str], format: str | None = None) -> Mox:
-    """Read a MoX from `path`; the format follows the extension unless given."""
+def load(
+    path: str | os.PathLike[str], format: str | None = None, *, limits: Limits | None = None
+) -> Mox:
+    """Read a MoX from `path`; the format follows the extension unless given (see `loads`)."""
     serializer = serializer_for(format, str(path))
-    doc = serializer.loads(Path(path).read_bytes())
-    return from_document(doc)
+    return _read(serializer, Path(path).read_bytes(), limits)
+
+
+def _read(serializer: Serializer, data: str | bytes, limits: Limits | None) -> Mox:
+    if not isinstance(data, (str, bytes, bytearray, memoryview)):
+        raise MoxError(f"`data` must be str or bytes, got {type(data).__name__}.")
+    size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
+    try:
+        with loading(size, limits):
+            doc = serializer.loads(data)
+            if not isinstance(doc, DocNode):
+                raise MoxError(
+                    f"the `{serializer.format}` serializer returned {type(doc).__name__}, "
+                    "not a DocNode."
+                )
+            return from_document(doc)
+    except MoxSerializationError:
+        raise
+    except MoxError as error:
+        raise MoxSerializationError(str(error)) from error
+    except RecursionError:
+        raise MoxSerializationError("the file nests too deeply to read.") from None
+    except Exception as error:  # the promise: no other exception type escapes a load
+        raise MoxSerializationError(
+            f"cannot read the file: {type(error).__name__}: {error}"
+        ) from error

@@ -66,6 +66,16 @@ def _new_marker() -> str:
         return f"{_MARKER_PREFIX}{next(_counter)}"
 
 
+def new_marker(info: ModuleInfo, n_state: int, n_state_out: int, n_args: int) -> str:
+    """A fresh marker name for a module call's `jit` region, recorded with what it stands for.
+
+    For code that builds marked regions itself (`loads` builds jaxprs directly).
+    """
+    name = _new_marker()
+    _MARKERS[name] = _Marker(info, n_state, n_state_out, n_args)
+    return name
+
+
 def call_region(
     info: ModuleInfo,
     fn: Callable[[list[Any], list[Any]], tuple[list[Any], list[Any]]],

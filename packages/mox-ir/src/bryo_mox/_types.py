@@ -207,8 +207,15 @@ def parse_type(text: str) -> jax.ShapeDtypeStruct:
             f"`type` {text!r} names an unknown dtype {dtype_name!r}; known: "
             f"{', '.join(sorted(k for k in _DTYPES if len(k) <= 5))}."
         )
-    shape = tuple(int(d) for d in dims.split(",") if d.strip())
-    return jax.ShapeDtypeStruct(shape, dtype, weak_type=bool(weak))
+    pieces = [d.strip() for d in dims.split(",")] if dims.strip() else []
+    if not all(p.isdigit() and len(p) <= 18 for p in pieces):
+        raise MoxError(f"`type` {text!r} has a malformed shape; write dims as '[2,3]'.")
+    return jax.ShapeDtypeStruct(tuple(map(int, pieces)), dtype, weak_type=bool(weak))
+
+
+def dtype_named(name: str) -> np.dtype | None:
+    """The dtype called `name` (`float32`, or short `f32`), or `None` if MoX does not know it."""
+    return _DTYPES.get(name)
 
 
 def same_type(a: object, b: object) -> bool:

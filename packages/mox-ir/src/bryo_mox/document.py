@@ -16,17 +16,27 @@ translate `DocNode` trees to and from their syntax, so every format shares one s
   custom derivative equations add a `jvp` or `vjp` region holding their rule.
 
 Constants hold numpy arrays in their storage layout (`storage_layout`: PRNG key arrays
-as their key data). Attr values are Python values (ints, floats, bools, strings, `None`,
-tuples, numpy dtypes, jax enums and named tuples); formats without such types write them
-with `encode`/`encode_attr` and read them back with `decode`/`decode_attr` (a safe
-parser, no `eval`). Types are strings (`type_str`, `parse_type`): `f32[2,3]`,
-`f32[]{weak}`, `key<fry>[]`.
+as their key data), written as base64 text (`const_text`, `read_const`). Attr values are
+Python values (ints, floats, bools, strings, `None`, tuples, numpy dtypes and arrays, jax
+enums and named tuples); formats without such types write them with
+`encode`/`encode_attr` and read them back with `decode`/`decode_attr` (a safe parser, no
+`eval`; `AttrReader` caches it for one file). Types are strings (`type_str`,
+`parse_type`): `f32[2,3]`, `f32[]{weak}`, `key<fry>[]`. Attribute names must be XML
+names that XPath can query (`ATTR_NAME`).
+
+Readers record where each node, port and constant is in the file (`Source`) so that
+`from_document` can say where a problem is; they run under the load's budgets
+(`Limits`, `current_budget`), which count the array bytes a file declares before they
+are allocated.
 """
 
 from __future__ import annotations
 
+import enum
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -34,7 +44,9 @@ from jax.extend import core as jex
 
 from ._codec import Unencodable, encode
 from ._codec import decode as decode
+from ._codec import decode_array as decode_array
 from ._codec import decode_attr as decode_attr
+from ._codec import encode_array as encode_array
 from ._codec import encode_attr as encode_attr
 from ._errors import MoxError, MoxSerializationError
 from ._ir import (
@@ -48,6 +60,11 @@ from ._ir import (
     Mox,
     Node,
 )
+from ._limits import MAX_DEPTH as MAX_DEPTH
+from ._limits import Budget as Budget
+from ._limits import Limits as Limits
+from ._limits import current_budget as current_budget
+from ._limits import loading as loading
 from ._pretty import Namer
 from ._types import from_storage as from_storage
 from ._types import parse_type as parse_type
@@ -55,13 +72,53 @@ from ._types import storage_layout as storage_layout
 from ._types import to_storage
 from ._types import type_str as type_str
 
-#: Documents nested deeper than this are rejected when read.
-MAX_DEPTH = 200
 #: Attrs of jit equations that are written; the rest (shardings, layouts, meshes) are
 #: rebuilt by `jax.jit` itself.
 JIT_ATTRS = ("name", "inline", "keep_unused")
 CUSTOM_ATTRS = ("name", "num_consts", "symbolic_zeros")
 MODULE_ATTRS = RESERVED_ATTRS
+#: Attribute names a file may use: XML names that XPath can query.
+ATTR_NAME = re.compile(r"^(?![Xx][Mm][Ll])[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+class Source(NamedTuple):
+    """Where a node, port or constant is in the file it was read from.
+
+    Attributes:
+        line: 1-based line (text formats).
+        position: 1-based column on that line.
+        path: the path in the format's tree (YSON: `/0/3/@inputs/1`).
+        hint: what `resolve` needs to find the line or position (a tag, an offset).
+        resolve: `resolve(source) -> source` with the line and position filled in; called
+            only when an error is raised, for readers that find positions lazily.
+    """
+
+    line: int | None = None
+    position: int | None = None
+    path: str | None = None
+    hint: Any = None
+    resolve: Callable[[Source], Source] | None = None
+
+    def error(
+        self, message: str, kind: type[MoxSerializationError] = MoxSerializationError
+    ) -> MoxSerializationError:
+        """A `MoxSerializationError` (or `kind`) located here."""
+        where = self.resolve(self) if self.resolve is not None else self
+        return kind(message, line=where.line, position=where.position, path=where.path)
+
+
+NOWHERE = Source()
+
+
+def located(error: MoxError, source: Source | None) -> MoxSerializationError:
+    """`error` as a `MoxSerializationError` located at `source` (unless it has a place)."""
+    if isinstance(error, MoxSerializationError) and (
+        error.line is not None or error.position is not None or error.path is not None
+    ):
+        return error
+    kind = type(error) if isinstance(error, MoxSerializationError) else MoxSerializationError
+    message = getattr(error, "message", None) or str(error)
+    return (source or NOWHERE).error(message, kind)
 
 
 @dataclass
@@ -74,12 +131,14 @@ class Port:
         value: the literal's value (a Python scalar) when `name` is `None`.
         bind: for module-call inputs and region inputs: the name of the body's variable,
             when it differs from `name`.
+        source: where the port is in the file it was read from.
     """
 
     name: str | None
     type: str
     value: Any = None
     bind: str | None = None
+    source: Source | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -93,6 +152,55 @@ class Const:
     name: str
     type: str
     data: np.ndarray
+    source: Source | None = field(default=None, compare=False)
+
+
+def const_text(const: Const) -> str:
+    """A constant's data as files write it: base64 of its little-endian bytes."""
+    return encode_array(const.data)
+
+
+def read_const(name: str, type: str, text: str, source: Source | None = None) -> Const:
+    """A constant from its name, type and base64 data (`const_text`), within the budget.
+
+    Raises:
+        MoxSerializationError: the type or the data is malformed, located at `source`.
+        MoxLimitError: the array is over the load's array budget.
+    """
+    try:
+        dtype, shape = storage_layout(parse_type(type))
+        data = decode_array(text, dtype, shape, f"constant `{name}`")
+    except MoxError as error:
+        raise located(error, source) from None
+    return Const(name, type, data, source)
+
+
+class AttrReader:
+    """`decode_attr` with a cache for one file: files repeat the same attribute texts.
+
+    Only immutable values are cached; arrays are decoded (and counted) each time.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    def __call__(self, text: str) -> Any:
+        try:
+            return self._cache[text]
+        except KeyError:
+            pass
+        value = decode_attr(text)
+        if _immutable(value):
+            self._cache[text] = value
+        return value
+
+
+def _immutable(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, complex, str, np.dtype)):
+        return True
+    if isinstance(value, tuple):
+        return all(_immutable(v) for v in value)
+    return isinstance(value, enum.Enum)
 
 
 @dataclass(eq=False)
@@ -108,6 +216,7 @@ class DocNode:
     results: list[Port] = field(default_factory=list)
     node: Node | None = field(default=None, repr=False, compare=False)
     location: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+    source: Source | None = field(default=None, repr=False, compare=False)
 
 
 def build_element(doc: DocNode, **kwargs: Any) -> Any:

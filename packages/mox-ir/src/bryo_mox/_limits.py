@@ -1,0 +1,133 @@
+"""Budgets of one load: what a file may make the loader allocate, checked beforehand.
+
+A MoX file is untrusted input. `Limits` holds the budgets a load runs under (file bytes,
+nesting depth, node count, and the bytes of the arrays a file declares: constants,
+array literals, array-valued params); `loading(size, limits)` makes a `Budget` for one
+file the active one while the serializer and the document builder read it, so that
+every array a file declares is counted against one total and refused, with the place in
+the file, before it is allocated. The default array budget grows with the file's size,
+because honest files carry their arrays' bytes (base64 holds 3 bytes in 4 characters;
+decimal text of old files at least 2 characters per element).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import MoxLimitError
+
+#: Documents nested deeper than this are refused when read.
+MAX_DEPTH = 200
+#: Default array budget: this many bytes per byte of file, plus `ARRAY_BYTES_FLOOR`.
+ARRAY_BYTES_PER_FILE_BYTE = 8
+ARRAY_BYTES_FLOOR = 1 << 20
+#: The largest array (in bytes) a type may describe at all: numpy's index range.
+MAX_ARRAY_BYTES = 1 << 62
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The budgets of a load; pass `limits=Limits(...)` to `bryo_mox.loads` to change them.
+
+    Attributes:
+        max_bytes: the largest file accepted.
+        max_depth: how deeply nodes (module calls, equations, regions) may nest.
+        max_nodes: how many elements (XML) or values (YSON) a file may hold; bounds the
+            memory of the parsed tree.
+        array_bytes: total bytes of the arrays a file may declare; `None` for
+            `ARRAY_BYTES_PER_FILE_BYTE` per byte of file plus `ARRAY_BYTES_FLOOR`.
+    """
+
+    max_bytes: int = 256 * (1 << 20)
+    max_depth: int = MAX_DEPTH
+    max_nodes: int = 2_000_000
+    array_bytes: int | None = None
+
+    def array_budget(self, file_bytes: int) -> int:
+        """The array budget of a file of `file_bytes` bytes."""
+        if self.array_bytes is not None:
+            return self.array_bytes
+        return ARRAY_BYTES_PER_FILE_BYTE * file_bytes + ARRAY_BYTES_FLOOR
+
+
+class Budget:
+    """What is left of the budgets while one file is read."""
+
+    def __init__(self, limits: Limits, file_bytes: int) -> None:
+        self.limits = limits
+        self.file_bytes = file_bytes
+        self.array_bytes_left = limits.array_budget(file_bytes)
+
+    def check_size(self, **where: Any) -> None:
+        """Refuse a file larger than `max_bytes`."""
+        if self.file_bytes > self.limits.max_bytes:
+            raise MoxLimitError(
+                f"the file is {self.file_bytes} bytes, over the limit of "
+                f"{self.limits.max_bytes}; pass `limits=Limits(max_bytes=...)` to read it.",
+                **where,
+            )
+
+    def check_nodes(self, count: int, **where: Any) -> None:
+        """Refuse a file with more than `max_nodes` elements or values."""
+        if count > self.limits.max_nodes:
+            raise MoxLimitError(
+                f"the file holds more than {self.limits.max_nodes} nodes (at least {count}); "
+                "pass `limits=Limits(max_nodes=...)` to read it.",
+                **where,
+            )
+
+    def check_depth(self, depth: int, **where: Any) -> None:
+        """Refuse nesting deeper than `max_depth`."""
+        if depth > self.limits.max_depth:
+            raise MoxLimitError(
+                f"the document nests deeper than {self.limits.max_depth} levels; refusing "
+                "to read it (`limits=Limits(max_depth=...)` raises the limit).",
+                **where,
+            )
+
+    def spend_array(self, nbytes: int, what: str, **where: Any) -> None:
+        """Count an array of `nbytes` bytes against the budget, before it is allocated."""
+        if nbytes > self.array_bytes_left:
+            budget = self.limits.array_budget(self.file_bytes)
+            raise MoxLimitError(
+                f"{what} declares {nbytes} bytes of array data, over the file's array budget "
+                f"of {budget} bytes ({budget - self.array_bytes_left} already declared); pass "
+                "`limits=Limits(array_bytes=...)` to read it.",
+                **where,
+            )
+        self.array_bytes_left -= nbytes
+
+
+_active: contextvars.ContextVar[Budget | None] = contextvars.ContextVar(
+    "bryo_mox_load_budget", default=None
+)
+
+
+@contextlib.contextmanager
+def loading(file_bytes: int, limits: Limits | None = None) -> Iterator[Budget]:
+    """Make a fresh budget for a file of `file_bytes` bytes the active one."""
+    budget = Budget(limits or Limits(), file_bytes)
+    token = _active.set(budget)
+    try:
+        yield budget
+    finally:
+        _active.reset(token)
+
+
+def current_budget(file_bytes: int = 0) -> Budget:
+    """The active budget, or a fresh default one for a file of `file_bytes` bytes."""
+    budget = _active.get()
+    return budget if budget is not None else Budget(Limits(), file_bytes)
+
+
+def array_nbytes(shape: tuple[int, ...], itemsize: int) -> int:
+    """Bytes of an array of `shape`; `MoxLimitError` past what numpy can index."""
+    nbytes = math.prod(shape) * itemsize
+    if nbytes >= MAX_ARRAY_BYTES or any(d < 0 for d in shape):
+        raise MoxLimitError(f"an array of shape {shape} is larger than any array can be.")
+    return nbytes
