@@ -178,3 +178,68 @@ def test_malformed_reports_line(bryo_plugin_manager):
 def test_bad_documents(bryo_plugin_manager, text, message):
     with pytest.raises(MoxSerializationError, match=message):
         yax.loads(text)
+
+
+def test_sub_array_dtype_param_does_not_allocate(bryo_plugin_manager):
+    """`array(0, '(8000,8000)f8')` once allocated 488 MiB from a 320-byte file."""
+    import tracemalloc
+
+    text = (
+        '<mox><input type="f32[2]">a</input>'
+        '<integer_pow y="array(0, \'(8000,8000)f8\')"><input type="f32[2]">a</input>'
+        '<output type="f32[2]">b</output></integer_pow>'
+        '<outputs type="f32[2]">b</outputs></mox>'
+    )
+    tracemalloc.start()
+    try:
+        with pytest.raises(MoxSerializationError, match="line 1"):
+            yax.loads(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20
+
+
+def test_compact_array_param_over_budget(bryo_plugin_manager):
+    text = (
+        '<mox><input type="f32[2]">a</input>\n'
+        "<add foo=\"array('AAAA', dtype('float64'), (8000, 8000))\">"
+        '<input type="f32[2]">a</input></add></mox>'
+    )
+    with pytest.raises(yax.MoxLimitError, match=r"array budget.*line 2"):
+        yax.loads(text)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_other_encodings_are_refused(bryo_plugin_manager, encoding):
+    hostile = BILLION_LAUGHS.decode().replace(
+        'version="1.0"', f'version="1.0" encoding="{encoding}"'
+    )
+    with pytest.raises(MoxSerializationError, match="UTF-8"):
+        yax.loads(hostile.encode(encoding))
+
+
+def test_declared_encoding_must_be_utf8(bryo_plugin_manager):
+    text = '<?xml version="1.0" encoding="ISO-8859-1"?>\n<mox/>'
+    with pytest.raises(MoxSerializationError, match=r"ISO-8859-1.*line 1"):
+        yax.loads(text.encode("latin-1"))
+    with pytest.raises(MoxSerializationError, match=r"UTF-8: byte 0xe9"):
+        yax.loads(b"<mox name='\xe9'/>")
+
+
+def test_errors_carry_line_and_position(bryo_plugin_manager):
+    text = (
+        '<mox>\n  <input type="f32[2]">a</input>\n'
+        '  <add><input type="f32[2]">a</input><input type="f32[3]">a</input>'
+        '<output type="f32[2]">b</output></add>\n</mox>'
+    )
+    with pytest.raises(MoxSerializationError) as info:
+        yax.loads(text)
+    assert (info.value.line, info.value.position) == (3, 38)
+    assert "declares `a` as f32[3], but `a` is f32[2]" in str(info.value)
+
+
+def test_comments_and_cdata_are_not_declarations(bryo_plugin_manager):
+    mox = yax.make_mox(jnp.sin)(X)
+    text = yax.dumps(mox).replace("<mox ", "<!-- a comment --><mox ", 1)
+    assert yax.query("//sin", yax.loads(text))

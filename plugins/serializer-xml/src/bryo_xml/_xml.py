@@ -2,41 +2,50 @@
 
 The schema is the one `bryo_mox.query` searches (see `docs/mox.md`): a root `<mox>`,
 `<module_call>` and one element per primitive, `<input type=...>`/`<output>`/`<outputs>`
-children, `<const type=... data=base64>`, `<region param=...>` for sub-jaxprs. Reading
-refuses DTDs and entities outright, never touches the network, keeps libxml2's size and
-depth limits (`huge_tree=False`) and bounds the nesting depth again itself.
+children, `<const type=... data=base64>`, `<region param=...>` for sub-jaxprs.
+
+Reading checks, before lxml parses anything: the size, that the text is UTF-8 (a UTF-16
+file or an `encoding="..."` declaration of another charset is refused, so the checks
+below see the real text), that it has no DTD or entity declaration (`<!` only opens
+comments and CDATA), and an upper bound of its element count. lxml then parses without
+network, entities or DTDs and with libxml2's own limits (`huge_tree=False`), and the
+elements are read into a document iteratively, each node, port and constant with its
+line and position, under the load's budgets (`bryo_mox.document.Limits`).
 """
 
 from __future__ import annotations
 
-import base64
-import sys
+import bisect
+import re
+from typing import Any
 
-import numpy as np
 from lxml import etree
 
-from bryo_mox import MoxSerializationError
+from bryo_mox import MoxError, MoxSerializationError
 from bryo_mox.document import (
-    MAX_DEPTH,
-    Const,
+    AttrReader,
+    Budget,
     DocNode,
+    Limits,
     Port,
+    Source,
     build_element,
-    decode_attr,
-    parse_type,
-    storage_layout,
+    const_text,
+    current_budget,
+    located,
+    read_const,
 )
 
-#: Files larger than this are refused before parsing.
-MAX_BYTES = 256 * 1024 * 1024
+#: Files larger than this are refused before parsing (see `Limits.max_bytes`).
+MAX_BYTES = Limits().max_bytes
 _PORTS = {"input": "inputs", "output": "outputs", "outputs": "results"}
+_DECLARATION = re.compile(rb"<!")
+_ENCODING = re.compile(rb"""^\s*<\?xml[^>]*?encoding\s*=\s*["']([^"']*)["']""")
+_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 
 
-def _const_data(element: etree._Element, const: Const) -> None:
-    data = np.ascontiguousarray(const.data)
-    if data.dtype.byteorder == ">" or (data.dtype.byteorder == "=" and sys.byteorder == "big"):
-        data = data.byteswap().view(data.dtype.newbyteorder("<"))
-    element.set("data", base64.b64encode(data.tobytes()).decode("ascii"))
+def _const_data(element: etree._Element, const: Any) -> None:
+    element.set("data", const_text(const))
 
 
 def dumps(doc: DocNode) -> str:
@@ -60,19 +69,13 @@ def _parser() -> etree.XMLParser:
 
 def loads(data: str | bytes) -> DocNode:
     """Parse XML text into a document; raises `MoxSerializationError` with the position."""
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    if len(raw) > MAX_BYTES:
-        raise MoxSerializationError(f"the XML is {len(raw)} bytes, over the {MAX_BYTES} limit.")
-    for marker in (b"<!DOCTYPE", b"<!ENTITY", b"<!doctype", b"<!entity"):
-        index = raw.find(marker)
-        if index >= 0:
-            line = raw.count(b"\n", 0, index) + 1
-            column = index - (raw.rfind(b"\n", 0, index) + 1) + 1
-            raise MoxSerializationError(
-                "MoX XML may not contain a DTD or entity declarations (refused for safety)",
-                line=line,
-                position=column,
-            )
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    budget = current_budget(len(raw))
+    budget.check_size()
+    text = _Text(raw)
+    text.check_utf8()
+    text.refuse_declarations()
+    budget.check_nodes(_element_bound(raw))
     try:
         root = etree.fromstring(raw, _parser())
     except etree.XMLSyntaxError as error:
@@ -80,53 +83,155 @@ def loads(data: str | bytes) -> DocNode:
         raise MoxSerializationError(
             f"malformed XML: {error.msg}", line=line, position=column
         ) from None
-    return _element_to_doc(root, 1)
+    return _Reader(text, budget).read(root)
 
 
-def _fail(element: etree._Element, message: str) -> MoxSerializationError:
-    return MoxSerializationError(f"<{element.tag}>: {message}", line=element.sourceline)
+def _element_bound(raw: bytes) -> int:
+    """At least the number of elements: `<` that open neither an end tag, a comment, a
+    CDATA section nor a processing instruction (`<` cannot appear in attribute values)."""
+    return raw.count(b"<") - raw.count(b"</") - raw.count(b"<!") - raw.count(b"<?")
 
 
-def _element_to_doc(element: etree._Element, depth: int) -> DocNode:
-    if depth > MAX_DEPTH:
-        raise _fail(element, f"nested deeper than {MAX_DEPTH} levels; refusing to read it")
-    attrs = {k: decode_attr(v) for k, v in element.attrib.items()}
-    tag = element.tag
-    if tag == "eqn":
-        tag = str(attrs.pop("primitive", "eqn"))
-    doc = DocNode(tag, attrs)
-    for child in element:
-        if not isinstance(child.tag, str):
-            continue
-        if child.tag == "const":
-            doc.consts.append(_const(child))
-        elif child.tag in _PORTS:
-            getattr(doc, _PORTS[child.tag]).append(_port(child))
-        else:
-            doc.children.append(_element_to_doc(child, depth + 1))
-    return doc
+class _Text:
+    """The raw file, with line lookups for error positions."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self._line_starts: list[int] | None = None
+
+    def line_starts(self) -> list[int]:
+        if self._line_starts is None:
+            self._line_starts = [0, *(m.end() for m in re.finditer(rb"\n", self.raw))]
+        return self._line_starts
+
+    def where(self, offset: int) -> dict[str, int]:
+        """`line` and `position` (1-based) of a byte offset."""
+        starts = self.line_starts()
+        line = bisect.bisect_right(starts, offset)
+        return {"line": line, "position": offset - starts[line - 1] + 1}
+
+    def source(self, element: etree._Element) -> Source:
+        """Where an element is: its line; the column of its tag is found on errors."""
+        return Source(element.sourceline, None, None, element, self.column)
+
+    def column(self, source: Source) -> Source:
+        """`source` with the column of its element's tag: the n-th `<tag` on its line for
+        the n-th element of that tag on that line."""
+        starts, line, element = self.line_starts(), source.line, source.hint
+        if line is None or not 0 < line <= len(starts):
+            return source
+        tag = str(element.tag)
+        before = 0
+        for other in element.getroottree().getroot().iter(tag):
+            if other is element:
+                break
+            before += other.sourceline == line
+        end = starts[line] if line < len(starts) else len(self.raw)
+        needle, found = b"<" + tag.encode(), starts[line - 1] - 1
+        for _ in range(before + 1):
+            found = self.raw.find(needle, found + 1, end)
+            if found < 0:
+                return source
+        return source._replace(position=found - starts[line - 1] + 1)
+
+    def check_utf8(self) -> None:
+        """Refuse text that is not UTF-8: lxml would decode it, after our byte checks."""
+        raw = self.raw
+        if raw.startswith(_WIDE_BOMS) or b"\x00" in raw[:4096]:
+            raise MoxSerializationError(
+                "MoX XML must be UTF-8; this file is UTF-16 or UTF-32 (or holds NUL bytes). "
+                "Convert it to UTF-8.",
+                line=1,
+                position=1,
+            )
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise MoxSerializationError(
+                f"MoX XML must be UTF-8: byte {raw[error.start]:#04x} is not ({error.reason})",
+                **self.where(error.start),
+            ) from None
+        declared = _ENCODING.match(raw)
+        if declared is not None and declared.group(1).lower() not in (b"utf-8", b"utf8"):
+            raise MoxSerializationError(
+                f"MoX XML must be UTF-8; the file declares encoding "
+                f"{declared.group(1).decode('ascii', 'replace')!r}.",
+                **self.where(declared.start(1)),
+            )
+
+    def refuse_declarations(self) -> None:
+        """Refuse DTDs and entity declarations (billion laughs, external entities)."""
+        raw = self.raw
+        for match in _DECLARATION.finditer(raw):
+            end = match.end()
+            if raw.startswith(b"--", end) or raw.startswith(b"[CDATA[", end):
+                continue
+            raise MoxSerializationError(
+                "MoX XML may not contain a DTD or entity declarations (refused for safety)",
+                **self.where(match.start()),
+            )
 
 
-def _port(element: etree._Element) -> Port:
-    type_ = element.get("type")
-    if type_ is None:
-        raise _fail(element, "lacks its `type` attribute")
-    name = (element.text or "").strip() or None
-    value = element.get("value")
-    if name is None and value is None:
-        raise _fail(element, "has neither a variable name nor a literal `value`")
-    return Port(name, type_, decode_attr(value) if value is not None else None, element.get("bind"))
+class _Reader:
+    """Reads lxml elements into a document, iteratively, within the budget."""
 
+    def __init__(self, text: _Text, budget: Budget) -> None:
+        self.text = text
+        self.budget = budget
+        self.attr = AttrReader()
 
-def _const(element: etree._Element) -> Const:
-    type_, data = element.get("type"), element.get("data")
-    name = (element.text or "").strip()
-    if type_ is None or data is None or not name:
-        raise _fail(element, "needs a name, a `type` and base64 `data`")
-    try:
-        dtype, shape = storage_layout(parse_type(type_))
-        array = np.frombuffer(base64.b64decode(data, validate=True), dtype=dtype.newbyteorder("<"))
-        array = array.astype(dtype).reshape(shape)
-    except (ValueError, TypeError) as error:
-        raise _fail(element, f"data does not fit type {type_}: {error}") from None
-    return Const(name, type_, array)
+    def read(self, root: etree._Element) -> DocNode:
+        top = self.node(root)
+        stack = [(root, top, 1)]
+        while stack:
+            element, doc, depth = stack.pop()
+            for child in element:
+                tag = child.tag
+                if not isinstance(tag, str):
+                    continue
+                if tag == "const":
+                    doc.consts.append(self.const(child))
+                elif tag in _PORTS:
+                    getattr(doc, _PORTS[tag]).append(self.port(child))
+                else:
+                    node = self.node(child)
+                    self.budget.check_depth(depth + 1, line=node.source.line)
+                    doc.children.append(node)
+                    stack.append((child, node, depth + 1))
+        return top
+
+    def node(self, element: etree._Element) -> DocNode:
+        source = self.text.source(element)
+        try:
+            attrs = {k: self.attr(v) for k, v in element.attrib.items()}
+        except MoxError as error:
+            raise located(error, source) from None
+        tag = element.tag
+        if tag == "eqn":
+            tag = attrs.pop("primitive", "eqn")
+            if not isinstance(tag, str):
+                raise source.error("<eqn> needs a string `primitive` attribute")
+        return DocNode(tag, attrs, source=source)
+
+    def port(self, element: etree._Element) -> Port:
+        source = self.text.source(element)
+        type_ = element.get("type")
+        if type_ is None:
+            raise source.error(f"<{element.tag}> lacks its `type` attribute")
+        name = (element.text or "").strip() or None
+        value = element.get("value")
+        if name is None and value is None:
+            raise source.error(f"<{element.tag}> has neither a variable name nor a literal `value`")
+        try:
+            decoded = self.attr(value) if value is not None else None
+        except MoxError as error:
+            raise located(error, source) from None
+        return Port(name, type_, decoded, element.get("bind"), source)
+
+    def const(self, element: etree._Element) -> Any:
+        source = self.text.source(element)
+        type_, data = element.get("type"), element.get("data")
+        name = (element.text or "").strip()
+        if type_ is None or data is None or not name:
+            raise source.error("<const> needs a name, a `type` and base64 `data`")
+        return read_const(name, type_, data, source)
