@@ -91,3 +91,45 @@ def test_missing_primitive_and_hostile_param(bryo_plugin_manager):
     )
     with pytest.raises(MoxSerializationError):
         yax.loads(hostile, "yson")
+
+
+def test_key_that_xml_cannot_hold_is_refused(bryo_plugin_manager):
+    text = yax.dumps(yax.make_mox(jnp.sin)(X), "yson").replace(
+        '"primitive"="sin"', '"primitive"="sin";"my key"=1'
+    )
+    with pytest.raises(MoxSerializationError, match=r"'my key'.*XPath.*path /0"):
+        yax.loads(text, "yson")
+
+
+def test_value_count_bounds_memory(bryo_plugin_manager):
+    many = "[" + "1;" * 200_000 + "]"
+    with pytest.raises(yax.MoxLimitError, match="nodes"):
+        yax.loads(many, "yson", limits=yax.Limits(max_nodes=10_000))
+
+
+def test_errors_carry_line_position_and_path(bryo_plugin_manager):
+    text = yax.dumps(yax.make_mox(lambda v: jnp.sin(v) + 1.0)(X), "yson")
+    bad = text.replace('"outputs"=[{"type"="f32[2,4]"', '"outputs"=[{"type"="f32[9]"', 1)
+    with pytest.raises(MoxSerializationError) as info:
+        yax.loads(bad, "yson")
+    error = info.value
+    assert error.path == "/0/@outputs/0" and error.line == 2 and error.position == 3
+    with pytest.raises(MoxSerializationError) as info:
+        yax.loads('<"primitive"="mox">[\n  <"primitive"="add">#;\n  ]]', "yson")
+    assert (info.value.line, info.value.position) == (3, 4)
+
+
+def test_files_written_by_yt_yson_read_the_same(toy):
+    yt_yson = pytest.importorskip("yt.yson")
+    block = ResBlock(4, key=jax.random.key(0))
+    mox = yax.make_mox(lambda m, v: jax.nn.relu(m(v)))(block, X)
+    ours = yax.dumps(mox, "yson")
+    theirs = yt_yson.dumps(yt_yson.loads(ours.encode()), yson_format="pretty")
+    from bryo_mox.testing import document_signature
+
+    assert document_signature(yax.loads(theirs, "yson")) == document_signature(mox)
+
+
+def test_integers_past_64_bits_are_refused(bryo_plugin_manager):
+    with pytest.raises(MoxSerializationError, match="64-bit"):
+        yax.loads("<primitive=mox; n=" + "9" * 100 + ">#", "yson")
