@@ -208,3 +208,17 @@ def test_node_count_is_bounded(bryo_plugin_manager, format):
     text = yax.dumps(yax.make_mox(lambda v: jnp.sin(jnp.cos(v)) * 2)(X), format)
     with pytest.raises(MoxLimitError, match="nodes"):
         yax.loads(text, format, limits=Limits(max_nodes=5))
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_keyword_arguments_round_trip(bryo_plugin_manager, format):
+    def f(v, *, scale, train):
+        return v * scale["a"] if train else v
+
+    mox = yax.make_mox(f)(X, scale={"a": jnp.float32(3.0)}, train=True)
+    back = yax.loads(yax.dumps(mox, format), format)
+    assert back.in_tree == mox.in_tree and back.kwargs_tree == mox.kwargs_tree
+    assert back.static_kwargs == (("train", True),)
+    np.testing.assert_allclose(
+        yax.eval_mox(back, X, scale={"a": jnp.float32(2.0)}, train=True), 2 * X
+    )

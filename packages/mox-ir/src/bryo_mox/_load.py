@@ -108,11 +108,36 @@ def from_document(doc: DocNode) -> Mox:
         block = convert_closed(closed)
     except RecursionError:
         raise _at(doc.source, "the document nests too deeply to convert.") from None
-    n_inputs = len(closed.jaxpr.invars)
     extra = _extra(doc, closed.in_avals)
-    in_tree = _tree(doc, "in_tree", n_inputs - len(extra))
-    out_tree = _tree(doc, "out_tree", len(closed.jaxpr.outvars))
-    return Mox(block, in_tree, out_tree, extra)
+    n_args = len(closed.jaxpr.invars) - len(extra)
+    in_tree = _tree(doc, "in_tree")
+    kwargs_tree = _tree(doc, "kwargs_tree", 0 if in_tree is None else in_tree.num_leaves)
+    counted = sum(t.num_leaves for t in (in_tree, kwargs_tree) if t is not None)
+    if in_tree is not None and counted != n_args:
+        raise _at(
+            doc.source,
+            f"attrs `in_tree` and `kwargs_tree` number {counted} inputs; the root has "
+            f"{n_args} (besides {len(extra)} extra parameters).",
+        )
+    return Mox(
+        block,
+        in_tree,
+        _tree(doc, "out_tree", 0, len(closed.jaxpr.outvars)),
+        extra,
+        kwargs_tree=kwargs_tree if in_tree is not None else None,
+        static_kwargs=_static_kwargs(doc),
+    )
+
+
+def _static_kwargs(doc: DocNode) -> tuple[tuple[str, Any], ...]:
+    pairs = doc.attrs.get("static_kwargs") or ()
+    if not isinstance(pairs, tuple) or not all(
+        isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in pairs
+    ):
+        raise _at(
+            doc.source, f"attr `static_kwargs` must be (name, value) pairs, got {pairs!r:.80}."
+        )
+    return pairs
 
 
 def _extra(doc: DocNode, avals: Sequence[Any]) -> tuple[tuple[str, jax.ShapeDtypeStruct], ...]:
@@ -131,18 +156,23 @@ def _extra(doc: DocNode, avals: Sequence[Any]) -> tuple[tuple[str, jax.ShapeDtyp
     )
 
 
-def _tree(doc: DocNode, attr: str, leaves: int) -> jax.tree_util.PyTreeDef | None:
+def _tree(
+    doc: DocNode, attr: str, first: int = 0, leaves: int | None = None
+) -> jax.tree_util.PyTreeDef | None:
     """The treedef written in attr `attr`: a tree of tuples/lists/dicts/None whose leaves
-    number the flat values in order (`(0, {'a': 1})`), or `None` when not written."""
+    number flat values in order from `first` (`(0, {'a': 1})`), or `None` when not written.
+    With `leaves`, the tree must number exactly that many values."""
     example = doc.attrs.get(attr)
     if example is None:
         return None
     flat, treedef = jax.tree_util.tree_flatten(example)
-    if not _plain_tree(example) or flat != list(range(leaves)):
+    count = len(flat) if leaves is None else leaves
+    if not _plain_tree(example) or flat != list(range(first, first + count)):
         raise _at(
             doc.source,
-            f"attr `{attr}` must be a tree of tuples, lists and dicts numbering the "
-            f"{leaves} flat values in order, got {example!r:.80}.",
+            f"attr `{attr}` must be a tree of tuples, lists and dicts numbering "
+            f"{'the ' + str(leaves) if leaves is not None else 'its'} flat values in order"
+            f"{f' from {first}' if first else ''}, got {example!r:.80}.",
         )
     return treedef
 

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import jax
@@ -244,11 +244,13 @@ def to_document(
     writer = _Writer(strict=strict, rules=strict if rules is None else rules, ports=ports)
     root = DocNode("mox", node=mox, location=())
     writer.block(root, mox.block, ())
-    root.attrs.update(
-        in_tree=writer.tree(mox.in_tree),
-        out_tree=writer.tree(mox.out_tree),
-        extra=tuple(k for k, _ in mox.extra_params),
-    )
+    in_tree = writer.tree(mox.in_tree)
+    root.attrs.update(in_tree=in_tree, out_tree=writer.tree(mox.out_tree))
+    if mox.kwargs_tree is not None and in_tree is not None:
+        root.attrs["kwargs_tree"] = writer.tree(mox.kwargs_tree, mox.in_tree.num_leaves)
+    if mox.static_kwargs and writer.encodable(mox.static_kwargs):
+        root.attrs["static_kwargs"] = tuple(mox.static_kwargs)
+    root.attrs["extra"] = tuple(k for k, _ in mox.extra_params)
     return root
 
 
@@ -382,11 +384,19 @@ class _Writer:
             ) from None
         return value
 
-    def tree(self, treedef: jax.tree_util.PyTreeDef | None) -> Any:
-        """A treedef of tuples/lists/dicts/None as literal text with leaf numbers, or None."""
+    def encodable(self, value: Any) -> bool:
+        try:
+            encode(value)
+        except Unencodable:
+            return False
+        return True
+
+    def tree(self, treedef: jax.tree_util.PyTreeDef | None, first: int = 0) -> Any:
+        """A treedef of tuples/lists/dicts/None as a value whose leaves number the flat
+        values from `first` (`(0, {'a': 1})`), or None."""
         if treedef is None:
             return None
-        example = treedef.unflatten(list(range(treedef.num_leaves)))
+        example = treedef.unflatten(list(range(first, first + treedef.num_leaves)))
         return example if _plain(example) else None
 
 
