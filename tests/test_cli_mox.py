@@ -66,9 +66,81 @@ def test_missing_file_and_bad_query(xml_file, tmp_path, capsys):
     assert main(["mox", "show", str(tmp_path / "nope.xml")]) == 2
     assert "nope.xml: no such file" in capsys.readouterr().err
     assert main(["mox", "query", str(xml_file), "//module_call[@type="]) == 2
-    assert "XPath '//module_call[@type='" in capsys.readouterr().err
+    assert "`xpath` '//module_call[@type=' is not valid XPath" in capsys.readouterr().err
 
 
 def test_convert_refuses_to_overwrite_its_input(xml_file, capsys):
     assert main(["mox", "convert", str(xml_file), "--to", "xml", "-o", str(xml_file)]) == 2
     assert "would overwrite the input" in capsys.readouterr().err
+
+
+def one_line(err: str) -> str:
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("xpath", "printed"),
+    [
+        ("count(//module_call)", "2"),
+        ("count(//*) > 3", "true"),
+        ('string(//module_call[@type="Linear"]/@name)', "dense"),
+        ("sum(//module_call/@in_features) div 8", "0.5"),
+    ],
+)
+def test_query_prints_values_of_non_node_expressions(xml_file, capsys, xpath, printed):
+    assert main(["mox", "query", str(xml_file), xpath]) == 0
+    assert capsys.readouterr().out == printed + "\n"
+
+
+def test_unknown_xpath_function_is_one_line(xml_file, capsys):
+    assert main(["mox", "query", str(xml_file), "frobnicate(//module_call)"]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert err.startswith("bryo mox: `xpath` 'frobnicate(//module_call)' cannot be evaluated")
+
+
+def test_convert_into_a_folder(xml_file, tmp_path, capsys):
+    assert main(["mox", "convert", str(xml_file), "--to", "yson", "-o", str(tmp_path)]) == 0
+    assert (tmp_path / "block.mox.yson").is_file()
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'block.mox.yson'}\n"
+    missing = tmp_path / "no" / "such" / "out.yson"
+    assert main(["mox", "convert", str(xml_file), "--to", "yson", "-o", str(missing)]) == 2
+    assert "does not exist" in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE m []><mox/>'.encode("utf-16"), "UTF-8"),
+        (b"<mox>" + b"<jit>" * 230 + b"</jit>" * 230 + b"</mox>", "deeper"),
+        (b'<mox><input type="f32[2]">a</input><input type="f32[2]">a</input></mox>', "twice"),
+        (b'<mox><add y="' + b"9" * 100 + b'"/></mox>', "add"),
+    ],
+)
+def test_bad_files_are_one_line_with_exit_2(tmp_path, capsys, content, message):
+    bad = tmp_path / "bad.mox.xml"
+    bad.write_bytes(content)
+    assert main(["mox", "show", str(bad)]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert err.startswith(f"bryo mox: {bad}:") and message in err
+
+
+def test_yson_errors_name_the_path(tmp_path, capsys):
+    bad = tmp_path / "bad.mox.yson"
+    bad.write_text('<"primitive"="mox";"results"=[{"type"="f32[]";"name"="x"}]>#')
+    assert main(["mox", "show", str(bad)]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert (
+        f"{bad}:1:1: variable `x` is used in <mox> before it is defined. (at path /@results/0)"
+        in err
+    )
+
+
+def test_unreadable_file_and_usage_errors_are_one_line(xml_file, tmp_path, capsys):
+    assert main(["mox", "show", str(tmp_path)]) == 2
+    assert "no such file" in one_line(capsys.readouterr().err)
+    with pytest.raises(SystemExit) as info:
+        main(["mox", "query", str(xml_file)])
+    assert info.value.code == 2
+    err = one_line(capsys.readouterr().err)
+    assert err.startswith("bryo mox: the following arguments are required: xpath")

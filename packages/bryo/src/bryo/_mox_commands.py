@@ -1,7 +1,9 @@
 """`bryo mox show|query|convert`: MoX files from the terminal, a plugin of the `bryo` command.
 
-Errors name the file, and for a malformed file the line and position the serializer
-reported; the exit code is 2 for a bad file or argument.
+Every problem with the input — a missing or unreadable file, a malformed or hostile MoX
+file (named with the line and position, or the YSON path, the serializer reported), an
+XPath that does not parse or evaluate, a usage error — is one line on stderr,
+`bryo mox: ...`, and exit code 2; never a traceback.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from bryo_plugins import hookimpl
 
@@ -18,6 +20,15 @@ FORMATS = ("xml", "yson")
 
 class _CommandError(Exception):
     """A problem with the command's input, reported as `bryo mox: <message>`."""
+
+
+def one_line_errors(parser: argparse.ArgumentParser, prog: str) -> None:
+    """Make `parser` report usage errors as one line, `prog: message`, with exit code 2."""
+
+    def error(message: str) -> NoReturn:
+        parser.exit(2, f"{prog}: {message} (see `{parser.prog} --help`)\n")
+
+    parser.error = error  # type: ignore[method-assign]
 
 
 def _load(path: Path) -> Any:
@@ -29,36 +40,56 @@ def _load(path: Path) -> Any:
         return mox.load(path)
     except mox.MoxSerializationError as error:
         where = ":".join(str(n) for n in (error.line, error.position) if n is not None)
-        raise _CommandError(f"{path}{':' + where if where else ''}: {error}") from None
+        tree_path = f" (at path {error.path})" if error.path else ""
+        message = f"{error.message}{tree_path}"
+        raise _CommandError(f"{path}{':' + where if where else ''}: {message}") from None
     except mox.MoxError as error:
         raise _CommandError(f"{path}: {error}") from None
+    except OSError as error:
+        raise _CommandError(f"{path}: cannot read it ({error.strerror or error})") from None
 
 
 def _types(avals: Any) -> str:
-    from bryo_mox._types import type_str
+    from bryo_mox.document import type_str
 
     return ", ".join(type_str(a) for a in avals)
 
 
 def _describe(node: Any) -> str:
     kind = type(node).__name__
+    if isinstance(node, str):
+        return node
     if kind == "ModuleCall":
         attrs = " ".join(f"{k}={v!r}" for k, v in node.attrs.items())
         return f"module_call {node.type.rsplit('.', 1)[-1]} '{node.name}' {attrs}".rstrip()
+    if kind == "DocNode":
+        attrs = " ".join(f"{k}={v!r}" for k, v in node.attrs.items())
+        return f"{node.tag} {attrs}".rstrip()
     name = getattr(node, "primitive", None) or getattr(node, "name", "") or kind
     return str(getattr(name, "name", name))
 
 
-def tree_lines(node: Any, depth: int = 0) -> list[str]:
-    """The module calls of `node` as an indented tree, with their input and output types."""
+def _value(result: float | str | bool) -> str:
+    """An XPath number, string or boolean as XPath writes it (`3`, `2.5`, `true`)."""
+    if isinstance(result, bool):
+        return "true" if result else "false"
+    if isinstance(result, float) and result.is_integer():
+        return str(int(result))
+    return str(result)
+
+
+def tree_lines(node: Any) -> list[str]:
+    """The module calls under `node` as an indented tree, with their input and output types."""
     lines = []
-    for child in getattr(node, "nodes", ()):
-        if type(child).__name__ != "ModuleCall":
-            lines.extend(tree_lines(child, depth))
-            continue
-        ins, outs = _types(child.in_avals), _types(child.out_avals)
-        lines.append(f"{'  ' * depth}{_describe(child)}  ({ins}) -> ({outs})")
-        lines.extend(tree_lines(child, depth + 1))
+    stack = [(child, 0) for child in reversed(getattr(node, "nodes", ()))]
+    while stack:
+        child, depth = stack.pop()
+        is_call = type(child).__name__ == "ModuleCall"
+        if is_call:
+            ins, outs = _types(child.in_avals), _types(child.out_avals)
+            lines.append(f"{'  ' * depth}{_describe(child)}  ({ins}) -> ({outs})")
+        inner = depth + 1 if is_call else depth
+        stack.extend((grandchild, inner) for grandchild in reversed(getattr(child, "nodes", ())))
     return lines
 
 
@@ -80,7 +111,10 @@ def _query(args: argparse.Namespace) -> int:
     try:
         found = bryo_mox.query(args.xpath, mox)
     except bryo_mox.MoxError as error:
-        raise _CommandError(f"XPath {args.xpath!r}: {error}") from None
+        raise _CommandError(str(error)) from None
+    if not isinstance(found, list):  # count(...), string(...), a comparison
+        print(_value(found))
+        return 0
     for node in found:
         print(_describe(node))
     print(f"{len(found)} node(s) match {args.xpath}", file=sys.stderr)
@@ -91,10 +125,20 @@ def _convert(args: argparse.Namespace) -> int:
     import bryo_mox
 
     mox = _load(args.file)
-    output = args.output or args.file.with_name(_stem(args.file) + f".mox.{args.to}")
+    name = _stem(args.file) + f".mox.{args.to}"
+    output = args.output or args.file.with_name(name)
+    if output.is_dir():
+        output = output / name
+    elif not output.parent.is_dir():
+        raise _CommandError(f"{output}: its folder {output.parent} does not exist")
     if output.resolve() == args.file.resolve():
         raise _CommandError(f"{output}: converting would overwrite the input; pass --output")
-    bryo_mox.dump(mox, output, format=args.to)
+    try:
+        bryo_mox.dump(mox, output, format=args.to)
+    except bryo_mox.MoxError as error:
+        raise _CommandError(f"{args.file}: cannot write it as {args.to}: {error}") from None
+    except OSError as error:
+        raise _CommandError(f"{output}: cannot write it ({error.strerror or error})") from None
     print(f"wrote {output}")
     return 0
 
@@ -121,17 +165,24 @@ def _run(handler: Any) -> Any:
 @hookimpl
 def bryo_cli_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("mox", help="show, query and convert MoX files")
+    one_line_errors(parser, "bryo mox")
     commands = parser.add_subparsers(dest="mox_command", metavar="SUBCOMMAND", required=True)
     show = commands.add_parser("show", help="print a MoX file's module tree")
     show.add_argument("file", type=Path)
     show.add_argument("--full", action="store_true", help="print every equation (jaxpr form)")
     show.set_defaults(handler=_run(_show))
-    query = commands.add_parser("query", help="print the nodes an XPath query selects")
+    query = commands.add_parser(
+        "query", help="print the nodes an XPath query selects (or its value: count(...))"
+    )
     query.add_argument("file", type=Path)
     query.add_argument("xpath")
     query.set_defaults(handler=_run(_query))
     convert = commands.add_parser("convert", help="rewrite a MoX file in another format")
     convert.add_argument("file", type=Path)
     convert.add_argument("--to", choices=FORMATS, required=True)
-    convert.add_argument("--output", "-o", type=Path, default=None)
+    convert.add_argument(
+        "--output", "-o", type=Path, default=None, help="the file to write, or a folder"
+    )
     convert.set_defaults(handler=_run(_convert))
+    for command in (show, query, convert):
+        one_line_errors(command, "bryo mox")

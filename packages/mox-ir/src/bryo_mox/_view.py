@@ -156,7 +156,10 @@ def query(xpath: str, mox: Mox) -> Any:
     if not isinstance(mox, Mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
     view = mox._view
-    result = compile_xpath(xpath)(view.root)
+    try:
+        result = compile_xpath(xpath)(view.root)
+    except etree.XPathError as error:  # an unknown function, a wrong argument count, ...
+        raise MoxError(f"`xpath` {xpath!r} cannot be evaluated: {error}.") from None
     if not isinstance(result, list):
         return result
     objects = view.objects
