@@ -22,8 +22,16 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_demo_runs_end_to_end(backend, tmp_path, capsys):
     from bryo._demo import run
 
-    config = config_from_args(parse(*TINY, "--backend", backend, "--out", str(tmp_path)))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not the demo's")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.mox.xml").symlink_to(victim)  # a planted link is replaced, not followed
+    config = config_from_args(parse(*TINY, "--backend", backend, "--out", str(out)))
     results = run(config)
+    assert victim.read_text() == "not the demo's"
+    assert not (out / "model.mox.xml").is_symlink()
+    tmp_path = out
     out = capsys.readouterr().out
     assert f"bryo demo: {backend} backend" in out
     assert "MoX queries:" in out and '//module_call[@type="Linear"]' in out
@@ -42,6 +50,15 @@ def test_demo_runs_end_to_end(backend, tmp_path, capsys):
         (["--steps", "-3"], "`--steps` must be a positive integer, got -3."),
         (["--finetune-steps", "-1"], "`--finetune-steps` must be 0 or more, got -1."),
         (["--rank", "64", "--width", "8"], "`--rank` (64) must not exceed `--width` (8)."),
+        (["--seed", "2**70"], "`--seed` must be an integer, got '2**70'."),
+        (["--seed", str(2**70)], f"`--seed` must be at most {2**63 - 1}, got {2**70}."),
+        (["--seed", str(2**63)], f"`--seed` must be at most {2**63 - 1}, got {2**63}."),
+        (["--batch", "1e9"], "`--batch` must be a positive integer, got '1e9'."),
+        (
+            ["--batch", "1000000000"],
+            "`--batch` must be at most 3584 (the training set's size), got 1000000000.",
+        ),
+        (["--layers", "١٢"], "`--layers` must be a positive integer, got '١٢'."),
     ],
 )
 def test_bad_values_are_named(argv, message):
@@ -117,3 +134,53 @@ def test_mesh_without_a_data_axis_is_refused(monkeypatch):
     monkeypatch.setattr(demo, "parse_mesh_spec", lambda spec: ModelOnly())
     with pytest.raises(DemoError, match="needs a `data` axis"):
         demo._mesh(DemoConfig(mesh="model=1"), NNXBackend())
+
+
+def one_line(err):
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_out_pointing_at_a_file_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    import bryo._demo as demo
+
+    monkeypatch.setattr(demo, "run", lambda config: pytest.fail("the demo started"))
+    afile = tmp_path / "results.txt"
+    afile.write_text("keep me")
+    assert main(["demo", "--out", str(afile)]) == 2
+    assert "is a file, not a folder" in one_line(capsys.readouterr().err)
+    assert main(["demo", "--out", str(afile / "sub")]) == 2
+    assert "cannot be made" in one_line(capsys.readouterr().err)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert main(["demo", "--out", str(tmp_path / "dangling")]) == 2
+    assert "broken symlink" in one_line(capsys.readouterr().err)
+    assert afile.read_text() == "keep me"
+
+
+def test_bad_numbers_exit_2_on_one_line_before_any_work(capsys, monkeypatch):
+    import bryo._demo as demo
+
+    monkeypatch.setattr(demo, "run", lambda config: pytest.fail("the demo started"))
+    for argv in (["--seed", "2**70"], ["--batch", "1e9"], ["--steps", "0"]):
+        assert main(["demo", *argv]) == 2
+        assert one_line(capsys.readouterr().err).startswith("bryo demo: `--")
+
+
+def test_usage_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--width"])
+    assert info.value.code == 2
+    assert one_line(capsys.readouterr().err).startswith("bryo demo: argument --width: expected")
+
+
+def test_write_new_replaces_a_symlink_without_following_it(tmp_path):
+    from bryo._demo import write_new
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    link = tmp_path / "model.mox.xml"
+    link.symlink_to(victim)
+    write_new(link, "<mox/>")
+    assert victim.read_text() == "precious"
+    assert not link.is_symlink() and link.read_text() == "<mox/>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.mox.xml", "victim.txt"]

@@ -13,8 +13,11 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +33,7 @@ import bryo_mox as mox
 from bryo_filters import Not
 from bryo_graph import Param, State, VariableState, merge, parse_mesh_spec, shard, split, state
 
-from ._demo_args import DemoConfig, DemoError, config_from_args
+from ._demo_args import SAMPLES, TEST_SAMPLES, DemoConfig, DemoError, config_from_args
 from ._demo_models import BACKENDS, Backend, Sizes, teacher
 
 SHARDING_RULES = {"embed": None, "mlp": "model", "layers": None}
@@ -122,9 +125,9 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
         f"in {len(params.flat_state())} Param arrays"
     )
 
-    x, y = teacher(sizes, data_key, 4096)
-    x_test, y_test = x[-512:], y[-512:]
-    x_train, y_train = x[:-512], y[:-512]
+    x, y = teacher(sizes, data_key, SAMPLES)
+    x_test, y_test = x[-TEST_SAMPLES:], y[-TEST_SAMPLES:]
+    x_train, y_train = x[:-TEST_SAMPLES], y[:-TEST_SAMPLES]
     data_sharding = NamedSharding(mesh, PartitionSpec("data"))
     rules = SHARDING_RULES if "model" in mesh.axis_names else {**SHARDING_RULES, "mlp": None}
     params = (
@@ -230,7 +233,7 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     differences = {}
     for suffix in (".xml", ".yson"):
         path = config.out / f"model.mox{suffix}"
-        mox.dump(adapted, path)
+        write_new(path, mox.dumps(adapted, format=suffix[1:]))
         loaded = mox.load(path)
         restored = _eval_loaded(loaded, adapted, trainable, frozen, sample)
         differences[suffix] = float(jnp.max(jnp.abs(restored - expected)))
@@ -366,15 +369,32 @@ def _eval_loaded(
     return mox.eval_mox(loaded, *jax.tree.leaves((frozen, x)), _extra(trainable))
 
 
+def write_new(path: Path, data: str | bytes) -> None:
+    """Write `path` as a new file: through a fresh temporary file in the same folder,
+    renamed over `path`. A symlink at `path` is replaced, never written through, so the
+    demo cannot overwrite a file it did not create."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(raw)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
 def save_checkpoint(checkpoint_state: State, path: Path) -> None:
-    """Write a State's values and types to one `.npz` file."""
+    """Write a State's values and types to one `.npz` file (see `write_new`)."""
     flat = checkpoint_state.flat_state()
     index = [
         {"path": list(p), "type": leaf.type.__name__, "metadata": leaf.metadata}
         for p, leaf in flat.items()
     ]
     arrays = {f"a{i}": np.asarray(leaf.value) for i, leaf in enumerate(flat.values())}
-    np.savez(path, __index__=np.array(json.dumps(index)), **arrays)
+    buffer = io.BytesIO()
+    np.savez(buffer, __index__=np.array(json.dumps(index)), **arrays)
+    write_new(path, buffer.getvalue())
 
 
 def load_checkpoint(path: Path) -> State:
@@ -404,6 +424,9 @@ def main(args: argparse.Namespace) -> int:
         run(config)
     except DemoError as error:
         print(f"bryo demo: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"bryo demo: cannot write to `--out {args.out}`: {error}", file=sys.stderr)
         return 2
     print(f"done in {time.perf_counter() - started:.1f} s.")
     return 0

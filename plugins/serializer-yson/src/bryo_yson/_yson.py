@@ -171,11 +171,12 @@ class _Builder:
         if not isinstance(tag, str):
             raise source.error("a YSON node lacks its string attribute `primitive`")
         doc = DocNode(tag, source=source)
+        base = path.rstrip("/")
         for kind in _PORT_KINDS:
-            ports = self.items(attributes.pop(kind, []), f"{path}/@{kind}", source)
-            setattr(doc, kind, [self.port(p, f"{path}/@{kind}/{i}", tag, source) for i, p in ports])
-        consts = self.items(attributes.pop("consts", []), f"{path}/@consts", source)
-        doc.consts = [self.const(c, f"{path}/@consts/{i}", source) for i, c in consts]
+            ports = self.items(attributes.pop(kind, []), f"{base}/@{kind}", source)
+            setattr(doc, kind, [self.port(p, f"{base}/@{kind}/{i}", tag, source) for i, p in ports])
+        consts = self.items(attributes.pop("consts", []), f"{base}/@consts", source)
+        doc.consts = [self.const(c, f"{base}/@consts/{i}", source) for i, c in consts]
         for key, value in attributes.items():
             try:
                 doc.attrs[key] = _attr(value, 0)
