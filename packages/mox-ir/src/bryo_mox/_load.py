@@ -272,7 +272,7 @@ class _Builder:
             aval = self.aval(const.type)
             var = jex.Var(aval)
             value = from_storage(np.asarray(const.data), aval)
-            self.define(env, const.name, var, doc, "constant")
+            self.define(env, const.name, var, doc, "a constant")
             constvars.append(var)
             consts.append(value)
         invars = []
@@ -282,7 +282,7 @@ class _Builder:
             if name is None:
                 raise MoxSerializationError(f"an input of <{doc.tag}> has no variable name.")
             var = jex.Var(self.aval(port.type))
-            self.define(env, name, var, doc, "root input" if root else "input")
+            self.define(env, name, var, doc, "a root input" if root else "an input")
             invars.append(var)
         eqns: list[jex.JaxprEqn] = []
         for child in doc.children:
@@ -342,10 +342,10 @@ class _Builder:
 
     def define(self, env: dict[str, Atom], name: Any, atom: Atom, doc: DocNode, what: str) -> None:
         if not isinstance(name, str) or not name:
-            raise MoxSerializationError(f"a {what} of <{doc.tag}> has no valid variable name.")
+            raise MoxSerializationError(f"{what} of <{doc.tag}> has no valid variable name.")
         if name in env:
             raise MoxSerializationError(
-                f"<{doc.tag}> defines variable `{name}` twice (again as a {what}); every "
+                f"<{doc.tag}> defines variable `{name}` twice (again as {what}); every "
                 "variable of a scope needs its own name."
             )
         env[name] = atom
@@ -361,7 +361,7 @@ class _Builder:
             raise MoxSerializationError(
                 f"variable `{port.name}` is used in <{node.tag}> before it is defined."
             )
-        if not same_type(atom.aval, aval):
+        if atom.aval is not aval and not same_type(atom.aval, aval):
             raise MoxSerializationError(
                 f"<{node.tag}> declares `{port.name}` as {port.type}, but `{port.name}` is "
                 f"{type_str(atom.aval)}."
@@ -378,12 +378,12 @@ class _Builder:
             if port.name is None:
                 raise MoxSerializationError(f"an output of <{node.tag}> has no variable name.")
             aval = self.aval(port.type)
-            if not same_type(atom.aval, aval):
+            if atom.aval is not aval and not same_type(atom.aval, aval):
                 raise MoxSerializationError(
                     f"<{node.tag}> output `{port.name}` is declared {port.type} but computes "
                     f"{type_str(atom.aval)}."
                 )
-            self.define(env, port.name, atom, node, "output")
+            self.define(env, port.name, atom, node, "an output")
 
     # -- the kinds of node --------------------------------------------------------------
 
@@ -395,7 +395,7 @@ class _Builder:
         constvars: list[jex.Var],
         consts: list[Any],
     ) -> list[Atom]:
-        key = (node.tag, _freeze(node.attrs), tuple(a.aval for a in ins))
+        key = (node.tag, _freeze(node.attrs), *(a.aval for a in ins))
         traced = self.traced.get(key)
         if traced is None:
             params = dict(node.attrs)
@@ -690,12 +690,12 @@ def _freeze(value: Any) -> Any:
     """A hashable key for a decoded attribute value: equal keys mean equal values, with
     types kept apart (`True` is not `1`, `-0.0` is not `0.0`)."""
     kind = type(value)
+    if kind is str or kind is int or value is None:
+        return value
     if kind is dict:
-        return (dict, tuple(sorted((str(k), _freeze(v)) for k, v in value.items())))
-    if kind in (float, complex):
+        return (dict, tuple((_freeze(k), _freeze(v)) for k, v in value.items()))
+    if kind in (float, complex, bool):
         return (kind, repr(value))
-    if kind in (bool, int, str, type(None)):
-        return (kind, value)
     if isinstance(value, (tuple, list)):
         return (kind, tuple(_freeze(v) for v in value))
     if isinstance(value, np.ndarray):

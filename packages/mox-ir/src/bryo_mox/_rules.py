@@ -15,10 +15,11 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.extend import core as jex
 
 from ._errors import MoxSerializationError
-from ._eval import eval_block, eval_equation
-from ._ir import Block, Equation
+from ._eval import eval_equation
+from ._ir import CUSTOM_DERIVATIVE_NAMES, Block, Equation, ModuleCall, Node, Var
 
 
 def _sds(aval: Any) -> jax.ShapeDtypeStruct:
@@ -69,8 +70,43 @@ def derivative_rule_region(node: Equation) -> tuple[str, Block]:
     traced = convert_closed(jax.make_jaxpr(rule)(*avals))
     # The traced rule may call the custom function itself (for its primal output);
     # inline those calls so that writing the rule does not recurse forever.
-    flat = jax.make_jaxpr(lambda *xs: eval_block(traced, xs, inline_custom=True))(*avals)
-    return key, convert_closed(flat)
+    return key, inline_calls(traced)
+
+
+def inline_calls(block: Block) -> Block:
+    """`block` with its custom derivative equations and module calls replaced by their
+    bodies, recursively, as `eval_block(block, ..., inline_custom=True)` evaluates it:
+    the same computation without re-tracing it. Inlined equations get fresh variables."""
+    constvars: list[Var] = []
+    consts: list[Any] = []
+    nodes: list[Node] = []
+
+    def splice(inner: Block, args: Sequence[Any]) -> list[Any]:
+        sub: dict[Var, Any] = dict(zip(inner.invars, args, strict=True))
+        for var, value in zip(inner.constvars, inner.consts, strict=True):
+            sub[var] = jex.Var(var.aval)
+            constvars.append(sub[var])
+            consts.append(value)
+        read = lambda atom: sub.get(atom, atom) if isinstance(atom, Var) else atom
+        for node in inner.nodes:
+            ins = [read(a) for a in node.invars]
+            if isinstance(node, ModuleCall):
+                outs = splice(node.body, ins)
+            elif node.primitive.name in CUSTOM_DERIVATIVE_NAMES:
+                (body,) = [region for key, _, region in node.regions if key == "call_jaxpr"]
+                outs = splice(body, ins)
+            else:
+                eqn = node.eqn
+                outs = [type(v)(v.aval) for v in eqn.outvars]  # a Var or a DropVar
+                new = jex.new_jaxpr_eqn(
+                    ins, outs, eqn.primitive, eqn.params, eqn.effects, eqn.source_info, eqn.ctx
+                )
+                nodes.append(Equation(new, node.regions))
+            sub.update(zip(node.outvars, outs, strict=True))
+        return [read(a) for a in inner.outvars]
+
+    outvars = splice(block, block.invars)
+    return Block(tuple(constvars), tuple(consts), block.invars, tuple(nodes), tuple(outvars))
 
 
 def rebuild_custom(

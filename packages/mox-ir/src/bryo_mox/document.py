@@ -226,6 +226,21 @@ def build_element(doc: DocNode, **kwargs: Any) -> Any:
     return build(doc, **kwargs)
 
 
+def element_tag(doc: DocNode) -> tuple[str, dict[str, Any]]:
+    """The XML element name of a document node, and the attrs to add when its tag is not
+    an XML name (`<eqn primitive="...">`), as `build_element` names them."""
+    from ._view import element_tag as tag
+
+    return tag(doc)
+
+
+def port_attrs(port: Port) -> dict[str, str]:
+    """The XML attributes of an `<input>`/`<output>` element, as `build_element` writes them."""
+    from ._view import port_attrs as attrs
+
+    return attrs(port)
+
+
 def to_document(
     mox: Mox, *, strict: bool = True, rules: bool | None = None, ports: bool = True
 ) -> DocNode:
@@ -354,6 +369,12 @@ class _Writer:
             "state_outputs": node.n_state_out,
         }
         for key, value in node.info.attrs.items():
+            if self.strict and not ATTR_NAME.match(key):
+                raise MoxSerializationError(
+                    f"attribute {key!r} of module_call {node.name!r} is not a name XML can "
+                    "hold and XPath can query (letters, digits, `_`, `-`, `.`); rename it in "
+                    "the backend."
+                )
             attrs[key] = self.checked(value, f"attribute `{key}` of module_call {node.name!r}")
         return attrs
 

@@ -2,7 +2,9 @@
 
 The schema is the one `bryo_mox.query` searches (see `docs/mox.md`): a root `<mox>`,
 `<module_call>` and one element per primitive, `<input type=...>`/`<output>`/`<outputs>`
-children, `<const type=... data=base64>`, `<region param=...>` for sub-jaxprs.
+children, `<const type=... data=base64>`, `<region param=...>` for sub-jaxprs. Files are
+written as text directly (element names and port attributes from `bryo_mox.document`,
+as the query view names them), one element per line.
 
 Reading checks, before lxml parses anything: the size, that the text is UTF-8 (a UTF-16
 file or an `encoding="..."` declaration of another charset is refused, so the checks
@@ -29,10 +31,12 @@ from bryo_mox.document import (
     Limits,
     Port,
     Source,
-    build_element,
     const_text,
     current_budget,
+    element_tag,
+    encode_attr,
     located,
+    port_attrs,
     read_const,
 )
 
@@ -44,14 +48,78 @@ _ENCODING = re.compile(rb"""^\s*<\?xml[^>]*?encoding\s*=\s*["']([^"']*)["']""")
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 
 
-def _const_data(element: etree._Element, const: Any) -> None:
-    element.set("data", const_text(const))
+_ESCAPES = {
+    "&": "&amp;",
+    "<": "&lt;",
+    ">": "&gt;",
+    '"': "&quot;",
+    "\n": "&#10;",
+    "\r": "&#13;",
+    "\t": "&#9;",
+}
+_TO_ESCAPE = re.compile(r'[&<>"\n\r\t]')
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _escape(text: str) -> str:
+    """`text` as an XML attribute value (or element text): XML 1.0 characters only."""
+    bad = _NOT_XML.search(text)
+    if bad is not None:
+        raise MoxSerializationError(
+            f"the text {text[:60]!r} holds {bad.group()!r}, which XML 1.0 cannot hold; write "
+            "this MoX as YSON or rename the value."
+        )
+    if _TO_ESCAPE.search(text) is None:
+        return text
+    return _TO_ESCAPE.sub(lambda m: _ESCAPES[m.group()], text)
+
+
+def _start(tag: str, attrs: dict[str, Any]) -> str:
+    if not attrs:
+        return f"<{tag}"
+    return f"<{tag} " + " ".join(f'{k}="{_escape(v)}"' for k, v in attrs.items())
+
+
+def _port(kind: str, port: Port, pad: str) -> str:
+    start = _start(kind, port_attrs(port))
+    if port.name is None:
+        return f"{pad}{start}/>\n"
+    return f"{pad}{start}>{_escape(port.name)}</{kind}>\n"
 
 
 def dumps(doc: DocNode) -> str:
-    """The XML text of a document."""
-    root = build_element(doc, const_data=_const_data)
-    return etree.tostring(root, pretty_print=True, encoding="unicode")
+    """The XML text of a document (one element per line, indented), written directly:
+    the same schema `build_element` gives queries."""
+    out: list[str] = []
+    stack: list[tuple[DocNode, int, str | None]] = [(doc, 0, None)]
+    while stack:
+        node, depth, closing = stack.pop()
+        pad = "  " * depth
+        if closing is not None:
+            inner = pad + "  "
+            out.extend(_port("outputs", p, inner) for p in node.results)
+            out.append(f"{pad}</{closing}>\n")
+            continue
+        tag, extra = element_tag(node)
+        attrs = {k: encode_attr(v, strict=False) for k, v in node.attrs.items()}
+        attrs.update(extra)
+        start = _start(tag, attrs)
+        if not (node.consts or node.inputs or node.outputs or node.children or node.results):
+            out.append(f"{pad}{start}/>\n")
+            continue
+        out.append(f"{pad}{start}>\n")
+        inner = pad + "  "
+        for const in node.consts:
+            data = const_text(const)
+            out.append(
+                f'{inner}<const type="{_escape(const.type)}" data="{data}">'
+                f"{_escape(const.name)}</const>\n"
+            )
+        out.extend(_port("input", p, inner) for p in node.inputs)
+        out.extend(_port("output", p, inner) for p in node.outputs)
+        stack.append((node, depth, tag))
+        stack.extend((child, depth + 1, None) for child in reversed(node.children))
+    return "".join(out)
 
 
 def _parser() -> etree.XMLParser:
