@@ -55,7 +55,11 @@ def test_static_leaves_reach_every_step():
 
 
 def test_errors():
-    with pytest.raises(ScanAxisError, match=r"has size 4"):
+    with pytest.raises(
+        ScanAxisError,
+        match=r"`length` argument of 3 .* b has leading dimension 4 \(array of shape \(4,\)\)"
+        r".* first scanned input: a has leading dimension 3",
+    ):
         fold(lambda c, a, b: c, 0)(0.0, jnp.ones(3), jnp.ones(4))
     with pytest.raises(ScanAxisError, match="cannot tell how many steps"):
         scan(lambda c, _: (c, c), 0)(0.0, None)

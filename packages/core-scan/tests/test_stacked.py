@@ -117,7 +117,7 @@ def test_both_are_block_foldable_and_pytrees():
 def test_init_errors():
     with pytest.raises(ScanAxisError, match="has no size"):
         Stacked.init(0, Dense.make)(3, key=jax.random.split(jax.random.key(0), 4), scale=0.1)
-    with pytest.raises(ScanAxisError, match="has size 3"):
+    with pytest.raises(ScanAxisError, match=r"`Stacked.init` .* key has leading dimension 3"):
         Stacked.init(LAYERS, Dense.make)(3, key=jax.random.split(jax.random.key(0), 3), scale=0.1)
     with pytest.raises(TypeError, match="not both"):
         Stacked.init(LAYERS, Dense.make, remat=True, gradient_checkpointing=False)

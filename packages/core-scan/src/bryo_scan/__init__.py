@@ -30,6 +30,7 @@ from ._types import BlockSplitter as BlockSplitter
 from ._types import NamedLeaf as NamedLeaf
 from ._types import OffloadUnavailableError as OffloadUnavailableError
 from ._types import ScanAxisError as ScanAxisError
+from ._types import ScanOutputError as ScanOutputError
 from ._vmap import vmap as vmap
 
 _add_hookspecs(hookspecs)

@@ -27,7 +27,8 @@ INPUTS_NAME = "bryo_scan.inputs"
 RematSpec = "bool | str | ScanCheckpointPolicy"
 
 _ALIASES_HELP = (
-    "Use remat=False, True, 'full', 'nested', 'offload', 'save_all' or a ScanCheckpointPolicy."
+    "Use remat=False, True, 'full', 'recompute', 'nested', 'offload', 'save_all' or a "
+    "ScanCheckpointPolicy."
 )
 
 
@@ -67,6 +68,9 @@ class ScanCheckpointPolicy:
         offload_block_internals: names of internals to move to host memory.
         prevent_cse: `jax.checkpoint`'s `prevent_cse` (not needed inside scans).
         disable: no checkpointing at all (`remat=False`).
+        simple: plain `jax.checkpoint` of each block: keep its inputs, recompute the rest
+            (Haliax's `remat=True`; the same as the defaults here). It cannot be combined
+            with saved or offloaded internals, offloading, or `disable`.
         nested: split the scan into an outer scan of `nested` checkpointed blocks (an
             int that divides the length) or about sqrt(length) of them (True).
 
@@ -82,6 +86,7 @@ class ScanCheckpointPolicy:
     offload_block_internals: Sequence[str] = ()
     prevent_cse: bool = False
     disable: bool = False
+    simple: bool = False
     nested: bool | int = False
 
     def __post_init__(self) -> None:
@@ -103,6 +108,7 @@ class ScanCheckpointPolicy:
                 "`nested` must be a bool or a positive number of outer blocks; "
                 f"got {self.nested!r}."
             )
+        self._check_simple()
         both = set(self._saved_names()) & set(self.offload_block_internals)
         if both:
             raise ValueError(
@@ -110,12 +116,36 @@ class ScanCheckpointPolicy:
                 "`offload_block_internals`; keep each name in one of them."
             )
 
+    def _check_simple(self) -> None:
+        if not self.simple:
+            return
+        clashes = [
+            f"{name}={getattr(self, name)!r}"
+            for name, plain in (
+                ("save_block_internals", False),
+                ("offload_block_internals", ()),
+                ("disable", False),
+            )
+            if getattr(self, name) != plain
+        ] + [
+            f"{name}='offload'"
+            for name in ("save_carries", "save_inputs")
+            if getattr(self, name) == "offload"
+        ]
+        if clashes:
+            raise ValueError(
+                f"`simple=True` keeps only each block's inputs, which contradicts "
+                f"{', '.join(clashes)}; drop `simple=True` or those options."
+            )
+
     @classmethod
     def from_remat(cls, remat: bool | str | ScanCheckpointPolicy) -> ScanCheckpointPolicy:
         """The policy of a `remat=` argument: a policy, a bool, or a string alias.
 
         `True`/"full": save carries and inputs; `False`: disable; "nested": nested=True;
-        "offload": offload carries and inputs; "save_all": save everything.
+        "offload": offload carries and inputs; "save_all": save everything; "recompute"
+        (Haliax's name): save neither carries nor inputs by name, which keeps the same
+        values as "full" (a checkpointed block always keeps its inputs).
         """
         if isinstance(remat, ScanCheckpointPolicy):
             return remat
@@ -123,6 +153,8 @@ class ScanCheckpointPolicy:
             return cls()
         if remat is False:
             return cls(disable=True)
+        if remat == "recompute":
+            return cls(save_carries=False, save_inputs=False)
         if remat == "nested":
             return cls(nested=True)
         if remat == "offload":

@@ -5,26 +5,52 @@ both implement.
 Blocks are pytrees (Equinox modules, dataclasses) or, through the
 `bryo_scan_block_splitters` hook, a backend's own module type. `Stacked.init` builds the
 blocks under `jax.vmap`, so every array of the block gains the layers axis: in front for
-plain arrays, as the named axis for NamedArrays.
+plain arrays, as the named axis for NamedArrays. A block class with Haliax's `init`
+static or class method is built by it; any other class or function is called.
+
+Extra arguments of `fold`/`scan`/`vmap` are per layer when they carry the layers axis:
+`blocks.fold(x, key=jax.random.split(key, L))` gives layer i the key `i`. NamedArrays with
+the layers axis and arrays whose leading dimension is the number of layers are split
+between the layers; everything else reaches every layer unchanged. The `*_via` methods
+take `is_scanned` to decide otherwise.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import jax
+import numpy as np
 
 from bryo_graph import add_sharding_axis
 from bryo_pytree import pytree_dataclass, static_field
 
-from ._hooks import block_splitter, resolve_axis
+from ._hooks import block_splitter, is_named_leaf, resolve_axis
 from ._policy import ScanCheckpointPolicy
-from ._scan import Remat, fold, scan
-from ._trees import OutputStacker, partition_arrays, stack_trees, unbind_tree
+from ._scan import Remat, scan_arguments, split_carry_output
+from ._trees import (
+    ArgNames,
+    Inputs,
+    IsScanned,
+    OutputStacker,
+    Rules,
+    ScanPredicate,
+    Unbound,
+    every_array,
+    has_extent,
+    is_array,
+    no_array,
+    partition_arrays,
+    scan_predicate,
+    stack_trees,
+    unbind_inputs,
+)
 from ._types import AxisInfo, PyTree, ScanAxisError
-from ._vmap import vmap
+from ._vmap import vmap_arguments
 
 M = TypeVar("M")
 Carry = TypeVar("Carry")
@@ -38,8 +64,8 @@ class BlockFoldable(Protocol[M]):
 
     `fold(init, *args)` feeds each block's output to the next; `scan` does the same for
     blocks returning `(carry, output)` and stacks the outputs; `vmap` applies every block
-    to the same input. `fold_via(fn)`/`scan_via(fn)` do so with `fn(block, carry, *args)`
-    in place of `block(carry, *args)`.
+    to the same input. `fold_via(fn)`/`scan_via(fn)`/`vmap_via(fn)` do so with
+    `fn(block, carry, *args)` (`fn(block, *args)` for `vmap_via`) in place of the call.
     """
 
     def fold(self, init: Any, *args: Any, **kwargs: Any) -> Any: ...
@@ -47,17 +73,47 @@ class BlockFoldable(Protocol[M]):
     def vmap(self, init: Any, *args: Any, **kwargs: Any) -> Any: ...
     def fold_via(self, fn: Callable[..., Any]) -> Callable[..., Any]: ...
     def scan_via(self, fn: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]: ...
+    def vmap_via(self, fn: Callable[..., Any]) -> Callable[..., Any]: ...
     def unstacked(self) -> Sequence[M]: ...
     def get_layer(self, index: int) -> M: ...
 
 
-def _policy(gradient_checkpointing: Remat, remat: Remat) -> ScanCheckpointPolicy:
+# -- construction ----------------------------------------------------------------------
+
+
+def _policy(
+    gradient_checkpointing: Remat, remat: Remat, prevent_cse: bool | None
+) -> ScanCheckpointPolicy:
     if remat is not _UNSET and gradient_checkpointing is not _UNSET:
         raise TypeError(
             "pass either `gradient_checkpointing` or `remat`, not both (they are aliases)."
         )
     chosen = remat if remat is not _UNSET else gradient_checkpointing
-    return ScanCheckpointPolicy.from_remat(True if chosen is _UNSET else chosen)
+    policy = ScanCheckpointPolicy.from_remat(True if chosen is _UNSET else chosen)
+    if prevent_cse is None:
+        return policy
+    warnings.warn(
+        "`prevent_cse=` of `init` is Haliax's older spelling; pass "
+        "ScanCheckpointPolicy(prevent_cse=...) as `gradient_checkpointing` instead.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return dataclasses.replace(policy, prevent_cse=prevent_cse)
+
+
+def block_constructor(module: Callable[..., M]) -> Callable[..., M]:
+    """How `Stacked.init`/`BlockSeq.init` build one block from `module`.
+
+    Haliax's convention: a class with an `init` static or class method is built by it
+    (`Linear.init(In, Out, key=...)`). Any other class (its `__init__`, as the seed's
+    blocks) or function is called as it is. An instance method named `init` (Flax Linen's)
+    does not count.
+    """
+    if isinstance(module, type):
+        init = inspect.getattr_static(module, "init", None)
+        if isinstance(init, staticmethod | classmethod):
+            return module.init  # type: ignore[attr-defined,no-any-return]
+    return module
 
 
 def _sized_axis(axis: object, where: str) -> AxisInfo:
@@ -76,8 +132,46 @@ def _check_index(index: int, size: int) -> int:
     return index % size
 
 
+# -- per-layer arguments ---------------------------------------------------------------
+
+
+def per_layer(axis: AxisInfo) -> ScanPredicate:
+    """The default `is_scanned` of a stack's extra arguments: what carries the layers axis.
+
+    NamedArrays (they are split only if they have the axis) and arrays whose size along
+    the axis (their first dimension for a named axis) is the number of layers.
+    """
+    position = axis.position if axis.position is not None else 0
+
+    def carries_layers(leaf: object) -> bool:
+        if is_named_leaf(leaf):
+            return True
+        shape = np.shape(leaf) if is_array(leaf) else ()
+        return len(shape) > position and shape[position] == axis.size
+
+    return carries_layers
+
+
+def _argument_rules(
+    axis: AxisInfo, is_scanned: IsScanned, n_args: int, leading: tuple[ScanPredicate, ...]
+) -> Rules:
+    """Rules for `(args, kwargs)`: `leading` for the first positional arguments (the
+    stacked block, a shared input), `is_scanned` (default `per_layer`) for the rest."""
+    extra = per_layer(axis) if is_scanned is None else scan_predicate(is_scanned)
+    return Inputs((*leading, *(extra,) * (n_args - len(leading))), extra)  # type: ignore[arg-type]
+
+
 def _call_block(block: Any, carry: Any, *args: Any, **kwargs: Any) -> Any:
     return block(carry, *args, **kwargs)
+
+
+def _names(fn: Callable, block: object, skip: int) -> ArgNames:
+    """Error names of a block function's arguments (the block's own `__call__` for fold)."""
+    named_after = type(block).__call__ if fn is _call_block and callable(block) else fn
+    return ArgNames.of(named_after, skip)
+
+
+# -- Stacked ---------------------------------------------------------------------------
 
 
 @pytree_dataclass
@@ -107,50 +201,112 @@ class Stacked(Generic[M]):
         *,
         gradient_checkpointing: Remat = _UNSET,
         remat: Remat = _UNSET,
+        prevent_cse: bool | None = None,
     ) -> Callable[..., Stacked[M]]:
         """`Stacked.init(Layers, Block)(*args, **kwargs)`: build the blocks under vmap.
 
         Args:
             Block: the layers axis, with a size (e.g. `Axis("Layers", 12)`).
-            module: the block constructor (a class or function).
+            module: the block: a class (built by its `init` static/class method if it has
+                one, Haliax's convention, else by its constructor) or a function.
             gradient_checkpointing: checkpoint policy of `fold`/`scan` (default True).
             remat: alias of `gradient_checkpointing`.
+            prevent_cse: Haliax's older way to set the policy's `prevent_cse` (deprecated).
 
         Returns:
             A function of the constructor's arguments. NamedArrays with the layers axis
-            and JAX/NumPy arrays (over their first axis) are mapped over the layers;
-            everything else reaches every layer unchanged.
+            and JAX/NumPy arrays with at least one dimension (over their first axis) are
+            mapped over the layers; everything else reaches every layer unchanged.
         """
-        policy = _policy(gradient_checkpointing, remat)
+        policy = _policy(gradient_checkpointing, remat, prevent_cse)
+        build = block_constructor(module)
 
         def make(*args: Any, **kwargs: Any) -> Stacked[M]:
             info = _sized_axis(Block, "Stacked.init")
-            return cls(_vmapped_blocks(module, info, args, kwargs), Block, policy)
+            return cls(_vmapped_blocks(build, info, args, kwargs), Block, policy)
 
         return make
 
     def _split(self) -> tuple[PyTree, Callable[[PyTree], M]]:
         return block_splitter(self.stacked)(self.stacked)
 
-    def fold_via(self, fn: Callable[..., Carry]) -> Callable[..., Carry]:
-        """`fold_via(fn)(init, *args, **kwargs)` folds `fn(block, carry, *args, **kwargs)`."""
+    def _rules(self, args: tuple, is_scanned: IsScanned, shared: int = 0) -> Rules:
+        """Every array of the stacked block is scanned, the first `shared` arguments never,
+        the other arguments per `is_scanned`."""
+        axis = _sized_axis(self.Block, "Stacked")
+        leading = (every_array, *(no_array,) * shared)
+        return _argument_rules(axis, is_scanned, 1 + len(args), leading)
 
-        def run(init: Carry, *args: Any, **kwargs: Any) -> Carry:
+    def _scan_blocks(
+        self, fn: Callable[..., Any], is_scanned: IsScanned, *, fold: bool
+    ) -> Callable[..., Any]:
+        """`run(init, *args)`: one scan of `fn(block, carry, *args)` over the layers."""
+
+        def run(init: Any, *args: Any, **kwargs: Any) -> Any:
             tree, rebuild = self._split()
-            step = lambda carry, layer: fn(rebuild(layer), carry, *args, **kwargs)
-            return fold(step, self.Block, remat=self.gradient_checkpointing)(init, tree)
+
+            def step(carry: Any, layer: PyTree, *a: Any, **k: Any) -> tuple[Any, Any]:
+                out = fn(rebuild(layer), carry, *a, **k)
+                return (out, None) if fold else split_carry_output(out, fn, "the block")
+
+            carry, ys = scan_arguments(
+                step,
+                self.Block,
+                init,
+                (tree, *args),
+                kwargs,
+                policy=self.gradient_checkpointing,
+                rules=self._rules(args, is_scanned),
+                names=_names(fn, self.stacked, skip=2).prefixed("stacked"),
+            )
+            return carry if fold else (carry, ys)
 
         return run
 
-    def scan_via(self, fn: Callable[..., tuple[Carry, Any]]) -> Callable[..., tuple[Carry, Any]]:
+    def fold_via(
+        self, fn: Callable[..., Carry], *, is_scanned: IsScanned = None
+    ) -> Callable[..., Carry]:
+        """`fold_via(fn)(init, *args, **kwargs)` folds `fn(block, carry, *args, **kwargs)`.
+
+        Arguments carrying the layers axis are split between the layers (see the module
+        docstring); `is_scanned` (a predicate, True or False) picks them instead.
+        """
+        return self._scan_blocks(fn, is_scanned, fold=True)
+
+    def scan_via(
+        self, fn: Callable[..., tuple[Carry, Any]], *, is_scanned: IsScanned = None
+    ) -> Callable[..., tuple[Carry, Any]]:
         """`scan_via(fn)(init, *args)` scans `fn(block, carry, *args) -> (carry, output)`."""
+        return self._scan_blocks(fn, is_scanned, fold=False)
 
-        def run(init: Carry, *args: Any, **kwargs: Any) -> tuple[Carry, Any]:
+    def _vmap_blocks(
+        self, fn: Callable[..., Any], is_scanned: IsScanned, shared: int
+    ) -> Callable[..., Any]:
+        """`run(*args)`: `fn(block, *args)` for every block under one `jax.vmap`."""
+
+        def run(*args: Any, **kwargs: Any) -> Any:
             tree, rebuild = self._split()
-            step = lambda carry, layer: fn(rebuild(layer), carry, *args, **kwargs)
-            return scan(step, self.Block, remat=self.gradient_checkpointing)(init, tree)
+
+            def apply(layer: PyTree, *a: Any, **k: Any) -> Any:
+                return fn(rebuild(layer), *a, **k)
+
+            return vmap_arguments(
+                apply,
+                self.Block,
+                (tree, *args),
+                kwargs,
+                rules=self._rules(args, is_scanned, shared),
+                names=_names(fn, self.stacked, skip=1).prefixed("stacked"),
+            )
 
         return run
+
+    def vmap_via(
+        self, fn: Callable[..., Any], *, is_scanned: IsScanned = None
+    ) -> Callable[..., Any]:
+        """`vmap_via(fn)(*args, **kwargs)`: `fn(block, *args, **kwargs)` for every block,
+        in parallel; outputs gain the layers axis. Arguments are split as for `fold_via`."""
+        return self._vmap_blocks(fn, is_scanned, shared=0)
 
     def fold(self, init: Carry, *args: Any, **kwargs: Any) -> Carry:
         """Apply the blocks in order, `x = block(x, *args, **kwargs)`, as one scan."""
@@ -161,18 +317,20 @@ class Stacked(Generic[M]):
         return self.scan_via(_call_block)(init, *args, **kwargs)
 
     def vmap(self, init: Any, *args: Any, **kwargs: Any) -> Any:
-        """Apply every block to the same `init`, in parallel; outputs gain the layers axis."""
-        tree, rebuild = self._split()
-        apply = lambda layer: rebuild(layer)(init, *args, **kwargs)
-        return vmap(apply, self.Block, map_unnamed=True)(tree)
+        """Apply every block to the same `init`, in parallel; outputs gain the layers axis.
+
+        `init` is never split; the other arguments are split as for `fold`."""
+        return self._vmap_blocks(_call_block, None, shared=1)(init, *args, **kwargs)
 
     def get_layer(self, index: int) -> M:
         """The block of layer `index`, as a block of its own (no layers axis)."""
         info = _sized_axis(self.Block, "Stacked.get_layer")
         index = _check_index(index, info.size)  # type: ignore[arg-type]
         tree, rebuild = self._split()
-        layers = unbind_tree(tree, info, what="stacked")
-        return rebuild(layers.rebuild([array[index] for array in layers.arrays]))
+        layers = unbind_inputs(
+            (tree,), {}, info, rules=every_array, names=ArgNames(("stacked",)), op="get_layer"
+        )
+        return rebuild(layers.rebuild([array[index] for array in layers.arrays]).args[0])
 
     def unstacked(self) -> list[M]:
         """Every layer as a block of its own, in order."""
@@ -185,14 +343,16 @@ class Stacked(Generic[M]):
         return iter(self.unstacked())
 
 
-def _vmapped_blocks(module: Callable[..., M], info: AxisInfo, args: tuple, kwargs: dict) -> M:
-    inputs = unbind_tree((args, kwargs), info, what="args", missing="broadcast", map_unnamed=True)
+def _vmapped_blocks(build: Callable[..., M], info: AxisInfo, args: tuple, kwargs: dict) -> M:
+    inputs = unbind_inputs(
+        args, kwargs, info, rules=has_extent, names=ArgNames.of(build, 0), op="Stacked.init"
+    )
     outputs = OutputStacker(static_nonarrays=True)
     rebuilds: list[Callable[[PyTree], M]] = []
 
     def one(slices: list[jax.Array]) -> list[jax.Array]:
-        step_args, step_kwargs = inputs.rebuild(slices)
-        block = module(*step_args, **step_kwargs)
+        step = inputs.rebuild(slices)
+        block = build(*step.args, **step.kwargs)
         tree, rebuild = block_splitter(block)(block)
         _check_is_pytree(block, tree)
         rebuilds.append(rebuild)
@@ -213,13 +373,22 @@ def _check_is_pytree(block: object, tree: PyTree) -> None:
         )
 
 
+# -- BlockSeq --------------------------------------------------------------------------
+
+
+def _layer(inputs: Unbound, index: int) -> Inputs:
+    """The arguments of layer `index`: its slice of every per-layer argument."""
+    return inputs.rebuild([array[index] for array in inputs.arrays])
+
+
 @pytree_dataclass
 class BlockSeq(Generic[M]):
     """A list of blocks with `Stacked`'s interface, applied with plain Python loops.
 
     Compiles each block separately (slower to compile for deep stacks), but the blocks may
     differ in structure. `gradient_checkpointing` wraps each block call in
-    `jax.checkpoint` (`nested` has no meaning for a loop and is ignored).
+    `jax.checkpoint` (`nested` has no meaning for a loop and is ignored). Extra arguments
+    are split between the layers as for `Stacked`.
     """
 
     blocks: list[M]
@@ -234,60 +403,112 @@ class BlockSeq(Generic[M]):
         *,
         gradient_checkpointing: Remat = _UNSET,
         remat: Remat = _UNSET,
+        prevent_cse: bool | None = None,
     ) -> Callable[..., BlockSeq[M]]:
         """`BlockSeq.init(Layers, Block)(*args, **kwargs)`, mapped like `Stacked.init`."""
-        policy = _policy(gradient_checkpointing, remat)
+        policy = _policy(gradient_checkpointing, remat, prevent_cse)
+        build = block_constructor(module)
 
         def make(*args: Any, **kwargs: Any) -> BlockSeq[M]:
             info = _sized_axis(Block, "BlockSeq.init")
-            inputs = unbind_tree(
-                (args, kwargs), info, what="args", missing="broadcast", map_unnamed=True
+            names = ArgNames.of(build, 0)
+            inputs = unbind_inputs(
+                args, kwargs, info, rules=has_extent, names=names, op="BlockSeq.init"
             )
             blocks = []
             for i in range(info.size):  # type: ignore[arg-type]
-                step_args, step_kwargs = inputs.rebuild([array[i] for array in inputs.arrays])
-                blocks.append(module(*step_args, **step_kwargs))
+                layer = _layer(inputs, i)
+                blocks.append(build(*layer.args, **layer.kwargs))
             return cls(blocks, Block, policy)
 
         return make
 
-    def _step(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Callable[[Any, M], Any]:
-        """`step(carry, block) -> fn(block, carry, *args, **kwargs)`, checkpointed per policy."""
+    def _per_layer(
+        self,
+        fn: Callable,
+        args: tuple,
+        kwargs: dict,
+        is_scanned: IsScanned,
+        *,
+        skip: int,
+        shared: int = 0,
+    ) -> Unbound:
+        """The arguments split between the layers (the first `shared` ones are not)."""
+        axis = dataclasses.replace(resolve_axis(self.Block), size=len(self.blocks))
+        return unbind_inputs(
+            args,
+            kwargs,
+            axis,
+            rules=_argument_rules(axis, is_scanned, len(args), (no_array,) * shared),
+            names=_names(fn, self.blocks[0] if self.blocks else None, skip),
+            op="BlockSeq",
+        )
+
+    def _step(self, fn: Callable[..., Any]) -> Callable[[M, Any, Inputs], Any]:
+        """`step(block, carry, inputs) -> fn(block, carry, *inputs...)`, checkpointed."""
         if self.gradient_checkpointing.disable:
-            return lambda carry, block: fn(block, carry, *args, **kwargs)
+            return lambda block, carry, inputs: fn(block, carry, *inputs.args, **inputs.kwargs)
         policy = dataclasses.replace(self.gradient_checkpointing, nested=False)
 
-        def step(carry: Any, block: M) -> Any:
+        def step(block: M, carry: Any, inputs: Inputs) -> Any:
             arrays, rebuild = partition_arrays(block)
-            body = lambda c, a: fn(rebuild(a), c, *args, **kwargs)
+            body = lambda c, a: fn(rebuild(a), c, *inputs.args, **inputs.kwargs)
             return policy.checkpoint(body)(carry, arrays)
 
         return step
 
-    def fold_via(self, fn: Callable[..., Carry]) -> Callable[..., Carry]:
-        """`fold_via(fn)(init, *args, **kwargs)`: a loop of `fn(block, carry, *args)`."""
+    def _loop(
+        self, fn: Callable[..., Any], is_scanned: IsScanned, *, fold: bool
+    ) -> Callable[..., Any]:
+        """`run(init, *args)`: `fn(block, carry, *args)` for each block in a Python loop."""
 
-        def run(init: Carry, *args: Any, **kwargs: Any) -> Carry:
-            step = self._step(fn, args, kwargs)
-            carry = init
-            for block in self.blocks:
-                carry = step(carry, block)
-            return carry
-
-        return run
-
-    def scan_via(self, fn: Callable[..., tuple[Carry, Any]]) -> Callable[..., tuple[Carry, Any]]:
-        """`scan_via(fn)(init, *args)`: a loop of `fn(block, carry, *args) -> (carry, out)`."""
-
-        def run(init: Carry, *args: Any, **kwargs: Any) -> tuple[Carry, Any]:
-            step = self._step(fn, args, kwargs)
+        def run(init: Any, *args: Any, **kwargs: Any) -> Any:
+            inputs = self._per_layer(fn, args, kwargs, is_scanned, skip=2)
+            step = self._step(fn)
             carry, outputs = init, []
-            for block in self.blocks:
-                carry, out = step(carry, block)
-                outputs.append(out)
-            return carry, stack_trees(outputs, resolve_axis(self.Block))
+            for i, block in enumerate(self.blocks):
+                out = step(block, carry, _layer(inputs, i))
+                if fold:
+                    carry = out
+                else:
+                    carry, y = split_carry_output(out, fn, "the block")
+                    outputs.append(y)
+            return carry if fold else (carry, stack_trees(outputs, resolve_axis(self.Block)))
 
         return run
+
+    def fold_via(
+        self, fn: Callable[..., Carry], *, is_scanned: IsScanned = None
+    ) -> Callable[..., Carry]:
+        """`fold_via(fn)(init, *args, **kwargs)`: a loop of `fn(block, carry, *args)`."""
+        return self._loop(fn, is_scanned, fold=True)
+
+    def scan_via(
+        self, fn: Callable[..., tuple[Carry, Any]], *, is_scanned: IsScanned = None
+    ) -> Callable[..., tuple[Carry, Any]]:
+        """`scan_via(fn)(init, *args)`: a loop of `fn(block, carry, *args) -> (carry, out)`."""
+        return self._loop(fn, is_scanned, fold=False)
+
+    def _each_block(
+        self, fn: Callable[..., Any], is_scanned: IsScanned, shared: int
+    ) -> Callable[..., Any]:
+        """`run(*args)`: `fn(block, *args)` for every block; outputs stacked."""
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            inputs = self._per_layer(fn, args, kwargs, is_scanned, skip=1, shared=shared)
+            outputs = []
+            for i, block in enumerate(self.blocks):
+                layer = _layer(inputs, i)
+                outputs.append(fn(block, *layer.args, **layer.kwargs))
+            return stack_trees(outputs, resolve_axis(self.Block))
+
+        return run
+
+    def vmap_via(
+        self, fn: Callable[..., Any], *, is_scanned: IsScanned = None
+    ) -> Callable[..., Any]:
+        """`vmap_via(fn)(*args)`: `fn(block, *args)` for every block; outputs stacked."""
+        return self._each_block(fn, is_scanned, shared=0)
 
     def fold(self, init: Carry, *args: Any, **kwargs: Any) -> Carry:
         """Apply the blocks in order, `x = block(x, *args, **kwargs)`."""
@@ -299,8 +520,7 @@ class BlockSeq(Generic[M]):
 
     def vmap(self, init: Any, *args: Any, **kwargs: Any) -> Any:
         """Apply every block to the same `init`; outputs stacked on the layers axis."""
-        outputs = [block(init, *args, **kwargs) for block in self.blocks]
-        return stack_trees(outputs, resolve_axis(self.Block))
+        return self._each_block(_call_block, None, shared=1)(init, *args, **kwargs)
 
     def get_layer(self, index: int) -> M:
         """The block of layer `index`."""

@@ -1,25 +1,38 @@
 """Taking pytrees apart along an axis, and putting stacked outputs back together.
 
-`unbind_tree` turns the inputs of a scan or vmap into arrays with the axis in front plus a
-function rebuilding one element; `OutputStacker` turns per-step outputs into arrays and
-later wraps their stacked versions. Axis-carrying leaves (NamedArray) go through their
-backend's `NamedLeaf`; plain arrays use the positional axis, or their first axis when the
-axis is named; every other leaf is static and reaches each step unchanged.
+`unbind_inputs` turns the arguments of a scan or vmap into arrays with the axis in front
+plus a function rebuilding the arguments of one step; `OutputStacker` turns per-step
+outputs into arrays and later wraps their stacked versions. Which leaves are scanned is a
+per-leaf predicate (Haliax's `is_scanned`): by default axis-carrying leaves (NamedArray)
+that have the axis, and plain arrays with at least one dimension (their first one when the
+axis is named). Everything else reaches each step unchanged: Python values, 0-d arrays,
+NamedArrays without the axis.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import inspect
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bryo_pytree import keypath_to_path, path_str
-
 from ._hooks import is_named_leaf, named_leaf_handler
 from ._types import AxisInfo, PyTree, ScanAxisError
+
+ScanPredicate = Callable[[Any], bool]
+"""`is_scanned(leaf) -> bool`: whether an array leaf is scanned (or vmapped) over the axis."""
+
+IsScanned = bool | ScanPredicate | None
+"""What users pass as `is_scanned`: a predicate, True/False for every array, None: default."""
+
+Rules = Any
+"""A `ScanPredicate`, or a pytree prefix of `Inputs(args, kwargs)` with predicates as leaves
+(e.g. `Inputs((every_array, has_extent), has_extent)`: a rule per positional argument)."""
 
 
 def is_array(leaf: object) -> bool:
@@ -27,17 +40,143 @@ def is_array(leaf: object) -> bool:
     return isinstance(leaf, jax.Array | np.ndarray)
 
 
+def has_extent(leaf: object) -> bool:
+    """The default `is_scanned`: axis-carrying leaves, and arrays with at least one dimension.
+
+    Scalars (Python numbers, 0-d arrays) are never scanned; they reach every step.
+    """
+    return is_named_leaf(leaf) or (is_array(leaf) and np.ndim(leaf) >= 1)
+
+
+def every_array(leaf: object) -> bool:
+    """`is_scanned=True`: every array leaf is scanned (a 0-d one is then an error)."""
+    return True
+
+
+def no_array(leaf: object) -> bool:
+    """`is_scanned=False`: nothing is scanned; every input reaches each step unchanged."""
+    return False
+
+
+def scan_predicate(is_scanned: IsScanned, what: str = "is_scanned") -> ScanPredicate:
+    """The predicate of an `is_scanned` argument, or a `TypeError` saying what works."""
+    if is_scanned is None:
+        return has_extent
+    if isinstance(is_scanned, bool):
+        return every_array if is_scanned else no_array
+    if callable(is_scanned):
+        return is_scanned
+    raise TypeError(
+        f"`{what}` must be True, False, a predicate `leaf -> bool` or None (the default: "
+        f"NamedArrays with the axis and arrays with at least one dimension); got {is_scanned!r}."
+    )
+
+
+class Inputs(NamedTuple):
+    """The positional and keyword arguments of one call."""
+
+    args: tuple
+    kwargs: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgNames:
+    """How error messages name a function's arguments: by its parameter names.
+
+    Attributes:
+        positional: names of the positional arguments, in order.
+        varargs: the name of `*args`, for the positional arguments past those.
+    """
+
+    positional: tuple[str, ...] = ()
+    varargs: str = "args"
+
+    @classmethod
+    def of(cls, fn: Callable, skip: int) -> ArgNames:
+        """The names of `fn`'s positional parameters after the first `skip` (the carry...)."""
+        try:
+            parameters = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return cls()
+        positional: list[str] = []
+        for parameter in parameters[skip:]:
+            if parameter.kind == inspect.Parameter.VAR_POSITIONAL:
+                return cls(tuple(positional), parameter.name)
+            if parameter.kind in (
+                inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            ):
+                positional.append(parameter.name)
+        return cls(tuple(positional))
+
+    def prefixed(self, *names: str) -> ArgNames:
+        """These names for arguments passed in front of the function's own."""
+        return ArgNames((*names, *self.positional), self.varargs)
+
+    def name(self, path: tuple) -> str:
+        """`foo.my_array`, `y`, `xs[1]['w']`: a leaf's key path in `(args, kwargs)`, named."""
+        group, key, rest = path[0], path[1], path[2:]
+        if group.name == "kwargs":
+            base = str(key.key)
+        elif key.idx < len(self.positional):
+            base = self.positional[key.idx]
+        else:
+            base = f"{self.varargs}[{key.idx - len(self.positional)}]"
+        return base + jax.tree_util.keystr(rest)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Leaf:
+    """A leaf of the arguments, remembered for error messages."""
+
+    path: tuple
+    leaf: object
+    size: int = 0  # its size along the axis, when scanned
+
+
 @dataclasses.dataclass
 class Unbound:
-    """A pytree split along an axis: `arrays` have the axis in front (`length` long)."""
+    """Arguments split along an axis: `arrays` have the axis in front (`length` long).
+
+    Attributes:
+        arrays: the scanned leaves, with the axis moved to the front.
+        rebuild: the arguments of one step from one slice of each array.
+        length: the common size of the axis, or None when nothing is scanned.
+        names: how errors name the arguments.
+        lacking: named leaves without the axis (broadcast), for errors.
+    """
 
     arrays: list[jax.Array]
-    rebuild: Callable[[Sequence[jax.Array]], PyTree]
+    rebuild: Callable[[Sequence[jax.Array]], Inputs]
     length: int | None
+    names: ArgNames
+    lacking: tuple[_Leaf, ...] = ()
 
-
-def _where(what: str, path: tuple) -> str:
-    return f"`{what}`" + (f" at {path_str(keypath_to_path(path))}" if path else "")
+    def steps(self, axis: AxisInfo, op: str) -> int:
+        """The number of steps: the scanned inputs' size, else the axis's; or an error."""
+        if self.length is not None:
+            return self.length
+        if axis.size is not None:
+            return axis.size
+        if self.lacking:
+            found = "; ".join(
+                f"{self.names.name(x.path)} is a {_describe(x.leaf)}" for x in self.lacking
+            )
+            raise ScanAxisError(
+                f"{axis} is missing from every input of `{op}` ({found}), so there is nothing "
+                f"to {op} over and no number of steps. Check the axis name, or pass an Axis "
+                "with a size to broadcast these inputs to every step."
+            )
+        hint = (
+            f"Pass an axis that carries its size, e.g. Axis({axis.name!r}, 100) instead of "
+            f"{axis.name!r}, or declare the size with bryo_named's `axis_sizes({axis.name}=100)`."
+            if axis.name is not None
+            else "Pass a named axis with a size, e.g. Axis('Time', 100)."
+        )
+        raise ScanAxisError(
+            f"cannot tell how many steps to take over {axis}: no input is scanned (the inputs "
+            f"are None, static, or left out by `is_scanned`). {hint}"
+        )
 
 
 def _describe(leaf: object) -> str:
@@ -47,66 +186,95 @@ def _describe(leaf: object) -> str:
     return f"array of shape {tuple(np.shape(leaf))}"
 
 
-def unbind_tree(
-    tree: PyTree, axis: AxisInfo, *, what: str, missing: str = "error", map_unnamed: bool = True
+def _leaf_predicates(rules: Rules, tree: PyTree) -> Iterator[ScanPredicate]:
+    """One predicate per leaf of `tree` (in flattening order) from a prefix of `tree`."""
+    if callable(rules):
+        return itertools.repeat(rules)
+    per_subtree = jax.tree_util.tree_map(
+        lambda rule, subtree: [rule] * len(jax.tree_util.tree_leaves(subtree, is_named_leaf)),
+        rules,
+        tree,
+        is_leaf=callable,
+    )
+    return itertools.chain.from_iterable(
+        jax.tree_util.tree_leaves(per_subtree, is_leaf=lambda node: isinstance(node, list))
+    )
+
+
+_LACKS_AXIS = object()  # `_unbind_leaf`'s mark for a named leaf without the axis
+
+
+def unbind_inputs(
+    args: tuple,
+    kwargs: dict[str, Any],
+    axis: AxisInfo,
+    *,
+    rules: Rules = has_extent,
+    names: ArgNames = ArgNames(),
+    op: str = "scan",
 ) -> Unbound:
-    """Split every mapped leaf of `tree` along `axis` (moved to the front).
+    """Split the scanned leaves of `(args, kwargs)` along `axis` (moved to the front).
 
     Args:
-        tree: the inputs (any pytree).
+        args, kwargs: the arguments of the function being scanned or mapped.
         axis: the resolved axis.
-        what: the argument's name, for error messages.
-        missing: "error" (scan) or "broadcast" (vmap) for named leaves lacking the axis.
-        map_unnamed: map plain arrays (over their first axis when `axis` is named).
+        rules: which array leaves are scanned: a predicate, or a prefix of `(args, kwargs)`
+            holding predicates. A NamedArray is scanned only when it also has the axis.
+        names: how error messages name the arguments.
+        op: "scan" or "vmap", for error messages.
 
     Returns:
-        The `Unbound` inputs. Raises `ScanAxisError` naming the leaf and its axes when a
-        leaf lacks the axis or the sizes disagree.
+        The `Unbound` arguments. Raises `ScanAxisError` naming the argument when a scanned
+        leaf lacks a positional axis or when the sizes along the axis disagree.
     """
+    tree = Inputs(tuple(args), dict(kwargs))
     leaves, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_named_leaf)
+    predicates = _leaf_predicates(rules, tree)
     arrays: list[jax.Array] = []
     plans: list[tuple[str, object]] = []
-    sizes: list[tuple[tuple, object, int]] = []
-    for path, leaf in leaves:
-        moved, rebuild = _unbind_leaf(path, leaf, axis, what, missing, map_unnamed)
+    scanned: list[_Leaf] = []
+    lacking: list[_Leaf] = []
+    # `predicates` may be endless (one rule for every leaf): zip stops with the leaves.
+    for (path, leaf), predicate in zip(leaves, predicates, strict=False):
+        moved, rebuild = _unbind_leaf(path, leaf, axis, predicate, names)
         if moved is None:
             plans.append(("static", leaf))
+            if rebuild is _LACKS_AXIS:
+                lacking.append(_Leaf(path, leaf))
             continue
         plans.append(("mapped", rebuild))
         arrays.append(moved)
-        sizes.append((path, leaf, moved.shape[0]))
-    length = _common_length(sizes, axis, what)
+        scanned.append(_Leaf(path, leaf, moved.shape[0]))
+    length = _common_length(scanned, axis, names, op)
 
-    def rebuild_tree(slices: Sequence[jax.Array]) -> PyTree:
+    def rebuild_inputs(slices: Sequence[jax.Array]) -> Inputs:
         it = iter(slices)
         out = [rebuild(next(it)) if kind == "mapped" else rebuild for kind, rebuild in plans]
-        return treedef.unflatten(out)
+        return Inputs(*treedef.unflatten(out))
 
-    return Unbound(arrays, rebuild_tree, length)
+    return Unbound(arrays, rebuild_inputs, length, names, tuple(lacking))
 
 
 def _unbind_leaf(
-    path: tuple, leaf: object, axis: AxisInfo, what: str, missing: str, map_unnamed: bool
+    path: tuple, leaf: object, axis: AxisInfo, predicate: ScanPredicate, names: ArgNames
 ) -> tuple[jax.Array | None, object]:
+    """`(array with the axis in front, rebuild of a slice)`, or `(None, ...)` if not scanned."""
     handler = named_leaf_handler(leaf)
     if handler is not None:
         array, position, rebuild = handler.unbind(leaf, axis)
         if position is None:
-            if missing == "broadcast":
-                return None, leaf
-            raise ScanAxisError(
-                f"{_where(what, path)}: {axis} is missing from {handler.describe(leaf)}. "
-                "Every named input of a scan must carry the scanned axis; pass arrays "
-                "without it through a closure instead."
-            )
+            return None, _LACKS_AXIS
+        if not predicate(leaf):
+            return None, None
         return jnp.moveaxis(array, position, 0), rebuild
-    if not is_array(leaf) or not (map_unnamed or axis.position is not None):
-        return None, leaf
+    if not is_array(leaf) or not predicate(leaf):
+        return None, None
     position = axis.position if axis.position is not None else 0
     if np.ndim(leaf) <= position or np.ndim(leaf) < -position:
         raise ScanAxisError(
-            f"{_where(what, path)}: {axis} does not exist in an array of shape "
-            f"{tuple(np.shape(leaf))}. Give the arrays that axis, or pick another `axis`."
+            f"{names.name(path)}: {axis} does not exist in an array of shape "
+            f"{tuple(np.shape(leaf))}. Give the array that axis, pick another `axis`, or "
+            "leave it out of the scan with `is_scanned`."
         )
     return jnp.moveaxis(jnp.asarray(leaf), position, 0), _identity
 
@@ -115,21 +283,43 @@ def _identity(array: jax.Array) -> jax.Array:
     return array
 
 
-def _common_length(sizes: list[tuple[tuple, object, int]], axis: AxisInfo, what: str) -> int | None:
-    expected = axis.size if axis.size is not None else (sizes[0][2] if sizes else None)
-    wrong = [(path, leaf, size) for path, leaf, size in sizes if size != expected]
+def _extent(scanned: _Leaf, axis: AxisInfo, names: ArgNames) -> str:
+    """`y has leading dimension 1 (array of shape (1, 3))`: a leaf's size along the axis."""
+    name, described = names.name(scanned.path), _describe(scanned.leaf)
+    if named_leaf_handler(scanned.leaf) is not None and axis.name is not None:
+        return f"{name} has axis {axis.name!r} of size {scanned.size} ({described})"
+    if axis.position not in (None, 0):
+        return f"{name} has size {scanned.size} along {axis} ({described})"
+    return f"{name} has leading dimension {scanned.size} ({described})"
+
+
+def _common_length(scanned: list[_Leaf], axis: AxisInfo, names: ArgNames, op: str) -> int | None:
+    if axis.size is None and not scanned:
+        return None
+    expected = axis.size if axis.size is not None else scanned[0].size
+    wrong = [s for s in scanned if s.size != expected]
     if not wrong:
         return expected
-    path, leaf, size = wrong[0]
+    details = "; ".join(_extent(s, axis, names) for s in wrong)
     origin = (
-        f"the axis spec says {axis.size}"
+        "the axis spec"
         if axis.size is not None
-        else f"{_where(what, sizes[0][0])} ({_describe(sizes[0][1])}) has {expected}"
+        else f"the first scanned input: {_extent(scanned[0], axis, names)}"
     )
+    header = (
+        f"scan got `length` argument of {expected} but some inputs had different leading "
+        f"axis sizes: {details}"
+        if op == "scan"
+        else f"`{op}` over {axis} got inputs of different sizes: {details}"
+    )
+    escape = ", or leave an input out with `is_scanned`" if op in _TAKES_IS_SCANNED else ""
     raise ScanAxisError(
-        f"{_where(what, path)}: {axis} has size {size} in {_describe(leaf)}, but {origin}. "
-        "All scanned inputs must share the axis size; fix the inputs or the `axis` spec."
+        f"{header}. The size of {axis} comes from {origin}; every scanned input needs that "
+        f"size. Fix those inputs or the `axis`{escape}."
     )
+
+
+_TAKES_IS_SCANNED = ("scan", "BlockSeq")
 
 
 class OutputStacker:

@@ -20,6 +20,13 @@ class ScanAxisError(ValueError):
     """An axis spec that cannot be resolved, or inputs whose axis is missing or mis-sized."""
 
 
+class ScanOutputError(ValueError, TypeError):
+    """A scanned function or block returned something other than a `(carry, output)` pair.
+
+    Both a `ValueError` (what Haliax raises) and a `TypeError` (what it is).
+    """
+
+
 class OffloadUnavailableError(RuntimeError):
     """A checkpoint policy asks to offload to host memory on a device that cannot."""
 
