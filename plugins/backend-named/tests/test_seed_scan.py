@@ -189,17 +189,18 @@ def test_save_block_internals_policy():
 def test_named_scan_errors():
     with pytest.raises(
         ScanAxisError,
-        match=r"axis 'Batch' is missing from NamedArray with axes \{'Time': 100, 'Features': 16\}",
+        match=r"axis 'Batch' is missing from every input of `scan` \(x is a NamedArray with axes "
+        r"\{'Time': 100, 'Features': 16\}\)",
     ):
         hax.fold(running_stats, "Batch")(init_state(), data)
     with pytest.raises(
         ScanAxisError,
-        match=r"axis 'Time' \(size 50\) has size 100 in NamedArray with axes "
-        r"\{'Time': 100, 'Features': 16\}",
+        match=r"x has axis 'Time' of size 100 \(NamedArray with axes \{'Time': 100, "
+        r"'Features': 16\}\)\. The size of axis 'Time' \(size 50\) comes from the axis spec",
     ):
         hax.fold(running_stats, Axis("Time", 50))(init_state(), data)
     other = hax.zeros({"Time": 10, "Features": 16})
-    with pytest.raises(ScanAxisError, match="has size 10"):
+    with pytest.raises(ScanAxisError, match="b has axis 'Time' of size 10 .* first scanned input: a"):
         hax.fold(lambda c, a, b: c, "Time")(0.0, data, other)
     with pytest.raises(AxisError, match="needs a name"):
         hax.scan(lambda c, x: (c, x), 0)(0.0, data)

@@ -34,14 +34,21 @@ from ._ops import concatenate as concatenate
 from ._ops import cos as cos
 from ._ops import divide as divide
 from ._ops import dot as dot
+from ._ops import equal as equal
 from ._ops import exp as exp
 from ._ops import floor as floor
 from ._ops import full as full
 from ._ops import full_like as full_like
 from ._ops import gelu as gelu
+from ._ops import greater as greater
+from ._ops import greater_equal as greater_equal
+from ._ops import is_jax_or_hax_array_like as is_jax_or_hax_array_like
 from ._ops import is_named_array as is_named_array
+from ._ops import isclose as isclose
 from ._ops import isfinite as isfinite
 from ._ops import isnan as isnan
+from ._ops import less as less
+from ._ops import less_equal as less_equal
 from ._ops import log as log
 from ._ops import log1p as log1p
 from ._ops import log_softmax as log_softmax
@@ -56,6 +63,7 @@ from ._ops import min as min
 from ._ops import minimum as minimum
 from ._ops import multiply as multiply
 from ._ops import negative as negative
+from ._ops import not_equal as not_equal
 from ._ops import ones as ones
 from ._ops import ones_like as ones_like
 from ._ops import power as power
@@ -76,6 +84,7 @@ from ._ops import stack as stack
 from ._ops import std as std
 from ._ops import subtract as subtract
 from ._ops import sum as sum
+from ._ops import take as take
 from ._ops import tan as tan
 from ._ops import tanh as tanh
 from ._ops import var as var

@@ -148,6 +148,20 @@ class NamedArray:
     def item(self) -> Any:
         return self.array.item()
 
+    def scalar(self) -> jax.Array:
+        """The value of an array without axes, as a 0-d JAX array (usable under `jit`).
+
+        Example:
+            >>> NamedArray(jnp.ones((2,)), {"Batch": 2}).sum().scalar()
+            Array(2., dtype=float32)
+        """
+        if self.axes:
+            raise AxisError(
+                f"`scalar()` needs a NamedArray without axes; this one has "
+                f"{format_axes(self.axes)}. Reduce those axes first, e.g. `x.sum()`."
+            )
+        return self.array
+
     def __float__(self) -> float:
         return float(self.array)
 
@@ -188,10 +202,13 @@ class NamedArray:
     def rename(self, renames: Mapping[AxisSelector, AxisSelector]) -> NamedArray:
         return _ops().rename(self, renames)
 
-    def rearrange(self, expression: str, **sizes: int) -> NamedArray:
+    def rearrange(self, expression: str | Sequence[Any], **sizes: int) -> NamedArray:
         from ._rearrange import rearrange
 
         return rearrange(self, expression, **sizes)
+
+    def take(self, axis: AxisSelector, index: Any) -> NamedArray:
+        return _ops().take(self, axis, index)
 
 
 def _reduction_method(name: str) -> Callable[..., NamedArray]:
@@ -240,12 +257,17 @@ def is_scalar_like(value: object) -> bool:
 
 def broadcast_axes(*arrays: NamedArray, what: str = "arrays") -> tuple[Axis, ...]:
     """The union of the arrays' axes, in order of first appearance; sizes must agree."""
+    return union_axes([array.axes for array in arrays], what=what)
+
+
+def union_axes(groups: Sequence[Sequence[Axis]], what: str = "arrays") -> tuple[Axis, ...]:
+    """The union of several arrays' axes, in order of first appearance; sizes must agree."""
     seen: dict[str, Axis] = {}
-    for array in arrays:
-        for axis in array.axes:
+    for axes in groups:
+        for axis in axes:
             known = seen.setdefault(axis.name, axis)
             if known.size != axis.size:
-                shapes = "; ".join(format_axes(a.axes) for a in arrays)
+                shapes = "; ".join(format_axes(group) for group in groups)
                 raise AxisError(
                     f"`{what}`: axis {axis.name!r} has size {known.size} in one operand and "
                     f"{axis.size} in another (axes: {shapes}). Same-named axes must have "
@@ -276,10 +298,16 @@ def raw_operand(value: object, axes: Sequence[Axis], what: str) -> Any:
 
 
 def elementwise(fn: Callable[..., Any], *args: Any, what: str | None = None, **kwargs: Any) -> Any:
-    """Apply `fn` to arrays lined up by axis name; a NamedArray when any input is one."""
+    """Apply `fn` to arrays lined up by axis name; a NamedArray when any input is one.
+
+    NamedArrays without axes are scalars: next to an unnamed array of any shape they
+    give a plain array (as in Haliax), e.g. `jnp.arange(3) + x.sum()`.
+    """
     named = [a for a in args if isinstance(a, NamedArray)]
     if not named:
         return fn(*args, **kwargs)
+    if not any(a.axes for a in named) and any(_is_unnamed(a) and np.ndim(a) for a in args):
+        return fn(*(a.array if isinstance(a, NamedArray) else a for a in args), **kwargs)
     label = what or getattr(fn, "__name__", "operation")
     axes = broadcast_axes(*named, what=label)
     raws = [raw_operand(a, axes, label) for a in args]

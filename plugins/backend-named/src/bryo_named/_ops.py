@@ -27,7 +27,7 @@ from ._axis import (
     name_of,
     names_of,
 )
-from ._named_array import NamedArray, broadcast_axes, elementwise
+from ._named_array import NamedArray, aligned, broadcast_axes, elementwise, union_axes
 
 # -- creation ------------------------------------------------------------------------------
 
@@ -128,6 +128,19 @@ minimum = _binary(jnp.minimum, "minimum")
 maximum = _binary(jnp.maximum, "maximum")
 logical_and = _binary(jnp.logical_and, "logical_and")
 logical_or = _binary(jnp.logical_or, "logical_or")
+equal = _binary(jnp.equal, "equal")
+not_equal = _binary(jnp.not_equal, "not_equal")
+less = _binary(jnp.less, "less")
+less_equal = _binary(jnp.less_equal, "less_equal")
+greater = _binary(jnp.greater, "greater")
+greater_equal = _binary(jnp.greater_equal, "greater_equal")
+
+
+def isclose(
+    x: Any, y: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
+) -> Any:
+    """`jnp.isclose` of the inputs lined up by axis name: where `|x - y| <= atol + rtol * |y|`."""
+    return elementwise(jnp.isclose, x, y, what="isclose", rtol=rtol, atol=atol, equal_nan=equal_nan)
 
 
 def where(condition: Any, x: Any, y: Any) -> Any:
@@ -297,6 +310,39 @@ def _aligned_same(x: NamedArray, axes: tuple[Axis, ...]) -> jax.Array:
     return x.array if order == list(range(x.ndim)) else jnp.transpose(x.array, order)
 
 
+def take(x: NamedArray, axis: AxisSelector, index: Any) -> NamedArray:
+    """Select along the named `axis` by an integer, or by a NamedArray of integer indices.
+
+    An integer drops the axis (`take(x, "Width", 2)` is `x["Width", 2]`). A NamedArray
+    index puts its own axes where `axis` was; axes it shares with `x` are matched by name,
+    one index per position (like `jnp.take_along_axis`).
+
+    Example:
+        >>> x = arange(Axis("Width", 3))
+        >>> take(x, "Width", NamedArray(jnp.array([2, 0]), {"Pick": 2})).array.tolist()
+        [2, 0]
+    """
+    if not isinstance(index, NamedArray):
+        return x[name_of(axis, "axis"), index]
+    if not jnp.issubdtype(index.dtype, jnp.integer):
+        raise AxisError(f"`index` of `take` must hold integers; got dtype {index.dtype}.")
+    position = x.position_of(axis, "axis")
+    rest = x.axes[:position] + x.axes[position + 1 :]
+    if not {a.name for a in rest} & set(index.axis_names):
+        spliced = rest[:position] + index.axes + rest[position:]
+        taken = jnp.take(x.array, index.array, axis=position)
+        return NamedArray._wrap(taken, check_unique(spliced, "take"))
+    # Shared axes: gather one element per position. The taken axis gets a private name so
+    # that an index axis of the same name stays apart from it.
+    hidden = Axis(f"__take__{x.axes[position].name}", x.axes[position].size)
+    source = NamedArray._wrap(x.array, (*rest[:position], hidden, *rest[position:]))
+    axes = union_axes([rest, index.axes], what="take")
+    sizes = tuple(a.size for a in axes)
+    values = jnp.broadcast_to(aligned(source, (*axes, hidden)), (*sizes, hidden.size))
+    picks = jnp.broadcast_to(aligned(index, axes), sizes)
+    return NamedArray._wrap(jnp.take_along_axis(values, picks[..., None], axis=-1)[..., 0], axes)
+
+
 def rename(x: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> NamedArray:
     """Rename axes: `rename(x, {"Pos": "KeyPos"})` (sizes are kept)."""
     new_names = {}
@@ -315,3 +361,11 @@ def rename(x: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> Named
 def is_named_array(x: object) -> bool:
     """Whether `x` is a NamedArray (the `is_leaf` to keep NamedArrays whole)."""
     return isinstance(x, NamedArray)
+
+
+def is_jax_or_hax_array_like(x: object) -> bool:
+    """Whether `x` is a NamedArray or array-like (has a shape and a dtype), as in Haliax.
+
+    Used as `is_scanned=` it scans every array, 0-d ones included (an error for those).
+    """
+    return isinstance(x, NamedArray) or (hasattr(x, "shape") and hasattr(x, "dtype"))

@@ -5,6 +5,9 @@ right pairs, in order, with an unmatched term on the right: a group of new names
 it (`"block -> (outer inner)"`, sizes given as keywords), a new name renames it; a group on
 the left merges its axes into the paired new name (`"(outer inner) -> block"`). `...` on the
 right stands for the axes not mentioned; without it they follow the listed ones.
+
+A sequence of axes instead of a pattern reorders: `rearrange(x, ("Time", ...))` puts
+"Time" first and keeps the others in order; without `...` it must list every axis.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._axis import Axis, AxisError, check_unique, format_axes
+from ._axis import Axis, AxisError, check_unique, format_axes, name_of
 from ._named_array import NamedArray
 
 _TOKEN = re.compile(r"\s*(\(|\)|\.\.\.|[A-Za-z_][A-Za-z0-9_]*)")
@@ -81,7 +84,8 @@ def rearrange(x: Any, expression: Any, **sizes: int) -> Any:
 
     Args:
         x: a NamedArray or a pytree of NamedArrays (`expression` may come first).
-        expression: e.g. `"a b -> b a"`, `"block -> (outer inner)"`, `"(outer inner) -> block"`.
+        expression: e.g. `"a b -> b a"`, `"block -> (outer inner)"`, `"(outer inner) -> block"`,
+            or a sequence of axes (names or `Axis`, at most one `...`) giving the new order.
         **sizes: sizes of new axes from a split (all but one are needed).
 
     Returns:
@@ -94,15 +98,47 @@ def rearrange(x: Any, expression: Any, **sizes: int) -> Any:
     """
     if isinstance(x, str) and not isinstance(expression, str):
         x, expression = expression, x
-    if not isinstance(x, NamedArray):
-        return jax.tree_util.tree_map(
-            lambda leaf: (
-                rearrange(leaf, expression, **sizes) if isinstance(leaf, NamedArray) else leaf
-            ),
-            x,
-            is_leaf=lambda node: isinstance(node, NamedArray),
+    if not isinstance(expression, str):
+        if sizes:
+            raise AxisError(f"`rearrange` by a sequence of axes takes no sizes; got {sizes}.")
+        return _map_arrays(lambda array: _reorder(array, expression), x)
+    return _map_arrays(lambda array: _rearrange_array(array, expression, sizes), x)
+
+
+def _map_arrays(fn: Any, x: Any) -> Any:
+    """`fn` of a NamedArray, or of every NamedArray in a pytree."""
+    if isinstance(x, NamedArray):
+        return fn(x)
+    return jax.tree_util.tree_map(
+        lambda leaf: fn(leaf) if isinstance(leaf, NamedArray) else leaf,
+        x,
+        is_leaf=lambda node: isinstance(node, NamedArray),
+    )
+
+
+def _reorder(x: NamedArray, order: Any) -> NamedArray:
+    """`x` with its axes in `order` (names or `Axis`; one `...` stands for the others)."""
+    listed = list(order) if isinstance(order, list | tuple) else None
+    if listed is None or sum(item is Ellipsis for item in listed) > 1:
+        raise AxisError(
+            f"`rearrange` takes a pattern string or a sequence of axes with at most one `...`; "
+            f"got {order!r}."
         )
-    return _rearrange_array(x, expression, sizes)
+    named = [item for item in listed if item is not Ellipsis]
+    positions = [x.position_of(item, "axes") for item in named]
+    check_unique([x.axes[p] for p in positions], "axes")
+    rest = [p for p in range(x.ndim) if p not in positions]
+    if Ellipsis not in listed and rest:
+        missing = [x.axes[p].name for p in rest]
+        raise AxisError(
+            f"`axes` {tuple(name_of(a) for a in named)} leave out {missing} of "
+            f"{format_axes(x.axes)}; list every axis or add `...` for the others."
+        )
+    split = listed.index(Ellipsis) if Ellipsis in listed else len(listed)
+    permutation = positions[:split] + rest + positions[split:]
+    return NamedArray._wrap(
+        jnp.transpose(x.array, permutation), tuple(x.axes[p] for p in permutation)
+    )
 
 
 def _rearrange_array(x: NamedArray, expression: str, sizes: dict[str, int]) -> NamedArray:
