@@ -3,7 +3,9 @@
 A facade only (seed 003): NamedArrays and their operations come from `bryo_named`,
 `scan`/`fold`/`map` and the checkpoint policies from `bryo_scan`, `hax.nn.Stacked` and
 friends from `bryo_scan` too. Code written for `import haliax as hax` runs with the import
-line changed.
+line changed, including Haliax's module paths: `hax.nn.scan` (`Stacked`, `BlockSeq`),
+`hax.jax_utils` (`tree_checkpoint_name`) and `hax.util` (`is_named_array`) are modules
+of their own here too.
 """
 
 from bryo_named import Axis as Axis
@@ -27,15 +29,22 @@ from bryo_named import concatenate as concatenate
 from bryo_named import cos as cos
 from bryo_named import divide as divide
 from bryo_named import dot as dot
+from bryo_named import equal as equal
 from bryo_named import exp as exp
 from bryo_named import floor as floor
 from bryo_named import full as full
 from bryo_named import full_like as full_like
 from bryo_named import gelu as gelu
+from bryo_named import greater as greater
+from bryo_named import greater_equal as greater_equal
 from bryo_named import infer_resource_partitions as infer_resource_partitions
+from bryo_named import is_jax_or_hax_array_like as is_jax_or_hax_array_like
 from bryo_named import is_named_array as is_named_array
+from bryo_named import isclose as isclose
 from bryo_named import isfinite as isfinite
 from bryo_named import isnan as isnan
+from bryo_named import less as less
+from bryo_named import less_equal as less_equal
 from bryo_named import log as log
 from bryo_named import log1p as log1p
 from bryo_named import log_softmax as log_softmax
@@ -51,6 +60,7 @@ from bryo_named import minimum as minimum
 from bryo_named import multiply as multiply
 from bryo_named import named as named
 from bryo_named import negative as negative
+from bryo_named import not_equal as not_equal
 from bryo_named import ones as ones
 from bryo_named import ones_like as ones_like
 from bryo_named import power as power
@@ -75,6 +85,7 @@ from bryo_named import stack as stack
 from bryo_named import std as std
 from bryo_named import subtract as subtract
 from bryo_named import sum as sum
+from bryo_named import take as take
 from bryo_named import tan as tan
 from bryo_named import tanh as tanh
 from bryo_named import tree_checkpoint_name as tree_checkpoint_name
@@ -86,8 +97,11 @@ from bryo_named import zeros_like as zeros_like
 from bryo_scan import OffloadUnavailableError as OffloadUnavailableError
 from bryo_scan import ScanAxisError as ScanAxisError
 from bryo_scan import ScanCheckpointPolicy as ScanCheckpointPolicy
+from bryo_scan import ScanOutputError as ScanOutputError
 from bryo_scan import fold as fold
 from bryo_scan import map as map
 from bryo_scan import scan as scan
 
+from . import jax_utils as jax_utils
 from . import nn as nn
+from . import util as util

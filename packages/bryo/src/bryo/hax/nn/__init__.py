@@ -13,4 +13,4 @@ from bryo_scan import BlockSeq as BlockSeq
 from bryo_scan import ScanCheckpointPolicy as ScanCheckpointPolicy
 from bryo_scan import Stacked as Stacked
 
-from . import _scan_module as scan
+from . import scan as scan
