@@ -108,3 +108,23 @@ def test_the_seeds_names_are_in_the_facades(facade):
     module = importlib.import_module(facade)
     missing = [name for name in SEED_NAMES[facade] if not hasattr(module, name)]
     assert not missing, f"{facade} lacks {missing}"
+
+
+HALIAX_MODULES = {
+    "bryo.hax.jax_utils": ["tree_checkpoint_name"],
+    "bryo.hax.util": ["is_named_array", "is_jax_or_hax_array_like"],
+    "bryo.hax.nn.scan": ["Stacked", "BlockSeq", "BlockFoldable", "ScanCheckpointPolicy"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HALIAX_MODULES))
+def test_haliax_module_paths_are_modules_of_their_own(name):
+    """`from haliax.nn.scan import Stacked` becomes `from bryo.hax.nn.scan import Stacked`:
+    each path is a file, importable by itself and reachable as an attribute."""
+    module = importlib.import_module(name)
+    assert module.__name__ == name
+    assert Path(module.__file__).with_suffix("").parts[-2:] == tuple(name.split(".")[-2:])
+    parent_name, _, leaf = name.rpartition(".")
+    assert getattr(importlib.import_module(parent_name), leaf) is module
+    missing = [n for n in HALIAX_MODULES[name] if not hasattr(module, n)]
+    assert not missing, f"{name} lacks {missing}"

@@ -216,3 +216,64 @@ def test_scan_equals_python_loop(length, width, reverse, remat, seed):
         want_c, want_ys[i] = step(want_c, xs[i])
     np.testing.assert_allclose(carry, want_c, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ys, jnp.stack(want_ys), rtol=1e-5, atol=1e-6)
+
+
+def test_simple_is_a_plain_checkpoint_and_recompute_an_alias():
+    simple = ScanCheckpointPolicy(simple=True)
+    assert simple.jax_policy() is None and simple.checkpoint(_block) is not _block
+    assert ScanCheckpointPolicy(simple=True, nested=2).outer_blocks(8) == 2
+    assert ScanCheckpointPolicy.from_remat("recompute") == ScanCheckpointPolicy(
+        save_carries=False, save_inputs=False
+    )
+    _assert_trees_close(
+        _losses(scan(_block, 0, remat=simple), fold(lambda c, p: _block(c, p)[0], 0), False)(
+            INIT, LAYERS
+        ),
+        _want(False),
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"save_block_internals": ["y"]},
+        {"save_block_internals": True},
+        {"offload_block_internals": ["y"]},
+        {"save_carries": "offload"},
+        {"disable": True},
+    ],
+    ids=str,
+)
+def test_simple_refuses_what_it_would_ignore(kwargs):
+    with pytest.raises(ValueError, match=r"`simple=True` keeps only each block's inputs"):
+        ScanCheckpointPolicy(simple=True, **kwargs)
+
+
+def _forward_residual_shapes(remat):
+    """Shapes a scan's forward pass stacks for the backward pass (after the final carry)."""
+
+    def step(carry, w):
+        y = tree_checkpoint_name(jnp.sin(carry + w), "sin")
+        y = tree_checkpoint_name(jnp.cos(y + carry), "cos")
+        return y + carry
+
+    loss = lambda xs: fold(step, 0, remat=remat)(jnp.ones(5), xs).sum()
+    jaxpr = jax.make_jaxpr(jax.grad(loss))(jnp.ones((4, 5)))
+    forward = next(e for e in jaxpr.jaxpr.eqns if e.primitive is jax.lax.scan_p)
+    return [v.aval.shape for v in forward.outvars][1:]
+
+
+@pytest.mark.parametrize(
+    ("remat", "kept"),
+    [
+        (False, [(4, 5), (4, 5)]),  # the two internals the derivative needs
+        (True, [(4, 5)]),  # the carries
+        (ScanCheckpointPolicy(simple=True), [(4, 5)]),
+        (ScanCheckpointPolicy(save_block_internals=["sin"]), [(4, 5), (4, 5)]),
+        (ScanCheckpointPolicy(save_block_internals=["cos"]), [(4, 5)]),  # not needed: dropped
+        (ScanCheckpointPolicy(simple=True, nested=2), [(2, 5)]),  # the outer carries only
+    ],
+    ids=str,
+)
+def test_what_each_policy_keeps_for_the_backward_pass(remat, kept):
+    assert _forward_residual_shapes(remat) == kept

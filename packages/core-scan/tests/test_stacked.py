@@ -10,7 +10,7 @@ import pytest
 
 from bryo_plugins import hookimpl
 from bryo_pytree import pytree_dataclass, static_field
-from bryo_scan import AxisInfo, BlockFoldable, BlockSeq, ScanAxisError, Stacked
+from bryo_scan import AxisInfo, BlockFoldable, BlockSeq, ScanAxisError, ScanOutputError, Stacked
 
 LAYERS = AxisInfo(name=None, size=4, position=0)  # a sized positional axis
 
@@ -170,3 +170,103 @@ def test_resolve_axis_hook(bryo_plugin_manager):
         3, key=jax.random.split(jax.random.key(0), 2), scale=1.0
     )
     assert stacked.stacked.w.shape == (2, 3, 3)
+
+
+@pytree_dataclass
+class Noisy:
+    """A block taking a per-layer key, built by Haliax's `init` classmethod convention."""
+
+    w: jax.Array
+    built_by: str = static_field(default="constructor")
+
+    @classmethod
+    def init(cls, w):
+        return cls(w, "init")
+
+    def __call__(self, x, bias=0.0, *, key):
+        return x * self.w + jax.random.normal(key, x.shape) + bias
+
+
+def _noisy(factory):
+    return factory.init(LAYERS, Noisy)(jnp.arange(1.0, 5.0))
+
+
+@pytest.mark.parametrize("factory", [Stacked, BlockSeq])
+def test_arguments_with_the_layers_axis_are_split_between_layers(factory):
+    blocks = _noisy(factory)
+    keys = jax.random.split(jax.random.key(1), 4)
+    x, shared_bias, layer_bias = jnp.ones(3), jnp.arange(3.0), jnp.arange(4.0)[:, None]
+    want, want_split = x, x
+    for i, block in enumerate(_noisy(BlockSeq).unstacked()):
+        want = block(want, shared_bias, key=keys[i])
+        want_split = block(want_split, layer_bias[i], key=keys[i])
+    np.testing.assert_allclose(blocks.fold(x, shared_bias, key=keys), want, rtol=1e-6)
+    np.testing.assert_allclose(blocks.fold(x, layer_bias, key=keys), want_split, rtol=1e-6)
+
+
+def test_stacked_and_blockseq_scan_and_vmap_split_arguments_alike():
+    keys = jax.random.split(jax.random.key(2), 4)
+    pair = lambda block, carry, *, key: (block(carry, key=key), jax.random.key_data(key))
+    x = jnp.ones(3)
+    for a, b in zip(
+        _noisy(Stacked).scan_via(pair)(x, key=keys),
+        _noisy(BlockSeq).scan_via(pair)(x, key=keys),
+        strict=True,
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    each = lambda block, x, scale: block.w * x * scale
+    out = _noisy(Stacked).vmap_via(each)(x, jnp.arange(4.0))
+    np.testing.assert_allclose(out, _noisy(BlockSeq).vmap_via(each)(x, jnp.arange(4.0)))
+    np.testing.assert_allclose(out, (jnp.arange(1.0, 5.0) * jnp.arange(4.0))[:, None] * x)
+
+
+@pytest.mark.parametrize("factory", [Stacked, BlockSeq])
+def test_vmap_gives_every_block_the_whole_input(factory):
+    stacked = _make(Dense, factory=factory)
+    x = jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)  # leading axis of size 4: still not split
+    out = stacked.vmap(x)
+    assert out.shape == (4, 4, 3)
+    np.testing.assert_allclose(out[2], stacked.get_layer(2)(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("factory", [Stacked, BlockSeq])
+def test_is_scanned_overrides_the_split(factory):
+    blocks = _noisy(factory)
+    keys = jax.random.split(jax.random.key(3), 4)
+    table = jnp.ones((4, 3))  # meant for every layer although it has 4 rows
+    step = lambda block, carry, table, *, key: block(carry, key=key) + table.sum(0)
+    not_table = lambda leaf: leaf.shape != (4, 3)
+    got = blocks.fold_via(step, is_scanned=not_table)(jnp.ones(3), table, key=keys)
+    want = jnp.ones(3)
+    for i, block in enumerate(_noisy(BlockSeq).unstacked()):
+        want = step(block, want, table, key=keys[i])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    with pytest.raises(ScanAxisError, match=r"table has leading dimension 3 \(array of shape"):
+        blocks.fold_via(step, is_scanned=True)(jnp.ones(3), jnp.ones((3, 3)), key=keys)
+
+
+def test_haliax_init_convention_and_plain_constructors():
+    assert _noisy(Stacked).stacked.built_by == "init"
+    assert all(block.built_by == "init" for block in _noisy(BlockSeq))
+
+    @pytree_dataclass
+    class WithInstanceInit:  # an instance method named `init` (Flax Linen's) does not count
+        w: jax.Array
+
+        def init(self, *args):
+            raise AssertionError("not a constructor")
+
+    stacked = Stacked.init(LAYERS, WithInstanceInit)(jnp.arange(4.0))
+    assert stacked.stacked.w.shape == (4,)
+
+
+def test_prevent_cse_is_haliax_older_spelling():
+    with pytest.warns(DeprecationWarning, match=r"ScanCheckpointPolicy\(prevent_cse=...\)"):
+        make = Stacked.init(LAYERS, Noisy, prevent_cse=True)
+    assert make(jnp.arange(4.0)).gradient_checkpointing.prevent_cse is True
+
+
+@pytest.mark.parametrize("factory", [Stacked, BlockSeq])
+def test_scan_of_blocks_that_return_no_pair(factory):
+    with pytest.raises(ScanOutputError, match=r"the block \(.*\) must return a pair"):
+        _make(Dense, factory=factory).scan(jnp.ones(3))

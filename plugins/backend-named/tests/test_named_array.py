@@ -204,3 +204,90 @@ def test_ops_do_not_depend_on_axis_order(perm, sizes):
                 + " ".join(n for n in "abc" if n != name),
             ).array,
         )
+
+
+def test_scalar_of_an_array_without_axes():
+    x = _x()
+    total = x.sum().scalar()
+    assert isinstance(total, jax.Array) and total.shape == () and float(total) == 15.0
+    assert float(jax.jit(lambda a: a.sum().scalar())(x)) == 15.0
+    with pytest.raises(AxisError, match=r"`scalar\(\)` needs a NamedArray without axes"):
+        x.scalar()
+
+
+def test_take_by_integer_and_by_named_indices():
+    x = _x()  # Batch 2, Features 3
+    np.testing.assert_allclose(x.take("Features", 2).array, x.array[:, 2])
+    assert hax.take(x, Feat, 2).axes == (Batch,)
+    picks = hax.named(jnp.array([2, 0, 0, 1]), ("Pick",))
+    spliced = x.take("Features", picks)  # the index's axes take the axis's place
+    assert spliced.axes == (Batch, Axis("Pick", 4))
+    np.testing.assert_allclose(spliced.array, x.array[:, [2, 0, 0, 1]])
+    per_row = hax.named(jnp.array([[2, 0], [1, 1]]), ("Batch", "Pick"))
+    gathered = x.take("Features", per_row)  # shared axis: one index list per batch row
+    assert gathered.axes == (Batch, Axis("Pick", 2))
+    np.testing.assert_allclose(gathered.array, [[2.0, 0.0], [4.0, 4.0]])
+    same_name = hax.named(jnp.array([[1], [2]]), ("Batch", "Features"))
+    assert x.take("Features", same_name).axes == (Batch, Axis("Features", 1))
+    with pytest.raises(AxisError, match="must hold integers"):
+        x.take("Features", hax.named(jnp.ones(2), ("Pick",)))
+    with pytest.raises(AxisError, match="'Time' is not in this array"):
+        x.take("Time", 0)
+
+
+def test_comparisons_and_isclose_line_axes_up_by_name():
+    x = _x()
+    flipped = hax.rearrange(x, ("Features", "Batch"))
+    assert bool(hax.all(hax.equal(x, flipped))) and hax.equal(x, flipped).axes == x.axes
+    assert not bool(hax.any(hax.not_equal(x, flipped)))
+    assert hax.less(x, 3.0).array.tolist() == [[True, True, True], [False, False, False]]
+    assert bool(hax.all(hax.greater_equal(x, hax.less_equal(x, x) * 0)))
+    assert bool(hax.all(hax.greater(x + 1, x)))
+    close = hax.isclose(x, flipped + 1e-7, atol=1e-5)
+    assert close.axes == x.axes and bool(hax.all(close))
+    assert not bool(hax.any(hax.isclose(x, x + 1.0)))
+
+
+def test_rearrange_by_a_sequence_of_axes():
+    x = hax.zeros({"a": 1, "b": 2, "c": 3, "d": 4})
+    assert x.rearrange(("d", "b", "a", "c")).axis_names == ("d", "b", "a", "c")
+    assert x.rearrange((Axis("c", 3), ...)).axis_names == ("c", "a", "b", "d")
+    assert hax.rearrange(x, (..., "a")).axis_names == ("b", "c", "d", "a")
+    assert hax.rearrange(x, ["b", ..., "a"]).axis_names == ("b", "c", "d", "a")
+    values = hax.named(jnp.arange(6.0).reshape(2, 3), ("r", "s"))
+    np.testing.assert_allclose(values.rearrange(("s", "r")).array, values.array.T)
+    with pytest.raises(AxisError, match=r"leave out \['c', 'd'\] .* add `\.\.\.` for the others"):
+        x.rearrange(("a", "b"))
+    with pytest.raises(AxisError, match=r"at most one `\.\.\.`"):
+        x.rearrange((..., "a", ...))
+    with pytest.raises(AxisError, match="'a' appears twice"):
+        x.rearrange(("a", "a", ...))
+    with pytest.raises(AxisError, match="'c' has size 3 in this array, not 5"):
+        x.rearrange((Axis("c", 5), ...))
+
+
+def test_an_array_without_axes_mixes_with_plain_arrays():
+    total = _x().sum()
+    plain = jnp.arange(3.0)
+    for out in (plain + total, total + plain, hax.add(plain, total), total * plain):
+        assert isinstance(out, jax.Array) and out.shape == (3,)
+    np.testing.assert_allclose(plain + total, plain + 15.0)
+    assert isinstance(total + jnp.asarray(1.0), NamedArray)  # scalar + scalar stays named
+    with pytest.raises(AxisError, match="unnamed value of shape"):
+        _x() + jnp.ones(3)  # an array with axes still needs names
+
+
+def test_vmap_over_several_axes():
+    x = hax.named(jnp.arange(24.0).reshape(2, 3, 4), ("B1", "B2", "F"))
+    out = hax.vmap(lambda v: v.sum("F"), ("B1", "B2"))(x)
+    assert out.axis_names == ("B1", "B2")
+    np.testing.assert_allclose(out.array, x.array.sum(-1))
+    swapped = hax.vmap(lambda v: v.sum("F"), {"B2": 3, "B1": 2})(x)
+    assert swapped.axis_names == ("B2", "B1")
+    np.testing.assert_allclose(swapped.array, x.array.sum(-1).T)
+
+
+def test_array_predicates():
+    assert hax.is_jax_or_hax_array_like(_x()) and hax.is_jax_or_hax_array_like(jnp.ones(()))
+    assert hax.is_jax_or_hax_array_like(np.ones(2)) and not hax.is_jax_or_hax_array_like(1.0)
+    assert hax.is_named_array(_x()) and not hax.is_named_array(jnp.ones(2))

@@ -200,7 +200,9 @@ def test_named_scan_errors():
     ):
         hax.fold(running_stats, Axis("Time", 50))(init_state(), data)
     other = hax.zeros({"Time": 10, "Features": 16})
-    with pytest.raises(ScanAxisError, match="b has axis 'Time' of size 10 .* first scanned input: a"):
+    with pytest.raises(
+        ScanAxisError, match=r"b has axis 'Time' of size 10 .* first scanned input: a"
+    ):
         hax.fold(lambda c, a, b: c, "Time")(0.0, data, other)
     with pytest.raises(AxisError, match="needs a name"):
         hax.scan(lambda c, x: (c, x), 0)(0.0, data)
