@@ -10,7 +10,15 @@ import pytest
 
 from bryo_plugins import hookimpl
 from bryo_pytree import pytree_dataclass, static_field
-from bryo_scan import AxisInfo, BlockFoldable, BlockSeq, ScanAxisError, ScanOutputError, Stacked
+from bryo_scan import (
+    AxisInfo,
+    BlockFoldable,
+    BlockSeq,
+    ScanAxisError,
+    ScanOutputError,
+    Stacked,
+    scan,
+)
 
 LAYERS = AxisInfo(name=None, size=4, position=0)  # a sized positional axis
 
@@ -145,6 +153,9 @@ def test_block_splitter_hook(bryo_plugin_manager):
     assert isinstance(stacked.stacked, MutableBlock) and stacked.stacked.weight.shape == (4,)
     assert float(stacked.fold(1.0)) == 24.0
     assert [float(b.weight) for b in stacked.unstacked()] == [1.0, 2.0, 3.0, 4.0]
+    # `scan` takes such blocks apart too: each step gets a block of one layer
+    carry, ys = scan(lambda c, block: (block(c), block.weight), LAYERS)(1.0, stacked.stacked)
+    assert float(carry) == 24.0 and ys.tolist() == [1.0, 2.0, 3.0, 4.0]
     bryo_plugin_manager.unregister(plugin)  # the cached table follows the manager's epoch
     with pytest.raises(TypeError, match="not a pytree"):
         Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))

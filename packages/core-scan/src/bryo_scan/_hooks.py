@@ -56,6 +56,11 @@ def block_splitter(block: object) -> BlockSplitter:
     return found if found is not None else _split_pytree  # type: ignore[return-value]
 
 
+def registered_block_splitter(block: object) -> BlockSplitter | None:
+    """The splitter a plugin registered for `block`'s type, or None."""
+    return _block_splitters.lookup(type(block))  # type: ignore[return-value]
+
+
 def _split_pytree(block: V) -> tuple[V, Callable[[V], V]]:
     return block, _identity
 

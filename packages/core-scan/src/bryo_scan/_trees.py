@@ -5,8 +5,9 @@ plus a function rebuilding the arguments of one step; `OutputStacker` turns per-
 outputs into arrays and later wraps their stacked versions. Which leaves are scanned is a
 per-leaf predicate (Haliax's `is_scanned`): by default axis-carrying leaves (NamedArray)
 that have the axis, and plain arrays with at least one dimension (their first one when the
-axis is named). Everything else reaches each step unchanged: Python values, 0-d arrays,
-NamedArrays without the axis.
+axis is named). A block that is not a pytree (a `pytree=False` Flax NNX module) is taken
+apart by its backend's block splitter and put back together in each step. Everything else
+reaches each step unchanged: Python values, 0-d arrays, NamedArrays without the axis.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._hooks import is_named_leaf, named_leaf_handler
+from bryo_pytree import pytree_dataclass, static_field
+
+from ._hooks import is_named_leaf, named_leaf_handler, registered_block_splitter
 from ._types import AxisInfo, PyTree, ScanAxisError
 
 ScanPredicate = Callable[[Any], bool]
@@ -204,6 +207,37 @@ def _leaf_predicates(rules: Rules, tree: PyTree) -> Iterator[ScanPredicate]:
 _LACKS_AXIS = object()  # `_unbind_leaf`'s mark for a named leaf without the axis
 
 
+@pytree_dataclass
+class _SplitBlock:
+    """A non-pytree block in the inputs: its pytree, and the way back."""
+
+    tree: PyTree
+    rebuild: Callable[[PyTree], object] = static_field()
+
+
+def _split_blocks(tree: PyTree) -> tuple[PyTree, bool]:
+    """`tree` with every non-pytree block leaf that has a block splitter split."""
+    found = False
+
+    def split(leaf: object) -> object:
+        nonlocal found
+        splitter = None if is_array(leaf) else registered_block_splitter(leaf)
+        if splitter is None:
+            return leaf
+        found = True
+        return _SplitBlock(*splitter(leaf))
+
+    return jax.tree_util.tree_map(split, tree, is_leaf=is_named_leaf), found
+
+
+def _join_blocks(tree: PyTree) -> PyTree:
+    return jax.tree_util.tree_map(
+        lambda node: node.rebuild(node.tree) if isinstance(node, _SplitBlock) else node,
+        tree,
+        is_leaf=lambda node: isinstance(node, _SplitBlock),
+    )
+
+
 def unbind_inputs(
     args: tuple,
     kwargs: dict[str, Any],
@@ -227,7 +261,7 @@ def unbind_inputs(
         The `Unbound` arguments. Raises `ScanAxisError` naming the argument when a scanned
         leaf lacks a positional axis or when the sizes along the axis disagree.
     """
-    tree = Inputs(tuple(args), dict(kwargs))
+    tree, has_blocks = _split_blocks(Inputs(tuple(args), dict(kwargs)))
     leaves, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_named_leaf)
     predicates = _leaf_predicates(rules, tree)
     arrays: list[jax.Array] = []
@@ -250,7 +284,8 @@ def unbind_inputs(
     def rebuild_inputs(slices: Sequence[jax.Array]) -> Inputs:
         it = iter(slices)
         out = [rebuild(next(it)) if kind == "mapped" else rebuild for kind, rebuild in plans]
-        return Inputs(*treedef.unflatten(out))
+        rebuilt = treedef.unflatten(out)
+        return Inputs(*(_join_blocks(rebuilt) if has_blocks else rebuilt))
 
     return Unbound(arrays, rebuild_inputs, length, names, tuple(lacking))
 
