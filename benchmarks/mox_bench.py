@@ -8,10 +8,14 @@ Prints, measured in one run on this machine:
 - `query('//module_call[@type="Linear"]')` on a 1,000-layer model (target: < 10 ms),
   first call (builds the cached element view) and repeated calls;
 - `dumps`/`loads` throughput in MB/s of file text for each format (target: >= 10 MB/s),
-  on a model that is mostly structure (an MLP) and on one that is mostly constant arrays.
+  on a model that is mostly structure (an MLP) and on one that is mostly constant arrays;
+- a Flax Linen MLP (with bryo-backend-flax installed): `make_mox(mod.apply)` against
+  `jax.make_jaxpr(mod.apply)` (target: <= 1.5x), and the jitted `eval_mox` against the
+  jitted `mod.apply` (target: equal within noise).
 
 Modules come from `bryo_mox.testing` (the toy backend), so the script needs no other
-bryo package. Run: `python benchmarks/mox_bench.py [--layers 1000]`.
+bryo package; the Linen rows need flax and bryo-backend-flax, and are skipped without
+them. Run: `python benchmarks/mox_bench.py [--layers 1000]`.
 """
 
 from __future__ import annotations
@@ -143,6 +147,60 @@ def bench_files(layers: int, width: int) -> None:
     print_throughput("4 constants 512x512", constants)
 
 
+def linen_mlp(layers: int, width: int) -> object:
+    """A Flax Linen MLP of `layers` Dense layers with relu between them."""
+    import flax.linen as nn
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for i in range(layers):
+                x = nn.Dense(width)(x)
+                if i < layers - 1:
+                    x = nn.relu(x)
+            return x
+
+    return MLP()
+
+
+def bench_linen(layers: int, width: int, batch: int) -> None:
+    """Linen rows: tracing against `jax.make_jaxpr`, jitted evaluation against `jax.jit`.
+
+    Runs with the installed plugins (entry points), as a user's `make_mox` does."""
+    try:
+        import bryo_flax  # noqa: F401  -- its entry point registers the Linen interceptor
+    except ImportError:
+        print("linen   skipped: bryo-backend-flax (and flax) not installed")
+        return
+    mod = linen_mlp(layers, width)
+    x = jnp.ones((batch, width))
+    params = jax.jit(mod.init)(jax.random.key(0), x)
+    with use_plugin_manager(new_plugin_manager()):
+        anchor = timeit(lambda: jax.make_jaxpr(mod.apply)(params, x), repeat=5)
+        ours = timeit(lambda: mox_lib.make_mox(mod.apply)(params, x), repeat=5)
+        print(
+            f"linen trace {layers:4d} Dense: make_jaxpr(apply) {anchor * 1e3:8.2f} ms | "
+            f"make_mox(apply) {ours * 1e3:8.2f} ms | ratio {ours / anchor:6.2f}x "
+            f"(target <= 1.5x: {'ok' if ours / anchor <= 1.5 else 'MISSED'})"
+        )
+        mox = mox_lib.make_mox(mod.apply)(params, x)
+    original = jax.jit(mod.apply)
+    via_mox = jax.jit(lambda p, v: mox_lib.eval_mox(mox, p, v))
+    original(params, x).block_until_ready()
+    via_mox(params, x).block_until_ready()
+    run = lambda f: lambda: f(params, x).block_until_ready()
+    times = {"original": [], "mox": []}
+    for _ in range(5):  # interleave to share the machine's noise
+        times["original"].append(timeit(run(original), repeat=3, number=50))
+        times["mox"].append(timeit(run(via_mox), repeat=3, number=50))
+    a, b = statistics.median(times["original"]), statistics.median(times["mox"])
+    same = hlo_ops(original, params, x) == hlo_ops(via_mox, params, x)
+    print(
+        f"linen eval  {layers:4d} Dense x {width}: jit(apply) {a * 1e6:8.1f} us | "
+        f"jit(eval_mox) {b * 1e6:8.1f} us | ratio {b / a:6.3f}x | same optimized HLO: {same}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=1000, help="layers of the query model")
@@ -159,6 +217,8 @@ def main() -> None:
         bench_eval(16, width=64, batch=16)
         bench_query(args.layers)
         bench_files(args.file_layers, width=16)
+    for layers in (4, 32):
+        bench_linen(layers, width=64, batch=16)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,98 @@
+"""Linen calls MoX cannot record are errors naming the module, and leave nothing behind:
+no tracer in a bound module, no interceptor installed, the next trace works."""
+
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import errors
+
+yax = pytest.importorskip("bryo_mox")
+
+X = jnp.ones((2, 4))
+
+
+class SetupDense(nn.Module):
+    def setup(self):
+        self.dense = nn.Dense(4)
+
+    def __call__(self, xs):
+        return self.dense(xs)
+
+
+ORPHAN = SetupDense(name="orphan")  # created outside any module: never bound
+
+
+class CallsOrphan(nn.Module):
+    @nn.compact
+    def __call__(self, xs):
+        xs = nn.BatchNorm(use_running_average=False)(xs)  # updates batch_stats first
+        return ORPHAN(xs)
+
+
+def bound_model():
+    """`CallsOrphan` bound to its BatchNorm's variables (it cannot be initialized: the
+    orphan's call fails), with mutable statistics."""
+    stats = nn.BatchNorm(use_running_average=False).init(jax.random.key(0), X)
+    variables = {name: {"BatchNorm_0": collection} for name, collection in stats.items()}
+    return CallsOrphan().bind(variables, mutable=["batch_stats"])
+
+
+def assert_clean(bound, before):
+    after = jax.tree.map(lambda a: a, bound.variables["batch_stats"])
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True):
+        assert not isinstance(b, jax.core.Tracer)
+        np.testing.assert_array_equal(a, b)
+    from bryo_flax._linen import _installed
+
+    assert getattr(_installed, "depth", 0) == 0  # the interceptor is gone
+    # and the next trace works as usual
+    model = SetupDense()
+    variables = model.init(jax.random.key(1), X)
+    mox = yax.make_mox(model.apply)(variables, X)
+    assert [n.name for n in yax.query("//module_call", mox)] == ["", "dense"]
+    np.testing.assert_allclose(yax.eval_mox(mox, variables, X), model.apply(variables, X))
+
+
+def test_a_module_called_outside_apply_is_named():
+    bound = bound_model()
+    before = jax.tree.map(np.asarray, bound.variables["batch_stats"])
+    with pytest.raises(yax.MoxError, match=r"module 'orphan' \(.*SetupDense\) was called outside"):
+        yax.make_mox(lambda x: bound(x))(X)
+    assert_clean(bound, before)
+
+
+def test_an_unbound_compact_module_fails_as_in_flax():
+    with pytest.raises(errors.CallCompactUnboundModuleError):
+        yax.make_mox(lambda x: nn.Dense(3)(x))(X)
+    bound = bound_model()
+    assert_clean(bound, jax.tree.map(np.asarray, bound.variables["batch_stats"]))
+
+
+@pytest.mark.parametrize(
+    ("method", "why"),
+    [
+        (lambda context: context.orig_method.func, "its call did not reach Flax's interceptors"),
+        (lambda context: None, "Flax passed no method to re-run"),
+    ],
+    ids=["bypasses-flax", "no-method"],
+)
+def test_a_method_that_cannot_be_rerun_is_named(monkeypatch, method, why):
+    """A method run without Flax's wrapper (a custom wrapper in its place) never reaches
+    the interceptor again, and a Flax that passes no method gives nothing to re-run: MoX
+    refuses the call instead of recording a wrong node."""
+    import bryo_flax._linen as linen
+
+    monkeypatch.setattr(linen, "unwrapped_method", method)
+    bound = bound_model()
+    before = jax.tree.map(np.asarray, bound.variables["batch_stats"])
+    with pytest.raises(yax.MoxError) as raised:
+        yax.make_mox(lambda x: bound(x))(X)
+    message = str(raised.value)
+    assert re.match(r"Linen module '(BatchNorm_0)?' \(", message)  # the path, the class
+    assert f"its method `__call__` cannot be intercepted: {why}" in message
+    monkeypatch.undo()
+    assert_clean(bound, before)

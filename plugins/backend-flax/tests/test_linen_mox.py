@@ -1,0 +1,253 @@
+"""Flax Linen models in MoX: one `module_call` per method call, with type, scope path and
+fields; variables and rng streams as inputs; mutable collections as new state."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+yax = pytest.importorskip("bryo_mox")
+
+X = jnp.linspace(-1.0, 1.0, 8).reshape(2, 4)
+
+
+class ResBlock(nn.Module):
+    @nn.compact
+    def __call__(self, xs):
+        return xs + nn.relu(nn.Dense(4)(xs))
+
+
+class Net(nn.Module):
+    depth: int = 2
+
+    @nn.compact
+    def __call__(self, xs):
+        for _ in range(self.depth):
+            xs = ResBlock()(xs)
+        return nn.Dense(3, use_bias=False, name="head")(xs)
+
+
+def calls(mox, xpath="//module_call"):
+    return [(node.info.short_type, node.name) for node in yax.query(xpath, mox)]
+
+
+def trace(model, *args, **kwargs):
+    variables = model.init(jax.random.key(0), *args)
+    return variables, yax.make_mox(model.apply)(variables, *args, **kwargs)
+
+
+def assert_tree_close(actual, expected):
+    for a, b in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_every_module_call_is_a_node_named_by_its_scope_path():
+    _, mox = trace(Net(), X)
+    assert calls(mox) == [
+        ("Net", ""),
+        ("ResBlock", "ResBlock_0"),
+        ("Dense", "ResBlock_0/Dense_0"),
+        ("ResBlock", "ResBlock_1"),
+        ("Dense", "ResBlock_1/Dense_0"),
+        ("Dense", "head"),
+    ]
+    (head,) = yax.query('//module_call[@name="head"]', mox)
+    assert head.type == "flax.linen.linear.Dense"
+    assert head.attrs["features"] == 3 and head.attrs["use_bias"] is False
+    assert "method" not in head.attrs and "name" not in head.attrs
+    assert calls(mox, "//module_call[@features=4]") == [
+        ("Dense", "ResBlock_0/Dense_0"),
+        ("Dense", "ResBlock_1/Dense_0"),
+    ]
+    (net,) = yax.query('//module_call[@type="Net"]', mox)
+    assert net.attrs == {"depth": 2}
+
+
+def test_variables_are_inputs_of_their_node():
+    variables, mox = trace(Net(), X)
+    (dense,) = yax.query('//module_call[@name="ResBlock_0/Dense_0"]', mox)
+    assert dense.n_state == 2  # bias, kernel: the Dense's own variables
+    assert [v.aval.shape for v in dense.invars] == [(4,), (4, 4), (2, 4)]
+    (block,) = yax.query('//module_call[@name="ResBlock_0"]', mox)
+    assert block.n_state == 2  # a block's variables are its submodules'
+    # the root takes exactly what `apply` takes: the variables' leaves, then the input
+    assert len(mox.invars) == len(jax.tree.leaves(variables)) + 1
+
+
+def test_eval_matches_apply_eagerly_jitted_and_under_grad():
+    model = Net()
+    variables, mox = trace(model, X)
+    expected = model.apply(variables, X)
+    assert_tree_close(yax.eval_mox(mox, variables, X), expected)
+    jitted = jax.jit(lambda v, x: yax.eval_mox(mox, v, x))
+    assert_tree_close(jitted(variables, X), expected)
+    loss = lambda f: lambda v: jnp.sum(f(v, X) ** 2)
+    assert_tree_close(
+        jax.grad(loss(lambda v, x: yax.eval_mox(mox, v, x)))(variables),
+        jax.grad(loss(model.apply))(variables),
+    )
+
+
+class Stats(nn.Module):
+    @nn.compact
+    def __call__(self, xs, train: bool = True):
+        xs = nn.Dense(4)(xs)
+        xs = nn.BatchNorm(use_running_average=not train)(xs)
+        return nn.Dropout(0.5)(xs, deterministic=not train)
+
+
+def stats_variables():
+    return Stats().init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, X)
+
+
+def test_mutable_collections_come_out_as_new_state_and_rngs_stay_inputs():
+    model, variables = Stats(), stats_variables()
+    kwargs = {"mutable": ["batch_stats"], "train": True}
+    mox = yax.make_mox(model.apply)(variables, X, rngs={"dropout": jax.random.key(2)}, **kwargs)
+    assert mox.traced_kwargs == ("rngs",)
+    assert dict(mox.static_kwargs) == {"mutable": ["batch_stats"], "train": True}
+    (norm,) = yax.query('//module_call[@type="BatchNorm"]', mox)
+    assert norm.n_state_out == 2  # the new mean and var
+    (dropout,) = yax.query('//module_call[@type="Dropout"]', mox)
+    assert dropout.attrs["rate"] == 0.5 and dropout.attrs["rng_collection"] == "dropout"
+    assert any(jnp.issubdtype(v.aval.dtype, jax.dtypes.prng_key) for v in dropout.invars)
+    outputs = {}
+    for seed in (2, 3):
+        rngs = {"dropout": jax.random.key(seed)}
+        outputs[seed] = yax.eval_mox(mox, variables, X, rngs=rngs, **kwargs)
+        assert_tree_close(outputs[seed], model.apply(variables, X, rngs=rngs, **kwargs))
+    assert not np.allclose(outputs[2][0], outputs[3][0])  # another key, another mask
+
+
+def test_a_static_train_flag_stays_static():
+    model, variables = Stats(), stats_variables()
+    mox = yax.make_mox(model.apply)(variables, X, train=False)
+    assert not yax.query('//module_call[@type="Dropout"]//random_bits', mox)
+    assert_tree_close(
+        yax.eval_mox(mox, variables, X, train=False), model.apply(variables, X, train=False)
+    )
+    with pytest.raises(yax.MoxError, match="`train=True` differs from the traced `train=False`"):
+        yax.eval_mox(mox, variables, X, train=True)
+
+
+class Encoder(nn.Module):
+    def setup(self):
+        self.dense = nn.Dense(4)
+        self.scale = self.param("scale", nn.initializers.ones, (4,))
+
+    def encode(self, xs):
+        return self.dense(xs) * self.scale
+
+    def __call__(self, xs):
+        return self.encode(xs) + self.dense(xs)  # `dense` is called twice: shared
+
+
+def test_setup_modules_methods_and_shared_calls():
+    model = Encoder()
+    variables, mox = trace(model, X)
+    assert calls(mox) == [
+        ("Encoder", ""),
+        ("Encoder", ""),
+        ("Dense", "dense"),
+        ("Dense", "dense"),
+    ]
+    (encode,) = yax.query('//module_call[@method="encode"]', mox)
+    assert encode.n_state == 3  # the module's variables: dense's bias and kernel, scale
+    assert_tree_close(yax.eval_mox(mox, variables, X), model.apply(variables, X))
+    # apply(method=...) traces that method as the root call
+    via_method = yax.make_mox(lambda v, x: model.apply(v, x, method=model.encode))(variables, X)
+    assert calls(via_method) == [("Encoder", ""), ("Dense", "dense")]
+    assert yax.query("/mox/module_call", via_method)[0].attrs["method"] == "encode"
+
+
+class Block(nn.Module):
+    @nn.compact
+    def __call__(self, carry, _):
+        return nn.relu(nn.Dense(4)(carry)), None
+
+
+class Lifted(nn.Module):
+    @nn.compact
+    def __call__(self, xs):
+        scanned = nn.scan(Block, variable_axes={"params": 0}, split_rngs={"params": True}, length=3)
+        xs, _ = scanned(name="layers")(xs, None)
+        return nn.remat(nn.Dense)(4, name="checkpointed")(xs)
+
+
+def test_lifted_modules_and_sequential():
+    model = Lifted()
+    variables, mox = trace(model, X)
+    assert calls(mox) == [
+        ("Lifted", ""),
+        ("Block", "layers"),
+        ("Dense", "layers/Dense_0"),
+        ("Dense", "checkpointed"),
+    ]
+    assert calls(mox, "//scan//module_call") == [("Block", "layers"), ("Dense", "layers/Dense_0")]
+    remat = '//*[starts-with(name(), "remat") or name() = "checkpoint"]'  # by jax version
+    assert calls(mox, f"{remat}//module_call") == [("Dense", "checkpointed")]
+    assert_tree_close(yax.eval_mox(mox, variables, X), model.apply(variables, X))
+
+    sequential = nn.Sequential([nn.Dense(4), nn.relu, nn.Dense(2)])
+    variables, mox = trace(sequential, X)
+    assert calls(mox) == [("Sequential", ""), ("Dense", "layers_0"), ("Dense", "layers_2")]
+    assert_tree_close(yax.eval_mox(mox, variables, X), sequential.apply(variables, X))
+
+
+def test_bound_modules_called_directly_are_left_unchanged():
+    model = Stats()
+    bound = model.bind(
+        stats_variables(), rngs={"dropout": jax.random.key(2)}, mutable=["batch_stats"]
+    )
+    before = jax.tree.map(np.asarray, bound.variables["batch_stats"])
+    counters = repr(bound.scope.rng_counters)
+    mox = yax.make_mox(lambda x: bound(x, train=True))(X)
+    assert calls(mox)[0] == ("Stats", "")
+    assert repr(bound.scope.rng_counters) == counters  # no dropout key was drawn
+    after = bound.variables["batch_stats"]
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True):
+        assert isinstance(b, jax.Array) and not isinstance(b, jax.core.Tracer)
+        np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=4, deadline=None)
+@given(depth=st.integers(1, 3), features=st.sampled_from([2, 3]))
+def test_any_depth_evaluates_like_apply(depth, features):
+    model = nn.Sequential([nn.Dense(features) for _ in range(depth)])
+    variables, mox = trace(model, X)
+    assert [node.attrs["features"] for node in yax.query("//module_call[@features]", mox)] == [
+        features
+    ] * depth
+    assert_tree_close(yax.eval_mox(mox, variables, X), model.apply(variables, X))
+
+
+class Draws(nn.Module):
+    @nn.compact
+    def __call__(self):
+        inner = nn.Dropout(0.5)(jnp.ones(4), deterministic=False)
+        return inner, self.make_rng("dropout")
+
+
+def test_the_pure_call_can_run_twice():
+    """A backend's `pure` must not advance rng counters itself: a handler may trace it twice."""
+    from bryo_flax._plugin import intercept
+
+    seen = []
+
+    def handler(info, state, pure, write_back, args, kwargs):
+        pure(state, *args, **kwargs)  # a first run, thrown away
+        new_state, out = pure(state, *args, **kwargs)
+        seen.append(info.name)
+        write_back(new_state)
+        return out
+
+    rngs = {"dropout": jax.random.key(7)}
+    with intercept(handler):
+        mask, key = Draws().apply({}, rngs=rngs)
+    expected_mask, expected_key = Draws().apply({}, rngs=rngs)
+    assert seen == ["Dropout_0", "Dropout_0", ""]  # the root ran twice, its child each time
+    np.testing.assert_array_equal(mask, expected_mask)
+    np.testing.assert_array_equal(jax.random.key_data(key), jax.random.key_data(expected_key))
