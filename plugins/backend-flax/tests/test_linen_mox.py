@@ -251,3 +251,26 @@ def test_the_pure_call_can_run_twice():
     assert seen == ["Dropout_0", "Dropout_0", ""]  # the root ran twice, its child each time
     np.testing.assert_array_equal(mask, expected_mask)
     np.testing.assert_array_equal(jax.random.key_data(key), jax.random.key_data(expected_key))
+
+
+class JitAndVmap(nn.Module):
+    @nn.compact
+    def __call__(self, xs):
+        xs = nn.jit(nn.Dense)(4, name="jitted")(xs)
+        vmapped = nn.vmap(
+            nn.Dense, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=0
+        )
+        return vmapped(4, name="per_row")(xs)
+
+
+def test_init_and_other_lifted_transforms():
+    model = JitAndVmap()
+    mox = yax.make_mox(model.init)(jax.random.key(0), X)  # `init` traces too
+    assert calls(mox) == [("JitAndVmap", ""), ("Dense", "jitted"), ("Dense", "per_row")]
+    (root,) = mox.nodes
+    assert root.n_state == 1 and root.n_state_out == 4  # the params key in, the params out
+    variables = yax.eval_mox(mox, jax.random.key(0), X)
+    assert_tree_close(variables, model.init(jax.random.key(0), X))
+    mox = yax.make_mox(model.apply)(variables, X)
+    assert calls(mox) == [("JitAndVmap", ""), ("Dense", "jitted"), ("Dense", "per_row")]
+    assert_tree_close(yax.eval_mox(mox, variables, X), model.apply(variables, X))
