@@ -135,7 +135,7 @@ def test_embed_looks_up_rows_and_attends():
     close(embed(ids), table[ids])
     query = jax.random.normal(KEY, (2, 4))
     close(embed.attend(query), query @ table.T)
-    with pytest.raises(TypeError, match="integer indices"):
+    with pytest.raises(ValueError, match="integer indices"):
         embed(jnp.ones(2))
 
 

@@ -1,12 +1,15 @@
-"""bryo_nnx: the NNX-style backend — mutable `Module`s holding `Variable`s.
+"""bryo_nnx: the NNX-style backend — mutable `Module`s holding `Variable`s, and Flax NNX's layers.
 
 Modules are ordinary Python objects; their Variables, submodules (alone, or in lists and
 dicts) and static attributes form a graph that bryo's graph functions split into a
-GraphDef and States and merge back. `bryo.nnx` is the facade that gathers this backend
-and the core packages under Flax NNX's names.
+GraphDef and States and merge back. The layers follow Flax NNX 0.12 (same keywords, same
+initialisation order, same numbers for the same `Rngs`). `bryo.nnx` is the facade that
+gathers this backend and the core packages under Flax NNX's names.
 """
 
+from . import dtypes as dtypes
 from . import initializers as initializers
+from ._activations import PReLU as PReLU
 from ._activations import celu as celu
 from ._activations import elu as elu
 from ._activations import gelu as gelu
@@ -45,11 +48,20 @@ from ._display import display as display
 from ._display import render as render
 from ._dropout import Dropout as Dropout
 from ._embed import Embed as Embed
+from ._linear import Einsum as Einsum
 from ._linear import Linear as Linear
 from ._linear import LinearGeneral as LinearGeneral
+from ._lora import LoRA as LoRA
+from ._lora import LoRALinear as LoRALinear
+from ._lora import LoRAParam as LoRAParam
 from ._module import Module as Module
 from ._normalization import BatchNorm as BatchNorm
+from ._normalization import GroupNorm as GroupNorm
+from ._normalization import InstanceNorm as InstanceNorm
 from ._normalization import LayerNorm as LayerNorm
 from ._normalization import RMSNorm as RMSNorm
+from ._sequential import Sequential as Sequential
+from ._weight_norms import SpectralNorm as SpectralNorm
+from ._weight_norms import WeightNorm as WeightNorm
 
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
-"""What every layer needs: keys from the `Rngs` it is given, and dtype promotion.
+"""What every layer needs: keys from the `Rngs` it is given, parameters with metadata,
+and call-time options that fall back to construction-time ones.
 
 Layers take their parameter keys from the `params` stream and keep, for call-time
 randomness, a stream *forked* from the one they use (`dropout` by default): each layer then
@@ -7,7 +8,8 @@ owns its own stream, so splitting or restoring the caller's `Rngs` never reaches
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +19,11 @@ from bryo_rngs import Rngs, RngStream
 
 RngsArg = Rngs | RngStream
 """What a layer accepts as `rngs=`: an `Rngs`, or one of its streams."""
+
+Metadata = Mapping[str, object]
+"""What a layer's `*_metadata=` keywords take: metadata for one of its `Param`s."""
+
+NO_METADATA: Metadata = MappingProxyType({})
 
 
 def _check_rngs(rngs: object, layer: str) -> RngsArg:
@@ -34,6 +41,19 @@ def params_key(rngs: object, layer: str) -> jax.Array:
     return rngs.stream("params")() if isinstance(rngs, Rngs) else rngs()
 
 
+def init_param(
+    init: Callable[..., jax.Array],
+    rngs: object,
+    layer: str,
+    shape: tuple[int, ...],
+    param_dtype: object,
+    metadata: Metadata = NO_METADATA,
+    kind: type[Param] = Param,
+) -> Param:
+    """A `kind` (default `Param`) of `shape` drawn by `init` from the `params` stream."""
+    return kind(init(params_key(rngs, layer), shape, param_dtype), **metadata)
+
+
 def optional_bias(
     use_bias: bool,
     bias_init: Callable[..., jax.Array],
@@ -41,9 +61,12 @@ def optional_bias(
     layer: str,
     shape: tuple[int, ...],
     param_dtype: object,
+    metadata: Metadata = NO_METADATA,
 ) -> Param | None:
     """A bias `Param` of `shape` drawn from the `params` stream, or None without `use_bias`."""
-    return Param(bias_init(params_key(rngs, layer), shape, param_dtype)) if use_bias else None
+    if not use_bias:
+        return None
+    return init_param(bias_init, rngs, layer, shape, param_dtype, metadata)
 
 
 def fork_stream(rngs: object, collection: str, layer: str) -> RngStream:
@@ -82,13 +105,6 @@ def call_key(rngs: object, stored: RngStream | None, collection: str, layer: str
     )
 
 
-def promote_dtype(dtype: object, *arrays: object) -> list[jax.Array | None]:
-    """`arrays` cast to `dtype`, or to their common result type when `dtype` is None."""
-    present = [jnp.asarray(a) for a in arrays if a is not None]
-    target = dtype if dtype is not None else jnp.result_type(*present)
-    return [None if a is None else jnp.asarray(a, target) for a in arrays]
-
-
 def canonical_axes(axes: int | Sequence[int], ndim: int) -> tuple[int, ...]:
     """`axes` as a tuple of non-negative ints for an array of rank `ndim`."""
     if isinstance(axes, int):
@@ -99,3 +115,24 @@ def canonical_axes(axes: int | Sequence[int], ndim: int) -> tuple[int, ...]:
 def first_not_none(*values: object) -> object:
     """The first value that is not None (None if all are)."""
     return next((v for v in values if v is not None), None)
+
+
+def first_given(*values: object, layer: str, name: str) -> object:
+    """The first value that is not None: a call's argument, then the layer's attribute.
+
+    Raises:
+        ValueError: naming `name` and the ways to set it, when every value is None.
+    """
+    value = first_not_none(*values)
+    if value is None:
+        raise ValueError(
+            f"{layer} needs `{name}`: pass it to the call (`layer(x, {name}=...)`), set it at "
+            f"construction (`{layer}(..., {name}=...)`), or set it on the model (e.g. "
+            "`model.train()` / `model.eval()`)."
+        )
+    return value
+
+
+def get(variable: Param | None) -> jax.Array | None:
+    """The value of an optional Variable (None for None)."""
+    return None if variable is None else variable[...]

@@ -15,7 +15,7 @@ from jax import lax
 
 from bryo_rngs import RngStream
 
-from ._common import RngsArg, call_key, first_not_none, fork_stream
+from ._common import RngsArg, call_key, first_given, fork_stream
 from ._module import Module
 
 
@@ -45,7 +45,8 @@ class Dropout(Module):
     Args:
         rate: the probability of zeroing each element (0 <= rate <= 1).
         broadcast_dims: axes along which one mask value is shared.
-        deterministic: if True, return the inputs unchanged (`model.eval()` sets it).
+        deterministic: if True, return the inputs unchanged (`model.eval()` sets it); None
+            makes every call say.
         rng_collection: the stream to draw masks from.
         rngs: optional; the layer keeps a stream forked from `rngs[rng_collection]`.
     """
@@ -55,7 +56,7 @@ class Dropout(Module):
         rate: float,
         *,
         broadcast_dims: Sequence[int] = (),
-        deterministic: bool = False,
+        deterministic: bool | None = False,
         rng_collection: str = "dropout",
         rngs: RngsArg | None = None,
     ) -> None:
@@ -77,7 +78,10 @@ class Dropout(Module):
         rngs: RngsArg | jax.Array | None = None,
     ) -> jax.Array:
         """Apply dropout; `deterministic` and `rngs` override the layer's for this call."""
-        if first_not_none(deterministic, self.deterministic) or self.rate == 0.0:
+        deterministic = first_given(
+            deterministic, self.deterministic, layer="Dropout", name="deterministic"
+        )
+        if deterministic or self.rate == 0.0:
             return inputs
         key = call_key(rngs, self.rngs, self.rng_collection, "Dropout")
         return dropout(inputs, self.rate, key, self.broadcast_dims)

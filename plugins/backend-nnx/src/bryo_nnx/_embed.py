@@ -5,10 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from bryo_graph import Param
-
-from . import initializers
-from ._common import RngsArg, params_key, promote_dtype
+from . import dtypes, initializers
+from ._common import NO_METADATA, Metadata, RngsArg, init_param
 from ._module import Module
 
 default_embed_init = initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
@@ -27,7 +25,10 @@ class Embed(Module):
         dtype: dtype of the looked-up vectors (default: the parameter's).
         param_dtype: dtype of the table.
         embedding_init: initializer of the table (from the `params` stream).
+        promote_dtype: casts `(table,)` for lookups and `(query, table)` for `attend`
+            (`bryo_nnx.dtypes.promote_dtype` or a function with its signature).
         rngs: the `Rngs` that initialises the table.
+        embedding_metadata: metadata of the `embedding` Param.
     """
 
     def __init__(
@@ -38,26 +39,36 @@ class Embed(Module):
         dtype: jnp.dtype | None = None,
         param_dtype: jnp.dtype = jnp.float32,
         embedding_init: initializers.Initializer = default_embed_init,
+        promote_dtype: dtypes.PromoteDtypeFn = dtypes.promote_dtype,
         rngs: RngsArg,
+        embedding_metadata: Metadata = NO_METADATA,
     ) -> None:
-        self.embedding = Param(
-            embedding_init(params_key(rngs, "Embed"), (num_embeddings, features), param_dtype)
+        self.embedding = init_param(
+            embedding_init,
+            rngs,
+            "Embed",
+            (num_embeddings, features),
+            param_dtype,
+            embedding_metadata,
         )
         self.num_embeddings = num_embeddings
         self.features = features
-        self.dtype = dtype
+        self.dtype = dtype or self.embedding[...].dtype
         self.param_dtype = param_dtype
+        self.promote_dtype = promote_dtype
 
     def __call__(self, inputs: jax.Array) -> jax.Array:
         if not jnp.issubdtype(jnp.asarray(inputs).dtype, jnp.integer):
-            raise TypeError(
+            raise ValueError(
                 f"Embed takes integer indices; got dtype {jnp.asarray(inputs).dtype}. Cast "
                 "them (`x.astype(jnp.int32)`), or use `embed.attend(query)` for vectors."
             )
-        (table,) = promote_dtype(self.dtype or self.embedding.value.dtype, self.embedding.value)
+        (table,) = self.promote_dtype((self.embedding[...],), dtype=self.dtype, inexact=False)
+        if self.num_embeddings == 1:
+            return jnp.broadcast_to(table, (*inputs.shape, self.features))
         return jnp.take(table, inputs, axis=0)
 
     def attend(self, query: jax.Array) -> jax.Array:
         """`query @ embedding.T`: similarities to every row (tied output projections)."""
-        query, table = promote_dtype(self.dtype, query, self.embedding.value)
+        query, table = self.promote_dtype((query, self.embedding[...]), dtype=self.dtype)
         return jnp.dot(query, table.T)

@@ -8,7 +8,7 @@ shared submodules and cycles included.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from bryo_graph import Object, Variable, iter_graph
 from bryo_pytree import Path
@@ -29,6 +29,43 @@ class Module(Object):
         call = cls.__dict__.get("__call__")
         if call is not None:  # seen by make_mox while it traces (bryo-mox-ir)
             cls.__call__ = wrap_call(call)
+
+    def sow(
+        self,
+        variable_type: type[Variable],
+        name: str,
+        value: object,
+        reduce_fn: Callable[[object, object], object] = lambda sown, new: (*sown, new),
+        init_fn: Callable[[], object] = tuple,
+    ) -> bool:
+        """Keep `value` on this module as the `variable_type` Variable `name`.
+
+        The first value is `reduce_fn(init_fn(), value)`, later ones are folded in with
+        `reduce_fn`: by default the Variable holds the tuple of every value sown, one per
+        call (`MultiHeadAttention(...)(x, sow_weights=True)` sows its attention weights as
+        `Intermediate` 'attention_weights'). Take them out with `nnx.pop(model,
+        Intermediate)`.
+
+        Raises:
+            ValueError: `name` is an attribute that is not a `variable_type` Variable.
+        """
+        if not (isinstance(variable_type, type) and issubclass(variable_type, Variable)):
+            raise TypeError(
+                f"`sow` takes a Variable type (e.g. `nnx.Intermediate`) first; got "
+                f"{variable_type!r}."
+            )
+        existing = vars(self).get(name)
+        if existing is None:
+            setattr(self, name, variable_type(reduce_fn(init_fn(), value)))
+        elif type(existing) is not variable_type:
+            raise ValueError(
+                f"{type(self).__name__}.sow: the attribute {name!r} is a "
+                f"{type(existing).__name__}; `sow` was given {variable_type.__name__}. Sow under "
+                "another name."
+            )
+        else:
+            existing[...] = reduce_fn(existing.value, value)
+        return True
 
     def iter_modules(self) -> Iterator[tuple[Path, Module]]:
         """Every Module in this one's graph (itself included) with its path, children first."""
