@@ -407,3 +407,85 @@ OTHERS = {
 @pytest.mark.parametrize("case", cases(OTHERS))
 def test_lora_and_sequential_match_flax(case):
     check(*OTHERS[case])
+
+
+# Recurrent ------------------------------------------------------------------------------
+
+CELLS = ["SimpleCell", "GRUCell", "LSTMCell", "OptimizedLSTMCell"]
+
+
+@pytest.mark.parametrize(
+    "cell", [pytest.param(c, marks=() if c == "LSTMCell" else pytest.mark.slow) for c in CELLS]
+)
+def test_cells_match_flax(cell):
+    def step(nnx, layer):
+        carry = layer.initialize_carry(SEQUENCE[:, 0].shape, nnx.Rngs(carry=1))
+        return layer(carry, SEQUENCE[:, 0])
+
+    check(lambda nnx: getattr(nnx, cell)(3, 5, rngs=nnx.Rngs(0)), step)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", CELLS)
+def test_rnn_matches_flax(cell):
+    lengths = jnp.array([4, 2])
+    check(
+        lambda nnx: nnx.RNN(getattr(nnx, cell)(3, 5, rngs=nnx.Rngs(0)), return_carry=True),
+        on(SEQUENCE, seq_lengths=lengths),
+    )
+    check(
+        lambda nnx: nnx.RNN(
+            getattr(nnx, cell)(3, 5, rngs=nnx.Rngs(0)),
+            time_major=True,
+            reverse=True,
+            keep_order=True,
+            rngs=nnx.Rngs(carry=3),
+        ),
+        lambda nnx, layer: layer(
+            jnp.swapaxes(SEQUENCE, 0, 1),
+            initial_carry=layer.cell.initialize_carry((2, 3), nnx.Rngs(carry=1)),
+        ),
+    )
+
+
+@pytest.mark.slow
+def test_bidirectional_matches_flax():
+    def build(nnx):
+        rngs = nnx.Rngs(0)
+        return nnx.Bidirectional(
+            nnx.RNN(nnx.GRUCell(3, 4, rngs=rngs)),
+            nnx.RNN(nnx.LSTMCell(3, 2, rngs=rngs)),
+            return_carry=True,
+            rngs=rngs,
+        )
+
+    check(build, on(SEQUENCE, seq_lengths=jnp.array([3, 4])))
+
+
+def test_rnn_with_broadcast_dropout_rngs_matches_flax():
+    def build(nnx):
+        base = nnx.RNNCellBase
+
+        class Cell(base):
+            def __init__(self, rngs):
+                self.cell = nnx.SimpleCell(3, 4, rngs=rngs)
+                self.dropout = nnx.Dropout(0.5, rngs=rngs)
+                self.hidden_features = 4
+
+            def __call__(self, carry, x):
+                carry, y = self.cell(carry, x)
+                return carry, self.dropout(y)
+
+            def initialize_carry(self, input_shape, rngs=None, carry_init=None):
+                return self.cell.initialize_carry(input_shape, rngs)
+
+            @property
+            def num_feature_axes(self):
+                return 1
+
+        return nnx.RNN(Cell(nnx.Rngs(0, dropout=1)), broadcast_rngs="dropout")
+
+    ours, theirs = build(BRYO), build(FLAX)
+    for _ in range(2):
+        assert_same_output(ours(SEQUENCE), theirs(SEQUENCE))
+    assert_same_state(ours, theirs)

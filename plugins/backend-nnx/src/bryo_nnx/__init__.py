@@ -60,6 +60,14 @@ from ._normalization import GroupNorm as GroupNorm
 from ._normalization import InstanceNorm as InstanceNorm
 from ._normalization import LayerNorm as LayerNorm
 from ._normalization import RMSNorm as RMSNorm
+from ._recurrent import RNN as RNN
+from ._recurrent import Bidirectional as Bidirectional
+from ._recurrent import GRUCell as GRUCell
+from ._recurrent import LSTMCell as LSTMCell
+from ._recurrent import OptimizedLSTMCell as OptimizedLSTMCell
+from ._recurrent import RNNCellBase as RNNCellBase
+from ._recurrent import SimpleCell as SimpleCell
+from ._recurrent import flip_sequences as flip_sequences
 from ._sequential import Sequential as Sequential
 from ._weight_norms import SpectralNorm as SpectralNorm
 from ._weight_norms import WeightNorm as WeightNorm
