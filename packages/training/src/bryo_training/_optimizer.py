@@ -1,0 +1,214 @@
+"""`Optimizer`: an optax transformation applied in place to the Variables a filter selects.
+
+    >>> optimizer = Optimizer(model, optax.adam(1e-3), wrt=Param)   # doctest: +SKIP
+    >>> grads = grad(loss_fn)(model)                                 # doctest: +SKIP
+    >>> optimizer.update(model, grads)                               # doctest: +SKIP
+
+The optimizer is a graph node itself: its `step` and every array of the optax state are
+`OptState` Variables (`OptVariable` for the ones shaped like a parameter, with that
+parameter's metadata, so sharding annotations carry over; `OptArray` for the rest), laid
+out under `opt_state` along optax's own structure (`opt_state[0]['mu']['kernel']` for
+Adam). So `split`, `merge`, `jit` and checkpointing treat model and optimizer alike.
+`ModelAndOptimizer` keeps the model too, for the older one-argument `update(grads)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.tree_util import DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey
+
+from bryo_filters import Filter
+from bryo_graph import Dict, Object, Param, State, Variable, VariableState, state, update
+from bryo_pytree import Path
+
+M = TypeVar("M")
+
+_VARIABLE_TYPES = tuple(t for t in (Variable, VariableState) if isinstance(t, type))
+_MISSING: Any = object()
+
+WRT_REQUIRED = (
+    "`Optimizer` needs `wrt=`, the filter of the Variables it updates (e.g. `wrt=nnx.Param`, "
+    "the filter your `grad` differentiates), as in Flax 0.11 and later. For the older "
+    "behaviour (the model kept inside, `update(grads)`), use `nnx.ModelAndOptimizer`."
+)
+GRADS_REQUIRED = (
+    "`Optimizer.update` takes the model and the gradients: `optimizer.update(model, grads)` "
+    "(Flax 0.11 and later). To call `update(grads)`, use `nnx.ModelAndOptimizer`, which keeps "
+    "the model."
+)
+
+
+class OptState(Variable):
+    """Any optimizer state (the step count, optax's arrays)."""
+
+    __slots__ = ()
+
+
+class OptArray(OptState):
+    """Optimizer state that is not shaped after a parameter (e.g. Adam's `count`)."""
+
+    __slots__ = ()
+
+
+class OptVariable(OptState):
+    """Optimizer state kept per parameter (e.g. Adam's `mu`), with the parameter's metadata."""
+
+    __slots__ = ()
+
+
+def _is_variable(x: object) -> bool:
+    return isinstance(x, _VARIABLE_TYPES)
+
+
+def _pure(tree: Any) -> Any:
+    """`tree` with each Variable replaced by its value."""
+    return jax.tree.map(lambda x: x.value if _is_variable(x) else x, tree, is_leaf=_is_variable)
+
+
+def _to_opt_state(leaf: object) -> OptState:
+    if not _is_variable(leaf):
+        return OptArray(leaf)
+    metadata = dict(leaf.metadata)  # type: ignore[attr-defined]
+    if "optimizer_sharding" in metadata:  # Flax's annotation for a differently sharded state
+        metadata["sharding"] = metadata.pop("optimizer_sharding")
+    return OptVariable(leaf.value, **metadata)  # type: ignore[attr-defined]
+
+
+def _key_parts(key: object) -> tuple:
+    """A path entry of `jax.tree_util` as graph keys (a State's path key spreads out)."""
+    if isinstance(key, SequenceKey):
+        return (key.idx,)
+    if isinstance(key, GetAttrKey):
+        return (key.name,)
+    if isinstance(key, DictKey | FlattenedIndexKey):
+        return tuple(key.key) if isinstance(key.key, tuple) else (key.key,)
+    return (str(key),)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """How the optax state is laid out in `opt_state`: its structure (Variables as leaves)
+    and the graph path of each leaf, in leaf order."""
+
+    treedef: Any
+    paths: tuple[Path, ...]
+
+
+def _get(node: Mapping, path: Path) -> OptState:
+    for key in path:
+        node = node[key]
+    return node  # type: ignore[return-value]
+
+
+def _put(node: Dict, path: Path, leaf: OptState) -> None:
+    for key in path[:-1]:
+        node = node.setdefault(key, Dict())
+    node[path[-1]] = leaf
+
+
+def _variables_of(node: object, wrt: Filter) -> State:
+    """The Variables of `node` (a model, or a State of gradients) that `wrt` selects."""
+    if isinstance(node, State):
+        return node.filter(wrt)  # type: ignore[return-value]
+    return state(node, wrt)  # type: ignore[return-value]
+
+
+class Optimizer(Object, Generic[M]):
+    """An optax transformation and its state for the Variables of a model `wrt` selects.
+
+    Args:
+        model: the model (any bryo graph node) whose Variables will be updated.
+        tx: the optax transformation.
+        wrt: the filter of the Variables to update (`Param`, `LoRAParam`, ...): the same
+            one the gradients are taken with.
+
+    Attributes:
+        step: the number of updates, an `OptState` (`uint32`).
+        tx: the optax transformation.
+        opt_state: the optax state, as `OptState` Variables in optax's structure.
+        wrt: the filter.
+    """
+
+    def __init__(self, model: M, tx: optax.GradientTransformation, *, wrt: Filter = _MISSING):
+        if wrt is _MISSING:
+            raise TypeError(WRT_REQUIRED)
+        self.step = OptState(jnp.array(0, dtype=jnp.uint32))
+        self.tx = tx
+        self.wrt = wrt
+        self._store(tx.init(_variables_of(model, wrt)))
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "model":
+            raise AttributeError(
+                f"{type(self).__name__} keeps no `model` (Flax 0.11 and later); pass the model "
+                "to `update(model, grads)`, or use `nnx.ModelAndOptimizer` to keep it."
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _store(self, opt_state: Any) -> None:
+        with_paths, treedef = jax.tree_util.tree_flatten_with_path(opt_state, is_leaf=_is_variable)
+        slots = Dict()
+        paths = []
+        for keys, leaf in with_paths:
+            path = tuple(part for key in keys for part in _key_parts(key))
+            _put(slots, path, _to_opt_state(leaf))
+            paths.append(path)
+        self.opt_state = slots
+        self._layout = _Layout(treedef, tuple(paths))
+
+    def _pure_opt_state(self) -> Any:
+        layout = self._layout
+        return layout.treedef.unflatten([_get(self.opt_state, p)[...] for p in layout.paths])
+
+    def _write_opt_state(self, opt_state: Any) -> None:
+        layout = self._layout
+        for path, value in zip(layout.paths, layout.treedef.flatten_up_to(opt_state), strict=True):
+            _get(self.opt_state, path)[...] = value
+
+    def update(self, model: M, grads: Any = _MISSING, /, **kwargs: Any) -> optax.Updates:
+        """Apply one optax step: update the state and the model's `wrt` Variables in place.
+
+        Args:
+            model: the model the optimizer was built for.
+            grads: the gradients (a State, or a model of gradients), e.g. from `nnx.grad`.
+            **kwargs: extra arguments of `tx.update` (`value`, `grad`, `value_fn` for
+                `optax.scale_by_backtracking_linesearch` and `optax.lbfgs`).
+
+        Returns:
+            The updates optax computed, shaped like the selected parameters.
+        """
+        if grads is _MISSING:
+            raise TypeError(GRADS_REQUIRED)
+        params = _pure(_variables_of(model, self.wrt))
+        grad_values = _pure(_variables_of(grads, self.wrt))
+        updates, new_opt_state = self.tx.update(
+            grad_values, self._pure_opt_state(), params, **_pure(kwargs)
+        )
+        update(model, optax.apply_updates(params, updates))
+        self._write_opt_state(new_opt_state)
+        self.step[...] += 1
+        return updates
+
+
+class ModelAndOptimizer(Optimizer[M]):
+    """An `Optimizer` that keeps its model: `update(grads)` (Flax's older API).
+
+    Args:
+        model: the model, kept as `model`.
+        tx: the optax transformation.
+        wrt: the filter of the Variables to update (default `Param`).
+    """
+
+    def __init__(self, model: M, tx: optax.GradientTransformation, *, wrt: Filter = Param):
+        super().__init__(model, tx, wrt=wrt)
+        self.model = model
+
+    def update(self, grads: Any, /, **kwargs: Any) -> optax.Updates:  # type: ignore[override]
+        """Apply one optax step to `model` with `grads` (see `Optimizer.update`)."""
+        return super().update(self.model, grads, **kwargs)
