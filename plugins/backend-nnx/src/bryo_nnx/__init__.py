@@ -48,6 +48,7 @@ from ._display import display as display
 from ._display import render as render
 from ._dropout import Dropout as Dropout
 from ._embed import Embed as Embed
+from ._eval_shape import eval_shape as eval_shape
 from ._linear import Einsum as Einsum
 from ._linear import Linear as Linear
 from ._linear import LinearGeneral as LinearGeneral
@@ -69,6 +70,8 @@ from ._recurrent import RNNCellBase as RNNCellBase
 from ._recurrent import SimpleCell as SimpleCell
 from ._recurrent import flip_sequences as flip_sequences
 from ._sequential import Sequential as Sequential
+from ._summary import CallInfo as CallInfo
+from ._summary import tabulate as tabulate
 from ._weight_norms import SpectralNorm as SpectralNorm
 from ._weight_norms import WeightNorm as WeightNorm
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
+from bryo_graph import List
 from bryo_rngs import Rngs
 
 from ._module import Module
@@ -32,12 +33,12 @@ class Sequential(Module):
     >>> model(jnp.ones((4, 2))).shape                                            # doctest: +SKIP
     (4, 1)
 
-    The callables are the list `layers` (modules in it are submodules). With none, a
+    The callables are `layers`, an `nnx.List` (modules in it are submodules). With none, a
     call returns its one argument (or the arguments, as a tuple or dict).
     """
 
     def __init__(self, *fns: Callable[..., object]) -> None:
-        self.layers = list(fns)
+        self.layers = List(fns)
 
     def __call__(self, *args: object, rngs: Rngs | None = None, **kwargs: object) -> object:
         if not self.layers:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from bryo_filters import Filter, PathContains, to_predicate
-from bryo_graph import BatchStat, Param, iter_graph
+from bryo_graph import BatchStat, Dict, Param, iter_graph
 from bryo_pytree import Path
 
 from . import dtypes, initializers
@@ -89,12 +89,16 @@ class WeightNorm(Module):
         self.param_dtype = param_dtype
         self.variable_filter = to_predicate(variable_filter)
         self.promote_dtype = promote_dtype
-        self.scales: dict[Path, Param] | None = None
+        self.scales: Dict | None = None
         if use_scale:
-            self.scales = {
-                path: Param(scale_init(params_key(rngs, "WeightNorm"), self._feature_shape(param)))
-                for path, param in self._selected()
-            }
+            self.scales = Dict(
+                {
+                    path: Param(
+                        scale_init(params_key(rngs, "WeightNorm"), self._feature_shape(param))
+                    )
+                    for path, param in self._selected()
+                }
+            )
 
     def _selected(self) -> list[tuple[Path, Param]]:
         return [
@@ -182,7 +186,7 @@ class SpectralNorm(Module):
             u = initializers.normal()(key, (1, matrix.shape[-1]), param_dtype)
             batch_stats[(*path, "u")] = BatchStat(u)
             batch_stats[(*path, "sigma")] = BatchStat(initializers.ones(key, (), param_dtype))
-        self.batch_stats = batch_stats
+        self.batch_stats = Dict(batch_stats)
 
     def _as_matrix(self, path: Path, value: jax.Array) -> jax.Array | None:
         """`value` as a matrix, or None when it is not normalised."""
