@@ -24,7 +24,31 @@ def test_the_reference_lists_names():
     assert len(REFERENCES) > 10
 
 
-@pytest.mark.parametrize("facade", ["bryo", "bryo.nnx", "bryo.hax", "bryo.hax.nn", "bryo.mox"])
+NNX_SUBMODULES = [
+    "bryo.nnx.nn",
+    *(
+        f"bryo.nnx.nn.{name}"
+        for name in (
+            "activations",
+            "attention",
+            "dtypes",
+            "initializers",
+            "linear",
+            "lora",
+            "normalization",
+            "recurrent",
+            "stochastic",
+        )
+    ),
+    "bryo.nnx.training",
+    "bryo.nnx.training.metrics",
+    "bryo.nnx.training.optimizer",
+]
+
+
+@pytest.mark.parametrize(
+    "facade", ["bryo", "bryo.nnx", "bryo.hax", "bryo.hax.nn", "bryo.mox", *NNX_SUBMODULES]
+)
 def test_facade_names_import(facade):
     module = importlib.import_module(facade)
     names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]

@@ -65,7 +65,6 @@ from bryo_nnx import hard_silu as hard_silu
 from bryo_nnx import hard_swish as hard_swish
 from bryo_nnx import hard_tanh as hard_tanh
 from bryo_nnx import identity as identity
-from bryo_nnx import initializers as initializers
 from bryo_nnx import leaky_relu as leaky_relu
 from bryo_nnx import log_sigmoid as log_sigmoid
 from bryo_nnx import log_softmax as log_softmax
@@ -103,3 +102,43 @@ from bryo_transforms import remat as remat
 from bryo_transforms import scan as scan
 from bryo_transforms import value_and_grad as value_and_grad
 from bryo_transforms import vmap as vmap
+
+# isort: split
+# Layers and training helpers (issue 13; owner: layers). Keep other additions out of this block.
+from bryo_graph import Dict as Dict
+from bryo_graph import List as List
+from bryo_nnx import RNN as RNN
+from bryo_nnx import Bidirectional as Bidirectional
+from bryo_nnx import CallInfo as CallInfo
+from bryo_nnx import Einsum as Einsum
+from bryo_nnx import GroupNorm as GroupNorm
+from bryo_nnx import GRUCell as GRUCell
+from bryo_nnx import InstanceNorm as InstanceNorm
+from bryo_nnx import LoRA as LoRA
+from bryo_nnx import LoRALinear as LoRALinear
+from bryo_nnx import LoRAParam as LoRAParam
+from bryo_nnx import LSTMCell as LSTMCell
+from bryo_nnx import OptimizedLSTMCell as OptimizedLSTMCell
+from bryo_nnx import PReLU as PReLU
+from bryo_nnx import RNNCellBase as RNNCellBase
+from bryo_nnx import Sequential as Sequential
+from bryo_nnx import SimpleCell as SimpleCell
+from bryo_nnx import SpectralNorm as SpectralNorm
+from bryo_nnx import WeightNorm as WeightNorm
+from bryo_nnx import eval_shape as eval_shape
+from bryo_nnx import tabulate as tabulate
+from bryo_nnx.initializers import Initializer as Initializer
+from bryo_training import Metric as Metric
+from bryo_training import ModelAndOptimizer as ModelAndOptimizer
+from bryo_training import MultiMetric as MultiMetric
+from bryo_training import OptArray as OptArray
+from bryo_training import Optimizer as Optimizer
+from bryo_training import OptState as OptState
+from bryo_training import OptVariable as OptVariable
+from bryo_training import TrainState as TrainState
+
+from . import nn as nn
+from . import training as training
+from .nn import initializers as initializers
+from .training import metrics as metrics
+from .training import optimizer as optimizer

@@ -1,0 +1,3 @@
+"""`nnx.nn.stochastic`: `Dropout`."""
+
+from bryo_nnx import Dropout as Dropout

@@ -1,0 +1,42 @@
+"""Flax NNX's public paths on `bryo.nnx`: the `nnx.nn.*` and `nnx.training.*` submodules
+are real modules (importable by dotted path), holding the same objects as the facade."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from bryo import nnx
+
+SUBMODULE_NAMES = {
+    "nn.activations": ["relu", "gelu", "PReLU"],
+    "nn.attention": ["MultiHeadAttention", "dot_product_attention", "combine_masks"],
+    "nn.dtypes": ["promote_dtype", "canonicalize_dtype"],
+    "nn.initializers": ["lecun_normal", "zeros_init", "ones_init", "variance_scaling"],
+    "nn.linear": ["Linear", "LinearGeneral", "Einsum", "Conv", "ConvTranspose", "Embed"],
+    "nn.lora": ["LoRA", "LoRALinear", "LoRAParam"],
+    "nn.normalization": ["BatchNorm", "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm"],
+    "nn.recurrent": ["LSTMCell", "GRUCell", "SimpleCell", "OptimizedLSTMCell", "RNN"],
+    "nn.stochastic": ["Dropout"],
+    "training.metrics": ["Average", "Accuracy", "Welford", "MultiMetric", "Metric"],
+    "training.optimizer": ["Optimizer", "ModelAndOptimizer", "OptState"],
+}
+
+
+@pytest.mark.parametrize("submodule", SUBMODULE_NAMES)
+def test_flax_paths_import_and_hold_the_facades_objects(submodule):
+    module = importlib.import_module(f"bryo.nnx.{submodule}")
+    for name in SUBMODULE_NAMES[submodule]:
+        value = getattr(module, name)
+        facade = getattr(nnx, name, None) or getattr(nnx.metrics, name, None)
+        assert facade is None or facade is value, f"{submodule}.{name}"
+
+
+def test_initializers_metrics_and_containers_are_one_namespace():
+    from bryo.nnx.nn import initializers
+
+    assert nnx.initializers is initializers is nnx.nn.initializers
+    assert nnx.metrics is nnx.training.metrics and nnx.optimizer is nnx.training.optimizer
+    assert nnx.List([1]) == [1] and nnx.Dict({"a": 1}) == {"a": 1}
+    assert nnx.Initializer is not None
