@@ -159,7 +159,8 @@ class Accuracy(Average):
 
     Args:
         threshold: the binary decision threshold, or None for multi-class.
-        argname: kept for `Average`'s signature.
+        *args: `Average`'s arguments.
+        **kwargs: `Average`'s keyword arguments.
     """
 
     def __init__(self, threshold: float | None = None, *args: Any, **kwargs: Any) -> None:

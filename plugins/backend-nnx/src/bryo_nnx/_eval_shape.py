@@ -23,7 +23,8 @@ def eval_shape(f: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
     Args:
         f: the function; it may build, take and return modules, `Rngs` and Variables.
-        *args, **kwargs: its arguments (graph nodes, arrays, static values).
+        *args: its positional arguments (graph nodes, arrays, static values).
+        **kwargs: its keyword arguments.
 
     Returns:
         `f`'s output with every array replaced by a `jax.ShapeDtypeStruct` (modules are

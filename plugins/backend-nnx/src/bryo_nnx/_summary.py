@@ -371,14 +371,18 @@ def tabulate(
 
     Args:
         obj: the model (a Module).
-        *input_args, **input_kwargs: the call's arguments (arrays or `ShapeDtypeStruct`s).
+        *input_args: the call's positional arguments (arrays or `ShapeDtypeStruct`s).
         depth: show only calls at most this deep in the model (0: the model's own call).
         method: the method to call (default `__call__`).
         row_filter: keep only the rows (`CallInfo`) for which it returns True.
-        table_kwargs, column_kwargs, console_kwargs: Flax's options for its `rich`
-            renderer; accepted so Flax code runs, without effect (the table is plain text).
-        compute_flops, compute_vjp_flops: add columns with each call's estimated FLOPs
-            forward (and forward plus backward), from XLA's cost analysis.
+        table_kwargs: Flax's option for its `rich` renderer; accepted so Flax code runs,
+            without effect (the table is plain text).
+        column_kwargs: likewise.
+        console_kwargs: likewise.
+        compute_flops: add a column with each call's estimated FLOPs, from XLA's cost
+            analysis.
+        compute_vjp_flops: add a column with each call's forward plus backward FLOPs.
+        **input_kwargs: the call's keyword arguments.
 
     Returns:
         The table, as text.
