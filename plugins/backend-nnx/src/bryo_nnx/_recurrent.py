@@ -59,8 +59,8 @@ def _carry_stream(rngs: RngsArg | None, stored: RngStream | None) -> RngStream:
 
 
 class RNNCellBase(Module):
-    """The base of recurrent cells: `__call__(carry, x) -> (carry, y)`, `initialize_carry`,
-    and `num_feature_axes` (the trailing feature axes of `x`, 1 for these cells).
+    """The base of recurrent cells, which define `__call__(carry, x) -> (carry, y)`; it gives
+    them `initialize_carry` and `num_feature_axes` (the trailing feature axes of `x`, 1).
 
     Subclasses set `hidden_features`, `param_dtype`, `carry_init` and `rngs` and list how
     many arrays their carry holds in `carry_arrays`.
@@ -115,9 +115,6 @@ class RNNCellBase(Module):
     def num_feature_axes(self) -> int:
         """The number of trailing feature axes of a step's input."""
         return 1
-
-    def __call__(self, carry: CarryState, inputs: jax.Array) -> tuple[CarryState, jax.Array]:
-        raise TypeError(f"{type(self).__name__} is a cell base class; subclass it with __call__.")
 
 
 class LSTMCell(RNNCellBase):
