@@ -25,7 +25,15 @@ from bryo_graph import Cache, Intermediate
 from bryo_rngs import RngStream
 
 from . import dtypes, initializers
-from ._common import NO_METADATA, Metadata, RngsArg, call_key, first_given, fork_stream
+from ._common import (
+    NO_METADATA,
+    Metadata,
+    RngsArg,
+    call_key,
+    first_given,
+    first_not_none,
+    fork_stream,
+)
 from ._linear import LinearGeneral, default_bias_init, default_kernel_init
 from ._module import Module
 from ._normalization import LayerNorm
@@ -464,7 +472,7 @@ class MultiHeadAttention(Module):
         value = self.value(inputs_v, out_sharding=qkv_sharding)
         if self.query_ln is not None and self.key_ln is not None:
             query, key = self.query_ln(query), self.key_ln(key)
-        if first_not_none_bool(decode, self.decode):
+        if first_not_none(decode, self.decode):  # unset everywhere: no decoding (Flax raises)
             key, value, mask = self._decode_step(key, value, mask)
         deterministic, dropout_rng = self._dropout_key(deterministic, rngs)
         out = self.attention_fn(
@@ -539,8 +547,3 @@ class MultiHeadAttention(Module):
         self.cached_key = Cache(jnp.zeros(shape, dtype))
         self.cached_value = Cache(jnp.zeros(shape, dtype))
         self.cache_index = Cache(jnp.array(0, dtype=jnp.int32))
-
-
-def first_not_none_bool(*values: bool | None) -> bool:
-    """The first value that is not None, as a bool (False if all are None)."""
-    return bool(next((v for v in values if v is not None), False))

@@ -8,7 +8,7 @@ owns its own stream, so splitting or restoring the caller's `Rngs` never reaches
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 import jax
@@ -103,13 +103,6 @@ def call_key(rngs: object, stored: RngStream | None, collection: str, layer: str
         f"`rngs` of {layer} must be an `nnx.Rngs`, an `RngStream` or a `jax.random.key`; "
         f"got {type(rngs).__name__}."
     )
-
-
-def canonical_axes(axes: int | Sequence[int], ndim: int) -> tuple[int, ...]:
-    """`axes` as a tuple of non-negative ints for an array of rank `ndim`."""
-    if isinstance(axes, int):
-        axes = (axes,)
-    return tuple(a % ndim for a in axes)
 
 
 def first_not_none(*values: object) -> object:
