@@ -91,6 +91,21 @@ def test_tabulate_depth_shared_modules_multiple_outputs_and_flops():
     assert tabulate(Shared(), jnp.ones((3, 2)), depth=0).count("linear") == 0
 
 
+def test_tabulate_records_inherited_methods():
+    class Wide(Linear):
+        pass
+
+    class Holder(Module):
+        def __init__(self) -> None:
+            self.wide = Wide(2, 3, rngs=Rngs(0))
+
+        def __call__(self, x):
+            return self.wide(x)
+
+    table = tabulate(Holder(), jnp.ones((1, 2)))
+    assert "│ wide " in table and "Wide" in table
+
+
 def test_tabulate_leaves_the_model_and_its_classes_as_they_were():
     model = Model(Rngs(0))
     before = graph.state(model)

@@ -183,6 +183,19 @@ def _recording(method: Callable, name: str) -> Callable:
     return recorded
 
 
+def _method_owners(classes: set[type]) -> list[tuple[type, str]]:
+    """`(class, name)` of every method the instances of `classes` can call, inherited ones
+    included, on the class that defines it (the base `Module`'s own methods excepted)."""
+    owners = {
+        (owner, name)
+        for cls in classes
+        for owner in cls.__mro__
+        if issubclass(owner, Module) and owner is not Module
+        for name in _recorded_methods(owner)
+    }
+    return sorted(owners, key=lambda key: (key[0].__qualname__, key[1]))
+
+
 @contextlib.contextmanager
 def _patched(classes: set[type]) -> Iterator[None]:
     """Route the methods of `classes` through the active recorder inside the block.
@@ -190,7 +203,7 @@ def _patched(classes: set[type]) -> Iterator[None]:
     Other threads' calls (no recorder active) go straight through; nested or concurrent
     tabulations share the patch, which the last one out removes.
     """
-    keys = [(cls, name) for cls in classes for name in _recorded_methods(cls)]
+    keys = _method_owners(classes)
     with _PATCH_LOCK:
         for cls, name in keys:
             original, users = _PATCHED.get((cls, name), (vars(cls)[name], 0))
