@@ -11,6 +11,7 @@ import optax
 import pytest
 
 import bryo_graph as graph
+import bryo_transforms as transforms
 from bryo_graph import Object, Param, Variable
 from bryo_training import ModelAndOptimizer, OptArray, Optimizer, OptVariable, TrainState
 
@@ -56,7 +57,7 @@ def test_updates_equal_optax_on_plain_arrays():
     expected = plain_adam_steps({"w": model.w[...], "b": model.b[...]}, 3)
     optimizer = Optimizer(model, optax.adam(0.1), wrt=Param)
     for _ in range(3):
-        optimizer.update(model, graph.grad(loss)(model))
+        optimizer.update(model, transforms.grad(loss)(model))
     np.testing.assert_allclose(model.w[...], expected["w"], rtol=1e-6)
     np.testing.assert_allclose(model.b[...], expected["b"], rtol=1e-6)
     assert int(optimizer.step[...]) == 3
@@ -66,7 +67,7 @@ def test_wrt_selects_the_variables_updated():
     model = Model()
     b = model.b[...]
     optimizer = Optimizer(model, optax.sgd(0.1), wrt=lambda path, value: path == ("w",))
-    updates = optimizer.update(model, graph.grad(loss)(model))
+    updates = optimizer.update(model, transforms.grad(loss)(model))
     np.testing.assert_array_equal(model.b[...], b)
     assert set(dict(updates.flat_state())) == {("w",)}
 
@@ -85,15 +86,15 @@ def test_the_optimizer_is_a_graph_node_that_jit_and_split_carry():
     model = Model()
     optimizer = Optimizer(model, optax.adam(0.1), wrt=Param)
 
-    @graph.jit
+    @transforms.jit
     def train_step(model, optimizer):
-        optimizer.update(model, graph.grad(loss)(model))
+        optimizer.update(model, transforms.grad(loss)(model))
 
     for _ in range(2):
         train_step(model, optimizer)
     graphdef, state = graph.split((model, optimizer))
     model2, optimizer2 = graph.merge(graphdef, state)
-    optimizer2.update(model2, graph.grad(loss)(model2))
+    optimizer2.update(model2, transforms.grad(loss)(model2))
     expected = plain_adam_steps({"w": Model().w[...], "b": Model().b[...]}, 3)
     np.testing.assert_allclose(model2.w[...], expected["w"], rtol=1e-5)
     assert int(optimizer2.step[...]) == 3 and int(optimizer.step[...]) == 2
@@ -109,7 +110,7 @@ def test_extra_update_arguments_reach_optax():
 
     before = loss(model)
     for _ in range(2):
-        grads = graph.grad(loss)(model)
+        grads = transforms.grad(loss)(model)
         optimizer.update(model, grads, grad=grads, value=loss(model), value_fn=value_fn)
     assert loss(model) < before
 
@@ -118,7 +119,7 @@ def test_model_and_optimizer_keeps_the_model():
     model = Model()
     optimizer = ModelAndOptimizer(model, optax.sgd(0.1))
     before = loss(model)
-    optimizer.update(graph.grad(loss)(model))
+    optimizer.update(transforms.grad(loss)(model))
     assert loss(optimizer.model) < before and optimizer.model is model
 
 
@@ -128,7 +129,7 @@ def test_flax_011_api_errors_say_what_to_do():
         Optimizer(model, optax.sgd(0.1))
     optimizer = Optimizer(model, optax.sgd(0.1), wrt=Param)
     with pytest.raises(TypeError, match=r"`optimizer.update\(model, grads\)`"):
-        optimizer.update(graph.grad(loss)(model))
+        optimizer.update(transforms.grad(loss)(model))
     with pytest.raises(AttributeError, match="keeps no `model`"):
         _ = optimizer.model
 

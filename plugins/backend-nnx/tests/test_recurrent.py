@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bryo_graph as graph
-from bryo_graph import BatchStat, Carry, Param
+from bryo_graph import BatchStat, Param
 from bryo_nnx import (
     RNN,
     BatchNorm,
@@ -26,6 +26,7 @@ from bryo_nnx import (
     initializers,
 )
 from bryo_rngs import Rngs
+from bryo_transforms import Carry
 
 X = jax.random.normal(jax.random.key(0), (2, 4, 3))
 

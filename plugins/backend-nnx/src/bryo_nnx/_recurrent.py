@@ -21,8 +21,9 @@ import jax
 import jax.numpy as jnp
 
 from bryo_filters import All, Filter, OfType
-from bryo_graph import Carry, StateAxes, iter_graph, merge, split, update
+from bryo_graph import iter_graph, merge, split, update
 from bryo_rngs import Rngs, RngSplit, RngState, RngStream, restore_rngs, split_rngs_in_place
+from bryo_transforms import Carry, StateAxes
 
 from . import dtypes, initializers
 from ._activations import sigmoid, tanh
