@@ -222,3 +222,25 @@ def test_keyword_arguments_round_trip(bryo_plugin_manager, format):
     np.testing.assert_allclose(
         yax.eval_mox(back, X, scale={"a": jnp.float32(2.0)}, train=True), 2 * X
     )
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_custom_rule_regions_must_fit_the_equation(bryo_plugin_manager, format):
+    """A rule region that lost its result loaded once, and failed only when differentiated."""
+    doc = _doc(lambda v: jax.nn.relu(v) * 2, X)
+    (custom,) = [c for c in doc.children if c.tag == "custom_jvp_call"]
+    (rule,) = [r for r in custom.children if r.attrs["param"] == "jvp"]
+    rule.results = []
+    _refused(format, doc, r"jvp returns \(\); the equation needs \(f32\[2,4\]\)")
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_while_regions_must_fit_the_loop(bryo_plugin_manager, format):
+    def loop(v):
+        return jax.lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 2.0), (0, v))
+
+    doc = _doc(loop, X)
+    (node,) = [c for c in doc.children if c.tag == "while"]
+    (cond,) = [r for r in node.children if r.attrs["param"] == "cond_jaxpr"]
+    cond.results = [Port(cond.inputs[0].name, cond.inputs[0].type)]  # the counter, not a bool
+    _refused(format, doc, r"cond_jaxpr returns \(i32\[\]\)")

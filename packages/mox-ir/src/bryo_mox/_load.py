@@ -33,11 +33,12 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jex
 
+from ._compat import JaxprTypeError, check_jaxpr
 from ._errors import MoxError, MoxSerializationError
 from ._ir import CUSTOM_DERIVATIVE_NAMES, JIT_ALIASES, ModuleInfo, Mox
 from ._limits import array_nbytes, current_budget
 from ._regions import bind_with_regions
-from ._rules import rebuild_custom
+from ._rules import differentiable, rebuild_custom
 from ._trace import convert_closed, new_marker
 from ._types import from_storage, is_key_dtype, parse_type, same_type, type_str
 from .document import ATTR_NAME, MODULE_ATTRS, NOWHERE, DocNode, Port, Source, located
@@ -432,10 +433,11 @@ class _Builder:
         if node.tag in CUSTOM_DERIVATIVE_NAMES:
             rule_key = "jvp" if node.tag == "custom_jvp_call" else "vjp"
             _expect(node, regions, {("call_jaxpr", None), (rule_key, None)})
-            primal = jex.jaxpr_as_fun(regions["call_jaxpr", None])
-            rule = jex.jaxpr_as_fun(regions[rule_key, None])
-            name = node.attrs.get("name")
+            call, rule_region = regions["call_jaxpr", None], regions[rule_key, None]
             avals = [a.aval for a in ins]
+            _check_rule(node, rule_key, avals, call, rule_region)
+            primal, rule = jex.jaxpr_as_fun(call), jex.jaxpr_as_fun(rule_region)
+            name = node.attrs.get("name")
 
             def custom(*xs: Any) -> list[Any]:
                 fun = rebuild_custom(node.tag, str(name or node.tag), primal, rule, avals)
@@ -443,6 +445,9 @@ class _Builder:
 
             return self.trace(node, custom, ins)
         prim = primitive(node.tag)
+        if node.tag == "while":
+            _expect(node, regions, {("cond_jaxpr", None), ("body_jaxpr", None)})
+            _check_while(node, [a.aval for a in ins], regions)
         params = dict(node.attrs)
         counts: dict[str, int] = {}
         for key, index in regions:
@@ -457,7 +462,15 @@ class _Builder:
                 prim, params, xs, regions, open_params, lambda: f"equation `{node.tag}`"
             )
 
-        return self.trace(node, bind, ins)
+        traced = self.trace(node, bind, ins)
+        if check_jaxpr is not None:  # jax's bind does not check every region (scan carries)
+            try:
+                check_jaxpr(traced.jaxpr)
+            except JaxprTypeError as error:
+                raise MoxSerializationError(
+                    f"<{node.tag}>'s regions do not fit it: {str(error).splitlines()[0]}"
+                ) from None
+        return traced
 
     def module_call(
         self, node: DocNode, ins: list[Atom], body: jex.ClosedJaxpr, eqns: list[jex.JaxprEqn]
@@ -542,6 +555,57 @@ class _Builder:
         template = _JitTemplate(dict(eqn.params), eqn.source_info, eqn.ctx)
         self.jit_templates[n_in, n_out] = template
         return template
+
+
+def _check_rule(
+    node: DocNode,
+    rule_key: str,
+    in_avals: Sequence[Any],
+    call: jex.ClosedJaxpr,
+    rule: jex.ClosedJaxpr,
+) -> None:
+    """A custom derivative's regions must have the signatures its rule is called with
+    (jax checks them only when differentiating): `call_jaxpr` takes the inputs; a `jvp`
+    rule takes (primals, tangents of the float inputs) and returns the outputs' tangents,
+    a `vjp` rule takes (primals, output cotangents) and returns the float inputs'."""
+    out_avals = list(call.out_avals)
+    floats = [a for a in in_avals if differentiable(a.dtype)]
+    if rule_key == "jvp":
+        expected_in, expected_out = [*in_avals, *floats], out_avals
+    else:
+        expected_in, expected_out = [*in_avals, *out_avals], floats
+    _check_signature(node, "call_jaxpr takes", call.in_avals, in_avals)
+    _check_signature(node, f"{rule_key} takes", rule.in_avals, expected_in)
+    _check_signature(node, f"{rule_key} returns", rule.out_avals, expected_out)
+
+
+def _check_while(
+    node: DocNode, in_avals: Sequence[Any], regions: dict[RegionKey, jex.ClosedJaxpr]
+) -> None:
+    """A `while`'s regions must fit its operands (jax's own type check skips them): the
+    condition takes (its constants, the carry) and returns a `bool[]`; the body takes
+    (its constants, the carry) and returns the carry."""
+    n_cond, n_body = (_count(node, k, len(in_avals)) for k in ("cond_nconsts", "body_nconsts"))
+    if n_cond + n_body > len(in_avals):
+        raise MoxSerializationError(f"<{node.tag}> has fewer operands than constants.")
+    carry = list(in_avals[n_cond + n_body :])
+    cond, body = regions["cond_jaxpr", None], regions["body_jaxpr", None]
+    boolean = jax.core.ShapedArray((), np.dtype(bool))
+    _check_signature(node, "cond_jaxpr takes", cond.in_avals, [*in_avals[:n_cond], *carry])
+    _check_signature(node, "cond_jaxpr returns", cond.out_avals, [boolean])
+    body_in = [*in_avals[n_cond : n_cond + n_body], *carry]
+    _check_signature(node, "body_jaxpr takes", body.in_avals, body_in)
+    _check_signature(node, "body_jaxpr returns", body.out_avals, carry)
+
+
+def _check_signature(node: DocNode, what: str, got: Sequence[Any], expected: Sequence[Any]) -> None:
+    if len(got) != len(expected) or not all(
+        same_type(a, b) for a, b in zip(got, expected, strict=True)
+    ):
+        raise MoxSerializationError(
+            f"<{node.tag}>: its region {what} ({', '.join(map(type_str, got))}); the "
+            f"equation needs ({', '.join(map(type_str, expected))})."
+        )
 
 
 def _bound(prim: jex.Primitive, out: Any) -> list[Any]:
