@@ -142,10 +142,50 @@ def test_unknown_remat_and_bad_nested():
         )
 
 
-def test_nested_outer_blocks():
+def test_nested_outer_blocks_follow_the_memory_model():
     policy = ScanCheckpointPolicy(nested=True)
-    assert [policy.outer_blocks(n) for n in (16, 64, 100, 128, 7, 12)] == [4, 8, 10, 8, 1, 3]
-    assert ScanCheckpointPolicy(disable=True, nested=True).outer_blocks(16) is None
+    mib = 2**20
+    # large carries next to small per-step inputs: nest, about sqrt(N) outer blocks
+    assert [policy.outer_blocks(n, mib, mib // 64) for n in (16, 64, 100, 128, 12)] == [
+        4,
+        8,
+        10,
+        16,
+        4,
+    ]
+    # a small carry next to large per-layer weights (batch 32 through 256x256 layers):
+    # no split keeps less than remat=True, so the scan is not nested
+    assert policy.outer_blocks(64, 32 * 256 * 4, mib // 2) is None
+    assert policy.outer_blocks(7, mib, 0) is None  # a prime length has no split
+    assert policy.outer_blocks(64, 0, mib) is None  # nothing carried, nothing to save
+    assert ScanCheckpointPolicy(disable=True, nested=True).outer_blocks(16, mib, 0) is None
+
+
+def test_explicit_nested_keeps_its_count_whatever_the_sizes():
+    policy = ScanCheckpointPolicy(nested=4)
+    assert policy.outer_blocks(64, 1, 2**30) == policy.outer_blocks(64) == 4
+
+
+@pytest.mark.parametrize(("batch", "nests"), [(2, False), (64, True)])
+def test_nested_true_never_keeps_more_than_remat_true(batch, nests):
+    width, n = 16, 16
+
+    def temp_bytes(remat):
+        def loss(layers, x):
+            step = lambda c, layer: jnp.tanh(c @ layer["w"] + layer["b"]) + c
+            return fold(step, 0, remat=remat)(x, layers).sum()
+
+        layers = {
+            "w": jax.ShapeDtypeStruct((n, width, width), jnp.float32),
+            "b": jax.ShapeDtypeStruct((n, width), jnp.float32),
+        }
+        x = jax.ShapeDtypeStruct((batch, width), jnp.float32)
+        compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(layers, x).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    nested, full = temp_bytes("nested"), temp_bytes(True)
+    assert nested <= full
+    assert (nested < full) is nests
 
 
 def _count_in_grad(remat, primitive):

@@ -16,6 +16,7 @@ from ._policy import CARRY_NAME as CARRY_NAME
 from ._policy import INPUTS_NAME as INPUTS_NAME
 from ._policy import ScanCheckpointPolicy as ScanCheckpointPolicy
 from ._policy import check_can_offload as check_can_offload
+from ._policy import nested_outer_blocks as nested_outer_blocks
 from ._policy import tree_checkpoint_name as tree_checkpoint_name
 from ._scan import Remat as Remat
 from ._scan import checkpointed_scan as checkpointed_scan

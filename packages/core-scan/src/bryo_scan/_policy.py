@@ -2,9 +2,11 @@
 
 A policy becomes a `jax.checkpoint` around each block (the scan body) with a
 `jax.checkpoint_policies` policy built from its options; `nested` additionally splits the
-scan into an outer scan of checkpointed inner scans. The block's inputs (the carry and the
-scanned slice) are what `jax.checkpoint` keeps by construction, so saving them costs
-nothing extra: they are named (`checkpoint_name`) only when they are to be offloaded.
+scan into an outer scan of checkpointed inner scans, with an outer block count that
+`nested_outer_blocks` picks from a memory model of the carries and scanned inputs. The
+block's inputs (the carry and the scanned slice) are what `jax.checkpoint` keeps by
+construction, so saving them costs nothing extra: they are named (`checkpoint_name`) only
+when they are to be offloaded.
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ class ScanCheckpointPolicy:
             (Haliax's `remat=True`; the same as the defaults here). It cannot be combined
             with saved or offloaded internals, offloading, or `disable`.
         nested: split the scan into an outer scan of `nested` checkpointed blocks (an
-            int that divides the length) or about sqrt(length) of them (True).
+            int that divides the length), or (True) as many as the memory model of
+            `nested_outer_blocks` says use the least memory: True never keeps more than
+            `remat=True`, and falls back to it when no split saves memory (small carries
+            next to large per-step inputs, such as a small batch through wide layers).
 
     Example:
         >>> policy = ScanCheckpointPolicy(save_block_internals=["y"])
@@ -219,18 +224,74 @@ class ScanCheckpointPolicy:
         body = named_block if (name_carry or name_inputs) else block
         return jax.checkpoint(body, policy=policy, prevent_cse=self.prevent_cse)  # type: ignore[return-value]
 
-    def outer_blocks(self, length: int) -> int | None:
-        """How many outer blocks a nested scan of `length` steps uses (None: not nested)."""
+    def outer_blocks(self, length: int, carry_bytes: int = 0, step_bytes: int = 0) -> int | None:
+        """How many outer blocks a nested scan of `length` steps uses (None: not nested).
+
+        `carry_bytes` is the size of the carry, `step_bytes` that of one step's scanned
+        inputs; `nested=True` picks the count from them (`nested_outer_blocks`), an
+        explicit `nested=k` is used as it is.
+        """
         if self.disable or self.nested is False:
             return None
         if self.nested is True:
-            return max(d for d in range(1, math.isqrt(length) + 1) if length % d == 0)
+            return nested_outer_blocks(length, carry_bytes, step_bytes)
         if length % self.nested:
             raise ValueError(
                 f"`nested={self.nested}` outer blocks do not divide the scan length {length}; "
                 "pick a divisor of the length or nested=True."
             )
         return self.nested
+
+
+# Fraction of `remat=True`'s memory a nested split must stay under to be used: the model
+# leaves out small terms (the outer scan's own buffers), so near-ties are not worth it.
+_NESTED_MARGIN = 0.9
+
+
+def nested_outer_blocks(length: int, carry_bytes: int, step_bytes: int) -> int | None:
+    """The outer block count of `nested=True`, or None when nesting saves no memory.
+
+    The memory model, for `N = length` steps, a carry of `C = carry_bytes` and scanned
+    inputs of `X = step_bytes` per step (a block's weights, for a stack of layers):
+
+    - `remat=True` keeps the carry entering every block: `N * C`;
+    - a nested scan of `k` outer blocks of `m = N / k` steps keeps the `k` outer carries
+      and, while the backward pass recomputes one outer block, its `m` inner carries,
+      its chunk of the scanned inputs and that chunk's gradient: `(k + m) * C + 2 * m * X`.
+
+    The count is the divisor `k` of `N` (with `1 < k < N`) that minimizes the nested
+    cost, used only if that cost stays below `remat=True`'s. Nesting helps when the
+    carries dominate (long scans, large batches, narrow layers); with a small carry next
+    to large per-layer weights it does not, and the scan stays a plain checkpointed one.
+
+    >>> nested_outer_blocks(64, carry_bytes=2**20, step_bytes=2**19)  # batch 1024, width 256
+    8
+    >>> nested_outer_blocks(64, carry_bytes=2**15, step_bytes=2**19) is None  # batch 32
+    True
+    """
+    plain = length * carry_bytes
+    best: tuple[int, int] | None = None
+    for outer in range(2, length):
+        if length % outer:
+            continue
+        inner = length // outer
+        cost = (outer + inner) * carry_bytes + 2 * inner * step_bytes
+        if best is None or cost < best[0]:
+            best = (cost, outer)
+    if best is None or best[0] >= _NESTED_MARGIN * plain:
+        return None
+    return best[1]
+
+
+def tree_bytes(tree: object) -> int:
+    """The bytes of the array leaves of `tree` (tracers included; other leaves count 0)."""
+    total = 0
+    for leaf in jax.tree_util.tree_leaves(tree):
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if shape is None or dtype is None:
+            continue
+        total += math.prod(shape) * getattr(dtype, "itemsize", 8)
+    return total
 
 
 def tree_checkpoint_name(tree: object, name: str) -> object:

@@ -18,7 +18,7 @@ import jax
 from jax import lax
 
 from ._hooks import resolve_axis
-from ._policy import ScanCheckpointPolicy
+from ._policy import ScanCheckpointPolicy, tree_bytes
 from ._trees import ArgNames, IsScanned, OutputStacker, Rules, scan_predicate, unbind_inputs
 from ._types import ScanOutputError
 
@@ -52,7 +52,8 @@ def checkpointed_scan(
         `(final carry, [stacked ys])`.
     """
     block = policy.checkpoint(body)
-    outer_blocks = policy.outer_blocks(length)
+    step_bytes = tree_bytes(xs) // length if length else 0
+    outer_blocks = policy.outer_blocks(length, tree_bytes(init), step_bytes)
     if outer_blocks is None:
         return lax.scan(block, init, xs, length=length, reverse=reverse, unroll=unroll)
     inner = length // outer_blocks
