@@ -11,7 +11,7 @@ Loading wraps the primal region and that rule region back into `jax.custom_jvp` 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -30,10 +30,15 @@ def differentiable(dtype: Any) -> bool:
     return jax.numpy.issubdtype(dtype, jax.numpy.inexact)
 
 
-def derivative_rule_region(node: Equation) -> tuple[str, Block]:
-    """The rule of a custom derivative equation as a region: `("jvp" | "vjp", block)`."""
-    from ._trace import convert_closed
+class _Rule(NamedTuple):
+    """How to trace one equation's rule: `fun(*avals) -> outputs`, written as `key`."""
 
+    key: str
+    fun: Callable[..., list[Any]]
+    avals: list[jax.ShapeDtypeStruct]
+
+
+def _rule(node: Equation) -> _Rule:
     eqn = node.eqn
     in_avals = [v.aval for v in eqn.invars]
     out_avals = [v.aval for v in eqn.outvars]
@@ -46,9 +51,8 @@ def derivative_rule_region(node: Equation) -> tuple[str, Block]:
     primal = lambda *p: eval_equation(eqn, list(p))
     n = len(in_avals)
     if eqn.primitive.name == "custom_jvp_call":
-        key = "jvp"
 
-        def rule(*xs: Any) -> list[Any]:
+        def jvp(*xs: Any) -> list[Any]:
             tangents = iter(xs[n:])
             full = [
                 next(tangents) if d else np.zeros(a.shape, jax.dtypes.float0)
@@ -57,20 +61,92 @@ def derivative_rule_region(node: Equation) -> tuple[str, Block]:
             return list(jax.jvp(primal, tuple(xs[:n]), tuple(full))[1])
 
         extra = [a for a, d in zip(in_avals, diff, strict=False) if d]
-    else:
-        key = "vjp"
+        return _Rule("jvp", jvp, [_sds(a) for a in [*in_avals, *extra]])
 
-        def rule(*xs: Any) -> list[Any]:
-            _, pullback = jax.vjp(primal, *xs[:n])
-            grads = pullback(list(xs[n:]))
-            return [g for g, d in zip(grads, diff, strict=False) if d]
+    def vjp(*xs: Any) -> list[Any]:
+        _, pullback = jax.vjp(primal, *xs[:n])
+        grads = pullback(list(xs[n:]))
+        return [g for g, d in zip(grads, diff, strict=False) if d]
 
-        extra = out_avals
-    avals = [_sds(a) for a in [*in_avals, *extra]]
-    traced = convert_closed(jax.make_jaxpr(rule)(*avals))
-    # The traced rule may call the custom function itself (for its primal output);
-    # inline those calls so that writing the rule does not recurse forever.
-    return key, inline_calls(traced)
+    return _Rule("vjp", vjp, [_sds(a) for a in [*in_avals, *out_avals]])
+
+
+def derivative_rule_region(node: Equation) -> tuple[str, Block]:
+    """The rule of a custom derivative equation as a region: `("jvp" | "vjp", block)`."""
+    return derivative_rule_regions([node])[0]
+
+
+def derivative_rule_regions(nodes: Sequence[Equation]) -> list[tuple[str, Block]]:
+    """The rules of several custom derivative equations, as `derivative_rule_region`.
+
+    They are traced together, in one `jax.make_jaxpr` (whose fixed cost is most of a
+    small rule's), and the traced block is split into one region per rule: each rule
+    reads only its own inputs. If the joint trace fails, each rule is traced alone, so
+    that the error names its equation.
+    """
+    from ._trace import convert_closed
+
+    rules = [_rule(node) for node in nodes]
+    if len(rules) > 1:
+        try:
+            return _traced_together(rules)
+        except Exception:  # traced one by one below, for an error naming the equation
+            pass
+    regions = []
+    for rule in rules:
+        traced = convert_closed(jax.make_jaxpr(rule.fun)(*rule.avals))
+        # The traced rule may call the custom function itself (for its primal output);
+        # inline those calls so that writing the rule does not recurse forever.
+        regions.append((rule.key, inline_calls(traced)))
+    return regions
+
+
+def _traced_together(rules: Sequence[_Rule]) -> list[tuple[str, Block]]:
+    from ._trace import convert_closed
+
+    n_outs: list[int] = []
+
+    def together(*xs: Any) -> list[Any]:
+        outs: list[Any] = []
+        start = 0
+        n_outs.clear()
+        for rule in rules:
+            out = rule.fun(*xs[start : start + len(rule.avals)])
+            start += len(rule.avals)
+            n_outs.append(len(out))
+            outs.extend(out)
+        return outs
+
+    traced = inline_calls(
+        convert_closed(jax.make_jaxpr(together)(*[a for r in rules for a in r.avals]))
+    )
+    regions = []
+    in_start = out_start = 0
+    for rule, n_out in zip(rules, n_outs, strict=True):
+        invars = traced.invars[in_start : in_start + len(rule.avals)]
+        outvars = traced.outvars[out_start : out_start + n_out]
+        regions.append((rule.key, _slice(traced, invars, outvars)))
+        in_start += len(rule.avals)
+        out_start += n_out
+    return regions
+
+
+def _slice(block: Block, invars: Sequence[Var], outvars: Sequence[Any]) -> Block:
+    """The part of `block` that computes `outvars` from `invars` (and constants)."""
+    needed = {v for v in outvars if isinstance(v, Var)}
+    kept: list[Node] = []
+    for node in reversed(block.nodes):
+        if any(v in needed for v in node.outvars if isinstance(v, Var)):
+            kept.append(node)
+            needed.update(a for a in node.invars if isinstance(a, Var))
+    consts = [(v, c) for v, c in zip(block.constvars, block.consts, strict=True) if v in needed]
+    return Block(
+        tuple(v for v, _ in consts),
+        tuple(c for _, c in consts),
+        tuple(invars),
+        tuple(reversed(kept)),
+        tuple(outvars),
+    )
 
 
 def inline_calls(block: Block) -> Block:

@@ -256,7 +256,9 @@ def to_document(
     Returns:
         The root `DocNode`, tag `mox`.
     """
-    writer = _Writer(strict=strict, rules=strict if rules is None else rules, ports=ports)
+    writer = _Writer(
+        mox.block, strict=strict, rules=strict if rules is None else rules, ports=ports
+    )
     root = DocNode("mox", node=mox, location=())
     writer.block(root, mox.block, ())
     in_tree = writer.tree(mox.in_tree)
@@ -270,11 +272,13 @@ def to_document(
 
 
 class _Writer:
-    def __init__(self, *, strict: bool, rules: bool, ports: bool = True) -> None:
+    def __init__(self, root: Block, *, strict: bool, rules: bool, ports: bool = True) -> None:
+        self.root = root
         self.strict = strict
         self.rules = rules
         self.ports = ports
         self.namer = Namer()
+        self.rule_regions: dict[int, tuple[str, Block]] | None = None
 
     def port(self, atom: Any) -> Port:
         if isinstance(atom, Literal):
@@ -333,11 +337,30 @@ class _Writer:
             closed = isinstance(param, jex.ClosedJaxpr)
             doc.children.append(self.region(key, index, region, (*location, ("region", r)), closed))
         if self.rules and node.primitive.name in CUSTOM_DERIVATIVE_NAMES:
-            from ._rules import derivative_rule_region
-
-            key, block = derivative_rule_region(node)
+            key, block = self.rule_region(node)
             doc.children.append(self.region(key, None, block, (*location, ("rule",))))
         return doc
+
+    def rule_region(self, node: Equation) -> tuple[str, Block]:
+        """The derivative rule of a custom derivative equation. The first call traces the
+        rules of every such equation in the MoX together (see `derivative_rule_regions`)."""
+        if self.rule_regions is None:
+            from ._ir import iter_nodes
+            from ._rules import derivative_rule_regions
+
+            customs = [
+                n
+                for n in iter_nodes(self.root)
+                if isinstance(n, Equation) and n.primitive.name in CUSTOM_DERIVATIVE_NAMES
+            ]
+            regions = derivative_rule_regions(customs)
+            self.rule_regions = {id(n): r for n, r in zip(customs, regions, strict=True)}
+        found = self.rule_regions.get(id(node))
+        if found is None:  # an equation the walk did not see: trace its rule alone
+            from ._rules import derivative_rule_region
+
+            found = self.rule_regions[id(node)] = derivative_rule_region(node)
+        return found
 
     def region(
         self,
