@@ -536,11 +536,28 @@ class _Builder:
         return outvars
 
     def jit_template(self, n_in: int, n_out: int) -> _JitTemplate:
-        """What `jax.jit` makes of a call with `n_in` inputs and `n_out` outputs."""
+        """What `jax.jit` makes of a call with `n_in` inputs and `n_out` outputs.
+
+        One call with 2 inputs and 3 outputs is traced; its per-input params (tuples of 2
+        equal items: shardings, layouts, donation) and per-output ones (3 equal items)
+        are resized for other arities. A jax whose params do not look like that gets a
+        trace per arity.
+        """
         hit = self.jit_templates.get((n_in, n_out))
         if hit is not None:
             return hit
+        base = self.jit_templates.get((2, 3)) or self.traced_jit_template(2, 3)
+        params = {}
+        for key, value in base.params.items():
+            if isinstance(value, tuple) and len(value) in (2, 3) and len(set(map(id, value))) == 1:
+                value = value[:1] * (n_in if len(value) == 2 else n_out)
+            elif isinstance(value, tuple) and len(value) in (2, 3):
+                return self.traced_jit_template(n_in, n_out)
+            params[key] = value
+        template = self.jit_templates[n_in, n_out] = base._replace(params=params)
+        return template
 
+    def traced_jit_template(self, n_in: int, n_out: int) -> _JitTemplate:
         def body(*xs: Any) -> list[Any]:
             return [lax.full((), float(i), np.float32) for i in range(n_out)]
 
