@@ -21,6 +21,7 @@ them. Run: `python benchmarks/mox_bench.py [--layers 1000]`.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -142,11 +143,30 @@ def print_throughput(label: str, mox: mox_lib.Mox) -> None:
         )
 
 
+def json_reference() -> float:
+    """`json.loads` MB/s (CPU time) on a document of ports like MoX files hold: how fast
+    this machine parses text in C, to read the rows below against."""
+    ports = [{"type": "f32[2,4]", "name": f"v{i}", "bind": None} for i in range(20_000)]
+    text = json.dumps(ports)
+    return len(text) / cpu_timeit(lambda: json.loads(text)) / 1e6
+
+
 def bench_files(layers: int, width: int) -> None:
-    """dumps/loads speed on structure (an MLP) and on constants (closed-over arrays)."""
+    """dumps/loads speed on structure (MLPs with and without custom-derivative ReLUs) and
+    on constants (closed-over arrays)."""
+    print(f"files   (for scale: json.loads runs at {json_reference():.0f} MB/s here)")
     model = MLP((width,) * (layers + 1), key=jax.random.key(0))
     structure = mox_lib.make_mox(lambda m, v: m(v))(model, jnp.ones((8, width)))
-    print_throughput(f"MLP {layers}x{width}", structure)
+    print_throughput(f"MLP {layers}x{width} relu", structure)
+
+    def tanh_mlp(m: MLP, v: jax.Array) -> jax.Array:
+        for layer in m.layers:
+            v = jnp.tanh(layer(v))
+        return v
+
+    print_throughput(
+        f"MLP {layers}x{width} tanh", mox_lib.make_mox(tanh_mlp)(model, jnp.ones((8, width)))
+    )
     weights = [jax.random.normal(jax.random.key(i), (512, 512)) for i in range(4)]
 
     def closed(v: jax.Array) -> jax.Array:

@@ -228,7 +228,8 @@ class _Builder:
     def __init__(self) -> None:
         self.budget = current_budget()
         self.avals: dict[str, jax.core.ShapedArray] = {}
-        self.traced: dict[Any, jex.ClosedJaxpr] = {}
+        self.traced: dict[Any, _Traced] = {}
+        self.attr_names: set[str] = set()
         self.jit_templates: dict[tuple[int, int], _JitTemplate] = {}
         self.at: Source | None = None
 
@@ -264,7 +265,7 @@ class _Builder:
     def scope(self, doc: DocNode, *, root: bool = False) -> _Building:
         """Build `doc`'s scope into a closed jaxpr, asking the driver for inner scopes."""
         self.at = doc.source
-        _check_attr_names(doc)
+        _check_attr_names(doc, self.attr_names)
         env: dict[str, Atom] = {}
         constvars: list[jex.Var] = []
         consts: list[Any] = []
@@ -288,7 +289,7 @@ class _Builder:
         eqns: list[jex.JaxprEqn] = []
         for child in doc.children:
             self.at = child.source
-            _check_attr_names(child)
+            _check_attr_names(child, self.attr_names)
             ins = [self.read(env, port, child) for port in child.inputs]
             self.at = child.source
             if child.tag == "region":
@@ -310,7 +311,8 @@ class _Builder:
                     for region_key, region in _regions(child).items():
                         regions[region_key] = yield _Scope(region)
                     self.at = child.source
-                    traced = self.traced[key] = self.trace_with_regions(child, ins, regions)
+                    traced = _prepared(self.trace_with_regions(child, ins, regions))
+                    self.traced[key] = traced
                 outs = _inline(traced, ins, eqns, constvars, consts)
             else:
                 outs = self.leaf(child, ins, eqns, constvars, consts)
@@ -396,7 +398,8 @@ class _Builder:
         constvars: list[jex.Var],
         consts: list[Any],
     ) -> list[Atom]:
-        key = (node.tag, _freeze(node.attrs), *(a.aval for a in ins))
+        attrs_key = node.attrs_key if node.attrs_key is not None else _freeze(node.attrs)
+        key = (node.tag, attrs_key, *(a.aval for a in ins))
         traced = self.traced.get(key)
         if traced is None:
             params = dict(node.attrs)
@@ -406,7 +409,7 @@ class _Builder:
             else:
                 prim = primitive(node.tag)
                 fn = lambda *xs: _bound(prim, prim.bind(*xs, **params))
-            traced = self.traced[key] = self.trace(node, fn, ins)
+            traced = self.traced[key] = _prepared(self.trace(node, fn, ins))
         return _inline(traced, ins, eqns, constvars, consts)
 
     def trace(self, node: DocNode, fn: Callable[..., Any], ins: Sequence[Atom]) -> jex.ClosedJaxpr:
@@ -629,17 +632,58 @@ def _bound(prim: jex.Primitive, out: Any) -> list[Any]:
     return list(out) if prim.multiple_results else [out]
 
 
+class _Traced(NamedTuple):
+    """A traced closed jaxpr, prepared to be inlined many times (`_inline`).
+
+    `single` is set when the jaxpr is one equation whose outputs are the jaxpr's
+    (`outs = prim(ins)`, the usual leaf); `positions` then says where each of its inputs
+    is among the jaxpr's inputs (-1 for a literal), so inlining is a copy.
+    """
+
+    closed: jex.ClosedJaxpr
+    single: jex.JaxprEqn | None = None
+    positions: tuple[int, ...] = ()
+
+
+def _prepared(closed: jex.ClosedJaxpr) -> _Traced:
+    jaxpr = closed.jaxpr
+    if jaxpr.constvars or len(jaxpr.eqns) != 1:
+        return _Traced(closed)
+    (eqn,) = jaxpr.eqns
+    index = {v: i for i, v in enumerate(jaxpr.invars)}
+    positions = tuple(index.get(a, -1) if isinstance(a, jex.Var) else -1 for a in eqn.invars)
+    direct = all(
+        p >= 0 or isinstance(a, jex.Literal) for p, a in zip(positions, eqn.invars, strict=True)
+    )
+    same_out = list(jaxpr.outvars) == list(eqn.outvars) and not any(
+        isinstance(v, jex.DropVar) for v in eqn.outvars
+    )
+    return _Traced(closed, eqn, positions) if direct and same_out else _Traced(closed)
+
+
 def _inline(
-    traced: jex.ClosedJaxpr,
+    traced: _Traced,
     ins: Sequence[Atom],
     eqns: list[jex.JaxprEqn],
     constvars: list[jex.Var],
     consts: list[Any],
 ) -> list[Atom]:
     """Append `traced`'s equations on `ins` with fresh variables; returns its outputs."""
-    jaxpr = traced.jaxpr
+    eqn = traced.single
+    if eqn is not None:
+        invars = [
+            ins[p] if p >= 0 else a for p, a in zip(traced.positions, eqn.invars, strict=True)
+        ]
+        outvars = [jex.Var(v.aval) for v in eqn.outvars]
+        eqns.append(
+            jex.new_jaxpr_eqn(
+                invars, outvars, eqn.primitive, eqn.params, eqn.effects, eqn.source_info, eqn.ctx
+            )
+        )
+        return outvars
+    jaxpr = traced.closed.jaxpr
     sub: dict[jex.Var, Atom] = dict(zip(jaxpr.invars, ins, strict=True))
-    for var, value in zip(jaxpr.constvars, traced.consts, strict=True):
+    for var, value in zip(jaxpr.constvars, traced.closed.consts, strict=True):
         new = jex.Var(var.aval)
         constvars.append(new)
         consts.append(value)
@@ -708,9 +752,13 @@ def _count(node: DocNode, attr: str, limit: int) -> int:
     return value
 
 
-def _check_attr_names(node: DocNode) -> None:
+def _check_attr_names(node: DocNode, known: set[str]) -> None:
     for key in node.attrs:
-        if not isinstance(key, str) or not ATTR_NAME.match(key):
+        if key in known:
+            continue
+        if isinstance(key, str) and ATTR_NAME.match(key):
+            known.add(key)
+        else:
             raise MoxSerializationError(
                 f"<{node.tag}> has an attribute named {key!r:.60}, which XML cannot hold and "
                 "XPath cannot query; attribute names are letters, digits, `_`, `-` and `.`, "

@@ -217,6 +217,9 @@ class DocNode:
     node: Node | None = field(default=None, repr=False, compare=False)
     location: tuple[Any, ...] = field(default=(), repr=False, compare=False)
     source: Source | None = field(default=None, repr=False, compare=False)
+    #: A hashable key of `attrs` a reader may set (the attributes' text): equal keys
+    #: mean equal attrs, so the loader need not compare the values themselves.
+    attrs_key: Any = field(default=None, repr=False, compare=False)
 
 
 def build_element(doc: DocNode, **kwargs: Any) -> Any:

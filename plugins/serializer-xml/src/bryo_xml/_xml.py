@@ -270,8 +270,9 @@ class _Reader:
 
     def node(self, element: etree._Element) -> DocNode:
         source = self.text.source(element)
+        items = element.items()
         try:
-            attrs = {k: self.attr(v) for k, v in element.attrib.items()}
+            attrs = {k: self.attr(v) for k, v in items}
         except MoxError as error:
             raise located(error, source) from None
         tag = element.tag
@@ -279,7 +280,7 @@ class _Reader:
             tag = attrs.pop("primitive", "eqn")
             if not isinstance(tag, str):
                 raise source.error("<eqn> needs a string `primitive` attribute")
-        return DocNode(tag, attrs, source=source)
+        return DocNode(tag, attrs, source=source, attrs_key=tuple(items))
 
     def port(self, element: etree._Element) -> Port:
         source = self.text.source(element)
