@@ -46,8 +46,8 @@ def test_is_causal_equals_a_causal_mask():
     [
         ((6, 2, 3), (6, 2, 3), "same rank"),
         ((3, 6, 2, 3), (3, 6, 2, 3), r"batch dims .* must match"),
-        ((2, 6, 2, 3), (2, 7, 2, 3), r"lengths \(axis -3\) must match; got 6 and 7"),
-        ((2, 6, 2, 2), (2, 6, 2, 3), r"depths \(head_dim, axis -1\) must match; got 3 and 2"),
+        ((2, 6, 2, 3), (2, 7, 2, 3), r"lengths must match \(axis -3\); got 6 and 7"),
+        ((2, 6, 2, 2), (2, 6, 2, 3), r"depths must match \(head_dim, axis -1\); got 3 and 2"),
         ((2, 6, 3, 3), (2, 6, 3, 3), r"query heads \(axis -2: 4\) must be a multiple of the key"),
     ],
 )

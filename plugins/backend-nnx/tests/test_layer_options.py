@@ -145,7 +145,8 @@ def test_einsum_equations_are_checked():
         Einsum("ab,bc", (2, 2), rngs=Rngs(0))
     with pytest.raises(ValueError, match="exactly two operands"):
         Einsum("ab,bc,cd->ad", (2, 2), rngs=Rngs(0))
-    layer = Einsum("ab,bc->ac", (4, 2), rngs=Rngs(0))
+    layer = Einsum("ab,bc->ac", (4, 2), 2, rngs=Rngs(0))  # an int shape is one axis
+    assert layer.bias.shape == (2,)
     close(layer(X[0], "ab,bc->ac"), X[0] @ layer.kernel[...])
     layer.einsum_str = None
     with pytest.raises(ValueError, match="needs `einsum_str`"):

@@ -55,7 +55,7 @@ def _check_qkv(query: jax.Array, key: jax.Array, value: jax.Array | None = None)
         )
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
-            "attention: query and key depths (head_dim, axis -1) must match; got "
+            "attention: query and key depths must match (head_dim, axis -1); got "
             f"{query.shape[-1]} and {key.shape[-1]}."
         )
     for name, a in arrays.items():
@@ -66,7 +66,7 @@ def _check_qkv(query: jax.Array, key: jax.Array, value: jax.Array | None = None)
             )
     if value is not None and key.shape[-3] != value.shape[-3]:
         raise ValueError(
-            "attention: key and value lengths (axis -3) must match; got "
+            "attention: key and value lengths must match (axis -3); got "
             f"{key.shape[-3]} and {value.shape[-3]}."
         )
 

@@ -293,8 +293,8 @@ class Einsum(Module):
     def __init__(
         self,
         einsum_str: str,
-        kernel_shape: Sequence[int],
-        bias_shape: Sequence[int] | None = None,
+        kernel_shape: int | Sequence[int],
+        bias_shape: int | Sequence[int] | None = None,
         *,
         dtype: jnp.dtype | None = None,
         param_dtype: jnp.dtype = jnp.float32,
@@ -309,13 +309,13 @@ class Einsum(Module):
         bias_metadata: Metadata = NO_METADATA,
     ) -> None:
         einsum_str = _check_equation(einsum_str)
-        kernel_shape = tuple(kernel_shape)
+        kernel_shape = _as_tuple(kernel_shape)
         self.kernel = init_param(
             kernel_init, rngs, "Einsum", kernel_shape, param_dtype, kernel_metadata
         )
         self.bias = None
         if bias_shape is not None:
-            bias_shape = tuple(bias_shape)
+            bias_shape = _as_tuple(bias_shape)
             self.bias = init_param(
                 bias_init, rngs, "Einsum", bias_shape, param_dtype, bias_metadata
             )
