@@ -41,7 +41,9 @@ def test_accuracy_multi_class_and_binary():
     binary = metrics.Accuracy(threshold=0.5)
     binary.update(logits=jnp.array([0.4, 0.7, 0.2, 0.6]), labels=jnp.array([0, 1, 1, 1]))
     assert float(binary.compute()) == 0.75
-    with pytest.raises(ValueError, match="multi-class classification, `logits` need one axis more"):
+    with pytest.raises(
+        ValueError, match="multi-class classification, Accuracy needs `logits` with one axis more"
+    ):
         accuracy.update(logits=LOGITS, labels=LOGITS.astype(jnp.int32))
     with pytest.raises(ValueError, match="`labels` must be integers"):
         accuracy.update(logits=LOGITS, labels=LABELS.astype(jnp.float32))

@@ -250,7 +250,7 @@ def test_dropout_modes_broadcast_and_collections():
     assert custom.rngs.tag == "recurrent_dropout"
     # With only a default stream, the layer's own stream is still tagged 'dropout'.
     assert Dropout(0.5, rngs=Rngs(0)).rngs.tag == "dropout"
-    with pytest.raises(ValueError, match="needs random keys"):
+    with pytest.raises(ValueError, match="no `rngs` argument was provided to Dropout"):
         Dropout(0.5)(x)
     with pytest.raises(ValueError, match="`rate`"):
         Dropout(1.5)

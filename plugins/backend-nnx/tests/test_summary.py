@@ -106,6 +106,26 @@ def test_tabulate_records_inherited_methods():
     assert "│ wide " in table and "Wide" in table
 
 
+def test_with_flops_each_module_body_still_runs_once():
+    calls = []
+
+    class Counted(Block):
+        def forward(self, x):
+            calls.append(1)
+            return super().forward(x)
+
+    class Twice(Module):
+        def __init__(self) -> None:
+            self.a, self.b = Counted(4, 4, Rngs(0)), Counted(4, 4, Rngs(1))
+
+        def __call__(self, x):
+            return self.b.forward(self.a.forward(x))
+
+    table = tabulate(Twice(), jnp.ones((1, 4)), compute_flops=True)
+    assert len(calls) == 2
+    assert "a/forward" in table and "a/linear" in table and "b/bn" in table
+
+
 def test_tabulate_leaves_the_model_and_its_classes_as_they_were():
     model = Model(Rngs(0))
     before = graph.state(model)

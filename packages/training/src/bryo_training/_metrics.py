@@ -183,13 +183,13 @@ class Accuracy(Average):
         """Count the batch's correct predictions (where `mask`, if given, is True)."""
         if self.threshold is not None and logits.ndim != labels.ndim:
             raise ValueError(
-                "Accuracy: for binary classification, `logits` and `labels` need the same "
+                "For binary classification, Accuracy needs `logits` and `labels` of the same "
                 f"rank; got logits.ndim={logits.ndim} and labels.ndim={labels.ndim}."
             )
         if self.threshold is None and logits.ndim != labels.ndim + 1:
             raise ValueError(
-                "Accuracy: for multi-class classification, `logits` need one axis more than "
-                f"`labels` (the classes); got logits.ndim={logits.ndim} and "
+                "For multi-class classification, Accuracy needs `logits` with one axis more "
+                f"than `labels` (the classes); got logits.ndim={logits.ndim} and "
                 f"labels.ndim={labels.ndim}."
             )
         if labels.dtype in (jnp.int64, np.int32, np.int64):

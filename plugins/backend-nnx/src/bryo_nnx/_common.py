@@ -88,9 +88,10 @@ def call_key(rngs: object, stored: RngStream | None, collection: str, layer: str
     if rngs is None:
         if stored is None:
             raise ValueError(
-                f"{layer} needs random keys for this call but has none: pass `rngs=` to the "
-                f"call (an `nnx.Rngs` with a {collection!r} or default stream), build it with "
-                "`rngs=`, or make it deterministic (`deterministic=True` / `model.eval()`)."
+                f"`deterministic` is False, but no `rngs` argument was provided to {layer}, "
+                f"and it was built without `rngs`: pass `rngs=` to the call (an `nnx.Rngs` "
+                f"with a {collection!r} or default stream), build it with `rngs=`, or make it "
+                "deterministic (`deterministic=True` / `model.eval()`)."
             )
         return stored()
     if isinstance(rngs, Rngs):

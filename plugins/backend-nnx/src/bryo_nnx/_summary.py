@@ -96,6 +96,14 @@ class _Recorder:
         self.rows: list[CallInfo] = []
         self.seen: set[tuple] = set()
         self.running: list[tuple[int, str]] = []
+        self.copies: list[Module] = []  # kept alive: their ids are keys of `paths`
+
+    def add_copy(self, copy: Module, path: Path) -> None:
+        """Record the calls of `copy` (a module rebuilt inside a trace) under `path`."""
+        self.copies.append(copy)
+        for sub_path, node in iter_graph(copy):
+            if isinstance(node, Module):
+                self.paths.setdefault(id(node), (*path, *sub_path))
 
     def call(self, method: Callable, name: str, obj: Module, args: tuple, kwargs: dict) -> Any:
         module_path = self.paths.get(id(obj))
@@ -108,40 +116,49 @@ class _Recorder:
             path = module_path if name == "__call__" else (*module_path, name)
             row = CallInfo(path, type(obj), module_path, inputs)
             self.rows.append(row)
-            self._measure(row, method, obj, args, kwargs)
         self.running.append((id(obj), name))
         try:
-            out = method(obj, *args, **kwargs)
+            if row is not None and (self.flops or self.vjp_flops):
+                out = self._measured_call(row, method, obj, args, kwargs)
+            else:
+                out = method(obj, *args, **kwargs)
         finally:
             self.running.pop()
         if row is not None:
             row.outputs = _describe_output(out)
         return out
 
-    def _measure(
+    def _measured_call(
         self, row: CallInfo, method: Callable, obj: Module, args: tuple, kwargs: dict
-    ) -> None:
-        if not (self.flops or self.vjp_flops):
-            return
+    ) -> Any:
+        """Call through a `jax.jit` of the call, lowered first for its FLOPs: the method's
+        body is traced once (inner calls recorded then), the call itself hits the cache."""
         graphdef, state = split(((obj, *args), kwargs))
-        abstract = jax.tree.map(_abstract, state)
+        module_path = self.paths[id(obj)]
 
         def pure(state: Any) -> Any:
             (module, *call_args), call_kwargs = merge(graphdef, state)
+            self.add_copy(module, module_path)
             return method(module, *call_args, **call_kwargs)
 
-        token = _ACTIVE.set(None)  # the measured call's inner calls are not rows
-        try:
-            if self.flops:
-                row.flops = cost_flops(jax.jit(pure).lower(abstract))
-            if self.vjp_flops:
+        jitted = jax.jit(pure)
+        abstract = jax.tree.map(_abstract, state)
+        if self.flops:
+            row.flops = cost_flops(jitted.lower(abstract))
+        if self.vjp_flops:
+            token = _ACTIVE.set(None)  # the backward trace's inner calls are not rows
+            try:
                 row.vjp_flops = cost_flops(jax.jit(functools.partial(_vjp, pure)).lower(abstract))
-        finally:
-            _ACTIVE.reset(token)
+            finally:
+                _ACTIVE.reset(token)
+        return jitted(state)
 
 
 def _abstract(x: object) -> object:
-    return jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, "shape") else x  # type: ignore[attr-defined]
+    """`x`'s abstract value, weak type included, so the traced call reuses the lowering."""
+    if not hasattr(x, "shape"):
+        return x
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False))
 
 
 def _vjp(f: Callable[[Any], Any], state: Any) -> Any:
@@ -282,7 +299,8 @@ def _kind(variable: Variable) -> type:
 
 @dataclasses.dataclass
 class _StateColumns:
-    """Per module path: its own Variables by kind, and the sizes of everything under it."""
+    """Per module path: its own Variables (attributes) by kind, and the sizes of every
+    Variable under it."""
 
     kinds: list[type]
     own: dict[Path, dict[type, list[tuple[str, Variable]]]]
@@ -299,9 +317,8 @@ class _StateColumns:
                 continue
             kind = _kind(node)
             kinds.add(kind)
-            owner = max((m for m in modules if path[: len(m)] == m), key=len)
-            name = "/".join(map(str, path[len(owner) :]))
-            own.setdefault(owner, {}).setdefault(kind, []).append((name, node))
+            if path[:-1] in modules:  # a module's own attribute (not inside a stream or list)
+                own.setdefault(path[:-1], {}).setdefault(kind, []).append((path[-1], node))
             for m in modules:
                 if path[: len(m)] == m:
                     sizes.setdefault(m, {}).setdefault(kind, _Size()).add(node.value)
