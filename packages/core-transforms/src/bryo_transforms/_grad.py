@@ -172,7 +172,8 @@ def grad(
         has_aux: `f` returns `(loss, aux)`; aux may hold graph nodes.
         wrt: the filter selecting, in graph-node arguments, the state to differentiate
             (Params by default). Array arguments are differentiated whole.
-        holomorphic, allow_int: as for `jax.grad`.
+        holomorphic: as for `jax.grad`.
+        allow_int: as for `jax.grad`.
 
     Returns:
         A function returning the gradients (and aux): for a graph-node argument a `State`
@@ -181,7 +182,7 @@ def grad(
 
     Example:
         >>> grads = grad(lambda model, x: model(x).sum())(model, x)   # doctest: +SKIP
-        >>> grads['linear']['kernel'].value.shape                     # doctest: +SKIP
+        >>> grads.linear.kernel.value.shape                           # doctest: +SKIP
     """
     partial = decorator_or_none(
         grad,

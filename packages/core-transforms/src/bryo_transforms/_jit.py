@@ -44,7 +44,8 @@ def jit(
 
     Args:
         f: the function (or use `@jit(...)` with options).
-        static_argnums, static_argnames: arguments that are static (hashable) values.
+        static_argnums: positional arguments that are static (hashable) values.
+        static_argnames: keyword arguments that are static (hashable) values.
         **jit_kwargs: passed on to `jax.jit` (`keep_unused`, `device`, `backend`,
             `inline`, `compiler_options`).
 

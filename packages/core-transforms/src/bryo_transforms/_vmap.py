@@ -51,7 +51,9 @@ def vmap(
             argument: an int, None (broadcast), or for graph nodes a `StateAxes`
             (`StateAxes({'dropout': 0, ...: None})`). Keyword arguments use axis 0.
         out_axes: a prefix of the output: ints, None or `StateAxes` for returned nodes.
-        axis_name, axis_size, spmd_axis_name: as for `jax.vmap`.
+        axis_name: as for `jax.vmap`.
+        axis_size: as for `jax.vmap`.
+        spmd_axis_name: as for `jax.vmap`.
 
     Returns:
         The vectorized function. State changed inside comes back with the axis it went
