@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 from bryo_pytree import Key, Path
 
@@ -200,7 +200,7 @@ def to_predicate(filter: Filter) -> Predicate:
     if predicate is not None:
         return predicate
     if callable(filter):
-        return filter
+        return cast(Predicate, filter)  # any other callable is taken as `(path, value) -> bool`
     raise TypeError(
         f"`filter` must be one of: {ACCEPTED_LITERALS}. Got {type(filter).__name__}: {filter!r}."
     )

@@ -128,6 +128,6 @@ def _subclasses(cls: type) -> Iterator[type]:
                 yield sub
 
 
-def original_call(method: Callable[..., Any]) -> Callable[..., Any] | None:
+def original_call(method: object) -> Callable[..., Any] | None:
     """The method `CallRouter.wrap` wrapped, or None if `method` is not a wrapper."""
     return getattr(method, ORIGINAL_ATTRIBUTE, None)

@@ -119,7 +119,7 @@ class BryoPluginManager(pluggy.PluginManager):
         self.epoch = next(_epochs)
         return removed
 
-    def add_hookspecs(self, module_or_class: object) -> None:
+    def add_hookspecs(self, module_or_class: ModuleType | type) -> None:
         """Add `module_or_class`'s hookspecs; adding the same one again does nothing."""
         if any(source is module_or_class for source in self._spec_sources):
             return

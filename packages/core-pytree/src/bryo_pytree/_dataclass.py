@@ -11,7 +11,7 @@ rebuilds instances with `object.__new__` plus direct field assignment. Fields ma
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, dataclass_transform, overload
 
 from jax.tree_util import GetAttrKey, register_pytree_with_keys
@@ -69,7 +69,7 @@ def _register(cls: type) -> None:
     static_names = tuple(f.name for f in fields if f.metadata.get(_STATIC))
     keyed_names = tuple((GetAttrKey(name), name) for name in data_names)
 
-    def flatten_with_keys(obj: object) -> tuple[list[tuple[GetAttrKey, object]], tuple]:
+    def flatten_with_keys(obj: object) -> tuple[list[tuple[object, object]], tuple]:
         children = [(key, getattr(obj, name)) for key, name in keyed_names]
         return children, tuple(getattr(obj, name) for name in static_names)
 
@@ -77,7 +77,7 @@ def _register(cls: type) -> None:
         children = [getattr(obj, name) for name in data_names]
         return children, tuple(getattr(obj, name) for name in static_names)
 
-    def unflatten(static: tuple, children: list[object]) -> object:
+    def unflatten(static: tuple, children: Iterable[object]) -> object:
         obj = object.__new__(cls)
         for name, value in zip(data_names, children, strict=True):
             object.__setattr__(obj, name, value)

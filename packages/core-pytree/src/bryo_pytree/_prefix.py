@@ -7,7 +7,7 @@ prefix to the value's full structure, and names the first path where the two dis
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from jax.tree_util import tree_flatten, tree_structure
 
@@ -87,7 +87,7 @@ def _walk(
         _walk(prefix_child, tree_child, (*path, key), on_leaf, is_leaf, name)
 
 
-def _describe(node: object, keys: list[object]) -> str:
+def _describe(node: object, keys: Sequence[object]) -> str:
     shown = ", ".join(repr(k) for k in keys[:6])
     more = ", ..." if len(keys) > 6 else ""
     return f"a {type(node).__name__} with keys [{shown}{more}]"

@@ -53,7 +53,7 @@ def as_key(value: object, *, name: str) -> jax.Array:
         if jnp.issubdtype(dtype, jax.dtypes.prng_key):
             return value  # type: ignore[return-value]
         if dtype == jnp.uint32 and value.shape[-1:] == (2,):
-            return jax.random.wrap_key_data(value)
+            return jax.random.wrap_key_data(jnp.asarray(value))
         if jnp.issubdtype(dtype, jnp.integer) and value.ndim == 0:
             return jax.random.key(value)
     raise TypeError(

@@ -80,8 +80,10 @@ def _to_opt_state(leaf: object) -> OptState:
     return OptVariable(leaf.value, **metadata)  # type: ignore[attr-defined]
 
 
-def _key_parts(key: object) -> tuple:
-    """A path entry of `jax.tree_util` as graph keys (a State's path key spreads out)."""
+def _key_parts(key: Any) -> tuple:
+    """A path entry of `jax.tree_util` as graph keys (a State's path key spreads out).
+
+    `key` is Any because jax declares its path-entry classes as `Any`-typed names."""
     if isinstance(key, SequenceKey):
         return (key.idx,)
     if isinstance(key, GetAttrKey):
@@ -190,7 +192,8 @@ class Optimizer(Object, Generic[M]):
         updates, new_opt_state = self.tx.update(
             grad_values, self._pure_opt_state(), params, **_pure(kwargs)
         )
-        update(model, optax.apply_updates(params, updates))
+        new_params: State = optax.apply_updates(params, updates)  # type: ignore[assignment]  # optax types it `Params`; it keeps params' structure, a State
+        update(model, new_params)
         self._write_opt_state(new_opt_state)
         self.step[...] += 1
         return updates
