@@ -20,6 +20,20 @@ def test_variable_value_and_metadata():
         count.missing  # noqa: B018
 
 
+@pytest.mark.parametrize("make", [Variable, lambda v, **m: VariableState(Variable, v, **m)])
+def test_get_metadata_reads_a_copy_or_one_entry(make):
+    count = make(0, tag="dropout")
+    everything = count.get_metadata()
+    everything["tag"] = "changed"  # a copy: the Variable keeps its metadata
+    assert count.get_metadata() == {"tag": "dropout"}
+    assert count.get_metadata("tag") == "dropout"
+    assert count.get_metadata("sharding", None) is None
+    with pytest.raises(KeyError, match="sharding"):
+        count.get_metadata("sharding")
+    with pytest.raises(TypeError, match="`default` needs a `name`"):
+        count.get_metadata(default=None)
+
+
 def test_variable_forwards_array_protocols():
     kernel = Param(jnp.arange(4.0).reshape(2, 2))
     x = jnp.ones((1, 2))

@@ -263,7 +263,7 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
 
 def _label(node: Any) -> str:
     """A node's name for the query listing: the module path, or the root's type."""
-    if type(node).__name__ == "ModuleCall":
+    if isinstance(node, mox.ModuleCall):
         return node.name or f"<{node.type.rsplit('.', 1)[-1]}>"
     return str(getattr(node, "name", "") or type(node).__name__)
 

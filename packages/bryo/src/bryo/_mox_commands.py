@@ -56,13 +56,16 @@ def _types(avals: Any) -> str:
 
 
 def _describe(node: Any) -> str:
+    from bryo_mox import ModuleCall
+    from bryo_mox.document import DocNode
+
     kind = type(node).__name__
     if isinstance(node, str):
         return node
-    if kind == "ModuleCall":
+    if isinstance(node, ModuleCall):
         attrs = " ".join(f"{k}={v!r}" for k, v in node.attrs.items())
         return f"module_call {node.type.rsplit('.', 1)[-1]} '{node.name}' {attrs}".rstrip()
-    if kind == "DocNode":
+    if isinstance(node, DocNode):
         attrs = " ".join(f"{k}={v!r}" for k, v in node.attrs.items())
         return f"{node.tag} {attrs}".rstrip()
     name = getattr(node, "primitive", None) or getattr(node, "name", "") or kind
@@ -80,11 +83,13 @@ def _value(result: float | str | bool) -> str:
 
 def tree_lines(node: Any) -> list[str]:
     """The module calls under `node` as an indented tree, with their input and output types."""
+    from bryo_mox import ModuleCall
+
     lines = []
     stack = [(child, 0) for child in reversed(getattr(node, "nodes", ()))]
     while stack:
         child, depth = stack.pop()
-        is_call = type(child).__name__ == "ModuleCall"
+        is_call = isinstance(child, ModuleCall)
         if is_call:
             ins, outs = _types(child.in_avals), _types(child.out_avals)
             lines.append(f"{'  ' * depth}{_describe(child)}  ({ins}) -> ({outs})")

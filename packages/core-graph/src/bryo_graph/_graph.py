@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any as _Any
 
 from bryo_filters import Filter, filters_to_predicates, is_builtin_filter
-from bryo_pytree import Key, Path, hashable, path_str
+from bryo_pytree import Key, Path, hashable, is_shaped, path_str
 
 from ._compile import CompileError, compile_graphdef
 from ._entries import (
@@ -204,10 +204,6 @@ class FlatGraph:
         return tuple(groups)
 
 
-def _is_array(value: object) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, type)
-
-
 class _Flattener:
     def __init__(self) -> None:
         self.registry = node_types()
@@ -237,7 +233,7 @@ class _Flattener:
         node_type = self.registry.lookup(type(value))
         if node_type is not None:
             return self.visit_node(value, node_type, path, leaf_type)
-        if _is_array(value):
+        if is_shaped(value):  # arrays, abstract arrays, a backend's array type
             self.paths.append(path)
             self.sources.append(LeafSource(None, value, leaf_type, parent, parent_type, key))
             return LeafEntry(leaf_type)

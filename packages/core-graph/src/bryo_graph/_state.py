@@ -187,7 +187,7 @@ def _leaf_equal(a: object, b: object) -> bool:
         import numpy as np
 
         return bool(np.array_equal(np.asarray(a), np.asarray(b)))
-    except Exception:
+    except (TypeError, ValueError):  # tracers, keys, objects that are no arrays
         return False
 
 

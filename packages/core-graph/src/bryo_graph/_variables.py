@@ -15,7 +15,11 @@ from typing import Any as _Any
 import jax
 from jax.tree_util import GetAttrKey, register_pytree_with_keys
 
+from bryo_pytree import safe_equal
+
 from ._nodes import structure_changed
+
+_MISSING = object()  # `get_metadata`'s "no default given"
 
 
 def _value_repr(value: object) -> str:
@@ -64,6 +68,22 @@ class Variable:
     def metadata(self) -> dict[str, object]:
         """The metadata, as a dict (a copy)."""
         return dict(self._metadata)
+
+    def get_metadata(self, name: str | None = None, default: object = _MISSING) -> _Any:
+        """All metadata as a dict (a copy), or the entry `name` (Flax 0.12's spelling).
+
+        Args:
+            name: the metadata key to read; None for the whole dict.
+            default: returned when `name` is missing; without it a missing `name` raises
+                a `KeyError`.
+        """
+        if name is None:
+            if default is not _MISSING:
+                raise TypeError("`default` needs a `name`: `get_metadata('sharding', None)`.")
+            return dict(self._metadata)
+        if default is _MISSING:
+            return self._metadata[name]
+        return self._metadata.get(name, default)
 
     def __getattr__(self, name: str) -> _Any:
         metadata = object.__getattribute__(self, "_metadata")
@@ -234,6 +254,22 @@ class VariableState:
         """The metadata, as a dict (a copy)."""
         return dict(self._metadata)
 
+    def get_metadata(self, name: str | None = None, default: object = _MISSING) -> _Any:
+        """All metadata as a dict (a copy), or the entry `name` (Flax 0.12's spelling).
+
+        Args:
+            name: the metadata key to read; None for the whole dict.
+            default: returned when `name` is missing; without it a missing `name` raises
+                a `KeyError`.
+        """
+        if name is None:
+            if default is not _MISSING:
+                raise TypeError("`default` needs a `name`: `get_metadata('sharding', None)`.")
+            return dict(self._metadata)
+        if default is _MISSING:
+            return self._metadata[name]
+        return self._metadata.get(name, default)
+
     def replace(self, value: object = _KEEP, **metadata: object) -> VariableState:
         """The same type with `value` and/or metadata replaced."""
         new_value = self.value if value is _KEEP else value
@@ -281,14 +317,7 @@ class VariableMeta:
 def _metadata_equal(a: dict, b: dict) -> bool:
     if a.keys() != b.keys():
         return False
-    return all(x is y or _safe_eq(x, y) for x, y in zip(a.values(), b.values(), strict=True))
-
-
-def _safe_eq(a: object, b: object) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
+    return all(map(safe_equal, a.values(), b.values()))
 
 
 _VALUE_KEY = (GetAttrKey("value"),)

@@ -2,16 +2,22 @@
 
 Paths are plain tuples of keys (`('layers', 0, 'kernel')`) converted from jax key paths,
 prefix trees broadcast the way `vmap`'s `in_axes` do, and `pytree_dataclass` registers
-classes whose unflatten never calls `__init__`. bryo's plugin system lives in
+classes whose unflatten never calls `__init__`. `is_array` (with `is_array_like` and
+`is_shaped`) is the one test for arrays and `safe_equal` the one equality that never
+raises, for every bryo package. bryo's plugin system lives in
 `bryo_plugins`; `bryo_pytree.hookimpl` and `bryo_pytree.hookspec` remain as deprecated
 aliases of its markers, so that plugins written for bryo 0.1's first layout keep loading.
 """
 
+from ._arrays import is_array as is_array
+from ._arrays import is_array_like as is_array_like
+from ._arrays import is_shaped as is_shaped
 from ._dataclass import field as field
 from ._dataclass import pytree_dataclass as pytree_dataclass
 from ._dataclass import static_field as static_field
 from ._display import describe_leaf as describe_leaf
 from ._display import tree_display as tree_display
+from ._equality import safe_equal as safe_equal
 from ._hashable import ByIdentity as ByIdentity
 from ._hashable import hashable as hashable
 from ._hashable import unwrap_hashable as unwrap_hashable

@@ -18,7 +18,7 @@ import numpy as np
 
 from bryo_filters import Filter, Predicate, to_predicate
 from bryo_graph import Object
-from bryo_pytree import Path, describe_leaf
+from bryo_pytree import Path, describe_leaf, is_array
 
 from ._variables import RngCount, RngKey
 
@@ -48,7 +48,7 @@ def as_key(value: object, *, name: str) -> jax.Array:
         pass
     elif isinstance(value, int | np.integer):
         return jax.random.key(value)
-    elif isinstance(value, jax.Array | np.ndarray):
+    elif is_array(value):
         dtype = value.dtype
         if jnp.issubdtype(dtype, jax.dtypes.prng_key):
             return value  # type: ignore[return-value]
@@ -139,7 +139,7 @@ def _scalar_text(value: object) -> str:
     if getattr(value, "ndim", None) == 0 and not jnp.issubdtype(value.dtype, jax.dtypes.prng_key):  # type: ignore[attr-defined]
         try:
             return str(int(value))  # type: ignore[call-overload]
-        except Exception:  # a tracer
+        except TypeError:  # a tracer (ConcretizationTypeError)
             pass
     return describe_leaf(value)
 

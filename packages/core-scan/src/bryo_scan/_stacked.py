@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from bryo_graph import add_sharding_axis
-from bryo_pytree import pytree_dataclass, static_field
+from bryo_pytree import is_array, pytree_dataclass, static_field
 
 from ._hooks import block_splitter, is_named_leaf, resolve_axis
 from ._policy import ScanCheckpointPolicy
@@ -42,7 +42,6 @@ from ._trees import (
     Unbound,
     every_array,
     has_extent,
-    is_array,
     no_array,
     partition_arrays,
     scan_predicate,

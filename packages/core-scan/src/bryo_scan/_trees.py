@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bryo_pytree import pytree_dataclass, static_field
+from bryo_pytree import is_array, pytree_dataclass, static_field
 
 from ._hooks import is_named_leaf, named_leaf_handler, registered_block_splitter
 from ._types import AxisInfo, PyTree, ScanAxisError
@@ -36,11 +36,6 @@ IsScanned = bool | ScanPredicate | None
 Rules = Any
 """A `ScanPredicate`, or a pytree prefix of `Inputs(args, kwargs)` with predicates as leaves
 (e.g. `Inputs((every_array, has_extent), has_extent)`: a rule per positional argument)."""
-
-
-def is_array(leaf: object) -> bool:
-    """Whether `leaf` is an array core-scan maps over (JAX or NumPy, not Python scalars)."""
-    return isinstance(leaf, jax.Array | np.ndarray)
 
 
 def has_extent(leaf: object) -> bool:

@@ -24,10 +24,9 @@ from bryo_graph import (
     node_types,
     structure_changed,
 )
-from bryo_pytree import unwrap_hashable
+from bryo_pytree import is_array_like, safe_equal, unwrap_hashable
 
 from ._collect import GraphPlan, KeptLeaf, LeafPlan, OutPlan
-from ._layout import is_array_value
 from ._plan import CallPlan
 
 
@@ -128,14 +127,13 @@ class _Reconciler:
 
 
 def _same(a: object, b: object) -> bool:
+    """Whether a child the function left is the one the node holds (no write needed):
+    the same object, or an equal static value of the same type (never an array)."""
     if a is b:
         return True
-    if type(a) is not type(b) or isinstance(a, Variable) or is_array_value(a):
+    if type(a) is not type(b) or isinstance(a, Variable) or is_array_like(a):
         return False
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
+    return safe_equal(a, b)
 
 
 def _set_children(node: object, node_type: NodeType, children: list[tuple]) -> None:

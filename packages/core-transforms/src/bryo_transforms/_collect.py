@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple, TypeAlias
 
 import jax
-import numpy as np
 
 from bryo_graph import (
     Entry,
@@ -25,7 +24,7 @@ from bryo_graph import (
     VariableState,
     flat_graph,
 )
-from bryo_pytree import Path
+from bryo_pytree import Path, is_array
 
 from ._layout import is_graph_leaf
 from ._plan import index_objects, meta_of
@@ -202,7 +201,7 @@ def _indices_under(entry: Entry) -> list[int]:
 
 
 def _is_jax_value(value: object) -> bool:
-    return isinstance(value, jax.Array | np.ndarray | np.generic) or value is None
+    return is_array(value) or value is None
 
 
 class _Collector:
@@ -212,7 +211,7 @@ class _Collector:
         self.groups: list[list] = [[] for _ in range(n_groups)]
 
     def place(self, group: int, value: object) -> Place:
-        if not isinstance(value, jax.Array | np.ndarray | np.generic):
+        if not is_array(value):
             return Const(value)
         self.groups[group].append(value)
         return InGroup(group, len(self.groups[group]) - 1)

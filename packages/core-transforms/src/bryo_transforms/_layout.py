@@ -22,18 +22,12 @@ from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, NamedTuple, TypeAlias
 
 import jax
-import numpy as np
 
-from bryo_graph import Variable, flat_graph, node_types
-from bryo_pytree import hashable, unwrap_hashable
+from bryo_graph import NodeType, Variable, flat_graph, node_types
+from bryo_plugins import TypeTable
+from bryo_pytree import hashable, is_array_like, unwrap_hashable
 
 CONTAINERS = (dict, list, tuple)  # pytrees at the top level, graph nodes only inside graphs
-_PY_NUMBERS = (int, float, complex, bool)
-
-
-def is_array_value(value: object) -> bool:
-    """Whether JAX can trace `value` (arrays, tracers, NumPy scalars, Python numbers)."""
-    return type(value) in _PY_NUMBERS or isinstance(value, jax.Array | np.ndarray | np.generic)
 
 
 def is_graph_leaf(value: object) -> bool:
@@ -120,33 +114,18 @@ class CallKey(NamedTuple):
     graphs: tuple[object, ...]
 
 
-_kind_cache: dict[type, LeafLayout | None] = {}
-_kind_epoch: list[int | None] = [None]
+def _leaf_kind(value: object, registry: TypeTable[NodeType]) -> LeafLayout | None:
+    """ARRAY, ROOT or None (a container or a static value). Node types come from the
+    registry's table (rebuilt per plugin-manager epoch); the rest are type checks."""
+    if isinstance(value, Variable):
+        return ROOT
+    if is_array_like(value):
+        return ARRAY
+    node_type = registry.lookup(type(value))
+    return ROOT if node_type is not None and node_type.type not in CONTAINERS else None
 
 
-def _leaf_kind(value: object, registry: Any) -> LeafLayout | None:
-    """ARRAY, ROOT or None (a container or a static value), cached per type."""
-    cls = type(value)
-    epoch = registry.epoch
-    if _kind_epoch[0] != epoch:
-        _kind_cache.clear()
-        _kind_epoch[0] = epoch
-    try:
-        return _kind_cache[cls]
-    except KeyError:
-        pass
-    if issubclass(cls, Variable):
-        kind: LeafLayout | None = ROOT
-    elif is_array_value(value):
-        kind = ARRAY
-    else:
-        node_type = registry.lookup(cls)
-        kind = ROOT if node_type is not None and node_type.type not in CONTAINERS else None
-    _kind_cache[cls] = kind
-    return kind
-
-
-def _layout(value: object, registry: Any, roots: list, arrays: list) -> ArgLayout:
+def _layout(value: object, registry: TypeTable[NodeType], roots: list, arrays: list) -> ArgLayout:
     kind = _leaf_kind(value, registry)
     if kind is ARRAY:
         arrays.append(value)

@@ -19,13 +19,14 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 
+from bryo_pytree import is_array_like
 from bryo_scan import Remat, ScanCheckpointPolicy, checkpointed_scan
 
 from ._apply import apply
 from ._axes import AxisGrouping, Carry, StateAxes, arg_specs, check_axis, check_sizes, leaf_axes
 from ._collect import Grouping, collect
 from ._errors import TransformError
-from ._layout import ArgLayout, is_array_value, is_graph_leaf, scan_args
+from ._layout import ArgLayout, is_graph_leaf, scan_args
 from ._plan import CallPlan, PlanCache
 from ._rebuild import Inner, rebuild
 
@@ -347,7 +348,7 @@ class _Scan:
                         "`scan`: the carry must hold the same graph nodes it came in with; "
                         f"a {type(a).__name__} was replaced by {type(b).__name__}."
                     )
-            elif is_array_value(a):
+            elif is_array_like(a):
                 arrays.append(b)
         return arrays
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
-import numpy as np
 from jax.extend import core as jex
+
+from bryo_pytree import is_array  # leaves traced as inputs of a region; the rest is static
 
 from ._errors import MoxError
 from ._hooks import interceptors
@@ -54,11 +55,6 @@ class _Session:
 _session: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
     "bryo_mox_session", default=None
 )
-
-
-def is_array(x: object) -> bool:
-    """Leaves traced as inputs of a region; everything else is static."""
-    return isinstance(x, (jax.Array, np.ndarray, np.generic))
 
 
 def _new_marker() -> str:

@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey, register_pytree_with_keys
 
+from bryo_pytree import is_array
+
 from ._axis import Axis, AxisError, AxisSelector, Shape, axes_of, check_unique, format_axes, name_of
 
 Scalar = int | float | complex | bool
@@ -252,7 +254,7 @@ def is_scalar_like(value: object) -> bool:
     """Python numbers and 0-d arrays: they broadcast against any NamedArray."""
     if isinstance(value, Scalar):
         return True
-    return isinstance(value, jax.Array | np.ndarray | np.generic) and np.ndim(value) == 0
+    return is_array(value) and np.ndim(value) == 0
 
 
 def broadcast_axes(*arrays: NamedArray, what: str = "arrays") -> tuple[Axis, ...]:
@@ -329,7 +331,7 @@ def _binary(fn: Callable[[Any, Any], Any], name: str) -> tuple[Callable, Callabl
 
 
 def _is_unnamed(value: object) -> bool:
-    return isinstance(value, jax.Array | np.ndarray)
+    return is_array(value)
 
 
 for _name, _fn in {
@@ -414,11 +416,7 @@ def _is_integer_scalar(value: object) -> bool:
         return False
     if isinstance(value, int | np.integer):
         return True
-    return (
-        isinstance(value, jax.Array | np.ndarray)
-        and np.ndim(value) == 0
-        and jnp.issubdtype(value.dtype, jnp.integer)
-    )
+    return is_array(value) and np.ndim(value) == 0 and jnp.issubdtype(value.dtype, jnp.integer)
 
 
 def named(array: Any, axes: Shape | Sequence[AxisSelector] | AxisSelector) -> NamedArray:

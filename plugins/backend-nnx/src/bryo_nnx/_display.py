@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 import jax.numpy as jnp
 
-from bryo_graph import Object, Param, State, Variable, VariableState
-from bryo_pytree import describe_leaf
+from bryo_graph import GraphError, Object, Param, State, Variable, VariableState
+from bryo_pytree import describe_leaf, is_shaped
 
 _INDENT = "  "
 
@@ -53,12 +53,12 @@ def _leaf(value: object) -> str:
         return f"jnp.{jnp.dtype(value).name}"
     if callable(value) and hasattr(value, "__qualname__") and not isinstance(value, type):
         return f"<function {value.__qualname__}>"
-    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, type):
+    if is_shaped(value):
         text = describe_leaf(value)
         if getattr(value, "ndim", 1) == 0 and not jnp.issubdtype(value.dtype, jnp.dtype("V")):  # type: ignore[attr-defined]
             try:
                 return f"{text} {value.item()}"  # type: ignore[attr-defined]
-            except Exception:  # a tracer, or a key
+            except (TypeError, ValueError, NotImplementedError):  # a tracer, or a key
                 return text
         return text
     return repr(value)
@@ -117,7 +117,7 @@ def _param_totals(node: Object) -> tuple[int, int]:
     count = size = 0
     try:
         params = variables(node, Param)
-    except Exception:
+    except GraphError:  # not a graph bryo can walk: show no totals
         return 0, 0
     for variable in params.flat_state().values():
         value = variable.value

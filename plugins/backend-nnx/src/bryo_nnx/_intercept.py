@@ -75,7 +75,7 @@ def sharding_attributes(module: object) -> dict[str, tuple[str | None, ...]]:
 
     attrs: dict[str, tuple[str | None, ...]] = {}
     for key, value in sorted(vars(module).items()):
-        axes = value._metadata.get("sharding") if isinstance(value, Variable) else None
+        axes = value.get_metadata("sharding", None) if isinstance(value, Variable) else None
         if axes is not None and not key.startswith("_"):
             entries = (axes,) if isinstance(axes, str) else tuple(axes)
             attrs[f"{key}_sharding"] = tuple(

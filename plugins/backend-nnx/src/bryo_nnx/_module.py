@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from bryo_graph import Object, Variable, iter_graph
-from bryo_pytree import Path
+from bryo_pytree import Path, is_shaped
 
 from ._intercept import wrap_call
 
@@ -113,7 +113,7 @@ class Module(Object):
                 text = f"{type(value).__name__}(...)"
             elif isinstance(value, Variable):
                 text = repr(value)
-            elif hasattr(value, "shape") and hasattr(value, "dtype"):
+            elif is_shaped(value):
                 text = describe_leaf(value)
             else:
                 text = repr(value)
