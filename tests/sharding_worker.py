@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 
 import bryo_graph as bg
 import bryo_transforms as bt
+from bryo import parse_mesh_spec
 from bryo_graph import Object, Param, Variable
 
 RULES_DP = {"embed": None, "mlp": None, "batch": "data"}
@@ -87,7 +88,7 @@ def check_close(got, want, what):
 
 
 def data_parallel(want):
-    mesh = bg.parse_mesh_spec("data=8")
+    mesh = parse_mesh_spec("data=8")
     model = bg.sharded_init(lambda: MLP(), mesh, RULES_DP)
     x, y = batch()
     x, y = (jax.device_put(a, NamedSharding(mesh, P("data"))) for a in (x, y))
@@ -100,7 +101,7 @@ def data_parallel(want):
 
 
 def model_parallel(want):
-    mesh = bg.parse_mesh_spec("data=2,model=4")
+    mesh = parse_mesh_spec("data=2,model=4")
     model = bg.sharded_init(lambda: MLP(), mesh, RULES_MP)
     assert placed(model.w1.value, mesh, P(None, "model")), model.w1.value.sharding
     assert placed(model.w2.value, mesh, P("model", None))
@@ -136,7 +137,7 @@ def stacked_blocks():
     layers = AxisInfo(name=None, size=4, position=0)
     stacked = Stacked.init(layers, Block.make)(jax.random.split(jax.random.key(1), 4))
     assert stacked.stacked.w.sharding == (None, "embed", "mlp"), stacked.stacked.w.sharding
-    mesh = bg.parse_mesh_spec("data=2,model=4")
+    mesh = parse_mesh_spec("data=2,model=4")
     rules = {"embed": None, "mlp": "model"}
     shardings = bg.get_named_sharding(stacked, mesh, rules)
     sharded = jax.device_put(stacked, shardings)
@@ -163,7 +164,7 @@ def graph_scan():
 
     xs = batch()[0].reshape(4, 4, 4)
     want_total, want_ys = run(MLP(), xs)
-    mesh = bg.parse_mesh_spec("data=2,model=4")
+    mesh = parse_mesh_spec("data=2,model=4")
     model = bg.sharded_init(lambda: MLP(), mesh, RULES_MP)
     sharded_xs = jax.device_put(xs, NamedSharding(mesh, P(None, "data")))
     total, ys = run(model, sharded_xs)
@@ -183,7 +184,7 @@ def mox_eval():
 
     x, y = batch()
     mox = make_mox(pure_loss)(params, x, y)
-    mesh = bg.parse_mesh_spec("data=2,model=4")
+    mesh = parse_mesh_spec("data=2,model=4")
     sharded_params = bg.shard(params, mesh, RULES_MP)
     xs, ys = (jax.device_put(a, NamedSharding(mesh, P("data"))) for a in (x, y))
     got = jax.jit(lambda p, x, y: eval_mox(mox, p, x, y))(sharded_params, xs, ys)
@@ -194,7 +195,7 @@ def named_arrays():
     """NamedArrays placed by a Haliax-style axis mapping; a named op under jit agrees."""
     import bryo_named as hax
 
-    mesh = bg.parse_mesh_spec("data=2,model=4")
+    mesh = parse_mesh_spec("data=2,model=4")
     mapping = {"Batch": "data", "Mlp": "model"}
     x = hax.NamedArray(jax.random.normal(jax.random.key(3), (4, 8)), {"Batch": 4, "Mlp": 8})
     sharded = hax.shard(x, mapping, mesh)
@@ -224,7 +225,7 @@ def multiprocess(process_id: int, port: int) -> dict:
     assert jax.process_count() == 2 and jax.device_count() == 8
     assert jax.local_device_count() == 4
     want = reference_losses()
-    mesh = bg.parse_mesh_spec("data=2,model=4")
+    mesh = parse_mesh_spec("data=2,model=4")
     model = bg.sharded_init(lambda: MLP(), mesh, RULES_MP)
     x_all, y_all = batch()
     data = NamedSharding(mesh, P("data"))

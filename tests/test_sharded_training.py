@@ -116,9 +116,9 @@ def test_named_arrays_shard_by_axis_names():
 def test_equinox_module_sharded_init_and_placement():
     import equinox as eqx
 
-    from bryo_graph import get_named_sharding, parse_mesh_spec, sharded_init
+    from bryo_graph import get_named_sharding, make_mesh, sharded_init
 
-    mesh = parse_mesh_spec("data=1")
+    mesh = make_mesh({"data": 1})
     linear = sharded_init(lambda: eqx.nn.Linear(4, 8, key=jax.random.key(0)), mesh)
     assert isinstance(linear, eqx.nn.Linear)
     eager = eqx.nn.Linear(4, 8, key=jax.random.key(0))

@@ -8,9 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from jax.sharding import AbstractMesh, NamedSharding
+from jax.sharding import AbstractMesh, AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bryo_graph import (
@@ -25,8 +23,8 @@ from bryo_graph import (
     get_named_sharding,
     get_partition_spec,
     logical_to_mesh,
+    make_mesh,
     merge,
-    parse_mesh_spec,
     shard,
     sharded_init,
     split,
@@ -53,7 +51,7 @@ class MLP(Object):
 
 
 def one_device_mesh():
-    return parse_mesh_spec("data=1,model=1")
+    return make_mesh({"data": 1, "model": 1})
 
 
 # Metadata survives the graph functions -----------------------------------------------------
@@ -225,40 +223,21 @@ def test_add_sharding_axis_on_state_and_model():
     assert model.w2.sharding == ("layers", "mlp", "embed")
 
 
-# Mesh specs --------------------------------------------------------------------------------
+# Meshes ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("spec", "message"),
-    [
-        ("data", r"part 'data' of the mesh spec 'data' is not `name=size`"),
-        ("data=4,1x=2", r"part '1x=2'"),
-        ("data=two", r"part 'data=two' .* positive integer"),
-        ("data=0", r"part 'data=0'"),
-        ("data=1,data=1", "names the axis 'data' twice"),
-        ("a=-1,b=-1", "more than one size -1"),
-        ("data=4,model=2", "needs 8 devices but there are 1"),
-        ("", "`spec` must be a string"),
-    ],
-)
-def test_parse_mesh_spec_errors(spec, message):
-    with pytest.raises(ShardingError, match=message):
-        parse_mesh_spec(spec)
+def test_make_mesh_lays_out_auto_axes_in_order():
+    mesh = make_mesh({"data": 1, "model": 1})
+    assert tuple(mesh.axis_names) == ("data", "model") and dict(mesh.shape) == {
+        "data": 1,
+        "model": 1,
+    }
+    assert set(mesh.axis_types) == {AxisType.Auto}  # as Mesh(devices, names) makes them
 
 
-@settings(max_examples=25, deadline=None)
-@given(
-    st.lists(
-        st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True), min_size=1, max_size=4, unique=True
-    ),
-    st.data(),
-)
-def test_parse_mesh_spec_round_trip(names, data):
-    inferred = data.draw(st.sampled_from([None, *names]))
-    spec = ",".join(f"{n}={-1 if n == inferred else 1}" for n in names)
-    mesh = parse_mesh_spec(spec)
-    assert tuple(mesh.axis_names) == tuple(names)
-    assert dict(mesh.shape) == {n: 1 for n in names}
+def test_make_mesh_needs_enough_devices():
+    with pytest.raises(ShardingError, match=r"needs 8 devices but there are 1"):
+        make_mesh({"data": 4, "model": 2}, devices=jax.devices()[:1])
 
 
 # Values with their own axis names (the hook) -----------------------------------------------

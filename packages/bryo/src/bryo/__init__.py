@@ -56,6 +56,7 @@ from bryo_transforms import vmap as vmap  # noqa: E402
 from . import hax as hax  # noqa: E402
 from . import mox as mox  # noqa: E402
 from . import nnx as nnx  # noqa: E402
+from ._mesh_spec import parse_mesh_spec as parse_mesh_spec  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -31,10 +31,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 import bryo_mox as mox
 from bryo_filters import Not
-from bryo_graph import Param, State, VariableState, merge, parse_mesh_spec, shard, split, state
+from bryo_graph import Param, State, VariableState, merge, shard, split, state
 
 from ._demo_args import SAMPLES, TEST_SAMPLES, DemoConfig, DemoError, config_from_args
 from ._demo_models import BACKENDS, Backend, Sizes, teacher
+from ._mesh_spec import parse_mesh_spec
 
 SHARDING_RULES = {"embed": None, "mlp": "model", "layers": None}
 

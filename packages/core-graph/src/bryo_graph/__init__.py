@@ -14,6 +14,10 @@ from bryo_plugins import add_hookspecs as _add_hookspecs
 
 from . import graph as graph
 from . import hookspecs as _hookspecs
+from ._axis_rules import ShardingError as ShardingError
+from ._axis_rules import add_sharding_axis as add_sharding_axis
+from ._axis_rules import get_partition_spec as get_partition_spec
+from ._axis_rules import logical_to_mesh as logical_to_mesh
 from ._entries import Entry as Entry
 from ._entries import LeafEntry as LeafEntry
 from ._entries import NodeEntry as NodeEntry
@@ -45,14 +49,10 @@ from ._object import Dict as Dict
 from ._object import List as List
 from ._object import Object as Object
 from ._object import object_node_type as object_node_type
-from ._sharding import ShardingError as ShardingError
-from ._sharding import add_sharding_axis as add_sharding_axis
-from ._sharding import get_named_sharding as get_named_sharding
-from ._sharding import get_partition_spec as get_partition_spec
-from ._sharding import logical_to_mesh as logical_to_mesh
-from ._sharding import parse_mesh_spec as parse_mesh_spec
-from ._sharding import shard as shard
-from ._sharding import sharded_init as sharded_init
+from ._placement import get_named_sharding as get_named_sharding
+from ._placement import make_mesh as make_mesh
+from ._placement import shard as shard
+from ._placement import sharded_init as sharded_init
 from ._state import GraphState as GraphState
 from ._state import State as State
 from ._variables import BatchStat as BatchStat

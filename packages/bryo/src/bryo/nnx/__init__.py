@@ -33,7 +33,6 @@ from bryo_graph import graphdef as graphdef
 from bryo_graph import iter_graph as iter_graph
 from bryo_graph import logical_to_mesh as logical_to_mesh
 from bryo_graph import merge as merge
-from bryo_graph import parse_mesh_spec as parse_mesh_spec
 from bryo_graph import pop as pop
 from bryo_graph import shard as shard
 from bryo_graph import sharded_init as sharded_init
@@ -102,6 +101,8 @@ from bryo_transforms import remat as remat
 from bryo_transforms import scan as scan
 from bryo_transforms import value_and_grad as value_and_grad
 from bryo_transforms import vmap as vmap
+
+from .._mesh_spec import parse_mesh_spec as parse_mesh_spec
 
 # isort: split
 # Layers and training helpers (issue 13; owner: layers). Keep other additions out of this block.
