@@ -22,7 +22,7 @@ from bryo_pytree import Path, PrefixError, broadcast_prefix
 from ._collect import Grouping
 from ._errors import TransformError
 from ._layout import ARRAY, ROOT, ArgLayout, LeafLayout, StaticLayout
-from ._plan import CallPlan, Signature
+from ._plan import CallPlan, PairPath, Signature
 
 
 class Carry:
@@ -213,10 +213,11 @@ def leaf_axes(plan: CallPlan, root_specs: list, name: str = "in_axes") -> list:
     sig = plan.sig
     axes = []
     for k, path in enumerate(sig.paths):
-        spec = root_specs[path[1]]
+        place = PairPath.of(path)
+        spec = root_specs[place.root]
         if isinstance(spec, StateAxes):
             try:
-                spec = spec.axis_of(path[2:], state_leaf(plan, k))
+                spec = spec.axis_of(place.inner, state_leaf(plan, k))
             except LookupError:
                 raise TransformError(
                     f"`{name}`: {spec!r} has no filter matching {sig.describe_leaf(k)} "

@@ -27,7 +27,7 @@ from bryo_graph import (
 from bryo_pytree import Path, is_array
 
 from ._layout import is_graph_leaf
-from ._plan import index_objects, meta_of
+from ._plan import PairPath, index_objects, meta_of
 from ._rebuild import Inner
 
 
@@ -264,10 +264,11 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
             leaf_plans.append(KeptLeaf(k, changed))
             continue
         leaf = variable if variable is not None else VariableState(source.leaf_type, value)
-        if path[0] == 0:
-            group = grouping.new_input_group(path[1], path[2:], leaf)  # type: ignore[arg-type]
+        where = PairPath.of(path)
+        if where.side == 0:
+            group = grouping.new_input_group(where.root, where.inner, leaf)
         else:
-            group = grouping.output_group(root_specs[path[1]], path[2:], leaf)  # type: ignore[index]
+            group = grouping.output_group(root_specs[where.root], where.inner, leaf)
         meta = meta_of(variable) if variable is not None else None
         leaf_plans.append(NewLeaf(place(group, value), meta))
 

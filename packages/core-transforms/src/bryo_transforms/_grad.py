@@ -34,7 +34,7 @@ def _diff_leaves(plan: CallPlan, argnums: tuple[int, ...], wrt: Filter) -> tuple
     (predicate,) = filters_to_predicates((wrt,))
     by_var = {id(s.variable): k for k, s in enumerate(plan.sources) if s.variable is not None}
     by_slot = {(id(s.parent), s.key): k for k, s in enumerate(plan.sources) if s.variable is None}
-    roots = plan.pair[0]
+    roots = plan.roots
     chosen: set[int] = set()
     per_root: dict[int, list[tuple[Path, int]]] = {}
     for j, place in enumerate(plan.sig.root_places):

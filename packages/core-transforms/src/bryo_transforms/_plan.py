@@ -36,6 +36,21 @@ from ._layout import ROOT, ArgLayout, CallKey
 raw_value = operator.attrgetter("raw_value")
 
 
+class PairPath(NamedTuple):
+    """A State leaf's path in the pair `(input roots, output roots)` that the transforms
+    flatten, taken apart: `(0, 2, 'linear', 'kernel')` is `PairPath(0, 2, ('linear',
+    'kernel'))`, the kernel of the third input root."""
+
+    side: int  # 0: the call's inputs, 1: graphs the function returned
+    root: int
+    inner: Path
+
+    @classmethod
+    def of(cls, path: Path) -> PairPath:
+        side, root, *inner = path
+        return cls(side, root, tuple(inner))  # type: ignore[arg-type]
+
+
 class RootPlace(NamedTuple):
     """Where a graph root sits in the arguments.
 
@@ -121,9 +136,9 @@ class Signature:
 
     def describe_leaf(self, k: int) -> str:
         """Where State leaf `k` comes from, e.g. "`args[0]` at linear/kernel"."""
-        path = self.paths[k]
-        name = self.root_places[path[1]].name  # type: ignore[index]
-        return f"`{name}`" + (f" at {path_str(path[2:])}" if len(path) > 2 else "")
+        place = PairPath.of(self.paths[k])
+        name = self.root_places[place.root].name
+        return f"`{name}`" + (f" at {path_str(place.inner)}" if place.inner else "")
 
 
 def _index_leaves(
@@ -202,6 +217,11 @@ class CallPlan:
                 "instead of changing it in place."
             )
         node_type.set_key(source.parent, source.key, value)
+
+    @property
+    def roots(self) -> tuple:
+        """The caller's graph roots, in argument order."""
+        return self.pair[0]
 
     @property
     def objects(self) -> dict[int, object]:

@@ -42,10 +42,11 @@ def rebuild(sig: Signature, leaf_values: Sequence[object], arrays: Sequence[obje
     }
     pair = unflatten(sig.graphdef, State.from_flat_path(flat))
     built = index_objects(sig.graphdef, pair)
-    roots_it, arrays_it = iter(pair[0]), iter(arrays)
+    roots, _ = pair
+    roots_it, arrays_it = iter(roots), iter(arrays)
     args = tuple(layout.rebuild(roots_it, arrays_it) for layout in sig.layouts)
     kwargs = {name: layout.rebuild(roots_it, arrays_it) for name, layout in sig.kw_layouts}
-    return args, kwargs, Inner(sig, built, pair[0], list(leaf_values))
+    return args, kwargs, Inner(sig, built, roots, list(leaf_values))
 
 
 def join_leaves(sig: Signature, var_values: Sequence, raw_values: Sequence) -> list:

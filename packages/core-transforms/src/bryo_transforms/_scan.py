@@ -356,7 +356,7 @@ class _Scan:
         layout = self._carry_layout()
         if layout is None:
             return None
-        roots = self.plan.pair[0]
+        roots = self.plan.roots
         carry_roots = (roots[j] for j in self.carry_roots)
         return layout.rebuild(carry_roots, iter(carry_arrays))
 
