@@ -15,6 +15,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from bryo_pytree import is_shaped
+
 from ._axis import (
     Axis,
     AxisError,
@@ -368,4 +370,4 @@ def is_jax_or_hax_array_like(x: object) -> bool:
 
     Used as `is_scanned=` it scans every array, 0-d ones included (an error for those).
     """
-    return isinstance(x, NamedArray) or (hasattr(x, "shape") and hasattr(x, "dtype"))
+    return isinstance(x, NamedArray) or is_shaped(x)

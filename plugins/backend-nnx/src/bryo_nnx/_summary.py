@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from bryo_graph import Variable, iter_graph, merge, split
-from bryo_pytree import Path
+from bryo_pytree import Path, is_shaped
 from bryo_rngs import RngState
 
 from ._compat import cost_flops
@@ -62,7 +62,7 @@ class CallInfo:
 
 def _describe(value: object) -> str:
     """A short description: arrays as `dtype[shape]`, modules as `Type(...)`."""
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
+    if is_shaped(value):
         return f"{value.dtype}[{','.join(map(str, value.shape))}]"
     if isinstance(value, Module):
         return f"{type(value).__name__}(...)"
@@ -277,7 +277,7 @@ class _Size:
 
     def add(self, value: object) -> None:
         for leaf in jax.tree.leaves(value):
-            if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            if is_shaped(leaf):
                 n = int(np.prod(leaf.shape))
                 self.count += n
                 self.bytes += n * leaf.dtype.itemsize  # 8 for a threefry key
