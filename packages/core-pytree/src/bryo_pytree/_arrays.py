@@ -15,6 +15,8 @@ When JAX adds an array type, this module is the one place to teach bryo about it
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import jax
 import numpy as np
 
@@ -22,7 +24,7 @@ _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
 _PY_NUMBERS = frozenset({bool, int, float, complex})
 
 
-def is_array(value: object) -> bool:
+def is_array(value: object) -> TypeGuard[jax.Array | np.ndarray | np.generic]:
     """Whether `value` is a JAX array (or tracer), a NumPy array or a NumPy scalar.
 
     >>> is_array(jnp.ones(2)), is_array(np.float32(1)), is_array(1.0)

@@ -55,7 +55,7 @@ def as_key(value: object, *, name: str) -> jax.Array:
         if dtype == jnp.uint32 and value.shape[-1:] == (2,):
             return jax.random.wrap_key_data(jnp.asarray(value))
         if jnp.issubdtype(dtype, jnp.integer) and value.ndim == 0:
-            return jax.random.key(value)
+            return jax.random.key(jnp.asarray(value))
     raise TypeError(
         f"the seed of rng stream `{name}` must be an int or a `jax.random.key(...)` array; "
         f"got {type(value).__name__}: {value!r:.80}."
