@@ -103,9 +103,14 @@ def split_rngs_in_place(
         The token to pass to `restore_rngs`.
 
     Example:
-        >>> token = split_rngs_in_place(model, {'dropout': 5})   # doctest: +SKIP
-        >>> ...  # vmap over axis 0 of the dropout stream's state
-        >>> restore_rngs(token)                                   # doctest: +SKIP
+        >>> from bryo_rngs import Rngs, restore_rngs
+        >>> rngs = Rngs(params=0, dropout=1)
+        >>> token = split_rngs_in_place(rngs, {'dropout': 5})
+        >>> rngs.dropout.key.value.shape, rngs.params.key.value.shape  # vmap over axis 0 here
+        ((5,), ())
+        >>> restore_rngs(token)
+        >>> rngs.dropout.key.value.shape
+        ()
     """
     rules = split_rules(splits, only)
     plan = []

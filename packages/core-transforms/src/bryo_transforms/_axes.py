@@ -45,6 +45,7 @@ class StateAxes:
     Each Variable takes the axis of the first filter that matches it (order matters, as
     in `split`); an axis is an int, None (broadcast) or `Carry` (scan only).
 
+    >>> from bryo_graph import Param
     >>> axes = StateAxes({(Param, 'dropout'): 0, ...: None})
     >>> axes.axes
     (0, None)

@@ -60,6 +60,7 @@ def vmap(
         in with: a broadcast (None) Variable may only be given unbatched values.
 
     Example:
+        >>> from bryo_transforms import StateAxes
         >>> @vmap(in_axes=(StateAxes({'dropout': 0, ...: None}), None))
         ... def sample(model, x):
         ...     return model(x)

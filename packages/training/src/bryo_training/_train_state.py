@@ -1,10 +1,10 @@
 """`TrainState`: the functional training state — graphdef, parameters, optax state and step
 in one immutable pytree, for `jax.jit`-ed steps over pure values.
 
-    >>> graphdef, params, counts = split(model, Param, Count)          # doctest: +SKIP
-    >>> ts = TrainState.create(graphdef, params=params, tx=optax.sgd(0.1))
-    >>> y, _ = ts.apply('params')(x)                                    # doctest: +SKIP
-    >>> ts = ts.apply_gradients(grads)                                  # doctest: +SKIP
+    graphdef, params, counts = split(model, Param, Count)
+    ts = TrainState.create(graphdef, params=params, tx=optax.sgd(0.1))
+    y, _ = ts.apply('params')(x)
+    ts = ts.apply_gradients(grads)
 
 Subclasses add fields (further States, counters) and are pytree dataclasses too.
 """

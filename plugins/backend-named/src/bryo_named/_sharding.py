@@ -48,8 +48,8 @@ def pspec_for_axis(
     """The mesh `PartitionSpec` of `axes` (a NamedArray's, or axes/names) under `mapping`.
 
     Example:
-        >>> pspec_for_axis(("Batch", "Embed"), {"Batch": "data"})
-        PartitionSpec('data', None)
+        >>> tuple(pspec_for_axis(("Batch", "Embed"), {"Batch": "data"}))  # a PartitionSpec
+        ('data', None)
     """
     if isinstance(axes, NamedArray):
         names = axes.axis_names

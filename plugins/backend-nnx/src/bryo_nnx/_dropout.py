@@ -38,8 +38,10 @@ def dropout(
 class Dropout(Module):
     """Randomly zero inputs during training.
 
+    >>> from bryo_rngs import Rngs
+    >>> x = jnp.ones((2, 3))
     >>> drop = Dropout(0.5, rngs=Rngs(dropout=1))   # implicit: keeps its own stream
-    >>> y = drop(x)                                  # doctest: +SKIP
+    >>> y = drop(x)
     >>> y = Dropout(0.5)(x, rngs=Rngs(dropout=1))    # explicit: rngs at call time
 
     Args:
