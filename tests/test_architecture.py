@@ -32,9 +32,6 @@ ALLOWED_CYCLES: list[frozenset[str]] = [
             "bryo_mox.document",
         }
     ),
-    # backend-named: NamedArray's methods import the ops built on NamedArray lazily; to be
-    # layered by the backend-named work in progress (the "haliax" engineer's task).
-    frozenset({"bryo_named._named_array", "bryo_named._ops", "bryo_named._rearrange"}),
 ]
 
 

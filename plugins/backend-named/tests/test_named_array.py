@@ -78,6 +78,21 @@ def test_reductions_and_dot():
     np.testing.assert_allclose(hax.softmax(x, "Features").array, jax.nn.softmax(x.array, axis=1))
 
 
+def test_methods_mirror_the_module_functions():
+    x = _x()
+    w = hax.named(jnp.arange(12.0).reshape(3, 4), (Feat, Out))
+    np.testing.assert_allclose(x.dot(w, axis="Features").array, hax.dot(x, w, axis="Features").array)
+    assert x.argmax("Features").array.tolist() == [2, 2]
+    assert x.argmin("Batch").axes == (Feat,)
+    assert x.rename({"Features": "F"}).axis_names == ("Batch", "F")
+    assert x.take("Batch", 1).array.tolist() == [3.0, 4.0, 5.0]
+    assert x.rearrange("b f -> f b").axis_names == ("Features", "Batch")
+    for name in ("sum", "mean", "max", "min", "prod", "var", "std", "all", "any"):
+        np.testing.assert_allclose(
+            getattr(x, name)("Features").array, getattr(hax, name)(x, "Features").array
+        )
+
+
 def test_stack_concatenate_rename():
     x = _x()
     flipped = hax.named(x.array.T, (Feat, Batch))

@@ -143,7 +143,8 @@ def shard(tree: T, mesh: AnyMesh, rules: Rules | None = None) -> T:
     Args:
         tree: a State or pytree of VariableStates/arrays (an Equinox module), or an
             NNX-style module.
-        mesh, rules: as for `get_named_sharding`.
+        mesh: the mesh, as for `get_named_sharding`.
+        rules: the logical-axis rules, as for `get_named_sharding`.
 
     Returns:
         Outside `jax.jit`, the tree `jax.device_put` on its shardings; inside, the tree with
@@ -178,7 +179,8 @@ def sharded_init(create: Callable[[], T], mesh: AnyMesh, rules: Rules | None = N
         create: a function of no arguments building the model (any backend). Make its
             `Rngs` inside it (`lambda: Model(rngs=Rngs(0))`): a closed-over `Rngs` would be
             advanced under a trace.
-        mesh, rules: as for `get_named_sharding`.
+        mesh: the mesh, as for `get_named_sharding`.
+        rules: the logical-axis rules, as for `get_named_sharding`.
 
     Returns:
         The model, with every array a `jax.Array` sharded on `mesh` (replicated where no

@@ -10,6 +10,7 @@ The package's plugin teaches bryo_scan to scan, fold, map and stack over named a
 
 from bryo_scan import tree_checkpoint_name as tree_checkpoint_name
 
+from . import _methods as _methods  # NamedArray.sum, .dot, ... (attached there)
 from . import nn as nn
 from . import random as random
 from ._axis import Axis as Axis

@@ -36,6 +36,9 @@ class NamedArray:
         array: a JAX (or NumPy) array.
         axes: one `Axis` per dimension, as a sequence of `Axis` or a dict {name: size}.
 
+    The methods mirroring the module functions (`sum`, `mean`, `argmax`, `dot`, `rename`,
+    `take`, `rearrange`, ...) are attached by `bryo_named._methods`.
+
     Example:
         >>> x = NamedArray(jnp.ones((2, 3)), {"Batch": 2, "Features": 3})
         >>> x.shape
@@ -189,47 +192,6 @@ class NamedArray:
 
     def __getitem__(self, index: Any) -> NamedArray:
         return _index(self, _index_pairs(index))
-
-    # -- methods mirroring the module functions ----------------------------------------
-
-    def argmax(self, axis: AxisSelector) -> NamedArray:
-        return _ops().argmax(self, axis)
-
-    def argmin(self, axis: AxisSelector) -> NamedArray:
-        return _ops().argmin(self, axis)
-
-    def dot(self, other: NamedArray, *, axis: Any = None) -> NamedArray:
-        return _ops().dot(self, other, axis=axis)
-
-    def rename(self, renames: Mapping[AxisSelector, AxisSelector]) -> NamedArray:
-        return _ops().rename(self, renames)
-
-    def rearrange(self, expression: str | Sequence[Any], **sizes: int) -> NamedArray:
-        from ._rearrange import rearrange
-
-        return rearrange(self, expression, **sizes)
-
-    def take(self, axis: AxisSelector, index: Any) -> NamedArray:
-        return _ops().take(self, axis, index)
-
-
-def _reduction_method(name: str) -> Callable[..., NamedArray]:
-    def method(self: NamedArray, axis: Any = None, **kwargs: Any) -> NamedArray:
-        return getattr(_ops(), name)(self, axis, **kwargs)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"`{name}` over the named `axis` (None: all axes)."
-    return method
-
-
-for _name in ("sum", "mean", "max", "min", "prod", "var", "std", "all", "any"):
-    setattr(NamedArray, _name, _reduction_method(_name))
-
-
-def _ops() -> Any:
-    from . import _ops as ops
-
-    return ops
 
 
 def _flatten_with_keys(x: NamedArray) -> tuple[list[tuple[GetAttrKey, Any]], tuple[Axis, ...]]:
