@@ -81,12 +81,14 @@ def test_reductions_and_dot():
 def test_methods_mirror_the_module_functions():
     x = _x()
     w = hax.named(jnp.arange(12.0).reshape(3, 4), (Feat, Out))
-    np.testing.assert_allclose(x.dot(w, axis="Features").array, hax.dot(x, w, axis="Features").array)
+    np.testing.assert_allclose(
+        x.dot(w, axis="Features").array, hax.dot(x, w, axis="Features").array
+    )
     assert x.argmax("Features").array.tolist() == [2, 2]
     assert x.argmin("Batch").axes == (Feat,)
     assert x.rename({"Features": "F"}).axis_names == ("Batch", "F")
     assert x.take("Batch", 1).array.tolist() == [3.0, 4.0, 5.0]
-    assert x.rearrange("b f -> f b").axis_names == ("Features", "Batch")
+    assert x.rearrange("Batch Features -> Features Batch").axis_names == ("Features", "Batch")
     for name in ("sum", "mean", "max", "min", "prod", "var", "std", "all", "any"):
         np.testing.assert_allclose(
             getattr(x, name)("Features").array, getattr(hax, name)(x, "Features").array
