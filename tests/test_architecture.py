@@ -1,5 +1,6 @@
 """The layering rules of STYLE.md, checked on the source: no import cycles inside a
-package, and no distribution importing another one's private modules or names.
+package or between distributions, and no distribution importing another one's private
+modules or names.
 
 The sources are parsed (`ast`), never imported. Every import counts, including those
 inside functions and under `TYPE_CHECKING`: a lazy import that closes a circle is still
@@ -188,6 +189,28 @@ def test_no_import_cycles_inside_a_package(package: Package):
     assert not unexpected, (
         f"{package.dist}: modules that import each other: {unexpected}. Layer them so "
         "imports only go downward: move what both need into a lower module."
+    )
+
+
+def distribution_graph() -> dict[str, set[str]]:
+    """Distribution -> the other distributions its sources import."""
+    graph: dict[str, set[str]] = {package.dist: set() for package in PACKAGES}
+    for package in PACKAGES:
+        for name, file in package.modules():
+            for imp in imports_of(name, file):
+                top = TOP_NAMES.get(imp.module.split(".")[0])
+                if top is not None and top.dist != package.dist:
+                    graph[package.dist].add(top.dist)
+    return graph
+
+
+def test_no_import_cycles_between_distributions():
+    graph = distribution_graph()
+    assert "core-pytree" in graph["core-graph"]  # the walk sees cross-distribution imports
+    found = [sorted(cycle) for cycle in cycles(graph)]
+    assert not found, (
+        f"distributions that import each other: {found}. A lower layer must not import a "
+        "higher one: move what both need down, or invert the call through a hook."
     )
 
 
