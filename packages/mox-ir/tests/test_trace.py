@@ -1,10 +1,18 @@
+import gc
+import weakref
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.extend.core import jaxpr_as_fun
 
 from bryo_mox import Equation, ModuleCall, MoxError, eval_mox, make_mox
-from bryo_mox.testing import Counter, Linear, ResBlock
+from bryo_mox._eval import _singles
+from bryo_mox._markers import begin_p, end_p
+from bryo_mox._trace import intercepting
+from bryo_mox.testing import Counter, Linear, Module, ResBlock
 
 
 def apply(model, x):
@@ -191,3 +199,113 @@ def test_dead_equations_are_dropped():
 
     mox = make_mox(f)(jnp.ones(2))
     assert [node.primitive.name for node in mox.nodes] == ["add"]
+
+
+def test_one_trace_the_leaves_are_the_jaxpr(toy, mlp, x):
+    """Module calls cost no trace of their own: the leaves are make_jaxpr's equations."""
+    mox = make_mox(apply)(mlp, x)
+    plain = jax.make_jaxpr(apply)(mlp, x).jaxpr.eqns
+    assert [n.primitive.name for n in _outer(mox)] == [e.primitive.name for e in plain]
+
+
+def _outer(mox):
+    """Leaf equations outside any region (module bodies included), in order."""
+    out, stack = [], [iter(mox.nodes)]
+    while stack:
+        node = next(stack[-1], None)
+        if node is None:
+            stack.pop()
+        elif isinstance(node, ModuleCall):
+            stack.append(iter(node.nodes))
+        else:
+            out.append(node)
+    return out
+
+
+def test_markers_are_identities_under_transforms(toy, mlp):
+    """A jaxpr that keeps its markers (a scan body does) evaluates, compiles and
+    differentiates like the function."""
+    v = jnp.linspace(-1.0, 1.0, 3)
+    with intercepting():
+        closed = jax.make_jaxpr(apply)(mlp, v)
+    assert {e.primitive for e in closed.jaxpr.eqns} >= {begin_p, end_p}
+    leaves = jax.tree_util.tree_leaves((mlp, v))
+    run = lambda *xs: jaxpr_as_fun(closed)(*xs)[0]
+    np.testing.assert_allclose(jax.jit(run)(*leaves), mlp(v), rtol=1e-6)
+    batched = jax.vmap(lambda row: run(*leaves[:-1], row))(jnp.stack([v, 2 * v]))
+    np.testing.assert_allclose(batched[1], mlp(2 * v), rtol=1e-6)
+    grad = jax.grad(lambda row: run(*leaves[:-1], row).sum())(v)
+    np.testing.assert_allclose(grad, jax.grad(lambda row: mlp(row).sum())(v), rtol=1e-5)
+    with intercepting():
+        linear = jax.make_jaxpr(lambda u: _Double()(u))(v)
+    (transposed,) = jax.linear_transpose(lambda u: jaxpr_as_fun(linear)(u)[0], v)(jnp.ones(3))
+    np.testing.assert_allclose(transposed, 2.0 * jnp.ones(3))
+
+
+class _Double(Module):
+    def forward(self, v):
+        return 2.0 * v
+
+
+def test_grad_inside_the_traced_function(toy, mlp, x):
+    """Values escaping a call (residuals of an inner grad) dissolve it; nothing is lost."""
+    fun = lambda m, v: jax.grad(lambda u: m(u).sum())(v)
+    mox = make_mox(fun)(mlp, x)
+    np.testing.assert_allclose(eval_mox(mox, mlp, x), fun(mlp, x), rtol=1e-5)
+
+
+class _Shift(Linear):
+    """A Linear whose output adds a value it reads from outside (not an argument)."""
+
+    outside: ClassVar[list] = []
+
+    def forward(self, v):
+        return super().forward(v) + self.outside[-1]
+
+
+def test_values_a_module_closes_over_become_state_inputs(toy):
+    layer = _Shift(2, 2, key=jax.random.key(0))
+
+    def fun(s, v):
+        _Shift.outside.append(s)
+        try:
+            return layer(v)
+        finally:
+            _Shift.outside.pop()
+
+    mox = make_mox(fun)(jnp.float32(3.0), jnp.ones((1, 2)))
+    (call,) = mox.nodes
+    assert call.n_state == 3 and call.invars[2] is mox.invars[0]  # w, b, then the shift
+    assert [v.aval.shape for v in call.body.invars] == [(2, 2), (2,), (), (1, 2)]
+    np.testing.assert_allclose(
+        eval_mox(mox, jnp.float32(1.0), jnp.ones((1, 2))),
+        Linear.forward(layer, jnp.ones((1, 2))) + 1,
+    )
+
+
+class _Constant(Module):
+    """A module without state or arguments."""
+
+    def forward(self):
+        return jnp.arange(3.0) + np.arange(3.0)
+
+
+def test_call_without_inputs_and_constants_of_the_body(toy):
+    layer = _Constant()
+    mox = make_mox(lambda: layer())()
+    (call,) = mox.nodes
+    assert isinstance(call, ModuleCall) and call.invars == () and call.n_state == 0
+    assert len(call.body.constvars) == 1 and not mox.block.constvars  # the numpy constant
+    np.testing.assert_allclose(eval_mox(mox), 2 * np.arange(3.0))
+
+
+def test_eval_cache_is_freed_with_the_mox(toy, mlp, x):
+    mox = make_mox(apply)(mlp, x)
+    eval_mox(mox, mlp, x)
+    equations = [weakref.ref(n) for n in _outer(mox)]
+    cached = sum(1 for ref in equations if ref() in _singles)
+    assert cached == len(equations)
+    mox_ref = weakref.ref(mox)
+    del mox
+    gc.collect()
+    assert mox_ref() is None and all(ref() is None for ref in equations)

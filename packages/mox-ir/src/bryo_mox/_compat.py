@@ -1,17 +1,58 @@
-"""JAX APIs whose availability differs across the supported versions (0.7 to the newest).
+"""What differs between the JAX versions bryo_mox supports (0.7 through the newest).
 
-`check_jaxpr`: `jax.extend.core.check_jaxpr` type-checks a jaxpr (every equation's
-inputs and outputs, sub-jaxprs included). It is exported by `jax.extend.core` in the JAX
-versions bryo is tested with (0.10); where a JAX lacks it, `loads` skips this check of
-rebuilt higher-order equations (the loader's own checks of every declared type still run).
+Everything else in bryo_mox uses one spelling. Each shim names the versions it exists for;
+delete it when the supported floor passes them.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from jax.extend import core as _jex
+import jax
+from jax.extend import core as jex
 
-check_jaxpr: Callable[[Any], None] | None = getattr(_jex, "check_jaxpr", None)
-JaxprTypeError: type[Exception] = getattr(_jex, "JaxprTypeError", TypeError)
+#: `new_jaxpr_eqn(invars, outvars, primitive, params, effects, source_info, ctx)`: in
+#: `jax.extend.core` from jax 0.10; only `jax.core` has it in 0.7 to 0.9.
+new_jaxpr_eqn: Any = getattr(jex, "new_jaxpr_eqn", None) or jax.core.new_jaxpr_eqn
+
+#: `DebugInfo(traced_for, func_src_info, arg_names, result_paths)`: in `jax.extend.core`
+#: from jax 0.10; only `jax.core` has it in 0.7 to 0.9.
+DebugInfo: Any = getattr(jex, "DebugInfo", None) or jax.core.DebugInfo
+
+#: `DropVar(aval)`, an output nothing reads: in `jax.extend.core` from jax 0.10; only
+#: `jax.core` has it in 0.7 to 0.9.
+DropVar: Any = getattr(jex, "DropVar", None) or jax.core.DropVar
+
+#: `check_jaxpr(jaxpr)` type-checks a jaxpr (every equation's inputs and outputs,
+#: sub-jaxprs included): exported by `jax.extend.core` in jax 0.10; where a jax lacks it,
+#: `loads` skips this check of rebuilt higher-order equations (the loader's own checks of
+#: every declared type still run).
+check_jaxpr: Callable[[Any], None] | None = getattr(jex, "check_jaxpr", None)
+#: What `check_jaxpr` raises (`jax.extend.core.JaxprTypeError` where it is exported).
+JaxprTypeError: type[Exception] = getattr(jex, "JaxprTypeError", TypeError)
+
+
+def traced_primitive(fun: Any, *args: Any) -> jex.Primitive:
+    """The primitive of the one equation `jax.make_jaxpr(fun)(*args)` traces.
+
+    For primitives `jax.extend.core.primitives` does not export in some supported version:
+    tracing the public function that binds them finds them in every version.
+    """
+    (eqn,) = jax.make_jaxpr(fun)(*args).jaxpr.eqns
+    return eqn.primitive
+
+
+@functools.cache
+def missing_primitives() -> dict[str, jex.Primitive]:
+    """Primitives of this jax that `jax.extend.core.primitives` lacks, by name.
+
+    - `remat2` (`jax.checkpoint`): exported as `remat_p` from jax 0.8; found by tracing
+      `jax.checkpoint` in 0.7.
+    """
+    found: dict[str, jex.Primitive] = {}
+    if not hasattr(jex.primitives, "remat_p"):
+        remat = traced_primitive(jax.checkpoint(lambda x: x), 0.0)
+        found[remat.name] = remat
+    return found

@@ -3,18 +3,23 @@
 Evaluation walks the tree and binds each leaf equation as traced (through
 `jax.core.eval_jaxpr` on a one-equation jaxpr), so custom derivative rules are kept and
 the computation is the original one: under `jax.jit` it compiles to the same program.
+The one-equation jaxprs are cached per equation node, weakly: deleting a MoX frees them.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import jax
 from jax.extend import core as jex
 
+from ._compat import DebugInfo, new_jaxpr_eqn
 from ._errors import MoxError
-from ._ir import CUSTOM_DERIVATIVE_NAMES, Block, Equation, Literal, ModuleCall, Mox, Node, Var
+from ._ir import Block, Equation, Literal, ModuleCall, Mox, Node, Var
 from ._types import type_str
 
 
@@ -129,58 +134,82 @@ def _same_static(value: object, traced: object) -> bool:
         return False
 
 
-def eval_block(block: Block, args: Sequence[Any], *, inline_custom: bool = False) -> list[Any]:
+def eval_block(block: Block, args: Sequence[Any]) -> list[Any]:
     """Evaluate a block on its inputs, module calls inlined.
 
-    With `inline_custom`, custom derivative equations evaluate their primal body instead
-    of binding (used to write derivative rules without recursing into themselves).
+    Iterative (an explicit stack of blocks): models of any depth evaluate without Python
+    recursion.
     """
-    env: dict[Var, Any] = dict(zip(block.constvars, block.consts, strict=True))
-    env.update(zip(block.invars, args, strict=True))
-
-    def read(atom: Any) -> Any:
-        return atom.val if isinstance(atom, Literal) else env[atom]
-
-    for node in block.nodes:
-        ins = [read(a) for a in node.invars]
-        if (
-            inline_custom
-            and isinstance(node, Equation)
-            and node.primitive.name in (CUSTOM_DERIVATIVE_NAMES)
-        ):
-            ((_, _, body),) = [r for r in node.regions if r[0] == "call_jaxpr"]
-            outs = eval_block(body, ins, inline_custom=True)
-        elif inline_custom and isinstance(node, ModuleCall):
-            outs = eval_block(node.body, ins, inline_custom=True)
+    stack = [_Frame(block, _bind_inputs(block, args))]
+    while True:
+        frame = stack[-1]
+        if frame.next == len(frame.block.nodes):
+            outs = [_read(frame.env, a) for a in frame.block.outvars]
+            stack.pop()
+            if not stack:
+                return outs
+            _store(stack[-1].env, frame.caller, outs)
+            continue
+        node = frame.block.nodes[frame.next]
+        frame.next += 1
+        ins = [_read(frame.env, a) for a in node.invars]
+        if isinstance(node, ModuleCall):
+            stack.append(_Frame(node.body, _bind_inputs(node.body, ins), node))
+        elif isinstance(node, Equation):
+            _store(frame.env, node, eval_equation(node, ins))
         else:
-            outs = eval_node(node, ins)
-        for var, value in zip(node.outvars, outs, strict=True):
-            env[var] = value
-    return [read(a) for a in block.outvars]
+            raise MoxError(f"cannot evaluate node {node!r}.")
 
 
-def eval_node(node: Node, args: Sequence[Any]) -> list[Any]:
-    """Evaluate one node on the values of its inputs."""
-    if isinstance(node, ModuleCall):
-        return eval_block(node.body, args)
-    if isinstance(node, Equation):
-        return eval_equation(node.eqn, args)
-    raise MoxError(f"cannot evaluate node {node!r}.")
+@dataclass
+class _Frame:
+    """A block being evaluated: its environment, its next node, the node it stands for."""
+
+    block: Block
+    env: dict[Any, Any]
+    caller: Node | None = None
+    next: int = 0
 
 
-_single_cache: dict[int, tuple[jex.JaxprEqn, jex.Jaxpr, list[int]]] = {}
+def _bind_inputs(block: Block, args: Sequence[Any]) -> dict[Any, Any]:
+    env: dict[Any, Any] = dict(zip(block.constvars, block.consts, strict=True))
+    env.update(zip(block.invars, args, strict=True))
+    return env
 
 
-def eval_equation(eqn: jex.JaxprEqn, args: Sequence[Any]) -> list[Any]:
+def _read(env: dict[Any, Any], atom: Any) -> Any:
+    return atom.val if isinstance(atom, Literal) else env[atom]
+
+
+def _store(env: dict[Any, Any], node: Node | None, values: Sequence[Any]) -> None:
+    assert node is not None
+    env.update(zip(node.outvars, values, strict=True))
+
+
+class _Single(NamedTuple):
+    """An equation as a one-equation jaxpr, and which of its operands are its inputs."""
+
+    jaxpr: jex.Jaxpr
+    positions: tuple[int, ...]
+
+
+# Keyed weakly by the equation node: an entry lives as long as its MoX does.
+_singles: weakref.WeakKeyDictionary[Equation, _Single] = weakref.WeakKeyDictionary()
+_singles_lock = threading.Lock()
+
+
+def eval_equation(node: Equation, args: Sequence[Any]) -> list[Any]:
     """Bind one equation as traced (custom rules included) on the values of its inputs."""
-    jaxpr, positions = _single(eqn)
-    return jax.core.eval_jaxpr(jaxpr, [], *(args[i] for i in positions))
+    with _singles_lock:
+        single = _singles.get(node)
+    if single is None:
+        single = _single(node.eqn)
+        with _singles_lock:
+            _singles[node] = single
+    return jax.core.eval_jaxpr(single.jaxpr, [], *(args[i] for i in single.positions))
 
 
-def _single(eqn: jex.JaxprEqn) -> tuple[jex.Jaxpr, list[int]]:
-    hit = _single_cache.get(id(eqn))
-    if hit is not None and hit[0] is eqn:
-        return hit[1], hit[2]
+def _single(eqn: jex.JaxprEqn) -> _Single:
     invars: list[Var] = []
     positions: list[int] = []
     for i, atom in enumerate(eqn.invars):
@@ -188,7 +217,7 @@ def _single(eqn: jex.JaxprEqn) -> tuple[jex.Jaxpr, list[int]]:
             invars.append(atom)
             positions.append(i)
     outvars = [jex.Var(v.aval) for v in eqn.outvars]
-    single = jex.new_jaxpr_eqn(
+    single = new_jaxpr_eqn(
         list(eqn.invars),
         outvars,
         eqn.primitive,
@@ -197,15 +226,6 @@ def _single(eqn: jex.JaxprEqn) -> tuple[jex.Jaxpr, list[int]]:
         eqn.source_info,
         eqn.ctx,
     )
-    jaxpr = jex.Jaxpr(
-        [],
-        invars,
-        outvars,
-        [single],
-        eqn.effects,
-        jex.DebugInfo("eval_mox", eqn.primitive.name, None, None),
-    )
-    if len(_single_cache) > 100_000:
-        _single_cache.clear()
-    _single_cache[id(eqn)] = (eqn, jaxpr, positions)
-    return jaxpr, positions
+    debug_info = DebugInfo("eval_mox", eqn.primitive.name, None, None)
+    jaxpr = jex.Jaxpr([], invars, outvars, [single], eqn.effects, debug_info)
+    return _Single(jaxpr, tuple(positions))

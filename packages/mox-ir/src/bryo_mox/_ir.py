@@ -7,14 +7,20 @@ its call arguments; its own `invars` are the caller's atoms bound to those input
 Leaves are `Equation`s wrapping a `jax.extend.core.JaxprEqn` as traced; sub-jaxprs of
 higher-order equations (`jit`, `custom_jvp_call`, `scan`, ...) are also converted to blocks
 (`Equation.regions`) so that module calls inside them can be queried. Nodes are immutable.
+
+This module is the bottom of bryo_mox: tracing, evaluation, printing, the element view and
+documents are built on it and it imports none of them. The text form `str(node)` is
+installed by the printer (`set_text_form`), and values derived from a MoX (its element
+view) live in `Mox.memo`, freed with the MoX.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 from jax.extend import core as jex
@@ -67,6 +73,15 @@ class ModuleInfo:
         return self.type.rsplit(".", 1)[-1]
 
 
+_text_form: Callable[[Node], str] | None = None
+
+
+def set_text_form(format_node: Callable[[Node], str]) -> None:
+    """Make `str(node)` return `format_node(node)` (the printer installs `pformat`)."""
+    global _text_form
+    _text_form = format_node
+
+
 class Node:
     """A node of the MoX tree: `Mox`, `ModuleCall` or `Equation`."""
 
@@ -82,9 +97,7 @@ class Node:
         return tuple(v.aval for v in self.outvars)
 
     def __str__(self) -> str:
-        from ._pretty import pformat
-
-        return pformat(self)
+        return repr(self) if _text_form is None else _text_form(self)
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,17 +111,32 @@ class Block:
     outvars: tuple[Atom, ...]
 
 
+class Region(NamedTuple):
+    """One sub-jaxpr of an equation, converted to a block.
+
+    Attributes:
+        param: the equation's param holding it (`jaxpr`, `call_jaxpr`, `branches`, ...).
+        index: its position when the param is a tuple of jaxprs (`branches`), else `None`.
+        block: the converted sub-jaxpr.
+        closed: whether the param holds a `ClosedJaxpr` (else an open `Jaxpr`).
+    """
+
+    param: str
+    index: int | None
+    block: Block
+    closed: bool = True
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Equation(Node):
     """A leaf: one jaxpr equation, kept as traced (custom derivative rules included).
 
-    `regions` holds the equation's sub-jaxprs converted to blocks, as
-    `(param_name, index_or_None, block)`; they serve queries and rewrites, while
-    evaluation binds `eqn` itself.
+    `regions` holds the equation's sub-jaxprs converted to blocks (`Region` records); they
+    serve queries and rewrites, while evaluation binds `eqn` itself.
     """
 
     eqn: jex.JaxprEqn
-    regions: tuple[tuple[str, int | None, Block], ...] = ()
+    regions: tuple[Region, ...] = ()
 
     @property
     def primitive(self) -> jex.Primitive:
@@ -197,6 +225,7 @@ class Mox(Node):
     extra_params: tuple[tuple[str, jax.ShapeDtypeStruct], ...] = ()
     kwargs_tree: jax.tree_util.PyTreeDef | None = None
     static_kwargs: tuple[tuple[str, object], ...] = ()
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def invars(self) -> tuple[Atom, ...]:  # type: ignore[override]
@@ -226,11 +255,24 @@ class Mox(Node):
         types = " ".join(type_str(v.aval) for v in self.invars)
         return f"Mox(lambda {types}: {len(self.nodes)} nodes)"
 
-    @functools.cached_property
-    def _view(self):  # the cached element view used by `query`
-        from ._view import ElementView
+    def memo(self, key: str, build: Callable[[], _T]) -> _T:
+        """The value derived from this MoX under `key`, built by `build()` on first use.
 
-        return ElementView(self)
+        For caches of the layers above (the element view of `query`): they are owned by
+        the MoX, so they go when it goes. Thread-safe; `build` runs outside the lock, so
+        two threads may both build, and the first value stored wins.
+        """
+        value = self._memo.get(key, _MISSING)
+        if value is _MISSING:
+            built = build()
+            with _memo_lock:
+                value = self._memo.setdefault(key, built)
+        return value
+
+
+_T = TypeVar("_T")
+_MISSING = object()
+_memo_lock = threading.Lock()
 
 
 def equation_name(eqn: jex.JaxprEqn) -> str | None:
@@ -244,33 +286,43 @@ def equation_name(eqn: jex.JaxprEqn) -> str | None:
 
 
 def jaxpr_params(params: Mapping[str, object]) -> list[tuple[str, int | None, object]]:
-    """The (open or closed) jaxprs among an equation's params, as `(name, index, jaxpr)`."""
+    """The (open or closed) jaxprs among an equation's params, as `(name, index, jaxpr)`,
+    sorted by name."""
     found = []
-    for key in sorted(params):
-        value = params[key]
-        if _is_jaxpr(value):
+    for key, value in params.items():
+        if type(value) in _JAXPR_TYPES:
             found.append((key, None, value))
-        elif isinstance(value, tuple) and value and all(_is_jaxpr(v) for v in value):
+        elif type(value) is tuple and value and all(type(v) in _JAXPR_TYPES for v in value):
             found.extend((key, i, v) for i, v in enumerate(value))
+    if len(found) > 1:
+        found.sort(key=lambda item: item[0])
     return found
 
 
-def _is_jaxpr(value: object) -> bool:
-    return isinstance(value, (jex.ClosedJaxpr, jex.Jaxpr))
+_JAXPR_TYPES = frozenset({jex.ClosedJaxpr, jex.Jaxpr})
 
 
-def iter_nodes(block: Block) -> Sequence[Node]:
-    """Every node under `block` in document order (regions of equations included)."""
-    out: list[Node] = []
+def child_blocks(node: Node) -> tuple[Block, ...]:
+    """The blocks directly under `node`: a module call's body, an equation's regions."""
+    if isinstance(node, ModuleCall):
+        return (node.body,)
+    if isinstance(node, Equation):
+        return tuple(region.block for region in node.regions)
+    if isinstance(node, Mox):
+        return (node.block,)
+    return ()
 
-    def walk(b: Block) -> None:
-        for node in b.nodes:
-            out.append(node)
-            if isinstance(node, ModuleCall):
-                walk(node.body)
-            elif isinstance(node, Equation):
-                for _, _, region in node.regions:
-                    walk(region)
 
-    walk(block)
-    return out
+def iter_nodes(block: Block) -> Iterator[Node]:
+    """Every node under `block` in document order (regions of equations included).
+
+    Iterative: as deep as the model nests, without Python recursion.
+    """
+    stack: list[Iterator[Node]] = [iter(block.nodes)]
+    while stack:
+        node = next(stack[-1], None)
+        if node is None:
+            stack.pop()
+            continue
+        yield node
+        stack.extend(iter(b.nodes) for b in reversed(child_blocks(node)))

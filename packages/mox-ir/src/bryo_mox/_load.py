@@ -1,15 +1,15 @@
 """Rebuild a MoX from a document (what serializers read): its jaxpr is built directly.
 
 A document is read into one closed jaxpr, which is then converted like a traced one
-(`convert_closed`: marked `jit` regions become module calls). Nothing is re-traced node by
+(`convert_closed`: marked calls become module calls). Nothing is re-traced node by
 node, so loading costs about what the file holds:
 
 - a leaf equation is bound once with `jax.make_jaxpr` per distinct (primitive, params,
   input types) — jax checks the params and computes the output types there — and every
   equation like it reuses that result with its own variables;
-- a module call or a `jit` equation is built around its body directly, with the params a
-  `jax.jit` equation of that arity gets (traced once per arity); a module call's `jit` is
-  marked as tracing marks it (`new_marker`);
+- a `jit` equation is built around its body directly, with the params a `jax.jit`
+  equation of that arity gets (traced once per arity); a module call is its body's
+  equations between the two marker equations tracing puts around a call (`_markers`);
 - an equation with other regions (custom derivatives, `scan`, `cond`, `while`, `remat`)
   is rebuilt through public APIs (`jax.custom_jvp`/`custom_vjp` from its primal and rule
   regions, the primitive's bind around traced regions) once per distinct subtree: the 31
@@ -33,13 +33,21 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jex
 
-from ._compat import JaxprTypeError, check_jaxpr
+from ._compat import (
+    DebugInfo,
+    DropVar,
+    JaxprTypeError,
+    check_jaxpr,
+    missing_primitives,
+    new_jaxpr_eqn,
+)
 from ._errors import MoxError, MoxSerializationError
 from ._ir import CUSTOM_DERIVATIVE_NAMES, JIT_ALIASES, ModuleInfo, Mox
 from ._limits import array_nbytes, current_budget
+from ._markers import CallMarker, begin_p, end_p, marker_equation
 from ._regions import bind_with_regions
 from ._rules import differentiable, rebuild_custom
-from ._trace import convert_closed, new_marker
+from ._trace import convert_closed
 from ._types import from_storage, is_key_dtype, parse_type, same_type, type_str
 from .document import ATTR_NAME, MODULE_ATTRS, NOWHERE, DocNode, Port, Source, located
 
@@ -51,6 +59,8 @@ def _primitive_table() -> dict[str, jex.Primitive]:
     for value in vars(jex.primitives).values():
         if isinstance(value, jex.Primitive):
             table.setdefault(value.name, value)
+    for name, value in missing_primitives().items():
+        table.setdefault(name, value)
     return table
 
 
@@ -297,7 +307,7 @@ class _Builder:
             if child.tag == "module_call":
                 body = yield _Scope(child)
                 self.at = child.source
-                outs = self.module_call(child, ins, body, eqns)
+                outs = self.module_call(child, ins, body, eqns, constvars, consts)
             elif child.tag in JIT_ALIASES:
                 region = _regions(child, expected={("jaxpr", None)})[("jaxpr", None)]
                 body = yield _Scope(region)
@@ -322,7 +332,7 @@ class _Builder:
         effects: set[Any] = set()
         for eqn in eqns:
             effects.update(eqn.effects)
-        debug = jex.DebugInfo("bryo_mox.loads", str(doc.attrs.get("name") or doc.tag), None, None)
+        debug = DebugInfo("bryo_mox.loads", str(doc.attrs.get("name") or doc.tag), None, None)
         jaxpr = jex.Jaxpr(constvars, invars, outvars, eqns, effects, debug)
         return jex.ClosedJaxpr(jaxpr, consts)
 
@@ -476,7 +486,13 @@ class _Builder:
         return traced
 
     def module_call(
-        self, node: DocNode, ins: list[Atom], body: jex.ClosedJaxpr, eqns: list[jex.JaxprEqn]
+        self,
+        node: DocNode,
+        ins: list[Atom],
+        body: jex.ClosedJaxpr,
+        eqns: list[jex.JaxprEqn],
+        constvars: list[jex.Var],
+        consts: list[Any],
     ) -> list[Atom]:
         attrs = node.attrs
         n_state = _count(node, "state_inputs", len(ins))
@@ -489,8 +505,14 @@ class _Builder:
             str(attrs.get("name", "")),
             {k: v for k, v in attrs.items() if k not in MODULE_ATTRS},
         )
-        marker = new_marker(info, n_state, n_state_out, len(ins) - n_state)
-        return self.jit_equation(node, ins, body, eqns, name=marker)
+        self.check_body(node, ins, body)
+        marker = CallMarker(info, n_state)
+        begin, body_ins = marker_equation(begin_p, ins, {"call": marker})
+        eqns.append(begin)
+        body_outs = _inline(_Traced(body), body_ins, eqns, constvars, consts)
+        end, outs = marker_equation(end_p, body_outs, {"call": marker, "n_state_out": n_state_out})
+        eqns.append(end)
+        return outs
 
     def jit(
         self, node: DocNode, ins: list[Atom], body: jex.ClosedJaxpr, eqns: list[jex.JaxprEqn]
@@ -515,18 +537,11 @@ class _Builder:
         **params: Any,
     ) -> list[Atom]:
         """A `jit` equation calling `body` on `ins`, with the params `jax.jit` gives it."""
-        body_avals = [v.aval for v in body.jaxpr.invars]
-        if len(body_avals) != len(ins) or not all(
-            same_type(a, b.aval) for a, b in zip(body_avals, ins, strict=True)
-        ):
-            raise MoxSerializationError(
-                f"<{node.tag}> passes ({', '.join(type_str(a.aval) for a in ins)}) to a body "
-                f"that takes ({', '.join(type_str(a) for a in body_avals)})."
-            )
+        self.check_body(node, ins, body)
         template = self.jit_template(len(ins), len(body.jaxpr.outvars))
         outvars = [jex.Var(a.aval) for a in body.jaxpr.outvars]
         eqns.append(
-            jex.new_jaxpr_eqn(
+            new_jaxpr_eqn(
                 list(ins),
                 outvars,
                 jex.primitives.jit_p,
@@ -537,6 +552,17 @@ class _Builder:
             )
         )
         return outvars
+
+    def check_body(self, node: DocNode, ins: list[Atom], body: jex.ClosedJaxpr) -> None:
+        """`body` takes values of the types of `ins`."""
+        body_avals = [v.aval for v in body.jaxpr.invars]
+        if len(body_avals) != len(ins) or not all(
+            same_type(a, b.aval) for a, b in zip(body_avals, ins, strict=True)
+        ):
+            raise MoxSerializationError(
+                f"<{node.tag}> passes ({', '.join(type_str(a.aval) for a in ins)}) to a body "
+                f"that takes ({', '.join(type_str(a) for a in body_avals)})."
+            )
 
     def jit_template(self, n_in: int, n_out: int) -> _JitTemplate:
         """What `jax.jit` makes of a call with `n_in` inputs and `n_out` outputs.
@@ -656,7 +682,7 @@ def _prepared(closed: jex.ClosedJaxpr) -> _Traced:
         p >= 0 or isinstance(a, jex.Literal) for p, a in zip(positions, eqn.invars, strict=True)
     )
     same_out = list(jaxpr.outvars) == list(eqn.outvars) and not any(
-        isinstance(v, jex.DropVar) for v in eqn.outvars
+        isinstance(v, DropVar) for v in eqn.outvars
     )
     return _Traced(closed, eqn, positions) if direct and same_out else _Traced(closed)
 
@@ -676,7 +702,7 @@ def _inline(
         ]
         outvars = [jex.Var(v.aval) for v in eqn.outvars]
         eqns.append(
-            jex.new_jaxpr_eqn(
+            new_jaxpr_eqn(
                 invars, outvars, eqn.primitive, eqn.params, eqn.effects, eqn.source_info, eqn.ctx
             )
         )
@@ -690,13 +716,12 @@ def _inline(
         sub[var] = new
     for eqn in jaxpr.eqns:
         outvars = [
-            jex.DropVar(v.aval) if isinstance(v, jex.DropVar) else jex.Var(v.aval)
-            for v in eqn.outvars
+            DropVar(v.aval) if isinstance(v, DropVar) else jex.Var(v.aval) for v in eqn.outvars
         ]
         invars = [sub[a] if isinstance(a, jex.Var) else a for a in eqn.invars]
         sub.update(zip(eqn.outvars, outvars, strict=True))
         eqns.append(
-            jex.new_jaxpr_eqn(
+            new_jaxpr_eqn(
                 invars, outvars, eqn.primitive, eqn.params, eqn.effects, eqn.source_info, eqn.ctx
             )
         )

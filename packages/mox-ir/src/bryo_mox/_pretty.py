@@ -6,10 +6,11 @@ their body indented; equations print like jaxpr equations, sub-jaxprs as nested 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ._codec import encode
-from ._ir import JIT_NAME, Block, Equation, Literal, ModuleCall, Mox, Node
+from ._ir import JIT_NAME, Block, Equation, Literal, ModuleCall, Mox, Node, set_text_form
 from ._types import type_str
 
 
@@ -55,21 +56,40 @@ def pformat(node: Node) -> str:
     """The text form of a MoX node (root, module call or equation)."""
     namer = Namer()
     if isinstance(node, Mox):
-        return _block(node.block, namer, 0)
-    return "\n".join(_node(node, namer, 0))
+        return _render(_block(node.block, namer, 0))
+    return _render(_node(node, namer, 0)).removeprefix("\n")
 
 
-def _block(block: Block, namer: Namer, indent: int) -> str:
+# The printer is written as generators that yield text or nested generators; `_render`
+# runs them with an explicit stack, so a model nested 1,000 modules deep prints without
+# Python recursion while the code still reads top-down.
+_Text = Iterator["str | _Text"]
+
+
+def _render(text: _Text) -> str:
+    parts: list[str] = []
+    stack = [text]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+        elif isinstance(item, str):
+            parts.append(item)
+        else:
+            stack.append(item)
+    return "".join(parts)
+
+
+def _block(block: Block, namer: Namer, indent: int) -> _Text:
     """`{ lambda consts; invars. let`, the nodes, `in (outs) }`, jaxpr-style: the block
     opens on the current line, nodes sit at `indent + 4`, `in` at `indent + 2`."""
     consts = " ".join(namer.typed(v) for v in block.constvars)
     invars = " ".join(namer.typed(v) for v in block.invars)
-    lines = [f"{{ lambda {consts}; {invars}. let"]
+    yield f"{{ lambda {consts}; {invars}. let"
     for node in block.nodes:
-        lines.extend(_node(node, namer, indent + 4))
+        yield _node(node, namer, indent + 4)
     outs = " ".join(namer(v) for v in block.outvars)
-    lines.append(f"{' ' * (indent + 2)}in ({outs}{',' if len(block.outvars) == 1 else ''}) }}")
-    return "\n".join(lines)
+    yield f"\n{' ' * (indent + 2)}in ({outs}{',' if len(block.outvars) == 1 else ''}) }}"
 
 
 _HIDDEN_JIT_PARAMS = frozenset(
@@ -96,32 +116,37 @@ def _shown_params(node: Equation) -> dict[str, object]:
     return params
 
 
-def _node(node: Node, namer: Namer, indent: int) -> list[str]:
+def _node(node: Node, namer: Namer, indent: int) -> _Text:
+    """A node's lines, each after a line break."""
     pad = " " * indent
     ins = " ".join(namer(v) for v in node.invars)
     outs = " ".join(namer.typed(v) for v in node.outvars)
     if isinstance(node, ModuleCall):
         attrs = {"type": node.info.short_type, "name": node.info.name, **node.info.attrs}
         params = " ".join(f"{k}={_param(v)}" for k, v in attrs.items())
-        return [f"{pad}{outs} = module_call[{params}] {ins} {_block(node.body, namer, indent)}"]
+        yield f"\n{pad}{outs} = module_call[{params}] {ins} "
+        yield _block(node.body, namer, indent)
+        return
     assert isinstance(node, Equation)
-    regions = {(key, index): block for key, index, block in node.regions}
+    regions = {(region.param, region.index): region.block for region in node.regions}
     params = _shown_params(node)
     if not regions:
         text = " ".join(f"{k}={_param(v)}" for k, v in params.items())
         bracket = f"[{text}]" if text else ""
-        return [f"{pad}{outs} = {node.primitive.name}{bracket} {ins}".rstrip()]
-    lines = [f"{pad}{outs} = {node.primitive.name}["]
+        yield f"\n{pad}{outs} = {node.primitive.name}{bracket} {ins}".rstrip()
+        return
+    yield f"\n{pad}{outs} = {node.primitive.name}["
     for key, value in params.items():
+        yield f"\n{pad}  {key}="
         if (key, None) in regions:
-            text = _block(regions[key, None], namer, indent + 2)
+            yield _block(regions[key, None], namer, indent + 2)
         elif (key, 0) in regions:
-            text = " ".join(_block(regions[key, i], namer, indent + 2) for i in range(len(value)))
+            for i in range(len(value)):
+                yield " " if i else ""
+                yield _block(regions[key, i], namer, indent + 2)
         else:
-            text = _param(value)
-        lines.append(f"{pad}  {key}={text}")
-    lines.append(f"{pad}] {ins}".rstrip())
-    return lines
+            yield _param(value)
+    yield f"\n{pad}] {ins}".rstrip()
 
 
 def _param(value: Any) -> str:
@@ -133,3 +158,6 @@ def _param(value: Any) -> str:
     if callable(value) and not isinstance(value, type):
         return getattr(value, "__name__", type(value).__name__)
     return encode(value, strict=False)
+
+
+set_text_form(pformat)

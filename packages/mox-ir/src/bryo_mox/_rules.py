@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.extend import core as jex
 
+from ._compat import new_jaxpr_eqn
 from ._errors import MoxSerializationError
 from ._eval import eval_equation
 from ._ir import CUSTOM_DERIVATIVE_NAMES, Block, Equation, ModuleCall, Node, Var
@@ -48,7 +49,7 @@ def _rule(node: Equation) -> _Rule:
             f"equation {eqn.primitive.name} {node.name!r} has non-float outputs; its custom "
             "derivative rule cannot be written."
         )
-    primal = lambda *p: eval_equation(eqn, list(p))
+    primal = lambda *p: eval_equation(node, list(p))
     n = len(in_avals)
     if eqn.primitive.name == "custom_jvp_call":
 
@@ -151,7 +152,7 @@ def _slice(block: Block, invars: Sequence[Var], outvars: Sequence[Any]) -> Block
 
 def inline_calls(block: Block) -> Block:
     """`block` with its custom derivative equations and module calls replaced by their
-    bodies, recursively, as `eval_block(block, ..., inline_custom=True)` evaluates it:
+    bodies, recursively (the primal computation of each custom derivative equation):
     the same computation without re-tracing it. Inlined equations get fresh variables."""
     constvars: list[Var] = []
     consts: list[Any] = []
@@ -169,12 +170,12 @@ def inline_calls(block: Block) -> Block:
             if isinstance(node, ModuleCall):
                 outs = splice(node.body, ins)
             elif node.primitive.name in CUSTOM_DERIVATIVE_NAMES:
-                (body,) = [region for key, _, region in node.regions if key == "call_jaxpr"]
+                (body,) = [r.block for r in node.regions if r.param == "call_jaxpr"]
                 outs = splice(body, ins)
             else:
                 eqn = node.eqn
                 outs = [type(v)(v.aval) for v in eqn.outvars]  # a Var or a DropVar
-                new = jex.new_jaxpr_eqn(
+                new = new_jaxpr_eqn(
                     ins, outs, eqn.primitive, eqn.params, eqn.effects, eqn.source_info, eqn.ctx
                 )
                 nodes.append(Equation(new, node.regions))

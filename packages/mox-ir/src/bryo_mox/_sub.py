@@ -33,9 +33,7 @@ from ._ir import (
 from ._regions import bind_with_regions
 from ._trace import call_region, convert_closed, intercepting
 from ._types import same_type, type_str
-from ._view import query
-
-Location = tuple[Any, ...]
+from ._view import Location, element_view, query
 
 
 @dataclass
@@ -102,10 +100,10 @@ def _resolve(target: Any, mox: Mox, with_state: bool) -> list[_Target]:
         nodes = [target]
     else:
         nodes = list(target)
-    view = mox._view
+    view = element_view(mox)
     found: dict[Location, Node] = {}
     for node in nodes:
-        location = view.location_of(node) if isinstance(node, Node) else None
+        location = view.location_of(node, mox) if isinstance(node, Node) else None
         if location is None or isinstance(node, Mox):
             raise MoxError(
                 f"`target` {node!r} is not a module_call or equation of this `mox`; pass "
@@ -144,7 +142,7 @@ def node_at(block: Block, location: Location) -> Node:
                 current = node.body
         else:
             assert isinstance(node, Equation)
-            current = node.regions[step[1]][2]
+            current = node.regions[step[1]].block
     assert node is not None
     return node
 
@@ -274,7 +272,7 @@ def replay_block(
         elif plan is not None and loc in plan.prefixes:
             outs = _rebuild_equation(node, ins, plan, loc)
         else:
-            outs = eval_equation(node.eqn, ins)
+            outs = eval_equation(node, ins)
         for var, value in zip(node.outvars, outs, strict=True):
             env[var] = value
     return [read(a) for a in block.outvars]
@@ -306,7 +304,7 @@ def _rebuild_equation(node: Node, ins: list[Any], plan: _Plan, loc: Location) ->
     assert isinstance(node, Equation)
     params = dict(node.params)
     if node.primitive.name == JIT_NAME:
-        ((_, _, region),) = node.regions
+        ((_, _, region, _),) = node.regions
 
         def body(*xs: Any) -> list[Any]:
             return replay_block(region, xs, plan, (*loc, ("region", 0)))
@@ -315,7 +313,7 @@ def _rebuild_equation(node: Node, ins: list[Any], plan: _Plan, loc: Location) ->
         return jax.jit(body, inline=params.get("inline", False))(*ins)
     traced: dict[tuple[str, int | None], jex.ClosedJaxpr] = {}
     open_params: dict[tuple[str, int | None], bool] = {}
-    for r, (key, index, region) in enumerate(node.regions):
+    for r, (key, index, region, _) in enumerate(node.regions):
 
         def body(*xs: Any, _region: Block = region, _r: int = r) -> list[Any]:
             return replay_block(_region, xs, plan, (*loc, ("region", _r)))

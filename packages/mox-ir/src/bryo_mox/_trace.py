@@ -1,18 +1,32 @@
-"""`make_mox`: trace a function with `jax.make_jaxpr` while backends report module calls.
+"""`make_mox`: trace a function once with `jax.make_jaxpr` while backends report module calls.
 
-Each intercepted call runs its module's pure function inside a `jax.jit` region with a
-unique name (a marker), so that the call is one equation whose inputs are the module's
-state leaves and the call's array arguments. After tracing, the jaxpr is converted to a
-MoX tree: marker equations become `ModuleCall` nodes, everything else stays an equation.
-Only public JAX APIs are used; no Trace or Tracer is subclassed.
+Each intercepted call is delimited by two marker equations (`_markers`): the begin marker
+takes the module's state leaves and the call's array arguments, the module runs on its
+outputs, the end marker takes the new state leaves and the outputs. The whole function is
+one trace, as `jax.make_jaxpr` makes it. The conversion (`convert`) then reads the jaxpr
+once, in order, and groups the equations between each pair of markers into a `ModuleCall`
+node; everything else stays an equation. Only public JAX APIs are used; no Trace or Tracer
+is subclassed.
+
+Conversion details, all in one pass with explicit stacks (no recursion, so models of any
+depth convert):
+
+- A module body's inputs are its begin marker's outputs: `n_state` state leaves, then the
+  arguments. A value the body uses without receiving it through the marker (a new
+  parameter `sub` threads in, a traced value the module closed over) becomes one more
+  state input, after the module's own state; an array constant becomes a constant of the
+  innermost block that uses it.
+- A state output that is an unchanged state input is pruned: later readers use the input.
+- A call whose values escape it other than through its end marker (residuals of `grad`
+  taken inside the traced function) or whose markers do not pair up (partial evaluation
+  dropped one) is dissolved: its equations join the enclosing block.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import itertools
-import threading
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,28 +34,13 @@ from typing import Any
 import jax
 from jax.extend import core as jex
 
-from bryo_pytree import is_array  # leaves traced as inputs of a region; the rest is static
+from bryo_pytree import is_array  # leaves traced as inputs of a call; the rest is static
 
+from ._compat import new_jaxpr_eqn
 from ._errors import MoxError
 from ._hooks import interceptors
-from ._ir import JIT_NAME, Block, Equation, ModuleCall, ModuleInfo, Mox, Var, jaxpr_params
-
-_MARKER_PREFIX = "__bryo_mox_call_"
-_counter = itertools.count()
-_counter_lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class _Marker:
-    info: ModuleInfo
-    n_state: int
-    n_state_out: int
-    n_args: int
-
-
-# Marker name -> what the region stands for. Entries are tiny and must outlive a trace:
-# regions of higher-order equations keep their markers and are converted again later.
-_MARKERS: dict[str, _Marker] = {}
+from ._ir import Block, Equation, ModuleCall, ModuleInfo, Mox, Region, Var, jaxpr_params
+from ._markers import CallMarker, begin_p, end_p, is_marker
 
 
 @dataclass
@@ -57,44 +56,29 @@ _session: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
 )
 
 
-def _new_marker() -> str:
-    with _counter_lock:
-        return f"{_MARKER_PREFIX}{next(_counter)}"
-
-
-def new_marker(info: ModuleInfo, n_state: int, n_state_out: int, n_args: int) -> str:
-    """A fresh marker name for a module call's `jit` region, recorded with what it stands for.
-
-    For code that builds marked regions itself (`loads` builds jaxprs directly).
-    """
-    name = _new_marker()
-    _MARKERS[name] = _Marker(info, n_state, n_state_out, n_args)
-    return name
+def current_session() -> _Session | None:
+    """The tracing session of the running `make_mox`, if any (per-trace caches live there)."""
+    return _session.get()
 
 
 def call_region(
     info: ModuleInfo,
-    fn: Callable[[list[Any], list[Any]], tuple[list[Any], list[Any]]],
+    fn: Callable[[list[Any], list[Any]], tuple[Sequence[Any], Sequence[Any]]],
     state_leaves: Sequence[Any],
     arg_leaves: Sequence[Any],
 ) -> tuple[list[Any], list[Any]]:
-    """Run `fn(state_leaves, arg_leaves) -> (new_state_leaves, out_leaves)` as one region.
+    """Run `fn(state_leaves, arg_leaves) -> (new_state_leaves, out_leaves)` as one module call.
 
-    The region is a `jax.jit` whose name is a fresh marker recorded with `info`; the
-    conversion turns its equation into a `ModuleCall`.
+    The call is delimited by a begin and an end marker sharing one `CallMarker(info)`;
+    the conversion turns what lies between them into a `ModuleCall`.
     """
-    name = _new_marker()
-    counts: dict[str, int] = {}
-
-    def region(state: list[Any], args: list[Any]) -> tuple[list[Any], list[Any]]:
-        new_state, out = fn(state, args)
-        counts["state_out"] = len(new_state)
-        return list(new_state), list(out)
-
-    region.__name__ = region.__qualname__ = name
-    new_state, out = jax.jit(region)(list(state_leaves), list(arg_leaves))
-    _MARKERS[name] = _Marker(info, len(state_leaves), counts["state_out"], len(arg_leaves))
-    return new_state, out
+    n_state = len(state_leaves)
+    marker = CallMarker(info, n_state)
+    ins = begin_p.bind(*state_leaves, *arg_leaves, call=marker)
+    new_state, out = fn(list(ins[:n_state]), list(ins[n_state:]))
+    n_state_out = len(new_state)
+    outs = end_p.bind(*new_state, *out, call=marker, n_state_out=n_state_out)
+    return list(outs[:n_state_out]), list(outs[n_state_out:])
 
 
 def _split(leaves: Sequence[Any]) -> tuple[list[int], list[Any]]:
@@ -117,7 +101,7 @@ def _handle_call(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
 ) -> Any:
-    """The handler given to interceptors: one module call becomes one marked region."""
+    """The handler given to interceptors: one module call becomes one marked call."""
     if not isinstance(info, ModuleInfo):
         raise MoxError(
             f"a backend passed `info` of type {type(info).__name__}; interceptors must pass "
@@ -179,6 +163,7 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
     Calls of modules of any installed backend become `module_call` nodes (type, name,
     static attributes; their parameters are inputs of the node); everything else is kept
     as jaxpr equations, higher-order ones (`jit`, `custom_jvp_call`, ...) as single nodes.
+    The function is traced once, as `jax.make_jaxpr` traces it.
 
     Args:
         fun: the function to trace. Positional arguments are traced (their leaves must be
@@ -246,24 +231,172 @@ def _check_leaves(leaves: Sequence[Any], tree: jax.tree_util.PyTreeDef, what: st
 
 
 def convert_closed(closed: jex.ClosedJaxpr) -> Block:
-    """Convert a traced closed jaxpr into a MoX block (markers become module calls)."""
+    """Convert a traced closed jaxpr into a MoX block (marked calls become module calls)."""
     return convert(closed.jaxpr, closed.consts)
 
 
 def convert(jaxpr: jex.Jaxpr, consts: Sequence[Any] = ()) -> Block:
     """Convert an open jaxpr and its constants into a MoX block."""
-    subst: dict[Var, Any] = {}
+    return _Converter(jaxpr, consts, _find_calls(jaxpr)).run()
 
-    def read(atom: Any) -> Any:
-        return subst.get(atom, atom) if isinstance(atom, Var) else atom
 
-    nodes = []
-    for eqn in jaxpr.eqns:
-        if not eqn.outvars and not eqn.effects:
-            continue  # dead: a residue of partial evaluation (flax's nn.scan leaves some)
-        invars = [read(a) for a in eqn.invars]
-        if any(a is not b for a, b in zip(invars, eqn.invars, strict=False)):
-            eqn = jex.new_jaxpr_eqn(
+# --- pass 1: which marker pairs become module calls --------------------------------------
+
+
+@dataclass(eq=False)
+class _Call:
+    """One begin marker while the first pass reads the jaxpr."""
+
+    marker: CallMarker
+    parent: _Call | None
+    open: bool = True
+    kept: bool = True
+
+
+def _find_calls(jaxpr: jex.Jaxpr) -> set[int]:
+    """The indices of the marker equations that delimit module calls (the others dissolve).
+
+    A call is kept when its begin and end markers pair up and no value defined between
+    them is used after its end other than through the end marker.
+    """
+    stack: list[_Call] = []
+    defined_in: dict[Any, _Call] = {}
+    begins: dict[int, _Call] = {}
+    ends: dict[int, _Call] = {}
+
+    def use(atoms: Sequence[Any]) -> None:
+        for atom in atoms:
+            call = defined_in.get(atom) if isinstance(atom, Var) else None
+            while call is not None and not call.open:  # escapes a finished call
+                call.kept = False
+                call = call.parent
+
+    def define(atoms: Sequence[Any]) -> None:
+        if stack:
+            top = stack[-1]
+            for atom in atoms:
+                defined_in[atom] = top
+
+    for index, eqn in enumerate(jaxpr.eqns):
+        use(eqn.invars)
+        if eqn.primitive is begin_p:
+            call = _Call(eqn.params["call"], stack[-1] if stack else None)
+            begins[index] = call
+            stack.append(call)
+            define(eqn.outvars)
+        elif eqn.primitive is end_p:
+            marker = eqn.params["call"]
+            if any(c.marker is marker for c in stack):
+                while stack[-1].marker is not marker:  # its inner ends were dropped
+                    lost = stack.pop()
+                    lost.open = lost.kept = False
+                call = stack.pop()
+                call.open = False
+                ends[index] = call
+            define(eqn.outvars)
+        else:
+            define(eqn.outvars)
+    use(jaxpr.outvars)
+    for call in stack:  # never ended
+        call.kept = False
+    paired = {id(c) for c in ends.values()}
+    return {i for i, c in begins.items() if c.kept and id(c) in paired} | {
+        i for i, c in ends.items() if c.kept
+    }
+
+
+# --- pass 2: build the blocks --------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Scope:
+    """A block being built: the root, or the body of a module call."""
+
+    parent: _Scope | None
+    begin: jex.JaxprEqn | None = None
+    nodes: list[Any] = field(default_factory=list)
+    consts: dict[Any, Var] = field(default_factory=dict)  # root constvar -> its var here
+    closed: dict[Any, tuple[Any, Var]] = field(default_factory=dict)  # var -> (outer, inner)
+
+
+class _Converter:
+    def __init__(self, jaxpr: jex.Jaxpr, consts: Sequence[Any], calls: set[int]) -> None:
+        self.jaxpr = jaxpr
+        self.calls = calls
+        self.const_values = dict(zip(jaxpr.constvars, consts, strict=True))
+        self.subst: dict[Any, Any] = {}  # dissolved markers and pruned state outputs
+        self.owner: dict[Any, _Scope] = {}  # scope defining each var (root vars: absent)
+        self.root = _Scope(None)
+
+    def run(self) -> Block:
+        scope = self.root
+        for index, eqn in enumerate(self.jaxpr.eqns):
+            if is_marker(eqn.primitive):
+                if index not in self.calls:
+                    self.dissolve(eqn)
+                elif eqn.primitive is begin_p:
+                    scope = _Scope(scope, eqn)
+                    self.own(eqn.outvars, scope)
+                else:
+                    scope = self.close(scope, eqn)
+                continue
+            if not eqn.outvars and not eqn.effects:
+                continue  # dead: a residue of partial evaluation
+            scope.nodes.append(self.equation(eqn, scope))
+            self.own(eqn.outvars, scope)
+        outvars = tuple(self.resolve(a, self.root) for a in self.jaxpr.outvars)
+        return self.block(self.root, tuple(self.jaxpr.invars), outvars)
+
+    def find(self, atom: Any) -> Any:
+        return self.subst.get(atom, atom) if isinstance(atom, Var) else atom
+
+    def own(self, atoms: Sequence[Any], scope: _Scope) -> None:
+        if scope is not self.root:
+            for atom in atoms:
+                self.owner[atom] = scope
+
+    def dissolve(self, eqn: jex.JaxprEqn) -> None:
+        for outer, inner in zip(eqn.outvars, eqn.invars, strict=True):
+            self.subst[outer] = self.find(inner)
+
+    def resolve(self, atom: Any, scope: _Scope) -> Any:
+        """The atom naming `atom` inside `scope`: itself, a local constant, or the input
+        that carries it in through every call between its definition and `scope`."""
+        if not isinstance(atom, Var):
+            return atom
+        atom = self.subst.get(atom, atom)
+        if not isinstance(atom, Var):  # a dissolved marker forwarded a literal
+            return atom
+        home = self.owner.get(atom, self.root)
+        if home is scope and atom not in self.const_values:
+            return atom
+        if atom in self.const_values:
+            return self.local_const(atom, scope)
+        chain = []
+        while scope is not home and atom not in scope.closed:
+            chain.append(scope)
+            scope = scope.parent  # type: ignore[assignment]
+        value = atom if scope is home else scope.closed[atom][1]
+        for inner_scope in reversed(chain):
+            local = jex.Var(atom.aval)
+            inner_scope.closed[atom] = (value, local)
+            self.owner[local] = inner_scope
+            value = local
+        return value
+
+    def local_const(self, constvar: Any, scope: _Scope) -> Any:
+        """The variable of a root constant in `scope`: each block holds the constants its
+        own equations use (the root keeps the original variables)."""
+        local = scope.consts.get(constvar)
+        if local is None:
+            local = constvar if scope is self.root else jex.Var(constvar.aval)
+            scope.consts[constvar] = local
+        return local
+
+    def equation(self, eqn: jex.JaxprEqn, scope: _Scope) -> Equation:
+        invars = [self.resolve(a, scope) for a in eqn.invars]
+        if any(map(operator.is_not, invars, eqn.invars)):
+            eqn = new_jaxpr_eqn(
                 invars,
                 eqn.outvars,
                 eqn.primitive,
@@ -272,77 +405,63 @@ def convert(jaxpr: jex.Jaxpr, consts: Sequence[Any] = ()) -> Block:
                 eqn.source_info,
                 eqn.ctx,
             )
-        marker = _marker_of(eqn)
-        if marker is None:
-            regions = tuple(
-                (key, index, _convert_any(value)) for key, index, value in jaxpr_params(eqn.params)
-            )
-            nodes.append(Equation(eqn, regions))
-        else:
-            nodes.append(_module_call(eqn, marker, subst))
-    return Block(
-        tuple(jaxpr.constvars),
-        tuple(consts),
-        tuple(jaxpr.invars),
-        tuple(nodes),
-        tuple(read(a) for a in jaxpr.outvars),
-    )
+        found = jaxpr_params(eqn.params)
+        if not found:
+            return Equation(eqn)
+        regions = tuple(
+            Region(key, index, _convert_any(value), isinstance(value, jex.ClosedJaxpr))
+            for key, index, value in found
+        )
+        return Equation(eqn, regions)
+
+    def close(self, scope: _Scope, end: jex.JaxprEqn) -> _Scope:
+        """Finish the module call of `scope` at its end marker; return the enclosing scope."""
+        begin = scope.begin
+        parent = scope.parent
+        assert begin is not None and parent is not None
+        marker: CallMarker = begin.params["call"]
+        n_state, n_state_out = marker.n_state, end.params["n_state_out"]
+        body_ins = {var: j for j, var in enumerate(begin.outvars)}
+        keep = []
+        for i, (outer, inner) in enumerate(zip(end.outvars, end.invars, strict=True)):
+            j = body_ins.get(self.find(inner)) if i < n_state_out else None
+            if j is not None and j < n_state:  # an unchanged state leaf: pruned
+                self.subst[outer] = self.find(begin.invars[j])
+            else:
+                keep.append(i)
+        body_outs = tuple(self.resolve(end.invars[i], scope) for i in keep)
+        callers = [self.resolve(a, parent) for a in begin.invars]
+        closed = list(scope.closed.values())
+        invars = (
+            *callers[:n_state],
+            *(outer for outer, _ in closed),
+            *callers[n_state:],
+        )
+        body_invars = (
+            *begin.outvars[:n_state],
+            *(inner for _, inner in closed),
+            *begin.outvars[n_state:],
+        )
+        outvars = tuple(end.outvars[i] for i in keep)
+        call = ModuleCall(
+            info=marker.info,
+            invars=invars,
+            outvars=outvars,
+            body=self.block(scope, body_invars, body_outs),
+            n_state=n_state + len(closed),
+            n_state_out=sum(1 for i in keep if i < n_state_out),
+        )
+        parent.nodes.append(call)
+        self.own(outvars, parent)
+        return parent
+
+    def block(self, scope: _Scope, invars: tuple[Any, ...], outvars: tuple[Any, ...]) -> Block:
+        constvars = tuple(scope.consts.values())
+        consts = tuple(self.const_values[outer] for outer in scope.consts)
+        return Block(constvars, consts, invars, tuple(scope.nodes), outvars)
 
 
 def _convert_any(jaxpr: jex.ClosedJaxpr | jex.Jaxpr) -> Block:
     if isinstance(jaxpr, jex.ClosedJaxpr):
         return convert_closed(jaxpr)
     return convert(jaxpr)
-
-
-def _marker_of(eqn: jex.JaxprEqn) -> _Marker | None:
-    if eqn.primitive.name != JIT_NAME:
-        return None
-    name = eqn.params.get("name")
-    return _MARKERS.get(name) if isinstance(name, str) else None
-
-
-def _module_call(eqn: jex.JaxprEqn, marker: _Marker, subst: dict[Var, Any]) -> ModuleCall:
-    """A module call from its marked region; state outputs that are unchanged inputs are
-    pruned (the caller reads the input instead).
-
-    Values the region closed over (`jax.jit` passes them as leading inputs: the new
-    parameters `sub` threads into a module, say) count as state inputs of the module,
-    after its own state: they are parameters the module's body now uses.
-    """
-    body = convert_closed(eqn.params["jaxpr"])
-    n_closed = len(eqn.invars) - marker.n_state - marker.n_args
-    if n_closed < 0:
-        raise MoxError(
-            f"module_call {marker.info.name!r} ({marker.info.type}) has {len(eqn.invars)} "
-            f"inputs, fewer than its {marker.n_state} state leaves and {marker.n_args} arguments."
-        )
-    order = [
-        *range(n_closed, n_closed + marker.n_state),
-        *range(n_closed),
-        *range(n_closed + marker.n_state, len(eqn.invars)),
-    ]
-    invars = tuple(eqn.invars[i] for i in order)
-    body_invars = tuple(body.invars[i] for i in order)
-    keep = []
-    for i, (outer, inner) in enumerate(zip(eqn.outvars, body.outvars, strict=True)):
-        forwarded = i < marker.n_state_out and isinstance(inner, Var) and inner in body_invars
-        if forwarded:
-            subst[outer] = invars[body_invars.index(inner)]
-        else:
-            keep.append(i)
-    body = Block(
-        body.constvars,
-        body.consts,
-        body_invars,
-        body.nodes,
-        tuple(body.outvars[i] for i in keep),
-    )
-    return ModuleCall(
-        info=marker.info,
-        invars=invars,
-        outvars=tuple(eqn.outvars[i] for i in keep),
-        body=body,
-        n_state=marker.n_state + n_closed,
-        n_state_out=sum(1 for i in keep if i < marker.n_state_out),
-    )

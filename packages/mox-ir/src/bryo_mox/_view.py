@@ -1,115 +1,185 @@
-"""The element view of a MoX and `query`: XPath 1.0 (lxml) over the document tree.
+"""The element view of a MoX and `query`: XPath 1.0 (lxml) over the tree of nodes.
 
-The view is the MoX's document (`document.to_document`) as lxml elements, without the
-port elements (`<input>`, `<output>`, ...) and derivative rules that files carry: nodes
-only, so that queries over large models stay fast. Each element maps back to its MoX
-node. The view is built once per MoX and cached, and compiled XPath expressions are
-cached by text, so repeated queries cost only the XPath evaluation.
+The view is an lxml tree with one element per node (`<mox>`, `<module_call>`, one element
+per equation named after its primitive, `<region>` for sub-jaxprs), shown as documents
+show them (`_attrs`), without the inputs, outputs and constants that files carry.
+
+It is built to make the first query cheap, because a MoX is usually queried a few times:
+
+- the tree is written as text, one start tag per line, and parsed by libxml2 in one call;
+  an element's line number (`sourceline`) is the index of its node in document order,
+  so no map from elements to nodes is kept;
+- attributes are filled lazily, one name at a time and only the names a query's XPath
+  mentions (`//module_call[@type="Linear"]` fills `type`; `@*` fills all), because
+  writing every equation's params as text costs more than all the rest.
+
+The view is cached in the MoX (`Mox.memo`) and compiled XPath expressions are cached by
+text, so repeated queries cost only the XPath evaluation.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import threading
+from collections.abc import Iterator
 from typing import Any
+from xml.sax.saxutils import quoteattr
 
 from lxml import etree
 
+from ._attrs import (
+    equation_attr,
+    equation_attr_names,
+    equation_tag,
+    is_xml_name,
+    module_attrs,
+    tree_example,
+)
 from ._codec import encode_attr
 from ._errors import MoxError
-from ._ir import JIT_ALIASES, JIT_NAME, Mox, Node
-from .document import DocNode, Port, to_document
+from ._ir import JIT_ALIASES, JIT_NAME, Block, Equation, ModuleCall, Mox, Node, Region
 
-_XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_PORT_TAGS = frozenset({"const", "input", "output", "outputs", "region", "mox", "module_call"})
+Location = tuple[Any, ...]
+"""A node's place in its MoX: indices into blocks, `("region", r)` steps into equations."""
 
-
-def element_tag(doc: DocNode) -> tuple[str, dict[str, Any]]:
-    """The element name for a document node, and extra attrs when the tag is not usable."""
-    if _XML_NAME.match(doc.tag) and not doc.tag.lower().startswith("xml"):
-        if doc.node is None or doc.tag not in _PORT_TAGS or doc.tag in ("module_call", "mox"):
-            return doc.tag, {}
-    return "eqn", {"primitive": doc.tag}
-
-
-def port_attrs(port: Port) -> dict[str, str]:
-    """Attributes of an `<input>`/`<output>` element: type, and literal value or bind."""
-    attrs = {"type": port.type}
-    if port.name is None:
-        attrs["value"] = encode_attr(port.value, strict=False)
-    if port.bind is not None:
-        attrs["bind"] = port.bind
-    return attrs
-
-
-def build_element(
-    doc: DocNode,
-    parent: etree._Element | None = None,
-    *,
-    on_element: Any = None,
-    const_data: Any = None,
-) -> etree._Element:
-    """lxml elements for a document; `on_element(element, doc_or_port)` sees each one."""
-    tag, extra = element_tag(doc)
-    attrs = {k: encode_attr(v, strict=False) for k, v in doc.attrs.items()}
-    attrs.update(extra)
-    element = etree.Element(tag, attrs) if parent is None else etree.SubElement(parent, tag, attrs)
-    if on_element is not None:
-        on_element(element, doc)
-    for const in doc.consts:
-        child = etree.SubElement(element, "const", {"type": const.type})
-        child.text = const.name
-        if const_data is not None:
-            const_data(child, const)
-    for kind, ports in (("input", doc.inputs), ("output", doc.outputs)):
-        for port in ports:
-            _port(element, kind, port, on_element)
-    for child_doc in doc.children:
-        build_element(child_doc, element, on_element=on_element, const_data=const_data)
-    for port in doc.results:
-        _port(element, "outputs", port, on_element)
-    return element
-
-
-def _port(parent: etree._Element, kind: str, port: Port, on_element: Any) -> None:
-    child = etree.SubElement(parent, kind, port_attrs(port))
-    if port.name is not None:
-        child.text = port.name
-    if on_element is not None:
-        on_element(child, port)
+_ALL = "*"
 
 
 class ElementView:
-    """A MoX as an lxml tree, with a map from elements back to MoX nodes."""
+    """A MoX as an lxml tree; `objects[i]` is what the element on line `i + 1` stands for
+    (a node, a `Region`, or `None` for the root)."""
 
     def __init__(self, mox: Mox) -> None:
-        self.doc = to_document(mox, strict=False, rules=False, ports=False)
-        self.objects: dict[etree._Element, Any] = {}
-        self.locations: dict[int, tuple[Any, ...]] = {}
-        self.nodes: dict[int, Node] = {}
-        self.root = build_element(self.doc, on_element=self._record)
+        self._root_attrs = _root_attrs(mox)
+        lines: list[str] = []
+        self.objects: list[Any] = []
+        for text, obj in _start_tags(mox):
+            lines.append(text)
+            self.objects.append(obj)
+        self.root = etree.fromstring("\n".join(lines), _PARSER)
+        self.lock = threading.RLock()
+        self._elements: list[Any] | None = None
+        self._filled: set[str] = set()
+        self._locations: dict[int, tuple[Node, Location]] | None = None
 
-    def _record(self, element: etree._Element, item: Any) -> None:
-        if isinstance(item, DocNode):
-            if item.node is not None:
-                self.objects[element] = item.node
-                self.locations[id(item.node)] = item.location
-                self.nodes[id(item.node)] = item.node
-            else:
-                self.objects[element] = item
+    def object_of(self, element: Any) -> Any:
+        """What an element of this view stands for (`None`: the root)."""
+        return self.objects[element.sourceline - 1]
+
+    def fill(self, names: frozenset[str]) -> None:
+        """Give every element its attributes called `names` (`*`: all of them), once."""
+        with self.lock:
+            if _ALL in self._filled:
+                return
+            wanted = None if _ALL in names else names - self._filled
+            if wanted is not None and not wanted:
+                return
+            if self._elements is None:
+                self._elements = list(self.root.iter())
+            for element, obj in zip(self._elements, self.objects, strict=True):
+                for key, value in self._attrs(obj, wanted):
+                    if is_xml_name(key):
+                        element.set(key, encode_attr(value, strict=False))
+            self._filled.update(names if wanted is not None else {_ALL})
+
+    def _attrs(self, obj: Any, wanted: frozenset[str] | None) -> Iterator[tuple[str, Any]]:
+        if isinstance(obj, Equation):
+            names = equation_attr_names(obj)
+            for key in names if wanted is None else (k for k in names if k in wanted):
+                yield key, equation_attr(obj, key)
+            return
+        if obj is None:
+            attrs = self._root_attrs
+        elif isinstance(obj, ModuleCall):
+            attrs = module_attrs(obj)
         else:
-            self.objects[element] = item
+            attrs = _region_attrs(obj)
+        for key in attrs if wanted is None else (k for k in wanted if k in attrs):
+            yield key, attrs[key]
 
-    def location_of(self, node: Node) -> tuple[Any, ...] | None:
-        if self.nodes.get(id(node)) is node:
-            return self.locations[id(node)]
-        return None
+    def location_of(self, node: Node, mox: Mox) -> Location | None:
+        """Where `node` is in `mox` (this view's MoX), or `None` when it is not there."""
+        with self.lock:
+            if self._locations is None:
+                self._locations = {id(n): (n, loc) for n, loc in _locations(mox)}
+        found = self._locations.get(id(node))
+        return found[1] if found is not None and found[0] is node else None
 
+
+def _region_attrs(region: Region) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"param": region.param, "closed": region.closed}
+    if region.index is not None:
+        attrs["index"] = region.index
+    return attrs
+
+
+def _root_attrs(mox: Mox) -> dict[str, Any]:
+    return {
+        "in_tree": tree_example(mox.in_tree),
+        "out_tree": tree_example(mox.out_tree),
+        "extra": tuple(k for k, _ in mox.extra_params),
+    }
+
+
+def _start_tags(mox: Mox) -> Iterator[tuple[str, Any]]:
+    """`(line, object)` for every element in document order. Each line holds one start
+    tag, after the end tags of the elements closed before it; the last line also closes
+    what is still open."""
+    pending: list[str] = []  # end tags to write before the next start tag
+    stack: list[tuple[Iterator[Any], str]] = [(iter(mox.block.nodes), "</mox>")]
+    line, obj = "<mox>", None
+    while stack:
+        item = next(stack[-1][0], None)
+        if item is None:
+            pending.append(stack.pop()[1])
+            continue
+        yield line, obj
+        close = "".join(pending)
+        pending.clear()
+        if isinstance(item, ModuleCall):
+            line, end, children = f"{close}<module_call>", "</module_call>", item.body.nodes
+        elif isinstance(item, Region):
+            line, end, children = f"{close}<region>", "</region>", item.block.nodes
+        else:
+            tag, extra = equation_tag(item.primitive.name)
+            attrs = "".join(f" {k}={quoteattr(v)}" for k, v in extra.items())
+            line, end, children = f"{close}<{tag}{attrs}>", f"</{tag}>", item.regions
+        obj = item
+        stack.append((iter(children), end))
+    yield line + "".join(pending), obj
+
+
+def _locations(mox: Mox) -> Iterator[tuple[Node, Location]]:
+    """Every node of `mox` with its location, iteratively."""
+    stack: list[tuple[Block, Location]] = [(mox.block, ())]
+    while stack:
+        block, prefix = stack.pop()
+        for index, node in enumerate(block.nodes):
+            location = (*prefix, index)
+            yield node, location
+            if isinstance(node, ModuleCall):
+                stack.append((node.body, location))
+            elif isinstance(node, Equation):
+                stack.extend(
+                    (region.block, (*location, ("region", r)))
+                    for r, region in enumerate(node.regions)
+                )
+
+
+_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True)
 
 _ALIAS_RES = {
     alias: re.compile(rf"(?<![\w@$.-]){alias}(?![\w.(-])") for alias in JIT_ALIASES - {JIT_NAME}
 }
 _STRING = re.compile(r"(\"[^\"]*\"|'[^']*')")
+_ATTRIBUTE = re.compile(
+    r"(?:@|attribute\s*::)\s*(\*|[A-Za-z_][\w.-]*(?:\s*:\s*(?:\*|[A-Za-z_][\w.-]*))?)(\s*\()?"
+)
+
+
+def _outside_strings(xpath: str) -> list[str]:
+    return _STRING.split(xpath)[::2]
 
 
 def rewrite_aliases(xpath: str) -> str:
@@ -121,12 +191,28 @@ def rewrite_aliases(xpath: str) -> str:
     return "".join(parts)
 
 
+def attribute_names(xpath: str) -> frozenset[str]:
+    """The attribute names an XPath reads (`{"type"}`), or `{"*"}` when it may read any
+    (`@*`, `attribute::node()`, a prefixed name)."""
+    names: set[str] = set()
+    for part in _outside_strings(xpath):
+        for name, call in _ATTRIBUTE.findall(part):
+            names.add(_ALL if name == "*" or ":" in name or call else name)
+    return frozenset(names)
+
+
 @functools.lru_cache(maxsize=512)
-def compile_xpath(xpath: str) -> etree.XPath:
+def compile_xpath(xpath: str) -> tuple[etree.XPath, frozenset[str]]:
+    """The compiled XPath and the attribute names it reads."""
     try:
-        return etree.XPath(rewrite_aliases(xpath))
+        return etree.XPath(rewrite_aliases(xpath)), attribute_names(xpath)
     except etree.XPathSyntaxError as error:
         raise MoxError(f"`xpath` {xpath!r} is not valid XPath 1.0: {error}.") from None
+
+
+def element_view(mox: Mox) -> ElementView:
+    """The element view of `mox`, built on first use and kept with the MoX."""
+    return mox.memo("element_view", lambda: ElementView(mox))
 
 
 def query(xpath: str, mox: Mox) -> Any:
@@ -147,23 +233,32 @@ def query(xpath: str, mox: Mox) -> Any:
 
     Returns:
         A list of MoX nodes (`ModuleCall`, `Equation`, or the `Mox` root) in document
-        order (`document.DocNode` objects for region elements, strings for attribute
-        nodes); a plain value for expressions that return a string, number or boolean.
+        order (`Region` records for region elements, strings for attribute nodes); a
+        plain value for expressions that return a string, number or boolean.
+
+    Raises:
+        MoxError: `xpath` is not valid XPath 1.0, or calls an unknown function.
 
     Example:
         >>> dense = query('//module_call[@type="Linear"][@features=10]', mox)  # doctest: +SKIP
     """
     if not isinstance(mox, Mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
-    view = mox._view
-    try:
-        result = compile_xpath(xpath)(view.root)
-    except etree.XPathError as error:  # an unknown function, a wrong argument count, ...
-        raise MoxError(f"`xpath` {xpath!r} cannot be evaluated: {error}.") from None
-    if not isinstance(result, list):
-        return result
-    objects = view.objects
-    return [
-        objects.get(item, item) if isinstance(item, etree._Element) else str(item)
-        for item in result
-    ]
+    compiled, names = compile_xpath(xpath)
+    view = element_view(mox)
+    with view.lock:
+        view.fill(names)
+        try:
+            result = compiled(view.root)
+        except etree.XPathError as error:
+            raise MoxError(f"`xpath` {xpath!r} cannot be evaluated: {error}.") from None
+        if not isinstance(result, list):
+            return result
+        return [_result(item, view, mox) for item in result]
+
+
+def _result(item: Any, view: ElementView, mox: Mox) -> Any:
+    if isinstance(item, etree._Element):
+        obj = view.object_of(item)
+        return mox if obj is None else obj
+    return str(item)

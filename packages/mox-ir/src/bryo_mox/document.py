@@ -40,8 +40,11 @@ from typing import Any, NamedTuple
 
 import jax
 import numpy as np
-from jax.extend import core as jex
+from lxml import etree
 
+from ._attrs import CUSTOM_ATTRS as CUSTOM_ATTRS
+from ._attrs import JIT_ATTRS as JIT_ATTRS
+from ._attrs import RESERVED_TAGS, equation_attrs, is_xml_name, module_attrs, tree_example
 from ._codec import Unencodable, encode
 from ._codec import decode as decode
 from ._codec import decode_array as decode_array
@@ -51,7 +54,6 @@ from ._codec import encode_attr as encode_attr
 from ._errors import MoxError, MoxSerializationError
 from ._ir import (
     CUSTOM_DERIVATIVE_NAMES,
-    JIT_NAME,
     RESERVED_ATTRS,
     Block,
     Equation,
@@ -72,10 +74,6 @@ from ._types import storage_layout as storage_layout
 from ._types import to_storage
 from ._types import type_str as type_str
 
-#: Attrs of jit equations that are written; the rest (shardings, layouts, meshes) are
-#: rebuilt by `jax.jit` itself.
-JIT_ATTRS = ("name", "inline", "keep_unused")
-CUSTOM_ATTRS = ("name", "num_consts", "symbolic_zeros")
 MODULE_ATTRS = RESERVED_ATTRS
 #: Attribute names a file may use: XML names that XPath can query.
 ATTR_NAME = re.compile(r"^(?![Xx][Mm][Ll])[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -222,26 +220,60 @@ class DocNode:
     attrs_key: Any = field(default=None, repr=False, compare=False)
 
 
-def build_element(doc: DocNode, **kwargs: Any) -> Any:
-    """The lxml element tree of a document, in the schema `query` sees (see `_view`)."""
-    from ._view import build_element as build
-
-    return build(doc, **kwargs)
-
-
 def element_tag(doc: DocNode) -> tuple[str, dict[str, Any]]:
-    """The XML element name of a document node, and the attrs to add when its tag is not
-    an XML name (`<eqn primitive="...">`), as `build_element` names them."""
-    from ._view import element_tag as tag
-
-    return tag(doc)
+    """The element name for a document node, and extra attrs when the tag is not usable."""
+    if is_xml_name(doc.tag):
+        if doc.node is None or doc.tag not in RESERVED_TAGS or doc.tag in ("module_call", "mox"):
+            return doc.tag, {}
+    return "eqn", {"primitive": doc.tag}
 
 
 def port_attrs(port: Port) -> dict[str, str]:
-    """The XML attributes of an `<input>`/`<output>` element, as `build_element` writes them."""
-    from ._view import port_attrs as attrs
+    """Attributes of an `<input>`/`<output>` element: type, and literal value or bind."""
+    attrs = {"type": port.type}
+    if port.name is None:
+        attrs["value"] = encode_attr(port.value, strict=False)
+    if port.bind is not None:
+        attrs["bind"] = port.bind
+    return attrs
 
-    return attrs(port)
+
+def build_element(
+    doc: DocNode,
+    parent: Any = None,
+    *,
+    on_element: Any = None,
+    const_data: Any = None,
+) -> Any:
+    """The lxml element tree of a document, in the schema `query` sees (see `_attrs`);
+    `on_element(element, doc_or_port)` sees each element."""
+    tag, extra = element_tag(doc)
+    attrs = {k: encode_attr(v, strict=False) for k, v in doc.attrs.items()}
+    attrs.update(extra)
+    element = etree.Element(tag, attrs) if parent is None else etree.SubElement(parent, tag, attrs)
+    if on_element is not None:
+        on_element(element, doc)
+    for const in doc.consts:
+        child = etree.SubElement(element, "const", {"type": const.type})
+        child.text = const.name
+        if const_data is not None:
+            const_data(child, const)
+    for kind, ports in (("input", doc.inputs), ("output", doc.outputs)):
+        for port in ports:
+            _port(element, kind, port, on_element)
+    for child_doc in doc.children:
+        build_element(child_doc, element, on_element=on_element, const_data=const_data)
+    for port in doc.results:
+        _port(element, "outputs", port, on_element)
+    return element
+
+
+def _port(parent: Any, kind: str, port: Port, on_element: Any) -> None:
+    child = etree.SubElement(parent, kind, port_attrs(port))
+    if port.name is not None:
+        child.text = port.name
+    if on_element is not None:
+        on_element(child, port)
 
 
 def to_document(
@@ -335,9 +367,7 @@ class _Writer:
         if self.ports:
             doc.inputs = [self.port(v) for v in node.invars]
             doc.outputs = [self.port(v) for v in node.outvars]
-        for r, (key, index, region) in enumerate(node.regions):
-            param = node.params[key] if index is None else node.params[key][index]
-            closed = isinstance(param, jex.ClosedJaxpr)
+        for r, (key, index, region, closed) in enumerate(node.regions):
             doc.children.append(self.region(key, index, region, (*location, ("region", r)), closed))
         if self.rules and node.primitive.name in CUSTOM_DERIVATIVE_NAMES:
             key, block = self.rule_region(node)
@@ -387,37 +417,24 @@ class _Writer:
         return doc
 
     def module_attrs(self, node: ModuleCall) -> dict[str, Any]:
-        attrs: dict[str, Any] = {
-            "type": node.info.short_type,
-            "qualtype": node.info.type,
-            "name": node.info.name,
-            "state_inputs": node.n_state,
-            "state_outputs": node.n_state_out,
-        }
-        for key, value in node.info.attrs.items():
+        for key in node.info.attrs:
             if self.strict and not ATTR_NAME.match(key):
                 raise MoxSerializationError(
                     f"attribute {key!r} of module_call {node.name!r} is not a name XML can "
                     "hold and XPath can query (letters, digits, `_`, `-`, `.`); rename it in "
                     "the backend."
                 )
-            attrs[key] = self.checked(value, f"attribute `{key}` of module_call {node.name!r}")
-        return attrs
+        return {
+            key: self.checked(value, f"attribute `{key}` of module_call {node.name!r}")
+            for key, value in module_attrs(node).items()
+        }
 
     def params(self, node: Equation) -> dict[str, Any]:
-        regions = {key for key, _, _ in node.regions}
         name = node.primitive.name
-        if name == JIT_NAME:
-            keep = JIT_ATTRS
-        elif name in CUSTOM_DERIVATIVE_NAMES:
-            keep = CUSTOM_ATTRS
-        else:
-            keep = tuple(k for k in node.params if k not in regions)
-        attrs: dict[str, Any] = {}
-        for key in keep:
-            value = node.name if key == "name" else node.params.get(key)
-            attrs[key] = self.checked(value, f"param `{key}` of equation `{name}`")
-        return attrs
+        return {
+            key: self.checked(value, f"param `{key}` of equation `{name}`")
+            for key, value in equation_attrs(node).items()
+        }
 
     def checked(self, value: Any, what: str) -> Any:
         if not self.strict:
@@ -441,20 +458,7 @@ class _Writer:
     def tree(self, treedef: jax.tree_util.PyTreeDef | None, first: int = 0) -> Any:
         """A treedef of tuples/lists/dicts/None as a value whose leaves number the flat
         values from `first` (`(0, {'a': 1})`), or None."""
-        if treedef is None:
-            return None
-        example = treedef.unflatten(list(range(first, first + treedef.num_leaves)))
-        return example if _plain(example) else None
-
-
-def _plain(value: Any) -> bool:
-    if value is None or isinstance(value, int):
-        return True
-    if type(value) in (tuple, list):
-        return all(_plain(v) for v in value)
-    if type(value) is dict:
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    return False
+        return tree_example(treedef, first)
 
 
 def _scalar(value: Any) -> Any:

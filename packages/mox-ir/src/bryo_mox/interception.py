@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._ir import RESERVED_ATTRS, ModuleInfo
+from ._trace import current_session
 
 #: Attribute values MoX records (and tuples of them).
 STATIC_TYPES = (int, float, bool, str, type(None))
@@ -57,28 +58,33 @@ def module_info(module: object, name: str, attrs: Mapping[str, object]) -> Modul
 
 
 class _Graph:
-    """What `module_path` needs of a calling module, computed once per trace."""
+    """What `module_path` needs of a calling module, computed once per trace.
+
+    A module called by its parent is usually one of the parent's attributes (or an item
+    of a list, tuple or dict attribute): that is checked first, without walking the
+    parent's graph. The walk, and the tables it fills, happen only for other modules.
+    """
 
     def __init__(self, parent: object, walk: Walk) -> None:
         self.parent = parent  # kept alive: its id must not be reused during the trace
         self.walk = walk
-        self.by_id: dict[int, str] = {}
-        self.by_type: dict[type, list[tuple[tuple[Any, ...], object]]] = {}
+        self.direct: dict[int, str] | None = None
+        self.by_id: dict[int, tuple[Any, ...]] | None = None
+        self.by_type: dict[type, list[tuple[Any, ...]]] = {}
         self.shapes: dict[tuple[Any, ...], tuple[int, ...]] = {}
-        for path, value in walk(parent):
-            if not path:
-                continue
-            path = tuple(path)
-            self.by_id.setdefault(id(value), "/".join(map(str, path)))
-            self.by_type.setdefault(type(value), []).append((path, value))
-            shape = getattr(value, "shape", None)
-            if isinstance(shape, tuple):
-                self.shapes[path] = shape
 
     def find(self, module: object) -> str | None:
-        found = self.by_id.get(id(module))
+        if self.direct is None:
+            self.direct = _attribute_paths(self.parent)
+        found = self.direct.get(id(module))
         if found is not None:
             return found
+        if self.by_id is None:
+            self._walk()
+        assert self.by_id is not None
+        path = self.by_id.get(id(module))
+        if path is not None:
+            return "/".join(map(str, path))
         same_type = self.by_type.get(type(module), [])
         if not same_type:
             return None
@@ -87,8 +93,20 @@ class _Graph:
             for p, v in self.walk(module)
             if isinstance(s := getattr(v, "shape", None), tuple)
         }
-        matches = [path for path, _ in same_type if self._same_layout(path, own)]
+        matches = [path for path in same_type if self._same_layout(path, own)]
         return "/".join(map(str, matches[0])) if len(matches) == 1 else None
+
+    def _walk(self) -> None:
+        self.by_id = {}
+        for path, value in self.walk(self.parent):
+            if not path:
+                continue
+            path = tuple(path)
+            self.by_id.setdefault(id(value), path)
+            self.by_type.setdefault(type(value), []).append(path)
+            shape = getattr(value, "shape", None)
+            if isinstance(shape, tuple):
+                self.shapes[path] = shape
 
     def _same_layout(self, path: tuple[Any, ...], own: dict[tuple[Any, ...], tuple]) -> bool:
         """Whether the module at `path` holds arrays of the shapes `own`, as they are or
@@ -101,6 +119,27 @@ class _Graph:
         if not all(len(theirs[p]) == len(own[p]) + 1 and theirs[p][1:] == own[p] for p in own):
             return False
         return len({theirs[p][0] for p in own}) == 1
+
+
+def _attribute_paths(parent: object) -> dict[int, str]:
+    """`id(child) -> path` for the parent's attributes and the items of its list, tuple
+    and dict attributes (the first path in sorted order when a child has several)."""
+    paths: dict[int, str] = {}
+    attributes = getattr(parent, "__dict__", None)
+    if not isinstance(attributes, dict):
+        return paths
+    for key in sorted(attributes, key=str):
+        value = attributes[key]
+        paths.setdefault(id(value), str(key))
+        if isinstance(value, (list, tuple)):
+            items: Iterable[tuple[Any, Any]] = enumerate(value)
+        elif isinstance(value, dict):
+            items = value.items()
+        else:
+            continue
+        for item_key, item in items:
+            paths.setdefault(id(item), f"{key}/{item_key}")
+    return paths
 
 
 def module_path(module: object, parent: tuple[object, str] | None, walk: Walk) -> str:
@@ -123,9 +162,7 @@ def module_path(module: object, parent: tuple[object, str] | None, walk: Walk) -
     if parent is None:
         return ""
     parent_module, parent_name = parent
-    from ._trace import _session
-
-    session = _session.get()
+    session = current_session()
     cache: dict[int, _Graph] = session.paths if session is not None else {}
     graph = cache.get(id(parent_module))
     if graph is None or graph.parent is not parent_module:

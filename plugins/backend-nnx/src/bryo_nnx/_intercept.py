@@ -32,21 +32,21 @@ def _route(
 
     name = module_path(module, parent, iter_graph)
     info = module_info(module, name, static_attributes(module))
+    before = state(module)  # what `pure` restores: nothing changes the module until then
 
     def pure(new_state: Any, *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
-        saved = state(module)
         update(module, new_state)
         try:
             with _router.running(module, name):
                 out = call(module, *call_args, **call_kwargs)
             return state(module), out
         finally:
-            update(module, saved)
+            update(module, before)
 
     def write_back(new_state: Any) -> None:
         update(module, new_state)
 
-    return handler(info, state(module), pure, write_back, args, kwargs)
+    return handler(info, before, pure, write_back, args, kwargs)
 
 
 _router = CallRouter("bryo_nnx_mox", _route)

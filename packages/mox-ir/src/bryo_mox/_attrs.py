@@ -1,0 +1,97 @@
+"""A MoX node as an element: its tag and attributes, shared by queries and files.
+
+The element view of `query` and the documents that `dumps` writes show a node the same
+way, so that an XPath that works on a MoX works on its file: the root as `<mox>` with its
+argument and result structures; a module call as `<module_call>` with `type` (the short
+class name), `qualtype`, `name`, `state_inputs`, `state_outputs` and the module's static
+attributes; an equation as an element named after its primitive, with its params as
+attributes except its sub-jaxprs (child `<region>` elements) and, for `jit` and custom
+derivative equations, the params jax rebuilds by itself (shardings, layouts, rules).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jax
+
+from ._ir import CUSTOM_DERIVATIVE_NAMES, JIT_NAME, Equation, ModuleCall
+
+#: Params of `jit` equations that are shown; the rest (shardings, layouts, meshes) are
+#: rebuilt by `jax.jit` itself.
+JIT_ATTRS = ("name", "inline", "keep_unused")
+#: Params of `custom_jvp_call`/`custom_vjp_call` equations that are shown.
+CUSTOM_ATTRS = ("name", "num_consts", "symbolic_zeros")
+#: Tags MoX gives its own elements; an equation whose primitive has one of these names
+#: becomes `<eqn primitive="...">`.
+RESERVED_TAGS = frozenset({"const", "input", "output", "outputs", "region", "mox", "module_call"})
+
+_XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def is_xml_name(name: str) -> bool:
+    """Whether `name` can be an XML element or attribute name (and is not `xml...`)."""
+    return bool(_XML_NAME.match(name)) and not name.lower().startswith("xml")
+
+
+def equation_tag(primitive: str) -> tuple[str, dict[str, Any]]:
+    """The element name of an equation of `primitive`, and the attrs it needs besides:
+    `("dot_general", {})`, or `("eqn", {"primitive": name})` for a name that cannot be
+    a tag."""
+    if is_xml_name(primitive) and primitive not in RESERVED_TAGS:
+        return primitive, {}
+    return "eqn", {"primitive": primitive}
+
+
+def module_attrs(node: ModuleCall) -> dict[str, Any]:
+    """The attributes of a module call's element."""
+    return {
+        "type": node.info.short_type,
+        "qualtype": node.info.type,
+        "name": node.info.name,
+        "state_inputs": node.n_state,
+        "state_outputs": node.n_state_out,
+        **node.info.attrs,
+    }
+
+
+def equation_attr_names(node: Equation) -> tuple[str, ...]:
+    """The names of an equation element's attributes (its shown params)."""
+    name = node.primitive.name
+    if name == JIT_NAME:
+        return JIT_ATTRS
+    if name in CUSTOM_DERIVATIVE_NAMES:
+        return CUSTOM_ATTRS
+    regions = {region.param for region in node.regions}
+    return tuple(k for k in node.params if k not in regions)
+
+
+def equation_attr(node: Equation, key: str) -> Any:
+    """The value of one attribute of an equation's element (see `equation_attr_names`)."""
+    return node.name if key == "name" else node.params.get(key)
+
+
+def equation_attrs(node: Equation) -> dict[str, Any]:
+    """The attributes of an equation's element."""
+    return {key: equation_attr(node, key) for key in equation_attr_names(node)}
+
+
+def tree_example(treedef: jax.tree_util.PyTreeDef | None, first: int = 0) -> Any:
+    """A structure of tuples/lists/dicts/None as a value whose leaves number the flat
+    values from `first` (`(0, (1, 2))`), for the root's `in_tree`/`out_tree`; `None` when
+    it has other nodes (modules)."""
+    if treedef is None:
+        return None
+    example = treedef.unflatten(list(range(first, first + treedef.num_leaves)))
+    return example if _plain(example) else None
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, int):
+        return True
+    if type(value) in (tuple, list):
+        return all(_plain(v) for v in value)
+    if type(value) is dict:
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False

@@ -1,0 +1,121 @@
+"""The two marker primitives that delimit a module call inside one trace.
+
+`make_mox` traces the whole function once, with `jax.make_jaxpr`. Each intercepted module
+call binds `mox_call_begin` on the module's state leaves and the call's array arguments,
+runs the module on the marker's outputs, and binds `mox_call_end` on the new state leaves
+and the outputs. Both are identities. Their param `call` is one `CallMarker` object (what
+the backend reported about the call), so the conversion finds each call's equations
+between its two markers and groups them into a `ModuleCall` (see `_trace.convert`).
+
+A marker costs one equation; the `jax.jit` region per call it replaces cost a nested trace.
+Markers lower to nothing and are identities under `vmap`, `jvp` and transposition, so a
+jaxpr that keeps them (a `scan` body, or a jitted function that jax traced while
+`make_mox` ran and cached) still evaluates, differentiates and compiles unchanged. Tangents
+and cotangents pass by unmarked: only primal values delimit calls.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+from jax.extend import core as jex
+from jax.interpreters import ad, batching, mlir
+
+from ._compat import new_jaxpr_eqn
+from ._ir import ModuleInfo
+
+
+class CallMarker:
+    """What one module call reported; compared and hashed by identity (one per call).
+
+    Attributes:
+        info: the backend's `ModuleInfo`.
+        n_state: how many of the begin marker's operands are the module's state leaves
+            (the rest are the call's array arguments).
+    """
+
+    __slots__ = ("info", "n_state")
+
+    def __init__(self, info: ModuleInfo, n_state: int) -> None:
+        self.info = info
+        self.n_state = n_state
+
+    def __repr__(self) -> str:
+        return f"{self.info.short_type}({self.info.name!r})"
+
+
+begin_p = jex.Primitive("mox_call_begin")
+"""`begin(*state, *args, call=CallMarker) -> (*state, *args)`: a module call starts."""
+end_p = jex.Primitive("mox_call_end")
+"""`end(*new_state, *outs, call=CallMarker, n_state_out=int)`: the call returns."""
+
+
+def _identity(*args: Any, **params: Any) -> list[Any]:
+    return list(args)
+
+
+def _lower(ctx: Any, *args: Any, **params: Any) -> Sequence[Any]:
+    return list(args)
+
+
+def _register(prim: jex.Primitive) -> None:
+    prim.multiple_results = True
+    prim.def_impl(_identity)
+    prim.def_abstract_eval(_identity)
+    mlir.register_lowering(prim, _lower)
+
+    def jvp(primals: Sequence[Any], tangents: Sequence[Any], **params: Any) -> Any:
+        return prim.bind(*primals, **params), list(tangents)
+
+    def batch(args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
+        return prim.bind(*args, **params), list(dims)
+
+    def transpose(cotangents: Sequence[Any], *args: Any, **params: Any) -> list[Any]:
+        return [
+            ct if ad.is_undefined_primal(x) else None
+            for ct, x in zip(cotangents, args, strict=True)
+        ]
+
+    ad.primitive_jvps[prim] = jvp
+    ad.primitive_transposes[prim] = transpose
+    batching.primitive_batchers[prim] = batch
+
+
+_register(begin_p)
+_register(end_p)
+
+
+def is_marker(prim: jex.Primitive) -> bool:
+    """Whether `prim` is one of the two markers."""
+    return prim is begin_p or prim is end_p
+
+
+def marker_equation(
+    prim: jex.Primitive, operands: Sequence[Any], params: Mapping[str, Any]
+) -> tuple[jex.JaxprEqn, list[jex.Var]]:
+    """A marker equation on `operands` and its fresh output variables, for code that
+    builds jaxprs directly (`loads`): `begin_p` with `{"call": CallMarker(...)}`, `end_p`
+    with `{"call": ..., "n_state_out": k}`."""
+    template = _template()
+    outvars = [jex.Var(atom.aval) for atom in operands]
+    eqn = new_jaxpr_eqn(
+        list(operands),
+        outvars,
+        prim,
+        dict(params),
+        template.effects,
+        template.source_info,
+        template.ctx,
+    )
+    return eqn, outvars
+
+
+@functools.cache
+def _template() -> jex.JaxprEqn:
+    """A traced marker equation, whose source info and context built ones copy."""
+    marker = CallMarker(ModuleInfo("bryo_mox.template"), 0)
+    (eqn,) = jax.make_jaxpr(lambda x: begin_p.bind(x, call=marker))(0.0).jaxpr.eqns
+    return eqn

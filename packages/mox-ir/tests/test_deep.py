@@ -1,0 +1,95 @@
+"""A model 1,000 modules deep: traced once, then converted, printed, evaluated and queried
+without Python recursion (at the default recursion limit)."""
+
+import contextlib
+import contextvars
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bryo_mox import ModuleCall, ModuleInfo, eval_mox, make_mox, pformat, query
+from bryo_mox._ir import iter_nodes
+from bryo_mox._trace import convert_closed, intercepting
+from bryo_plugins import hookimpl
+
+DEPTH = 1000
+_handler = contextvars.ContextVar("deep_handler", default=None)
+
+
+class Layer:
+    """`sin(inner(x) * scale)`; the innermost layer has no inner layer. Calls nest as deep
+    as the layers do, as in any module system."""
+
+    def __init__(self, inner, scale):
+        self.inner, self.scale = inner, scale
+
+    def forward(self, x):
+        return jnp.sin((x if self.inner is None else self.inner(x)) * self.scale)
+
+    def __call__(self, x):
+        handler = _handler.get()
+        if handler is None:
+            return self.forward(x)
+        info = ModuleInfo("deep.Layer", "", {"scale": self.scale})
+        return handler(info, (), lambda _, v: ((), self.forward(v)), lambda _: None, (x,), {})
+
+
+class DeepBackend:
+    @hookimpl
+    def bryo_mox_interceptor(self):
+        @contextlib.contextmanager
+        def intercept(handler):
+            token = _handler.set(handler)
+            try:
+                yield
+            finally:
+                _handler.reset(token)
+
+        return intercept
+
+
+@contextlib.contextmanager
+def recursion_limit(limit):
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+@pytest.fixture(scope="module")
+def deep():
+    """The model, its MoX and its marked jaxpr. Tracing recurses as deep as the model's
+    own calls do (as `jax.make_jaxpr` of it would), so it runs with a raised limit."""
+    from bryo_plugins import new_plugin_manager, use_plugin_manager
+
+    model = None
+    for depth in range(DEPTH):
+        model = Layer(model, 1.0 + depth % 3)
+    pm = new_plugin_manager()
+    pm.register(DeepBackend())
+    with use_plugin_manager(pm), recursion_limit(20 * DEPTH):
+        x = jnp.linspace(0.0, 1.0, 4)
+        mox = make_mox(model)(x)
+        with intercepting():
+            closed = jax.make_jaxpr(model)(x)
+        expected = model(x)
+    return mox, closed, x, expected
+
+
+def test_deep_model_converts_prints_evaluates_and_queries(deep):
+    mox, closed, x, expected = deep
+    with recursion_limit(1000):
+        block = convert_closed(closed)
+        calls = [n for n in iter_nodes(block) if isinstance(n, ModuleCall)]
+        assert len(calls) == DEPTH
+        text = pformat(mox)
+        assert text.count("module_call[") == DEPTH
+        np.testing.assert_allclose(eval_mox(mox, x), expected, rtol=1e-5)
+        np.testing.assert_allclose(jax.jit(lambda v: eval_mox(mox, v))(x), expected, rtol=1e-5)
+        assert len(query("//module_call[@scale=2.0]", mox)) == len(range(1, DEPTH, 3))
+        assert query("count(//module_call//module_call)", mox) == DEPTH - 1
