@@ -15,6 +15,7 @@ from bryo_mox import MoxError as MoxError
 from bryo_mox import MoxSerializationError as MoxSerializationError
 from bryo_mox import MoxTypeError as MoxTypeError
 from bryo_mox import Node as Node
+from bryo_mox import Region as Region
 from bryo_mox import Serializer as Serializer
 from bryo_mox import document as document
 from bryo_mox import dump as dump

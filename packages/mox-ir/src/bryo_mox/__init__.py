@@ -24,6 +24,7 @@ from ._ir import ModuleCall as ModuleCall
 from ._ir import ModuleInfo as ModuleInfo
 from ._ir import Mox as Mox
 from ._ir import Node as Node
+from ._ir import Region as Region
 from ._limits import Limits as Limits
 from ._pretty import pformat as pformat
 from ._serialize import dump as dump
