@@ -154,8 +154,19 @@ def test_bad_args(toy, mlp, x):
     mox = make_mox(apply)(mlp, x)
     with pytest.raises(MoxError, match="structure"):
         eval_mox(mox, x, mlp)
-    with pytest.raises(MoxError, match="not an array"):
-        make_mox(lambda s, v: v)("text", x)
+
+
+def test_leaves_that_are_not_arrays_are_static(x):
+    def scaled(config, v):
+        mode, factor = config
+        return v * factor if mode == "scale" else v
+
+    mox = make_mox(scaled)(("scale", 2.0), x)
+    assert len(mox.invars) == 1 and dict(mox.static_leaves) == {0: "scale", 1: 2.0}
+    np.testing.assert_allclose(eval_mox(mox, ("scale", 2.0), x), 2.0 * x)
+    with pytest.raises(MoxError, match=r"`args\[0\]\[0\]` is 'shift'"):
+        eval_mox(mox, ("shift", 2.0), x)
+    assert len(make_mox(lambda s, v: v * s)(3.0, x).invars) == 2  # a whole argument: traced
 
 
 def _noisy(x, *, key, scale=1.0, mode="add"):
@@ -188,8 +199,10 @@ def test_keyword_arguments_errors():
         eval_mox(mox, x, key=jax.random.key(0), mode="add")
     with pytest.raises(MoxError, match="keyword arguments have structure"):
         eval_mox(mox, x, key={"a": jax.random.key(0)})
-    with pytest.raises(MoxError, match=r"`kwargs\['key'\]\[1\]` is a str"):
-        make_mox(lambda v, key: v)(x, key=(jnp.ones(1), "text"))
+    mixed = make_mox(lambda v, key: v + key[0])(x, key=(jnp.ones(1), "text"))
+    assert len(mixed.invars) == 2 and dict(mixed.static_leaves) == {2: "text"}
+    with pytest.raises(MoxError, match=r"`kwargs\['key'\]\[1\]` is 'other'"):
+        eval_mox(mixed, x, key=(jnp.ones(1), "other"))
 
 
 def test_dead_equations_are_dropped():

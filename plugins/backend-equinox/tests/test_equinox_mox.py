@@ -57,6 +57,17 @@ def test_the_mox_computes_what_the_model_does():
     assert len(found) == 2
 
 
+def test_models_are_positional_and_non_array_fields_static():
+    mlp = eqx.nn.MLP(3, 2, 4, 1, key=jax.random.key(1))  # `activation`: a function leaf
+    mox = bryo_mox.make_mox(lambda m, x: m(x))(mlp, X)
+    arrays = [leaf for leaf in jax.tree.leaves(mlp) if eqx.is_array(leaf)]
+    assert len(mox.invars) == len(arrays) + 1 and mox.static_leaves
+    np.testing.assert_allclose(bryo_mox.eval_mox(mox, mlp, X), mlp(X), rtol=1e-6)
+    other = eqx.tree_at(lambda m: m.activation, mlp, jax.nn.tanh)
+    with pytest.raises(bryo_mox.MoxError, match=r"`args\[0\]\.activation` is"):
+        bryo_mox.eval_mox(mox, other, X)
+
+
 def test_calls_are_plain_again_after_tracing():
     assert not hasattr(eqx.nn.Linear.__dict__["__call__"], "__bryo_equinox_original__")
     assert not hasattr(Block.__dict__["__call__"], "__bryo_equinox_original__")

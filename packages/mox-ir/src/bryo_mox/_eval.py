@@ -77,6 +77,8 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
                 "Pass arguments of the traced structure."
             )
     leaves += _kwarg_leaves(mox, kwargs)
+    if mox.static_leaves:
+        leaves = _without_static(mox, leaves, args, kwargs)
     expected = len(mox.block.invars) - len(extra)
     if len(leaves) != expected:
         raise MoxError(f"`args` have {len(leaves)} leaves; the MoX takes {expected}.")
@@ -123,6 +125,32 @@ def _kwarg_leaves(mox: Mox, kwargs: dict[str, Any]) -> list[Any]:
             f"{mox.kwargs_tree}. Pass keyword arguments of the traced structure."
         )
     return leaves
+
+
+def _without_static(
+    mox: Mox, leaves: list[Any], args: Sequence[Any], kwargs: dict[str, Any]
+) -> list[Any]:
+    """The traced leaves; each static leaf must be the traced one (or equal to it)."""
+    static = dict(mox.static_leaves)
+    for position, traced in static.items():
+        given = leaves[position] if position < len(leaves) else None
+        if not _same_static(given, traced):
+            where = _leaf_path(args, {k: kwargs[k] for k in mox.traced_kwargs}, position)
+            raise MoxError(
+                f"`{where}` is {given!r:.80}, but the MoX was traced with {traced!r:.80}: "
+                "leaves that are not arrays are static, baked into the MoX. Pass the traced "
+                "value, or trace again with this one."
+            )
+    return [leaf for i, leaf in enumerate(leaves) if i not in static]
+
+
+def _leaf_path(args: Sequence[Any], kwargs: dict[str, Any], position: int) -> str:
+    """`args[0].activation` or `kwargs['key'][1]`: the argument leaf at `position`."""
+    arg_paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(tuple(args))[0]]
+    if position < len(arg_paths):
+        return "args" + jax.tree_util.keystr(arg_paths[position])
+    kwarg_paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(kwargs)[0]]
+    return "kwargs" + jax.tree_util.keystr(kwarg_paths[position - len(arg_paths)])
 
 
 def _same_static(value: object, traced: object) -> bool:

@@ -204,8 +204,9 @@ class Mox(Node):
     """A module expression: the root of the tree, callable through `eval_mox`.
 
     Attributes:
-        block: the computation; its invars are the leaves of the traced arguments
-            (positional, then keyword), followed by one leaf per `extra_params` entry.
+        block: the computation; its invars are the array leaves of the traced arguments
+            (positional, then keyword; see `static_leaves`), followed by one leaf per
+            `extra_params` entry.
         in_tree: the treedef of the traced positional arguments (`None` after loading a
             file whose argument structure could not be written: pass flat leaves then).
         out_tree: the treedef of the result (`None`: a flat list of leaves is returned).
@@ -217,6 +218,10 @@ class Mox(Node):
             none. Their leaves follow the positional ones in `block.invars`.
         static_kwargs: the keyword arguments without arrays (`train=True`), baked into
             the computation, as sorted `(name, value)` pairs.
+        static_leaves: the leaves of the traced arguments that are not arrays (a
+            module's activation function, a flag), baked into the computation, as
+            `(position, value)` pairs; positions count the leaves of the positional
+            arguments, then those of the traced keyword arguments.
     """
 
     block: Block
@@ -225,6 +230,7 @@ class Mox(Node):
     extra_params: tuple[tuple[str, jax.ShapeDtypeStruct], ...] = ()
     kwargs_tree: jax.tree_util.PyTreeDef | None = None
     static_kwargs: tuple[tuple[str, object], ...] = ()
+    static_leaves: tuple[tuple[int, object], ...] = ()
     _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property

@@ -39,7 +39,17 @@ from bryo_pytree import is_array  # leaves traced as inputs of a call; the rest 
 from ._compat import new_jaxpr_eqn
 from ._errors import MoxError
 from ._hooks import interceptors
-from ._ir import Block, Equation, ModuleCall, ModuleInfo, Mox, Region, Var, jaxpr_params
+from ._ir import (
+    Block,
+    Equation,
+    Literal,
+    ModuleCall,
+    ModuleInfo,
+    Mox,
+    Region,
+    Var,
+    jaxpr_params,
+)
 from ._markers import CallMarker, begin_p, end_p, is_marker
 
 
@@ -70,23 +80,37 @@ def call_region(
     """Run `fn(state_leaves, arg_leaves) -> (new_state_leaves, out_leaves)` as one module call.
 
     The call is delimited by a begin and an end marker sharing one `CallMarker(info)`;
-    the conversion turns what lies between them into a `ModuleCall`.
+    the conversion turns what lies between them into a `ModuleCall`. A state leaf `fn`
+    returns unchanged does not go through the end marker: the caller keeps its own value
+    (so the call has only the state outputs it changed).
     """
     n_state = len(state_leaves)
     marker = CallMarker(info, n_state)
     ins = begin_p.bind(*state_leaves, *arg_leaves, call=marker)
     new_state, out = fn(list(ins[:n_state]), list(ins[n_state:]))
-    n_state_out = len(new_state)
-    outs = end_p.bind(*new_state, *out, call=marker, n_state_out=n_state_out)
-    return list(outs[:n_state_out]), list(outs[n_state_out:])
+    position = {id(leaf): j for j, leaf in enumerate(ins[:n_state])}
+    unchanged = [position.get(id(leaf)) for leaf in new_state]
+    changed = [leaf for leaf, j in zip(new_state, unchanged, strict=True) if j is None]
+    outs = end_p.bind(*changed, *out, call=marker, n_state_out=len(changed))
+    changed_outs = iter(outs[: len(changed)])
+    final = [state_leaves[j] if j is not None else next(changed_outs) for j in unchanged]
+    return final, list(outs[len(changed) :])
 
 
-def _split(leaves: Sequence[Any]) -> tuple[list[int], list[Any]]:
-    positions = [i for i, x in enumerate(leaves) if is_array(x)]
+def _split(leaves: Sequence[Any]) -> tuple[list[int] | None, list[Any]]:
+    """The array leaves, and their positions (`None`: all leaves are arrays)."""
+    flags = [is_array(x) for x in leaves]
+    if all(flags):
+        return None, list(leaves)
+    positions = [i for i, flag in enumerate(flags) if flag]
     return positions, [leaves[i] for i in positions]
 
 
-def _merge(leaves: Sequence[Any], positions: Sequence[int], values: Sequence[Any]) -> list[Any]:
+def _merge(
+    leaves: Sequence[Any], positions: Sequence[int] | None, values: Sequence[Any]
+) -> Sequence[Any]:
+    if positions is None:
+        return values
     merged = list(leaves)
     for i, v in zip(positions, values, strict=True):
         merged[i] = v
@@ -166,10 +190,13 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
     The function is traced once, as `jax.make_jaxpr` traces it.
 
     Args:
-        fun: the function to trace. Positional arguments are traced (their leaves must be
-            arrays); so are keyword arguments holding arrays (Linen's
-            `rngs={"dropout": key}`). Keyword arguments without arrays (`train=True`,
-            `mutable=["batch_stats"]`) are static and baked into the expression.
+        fun: the function to trace. The array leaves of its positional arguments, and
+            of keyword arguments holding arrays (Linen's `rngs={"dropout": key}`), are
+            traced: pass models positionally (`make_mox(lambda m, x: m(x))(model, x)`,
+            for models that are pytrees). Every other leaf (an activation function, a
+            flag, a string) is static and baked in, as `eqx.filter_make_jaxpr` does;
+            so are keyword arguments without arrays (`train=True`). A Python number
+            passed as a whole positional argument is traced, as `jax.make_jaxpr` does.
 
     Returns:
         A function taking `fun`'s arguments (arrays or `jax.ShapeDtypeStruct`s) and
@@ -186,48 +213,60 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
         static_kwargs = {k: v for k, v in kwargs.items() if k not in traced_kwargs}
         leaves, in_tree = jax.tree_util.tree_flatten(args)
         kw_leaves, kw_tree = jax.tree_util.tree_flatten(traced_kwargs)
-        _check_leaves(leaves, in_tree, "args")
-        _check_leaves(kw_leaves, kw_tree, "kwargs")
         n_args = len(leaves)
+        every = [*leaves, *kw_leaves]
+        traced = _traced_positions(args, every)
         out_store: dict[str, Any] = {}
 
         def flat_fun(*flat: Any) -> list[Any]:
-            call_args = in_tree.unflatten(flat[:n_args])
-            call_kwargs = kw_tree.unflatten(flat[n_args:])
+            full = list(every)
+            for position, value in zip(traced, flat, strict=True):
+                full[position] = value
+            call_args = in_tree.unflatten(full[:n_args])
+            call_kwargs = kw_tree.unflatten(full[n_args:])
             out = fun(*call_args, **call_kwargs, **static_kwargs)
             out_leaves, out_store["tree"] = jax.tree_util.tree_flatten(out)
             return out_leaves
 
         with intercepting():
-            closed = jax.make_jaxpr(flat_fun)(*leaves, *kw_leaves)
+            closed = jax.make_jaxpr(flat_fun)(*(every[i] for i in traced))
+        kept = set(traced)
         return Mox(
             convert_closed(closed),
             in_tree,
             out_store["tree"],
             kwargs_tree=kw_tree if traced_kwargs else None,
             static_kwargs=tuple(sorted(static_kwargs.items())),
+            static_leaves=tuple((i, leaf) for i, leaf in enumerate(every) if i not in kept),
         )
 
     return trace
 
 
+def is_traced_leaf(leaf: object, *, argument: bool = False) -> bool:
+    """Whether `make_mox` traces a leaf of its arguments: arrays and shape-dtype structs;
+    a Python number only when it is a whole positional argument (`argument`), as
+    `jax.make_jaxpr` traces it. Everything else is static."""
+    if is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct):
+        return True
+    return argument and isinstance(leaf, (bool, int, float, complex))
+
+
+def _traced_positions(args: tuple[Any, ...], leaves: Sequence[Any]) -> list[int]:
+    """Positions of the traced leaves among the arguments' leaves (positional first)."""
+    whole: set[int] = set()
+    position = 0
+    for arg in args:
+        treedef = jax.tree_util.tree_structure(arg)
+        if treedef.num_leaves == 1 and jax.tree_util.treedef_is_leaf(treedef):
+            whole.add(position)
+        position += treedef.num_leaves
+    return [i for i, leaf in enumerate(leaves) if is_traced_leaf(leaf, argument=i in whole)]
+
+
 def _holds_arrays(value: object) -> bool:
     """Whether a keyword argument is traced: some leaf of it is an array."""
-    leaves = jax.tree_util.tree_leaves(value)
-    return any(is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves)
-
-
-def _check_leaves(leaves: Sequence[Any], tree: jax.tree_util.PyTreeDef, what: str) -> None:
-    for index, leaf in enumerate(leaves):
-        if not (is_array(leaf) or isinstance(leaf, (jax.ShapeDtypeStruct, int, float, bool))):
-            paths = jax.tree_util.tree_flatten_with_path(tree.unflatten(leaves))[0]
-            where = jax.tree_util.keystr(paths[index][0])
-            raise MoxError(
-                f"`{what}{where}` is a {type(leaf).__name__}, not an array: positional "
-                "arguments of `make_mox(fun)(...)`, and keyword arguments holding arrays, are "
-                "traced. Close over it, or pass it as a keyword argument without arrays to "
-                "keep it static."
-            )
+    return any(is_traced_leaf(leaf) for leaf in jax.tree_util.tree_leaves(value))
 
 
 def convert_closed(closed: jex.ClosedJaxpr) -> Block:
@@ -266,7 +305,9 @@ def _find_calls(jaxpr: jex.Jaxpr) -> set[int]:
 
     def use(atoms: Sequence[Any]) -> None:
         for atom in atoms:
-            call = defined_in.get(atom) if isinstance(atom, Var) else None
+            if atom.__class__ is Literal:
+                continue
+            call = defined_in.get(atom)
             while call is not None and not call.open:  # escapes a finished call
                 call.kept = False
                 call = call.parent
@@ -362,7 +403,7 @@ class _Converter:
     def resolve(self, atom: Any, scope: _Scope) -> Any:
         """The atom naming `atom` inside `scope`: itself, a local constant, or the input
         that carries it in through every call between its definition and `scope`."""
-        if not isinstance(atom, Var):
+        if atom.__class__ is Literal:
             return atom
         atom = self.subst.get(atom, atom)
         if not isinstance(atom, Var):  # a dissolved marker forwarded a literal
@@ -394,7 +435,8 @@ class _Converter:
         return local
 
     def equation(self, eqn: jex.JaxprEqn, scope: _Scope) -> Equation:
-        invars = [self.resolve(a, scope) for a in eqn.invars]
+        resolve = self.resolve
+        invars = [resolve(a, scope) for a in eqn.invars]
         if any(map(operator.is_not, invars, eqn.invars)):
             eqn = new_jaxpr_eqn(
                 invars,
