@@ -10,8 +10,10 @@ from jax.extend.core import jaxpr_as_fun
 
 from bryo_mox import Equation, ModuleCall, MoxError, eval_mox, make_mox
 from bryo_mox._eval import _singles
+from bryo_mox._load import from_document
 from bryo_mox._markers import begin_p, end_p
 from bryo_mox._trace import intercepting
+from bryo_mox.document import to_document
 from bryo_mox.testing import Counter, Linear, Module, ResBlock
 
 
@@ -167,6 +169,9 @@ def test_leaves_that_are_not_arrays_are_static(x):
     with pytest.raises(MoxError, match=r"`args\[0\]\[0\]` is 'shift'"):
         eval_mox(mox, ("shift", 2.0), x)
     assert len(make_mox(lambda s, v: v * s)(3.0, x).invars) == 2  # a whole argument: traced
+    back = from_document(to_document(mox))  # files keep the array leaves, flat
+    assert back.in_tree is None and back.static_leaves == ()
+    np.testing.assert_allclose(eval_mox(back, x), 2.0 * x)
 
 
 def _noisy(x, *, key, scale=1.0, mode="add"):

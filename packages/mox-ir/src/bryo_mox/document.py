@@ -296,7 +296,8 @@ def to_document(
     )
     root = DocNode("mox", node=mox, location=())
     writer.block(root, mox.block, ())
-    in_tree = writer.tree(mox.in_tree)
+    # Static leaves (functions, flags) are not in the file: it takes the flat array leaves.
+    in_tree = None if mox.static_leaves else writer.tree(mox.in_tree)
     root.attrs.update(in_tree=in_tree, out_tree=writer.tree(mox.out_tree))
     if mox.kwargs_tree is not None and in_tree is not None:
         root.attrs["kwargs_tree"] = writer.tree(mox.kwargs_tree, mox.in_tree.num_leaves)
