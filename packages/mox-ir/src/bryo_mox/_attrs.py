@@ -12,6 +12,7 @@ derivative equations, the params jax rebuilds by itself (shardings, layouts, rul
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -44,16 +45,28 @@ def equation_tag(primitive: str) -> tuple[str, dict[str, Any]]:
     return "eqn", {"primitive": primitive}
 
 
+#: The attributes every module call's element has (then the module's own attributes).
+_MODULE_VALUES: dict[str, Callable[[ModuleCall], Any]] = {
+    "type": lambda node: node.info.short_type,
+    "qualtype": lambda node: node.info.type,
+    "name": lambda node: node.info.name,
+    "state_inputs": lambda node: node.n_state,
+    "state_outputs": lambda node: node.n_state_out,
+}
+MODULE_KEYS = tuple(_MODULE_VALUES)
+#: Attributes an equation's element may have that are not its params.
+SPECIAL_EQUATION_KEYS = frozenset(JIT_ATTRS + CUSTOM_ATTRS)
+
+
 def module_attrs(node: ModuleCall) -> dict[str, Any]:
     """The attributes of a module call's element."""
-    return {
-        "type": node.info.short_type,
-        "qualtype": node.info.type,
-        "name": node.info.name,
-        "state_inputs": node.n_state,
-        "state_outputs": node.n_state_out,
-        **node.info.attrs,
-    }
+    return {**{key: value(node) for key, value in _MODULE_VALUES.items()}, **node.info.attrs}
+
+
+def module_attr(node: ModuleCall, key: str, default: Any = None) -> Any:
+    """One attribute of a module call's element (`default` when it has none)."""
+    value = _MODULE_VALUES.get(key)
+    return value(node) if value is not None else node.info.attrs.get(key, default)
 
 
 def equation_attr_names(node: Equation) -> tuple[str, ...]:
@@ -65,6 +78,16 @@ def equation_attr_names(node: Equation) -> tuple[str, ...]:
         return CUSTOM_ATTRS
     regions = {region.param for region in node.regions}
     return tuple(k for k in node.params if k not in regions)
+
+
+def equation_shows(node: Equation, key: str) -> bool:
+    """Whether an equation's element has attribute `key` (`key in equation_attr_names`)."""
+    name = node.primitive.name
+    if name == JIT_NAME:
+        return key in JIT_ATTRS
+    if name in CUSTOM_DERIVATIVE_NAMES:
+        return key in CUSTOM_ATTRS
+    return key in node.params and all(region.param != key for region in node.regions)
 
 
 def equation_attr(node: Equation, key: str) -> Any:

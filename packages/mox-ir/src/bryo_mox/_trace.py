@@ -36,7 +36,7 @@ from jax.extend import core as jex
 
 from bryo_pytree import is_array  # leaves traced as inputs of a call; the rest is static
 
-from ._compat import new_jaxpr_eqn
+from ._compat import DropVar, new_jaxpr_eqn
 from ._errors import MoxError
 from ._hooks import interceptors
 from ._ir import (
@@ -437,10 +437,11 @@ class _Converter:
     def equation(self, eqn: jex.JaxprEqn, scope: _Scope) -> Equation:
         resolve = self.resolve
         invars = [resolve(a, scope) for a in eqn.invars]
-        if any(map(operator.is_not, invars, eqn.invars)):
+        outvars = _named(eqn.outvars)
+        if any(map(operator.is_not, invars, eqn.invars)) or outvars is not eqn.outvars:
             eqn = new_jaxpr_eqn(
                 invars,
-                eqn.outvars,
+                outvars,
                 eqn.primitive,
                 eqn.params,
                 eqn.effects,
@@ -484,7 +485,7 @@ class _Converter:
             *(inner for _, inner in closed),
             *begin.outvars[n_state:],
         )
-        outvars = tuple(end.outvars[i] for i in keep)
+        outvars = tuple(_named([end.outvars[i] for i in keep]))
         call = ModuleCall(
             info=marker.info,
             invars=invars,
@@ -501,6 +502,15 @@ class _Converter:
         constvars = tuple(scope.consts.values())
         consts = tuple(self.const_values[outer] for outer in scope.consts)
         return Block(constvars, consts, invars, tuple(scope.nodes), outvars)
+
+
+def _named(outvars: Sequence[Any]) -> Sequence[Any]:
+    """`outvars` with a fresh variable for each unused one (`DropVar`, which jax 0.7 to 0.9
+    put where jax 0.10 keeps a variable): every value of a MoX has a name, whatever jax
+    traced it. The same sequence when there is none."""
+    if not any(isinstance(v, DropVar) for v in outvars):
+        return outvars
+    return [jex.Var(v.aval) if isinstance(v, DropVar) else v for v in outvars]
 
 
 def _convert_any(jaxpr: jex.ClosedJaxpr | jex.Jaxpr) -> Block:

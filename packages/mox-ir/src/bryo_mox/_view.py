@@ -22,18 +22,20 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from lxml import etree
 
 from ._attrs import (
+    MODULE_KEYS,
+    SPECIAL_EQUATION_KEYS,
     equation_attr,
-    equation_attr_names,
+    equation_shows,
     equation_tag,
     is_xml_name,
-    module_attrs,
+    module_attr,
     tree_example,
 )
 from ._codec import encode_attr
@@ -47,20 +49,17 @@ _ALL = "*"
 
 
 class ElementView:
-    """A MoX as an lxml tree; `objects[i]` is what the element on line `i + 1` stands for
-    (a node, a `Region`, or `None` for the root)."""
+    """A MoX as an lxml tree. `objects[i]` is what the element on line `i + 1` stands for
+    (a node, a `Region`, or `None` for the root); `lines[tag]` are the lines of the
+    elements named `tag`, in document order."""
 
     def __init__(self, mox: Mox) -> None:
         self._root_attrs = _root_attrs(mox)
-        lines: list[str] = []
-        self.objects: list[Any] = []
-        for text, obj in _start_tags(mox):
-            lines.append(text)
-            self.objects.append(obj)
-        self.root = etree.fromstring("\n".join(lines), _PARSER)
+        text, self.objects, self.lines = _write(mox)
+        self.root = etree.fromstring(text, _PARSER)
         self.lock = threading.RLock()
-        self._elements: list[Any] | None = None
         self._filled: set[str] = set()
+        self._names: dict[str, frozenset[str]] = {}
         self._locations: dict[int, tuple[Node, Location]] | None = None
 
     def object_of(self, element: Any) -> Any:
@@ -75,28 +74,41 @@ class ElementView:
             wanted = None if _ALL in names else names - self._filled
             if wanted is not None and not wanted:
                 return
-            if self._elements is None:
-                self._elements = list(self.root.iter())
-            for element, obj in zip(self._elements, self.objects, strict=True):
-                for key, value in self._attrs(obj, wanted):
-                    if is_xml_name(key):
-                        element.set(key, encode_attr(value, strict=False))
+            for tag, lines in self.lines.items():
+                possible = self._names_of(tag)
+                keys = possible if wanted is None else possible & wanted
+                if keys:
+                    self._fill_tag(tag, lines, sorted(keys))
             self._filled.update(names if wanted is not None else {_ALL})
 
-    def _attrs(self, obj: Any, wanted: frozenset[str] | None) -> Iterator[tuple[str, Any]]:
-        if isinstance(obj, Equation):
-            names = equation_attr_names(obj)
-            for key in names if wanted is None else (k for k in names if k in wanted):
-                yield key, equation_attr(obj, key)
-            return
-        if obj is None:
-            attrs = self._root_attrs
-        elif isinstance(obj, ModuleCall):
-            attrs = module_attrs(obj)
-        else:
-            attrs = _region_attrs(obj)
-        for key in attrs if wanted is None else (k for k in wanted if k in attrs):
-            yield key, attrs[key]
+    def _fill_tag(self, tag: str, lines: list[int], keys: list[str]) -> None:
+        attr = _ATTR_OF[type(self.objects[lines[0]])]
+        for element, line in zip(self.root.iter(tag), lines, strict=True):
+            obj = self.objects[line]
+            for key in keys:
+                value = self._root_attrs.get(key, _MISSING) if obj is None else attr(obj, key)
+                if value is not _MISSING:
+                    element.set(key, encode_attr(value, strict=False))
+
+    def _names_of(self, tag: str) -> frozenset[str]:
+        """The attribute names elements named `tag` may have (a superset for equations)."""
+        names = self._names.get(tag)
+        if names is None:
+            found: set[str] = set()
+            for line in self.lines[tag]:
+                obj = self.objects[line]
+                if obj is None:
+                    found.update(self._root_attrs)
+                elif type(obj) is ModuleCall:
+                    found.update(MODULE_KEYS)
+                    found.update(obj.info.attrs)
+                elif type(obj) is Region:
+                    found.update(("param", "index", "closed"))
+                else:
+                    found.update(obj.params)
+                    found.update(SPECIAL_EQUATION_KEYS)
+            names = self._names[tag] = frozenset(k for k in found if is_xml_name(k))
+        return names
 
     def location_of(self, node: Node, mox: Mox) -> Location | None:
         """Where `node` is in `mox` (this view's MoX), or `None` when it is not there."""
@@ -107,11 +119,33 @@ class ElementView:
         return found[1] if found is not None and found[0] is node else None
 
 
-def _region_attrs(region: Region) -> dict[str, Any]:
-    attrs: dict[str, Any] = {"param": region.param, "closed": region.closed}
-    if region.index is not None:
-        attrs["index"] = region.index
-    return attrs
+_MISSING = object()
+
+
+def _region_attr(region: Region, key: str) -> Any:
+    if key == "param":
+        return region.param
+    if key == "closed":
+        return region.closed
+    if key == "index" and region.index is not None:
+        return region.index
+    return _MISSING
+
+
+def _equation_attr(node: Equation, key: str) -> Any:
+    return equation_attr(node, key) if equation_shows(node, key) else _MISSING
+
+
+def _module_attr(node: ModuleCall, key: str) -> Any:
+    return module_attr(node, key, _MISSING)
+
+
+_ATTR_OF: dict[type, Callable[[Any, str], Any]] = {
+    type(None): lambda obj, key: _MISSING,
+    ModuleCall: _module_attr,
+    Region: _region_attr,
+    Equation: _equation_attr,
+}
 
 
 def _root_attrs(mox: Mox) -> dict[str, Any]:
@@ -122,32 +156,56 @@ def _root_attrs(mox: Mox) -> dict[str, Any]:
     }
 
 
-def _start_tags(mox: Mox) -> Iterator[tuple[str, Any]]:
-    """`(line, object)` for every element in document order. Each line holds one start
-    tag, after the end tags of the elements closed before it; the last line also closes
-    what is still open."""
+def _write(mox: Mox) -> tuple[str, list[Any], dict[str, list[int]]]:
+    """The view as XML text with one start tag per line (after the end tags of what
+    closes before it), the object of each line, and the lines of each tag."""
+    parts: list[str] = ["<mox>"]
+    objects: list[Any] = [None]
+    lines: dict[str, list[int]] = {"mox": [0]}
     pending: list[str] = []  # end tags to write before the next start tag
     stack: list[tuple[Iterator[Any], str]] = [(iter(mox.block.nodes), "</mox>")]
-    line, obj = "<mox>", None
+    tags = _EquationTags()
     while stack:
         item = next(stack[-1][0], None)
         if item is None:
             pending.append(stack.pop()[1])
             continue
-        yield line, obj
-        close = "".join(pending)
-        pending.clear()
-        if isinstance(item, ModuleCall):
-            line, end, children = f"{close}<module_call>", "</module_call>", item.body.nodes
-        elif isinstance(item, Region):
-            line, end, children = f"{close}<region>", "</region>", item.block.nodes
+        kind = type(item)
+        if kind is ModuleCall:
+            tag, start, end, children = (
+                "module_call",
+                "<module_call>",
+                "</module_call>",
+                item.body.nodes,
+            )
+        elif kind is Region:
+            tag, start, end, children = "region", "<region>", "</region>", item.block.nodes
         else:
-            tag, extra = equation_tag(item.primitive.name)
-            attrs = "".join(f" {k}={quoteattr(v)}" for k, v in extra.items())
-            line, end, children = f"{close}<{tag}{attrs}>", f"</{tag}>", item.regions
-        obj = item
+            tag, start, end = tags[item.primitive.name]
+            children = item.regions
+        if pending:
+            start = "".join(pending) + start
+            pending.clear()
+        lines.setdefault(tag, []).append(len(parts))
+        parts.append(start)
+        objects.append(item)
         stack.append((iter(children), end))
-    yield line + "".join(pending), obj
+    parts[-1] += "".join(pending)
+    return "\n".join(parts), objects, lines
+
+
+_MODULE_TAGS = ("module_call", "<module_call>", "</module_call>")
+_REGION_TAGS = ("region", "<region>", "</region>")
+
+
+class _EquationTags(dict):
+    """primitive name -> (tag, start tag text, end tag text), computed once per name."""
+
+    def __missing__(self, name: str) -> tuple[str, str, str]:
+        tag, extra = equation_tag(name)
+        attrs = "".join(f" {k}={quoteattr(v)}" for k, v in extra.items())
+        value = self[name] = (tag, f"<{tag}{attrs}>", f"</{tag}>")
+        return value
 
 
 def _locations(mox: Mox) -> Iterator[tuple[Node, Location]]:
