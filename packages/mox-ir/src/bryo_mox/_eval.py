@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 import jax
 from jax.extend import core as jex
 
+from bryo_pytree import safe_equal
+
 from ._compat import DebugInfo, new_jaxpr_eqn
 from ._errors import MoxError
 from ._ir import Block, Equation, Literal, ModuleCall, Mox, Node, Var
@@ -154,12 +156,7 @@ def _leaf_path(args: Sequence[Any], kwargs: dict[str, Any], position: int) -> st
 
 
 def _same_static(value: object, traced: object) -> bool:
-    if value is traced:
-        return True
-    try:
-        return type(value) is type(traced) and bool(value == traced)
-    except Exception:  # an `==` that raises or is ambiguous: not provably the same
-        return False
+    return value is traced or (type(value) is type(traced) and safe_equal(value, traced))
 
 
 def eval_block(block: Block, args: Sequence[Any]) -> list[Any]:
