@@ -3,7 +3,8 @@
 Filters select parts of a model's state: `split(model, Param, BatchStat)` groups values by
 the first filter that matches them. `to_predicate` turns any filter literal into a
 predicate; the classes below are the predicates themselves, hashable and comparable.
-Importing this package declares the `bryo_filter_predicate` hook for new literal kinds.
+Importing this package declares the `bryo_filter_predicate` hook for new literal kinds
+(callables are the core's alone: see `ValuePredicate`).
 """
 
 from bryo_plugins import add_hookspecs as _add_hookspecs
@@ -20,6 +21,7 @@ from ._filters import OfType as OfType
 from ._filters import PathContains as PathContains
 from ._filters import PathIn as PathIn
 from ._filters import Predicate as Predicate
+from ._filters import ValuePredicate as ValuePredicate
 from ._filters import WithTag as WithTag
 from ._filters import filters_to_predicates as filters_to_predicates
 from ._filters import is_builtin_filter as is_builtin_filter

@@ -1,16 +1,20 @@
 """The Filter DSL: predicates over `(path, value)` pairs and the literals that stand for them.
 
-A filter is anything `to_predicate` understands: a predicate `(path, value) -> bool`, or a
-literal — `...`/`True` (everything), `None`/`False` (nothing), a type (`OfType`), a string
-(`WithTag`), a tuple or list (`Any` of its items). Plugins add literals through the
-`bryo_filter_predicate` hook. Every filter class here is a frozen dataclass, so filters are
-hashable, compare by value, and can key dicts (`StateAxes({(Param, 'dropout'): 0})`).
+A filter is anything `to_predicate` understands: a predicate `(path, value) -> bool`, a
+one-argument predicate on values (`eqx.is_array`, `lambda v: v.ndim == 2`: a
+`ValuePredicate`), or a literal — `...`/`True` (everything), `None`/`False` (nothing), a
+type (`OfType`), a string (`WithTag`), a tuple or list (`Any` of its items). Plugins add
+literals through the `bryo_filter_predicate` hook; what a callable means is the core's rule
+alone, so installing a plugin never changes it. Every filter class here is a frozen
+dataclass, so filters are hashable, compare by value, and can key dicts (`StateAxes({(Param,
+'dropout'): 0})`).
 """
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import TypeAlias, cast
 
@@ -27,7 +31,8 @@ ACCEPTED_LITERALS = (
     "`...` or `True` (everything), `None` or `False` (nothing), a type such as `Param` "
     "(values of that type, or with a `type` attribute that is a subclass of it), a string "
     "(values whose `tag` equals it, e.g. an rng stream name), a tuple or list of filters "
-    "(any of them), a callable `(path, value) -> bool`, or a literal a plugin declares"
+    "(any of them), a callable `(path, value) -> bool`, a callable taking one value "
+    "(`eqx.is_array`, `lambda v: v.ndim == 2`), or a literal a plugin declares"
 )
 
 
@@ -171,14 +176,69 @@ class Nothing:
         return "Nothing()"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ValuePredicate:
+    """A one-argument predicate on values, used as a filter on `(path, value)`.
+
+    It sees the raw value: for a value holding a Variable's state (one with a `type`
+    attribute that is a class, as `Variable` and `VariableState` have), its `value`;
+    otherwise the value itself. `to_predicate` makes one of every callable that takes
+    exactly one positional argument (Equinox's `eqx.is_array`, `lambda v: v.ndim == 2`),
+    whichever plugins are installed.
+
+    >>> is_matrix = ValuePredicate(lambda v: v.ndim == 2)
+    >>> is_matrix(("kernel",), VariableState(Param, jnp.ones((2, 3))))  # doctest: +SKIP
+    True
+    """
+
+    predicate: Callable[[object], bool]
+
+    def __call__(self, path: Path, value: object) -> bool:
+        if isinstance(getattr(value, "type", None), builtins.type) and hasattr(value, "value"):
+            value = value.value
+        return bool(self.predicate(value))
+
+    def __repr__(self) -> str:
+        name = getattr(self.predicate, "__qualname__", None) or repr(self.predicate)
+        return f"ValuePredicate({name})"
+
+
+def value_predicate(filter: object) -> ValuePredicate | None:
+    """`filter` as a `ValuePredicate` if it is a callable taking exactly one positional
+    argument (not two: `(path, value)` predicates stay as they are), else None."""
+    if isinstance(filter, type) or not callable(filter):
+        return None
+    try:
+        signature = inspect.signature(filter)
+    except (TypeError, ValueError):  # builtins without a signature: `(path, value)` as before
+        return None
+    if _accepts(signature, 1) and not _accepts(signature, 2):
+        return ValuePredicate(filter)  # type: ignore[arg-type]
+    return None
+
+
+def _accepts(signature: inspect.Signature, count: int) -> bool:
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        return False
+    return True
+
+
 _FILTER_CLASSES = (OfType, PathContains, PathIn, WithTag, Any, All, Not, Everything, Nothing)
 
 
 def to_predicate(filter: Filter) -> Predicate:
     """Turn a filter literal into its predicate `(path, value) -> bool`.
 
+    A callable is a predicate as it is, unless it takes exactly one positional argument:
+    then it is a predicate on values, wrapped in a `ValuePredicate`. This is the core's
+    rule whatever plugins are installed; plugins only add literals that are not callable.
+
     >>> to_predicate((Param, "dropout"))  # doctest: +SKIP
     Any(OfType(Param), WithTag('dropout'))
+    >>> to_predicate(lambda value: value.ndim == 2)  # doctest: +SKIP
+    ValuePredicate(<lambda>)
 
     Raises:
         TypeError: `filter` is not a literal bryo or any plugin understands; the message
@@ -196,11 +256,11 @@ def to_predicate(filter: Filter) -> Predicate:
         return WithTag(filter)
     if isinstance(filter, tuple | list):
         return Any(*filter)
+    if callable(filter):
+        return value_predicate(filter) or cast(Predicate, filter)
     predicate = _hooks.plugin_predicate(filter)
     if predicate is not None:
         return predicate
-    if callable(filter):
-        return cast(Predicate, filter)  # any other callable is taken as `(path, value) -> bool`
     raise TypeError(
         f"`filter` must be one of: {ACCEPTED_LITERALS}. Got {type(filter).__name__}: {filter!r}."
     )

@@ -1,16 +1,18 @@
 """bryo_equinox: bryo on `equinox.Module` models, with nothing rewritten.
 
-Importing nothing is needed: the plugin registers itself through its entry point, and
-`bryo.split(model, Param, ...)`, `merge`, `state`, `graphdef` and `clone` then work on
-Equinox models, with paths made of field names (`('layers', 0, 'weight')`). Array leaves
-are `Param`s, the initial and current values of stateful layers (`eqx.nn.StateIndex`,
-`eqx.nn.State`) are `BatchStat`s, and static fields stay in the GraphDef. Equinox
-predicates (`eqx.is_array`) are bryo filters, and `filter_spec`/`partition` turn bryo
-filters into Equinox filter specs. Equinox models are immutable: `bryo.update` refuses
-them, `updated` returns an updated copy.
+Importing nothing is needed: bryo loads this plugin through its entry points the first time
+it meets an Equinox class, and `bryo.split(model, Param, ...)`, `merge`, `state`, `graphdef`
+and `clone` then work on Equinox models, with paths made of field names (`('layers', 0,
+'weight')`). Array leaves are `Param`s, the initial and current values of stateful layers
+(`eqx.nn.StateIndex`, `eqx.nn.State`) are `BatchStat`s, and static fields stay in the
+GraphDef. Equinox predicates (`eqx.is_array`) are bryo filters (a core rule:
+`bryo_filters.ValuePredicate`, re-exported here), and `filter_spec`/`partition` turn bryo
+filters into Equinox filter specs. Equinox models are immutable: `bryo.update` refuses them,
+`updated` returns an updated copy.
 """
 
-from ._filters import ValuePredicate as ValuePredicate
+from bryo_filters import ValuePredicate as ValuePredicate
+
 from ._filters import filter_spec as filter_spec
 from ._filters import partition as partition
 from ._nodes import FrozenDict as FrozenDict

@@ -1,8 +1,11 @@
-"""The Equinox backend's hooks: graph node types for `equinox.Module` and friends,
-Equinox-style one-argument predicates (`eqx.is_array`) as bryo filters, and module calls
-that `make_mox` can see.
+"""The Equinox backend's hooks: graph node types for `equinox.Module` and friends, and
+module calls that `make_mox` can see.
 
-The MoX hook is optional: bryo-mox-ir need not be installed for this backend to load.
+bryo loads this plugin lazily, through the entry-point groups `bryo.graph.equinox`,
+`bryo.graph.bryo_equinox` and `bryo.mox.equinox` (see pyproject.toml): the first time a
+graph lookup meets a class from `equinox` (or this package), or `make_mox` runs while
+`equinox` is imported. The MoX hook is optional: bryo-mox-ir need not be installed for
+this backend to load (`pip install 'bryo-backend-equinox[mox]'` adds it).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from collections.abc import Callable, Sequence
 from bryo_graph import NodeType
 from bryo_plugins import hookimpl
 
-from ._filters import value_predicate
 from ._mox import intercept
 from ._nodes import node_types
 
@@ -20,11 +22,6 @@ from ._nodes import node_types
 @hookimpl
 def bryo_graph_node_types() -> Sequence[NodeType]:
     return node_types()
-
-
-@hookimpl(trylast=True)
-def bryo_filter_predicate(filter: object) -> Callable[[tuple, object], bool] | None:
-    return value_predicate(filter)
 
 
 @hookimpl(optionalhook=True)
