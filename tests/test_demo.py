@@ -6,14 +6,15 @@ from typing import ClassVar
 import pytest
 
 from bryo._cli import main
-from bryo._demo_args import DemoError, add_demo_arguments, config_from_args
+from bryo._demo_args import DemoError, config_from_args, demo_arguments
 
 TINY = ["--width", "8", "--layers", "2", "--steps", "4", "--finetune-steps", "3", "--batch", "16"]
 
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_demo_arguments(parser)
+    for argument in demo_arguments():
+        argument.add_to(parser)
     return parser.parse_args(list(argv))
 
 

@@ -1,38 +1,43 @@
-"""bryo's plugin system end to end: discovery through real (fake) installed distributions.
+"""bryo's plugin system across the packages, with real (fake) installed distributions.
 
-Each test installs tiny distributions with `bryo` entry points into a temporary directory
-on `sys.path` (the `fake_dists` fixture of this folder's conftest) and builds a fresh
-manager, so the global one is never disturbed.
+Each test installs tiny distributions with `bryo` entry points (`bryo_fake_distributions`
+writes real `*.dist-info` directories on `sys.path`) and works on a fresh manager, so the
+global one is never disturbed. The manager's own rules are tested in core-plugins; here:
+the core without entry points, lazy loading per family, a third-party plugin that raises,
+answers garbage and conflicts, the one rule for callable filters, and the docs' hook table.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
-import pluggy
+import jax.numpy as jnp
 import pytest
 
-import bryo
 import bryo._cli
-import bryo_plugins
+from bryo_filters import ValuePredicate, to_predicate
+from bryo_graph import Param, split
 from bryo_plugins import (
-    AUTOLOAD_ENV,
     BLOCK_ENV,
-    BryoPluginManager,
     PluginError,
     _manager,
+    describe_hooks,
     describe_plugins,
-    get_plugin_manager,
-    hookimpl,
-    hookspec,
+    hookspec_sources,
     new_plugin_manager,
     plugin_failures,
     use_plugin_manager,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
+
 HELLO = """
-    import bryo  # owns the hook below: importing it declares `bryo_cli_commands`
+    from bryo.cli import Argument
     from bryo_plugins import hookimpl
 
     def _hello(args):
@@ -40,14 +45,10 @@ HELLO = """
         return 0
 
     @hookimpl
-    def bryo_cli_commands(subparsers):
-        parser = subparsers.add_parser("hello", help="say hello")
-        parser.add_argument("who", nargs="?", default="world")
-        parser.set_defaults(handler=_hello)
-"""
-
-BROKEN = """
-    raise ZeroDivisionError("boom at import")
+    def bryo_cli_commands(commands):
+        commands.add_command(
+            "hello", "say hello", _hello, [Argument("who", nargs="?", default="world")]
+        )
 """
 
 MISSPELT = """
@@ -55,343 +56,308 @@ MISSPELT = """
     from bryo_plugins import hookimpl
 
     @hookimpl
-    def bryo_cli_command(subparsers):
+    def bryo_cli_command(commands):
         pass
 """
 
-OPTIONAL = """
+BROKEN = """
+    raise ZeroDivisionError("boom at import")
+"""
+
+# A third-party graph backend gone wrong three ways, each its own plugin of one distribution.
+RAISES = """
     from bryo_plugins import hookimpl
 
-    @hookimpl(optionalhook=True)
-    def bryo_hook_of_a_package_not_installed(value):
-        return value
+    @hookimpl
+    def bryo_graph_node_types():
+        raise KeyError("a bug in the plugin")
 """
 
-REENTRANT = """
-    from bryo_plugins import get_plugin_manager
+GARBAGE = """
+    from bryo_plugins import hookimpl
 
-    PM = get_plugin_manager()  # at import time: not allowed
+    @hookimpl
+    def bryo_graph_node_types():
+        return object()
+"""
+
+CONFLICT = """
+    from bryo_graph import NodeType
+    from bryo_plugins import hookimpl
+
+    def _unflatten(cls, aux, children):
+        return tuple(child for _, child in children)
+
+    @hookimpl
+    def bryo_graph_node_types():
+        return [NodeType(tuple, flatten=lambda node: (enumerate(node), None), unflatten=_unflatten)]
 """
 
 
-def _names(pm: BryoPluginManager) -> set[str]:
+def _names(pm) -> set[str]:
     return {name for name, plugin in pm.list_name_plugin() if plugin is not None}
 
 
-def _fake_failures(pm: BryoPluginManager) -> list[bryo_plugins.PluginFailure]:
-    """Failures of this file's fake plugins (other packages of the workspace may be half-built)."""
-    return [f for f in pm.failures if f.distribution and f.distribution.startswith("acme-")]
+def _bryo_entry_point_names() -> set[str]:
+    return {
+        ep.name
+        for dist in importlib.metadata.distributions()
+        for ep in dist.entry_points
+        if ep.group == "bryo" or ep.group.startswith("bryo.")
+    }
 
 
-# --- discovery -------------------------------------------------------------------------
+# --- the core needs no entry point ---------------------------------------------------------
 
 
-def test_entry_point_of_a_fake_distribution_is_discovered(fake_dists):
-    modules = fake_dists.add("acme-bryo-hello", {"hello": HELLO}, version="1.2.3")
-    pm = new_plugin_manager()
-    plugin = pm.get_plugin("hello")
-    assert plugin is sys.modules[modules["hello"]]
-    assert pm.distributions["hello"] == ("acme-bryo-hello", "1.2.3")
-    assert {"cli", "hello"} <= _names(pm)  # bryo's built-in `cli` came the same way
-    assert not _fake_failures(pm)
+def test_the_core_works_with_every_entry_point_blocked(monkeypatch):
+    monkeypatch.setenv(BLOCK_ENV, ",".join(_bryo_entry_point_names()))
+    with use_plugin_manager(new_plugin_manager()) as pm:
+        pm.load_all()
+        assert {"core-graph", "core-scan", "cli"} <= _names(pm)
+        assert not {"backend-nnx", "backend-equinox", "serializer-xml"} & _names(pm)
+        _, state = split({"w": Param(jnp.ones(2)), "pair": (1, Param(jnp.zeros(1)))})
+        assert set(state.flat_state()) == {("w",), ("pair", 1)}
+        assert not pm.failures
 
 
-def test_discovered_plugin_adds_a_cli_subcommand(fake_dists, capsys):
-    fake_dists.add("acme-bryo-hello", {"hello": HELLO})
+def test_the_core_works_without_any_dist_info(monkeypatch):
+    """Zipapps, Bazel, PyInstaller: no metadata at all, built-ins only."""
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: iter(()))
+    with use_plugin_manager(new_plugin_manager()) as pm:
+        assert pm.pending_entries() == []
+        _, state = split({"w": Param(jnp.ones(2))})
+        assert list(state.flat_state()) == [("w",)]
+
+
+# --- lazy loading, per hook family ---------------------------------------------------------
+
+LAZY = """
+import json, sys
+
+def loaded():
+    names = ("bryo_nnx", "bryo_equinox", "equinox", "bryo_named", "bryo_xml", "bryo_yson",
+             "lxml", "yt", "bryo_mox")
+    return sorted(name for name in names if name in sys.modules)
+
+steps = {}
+import bryo_filters
+bryo_filters.to_predicate(lambda p, v: True)
+bryo_filters.to_predicate(lambda v: True)
+steps["to_predicate"] = loaded()
+
+import jax.numpy as jnp
+from bryo_graph import Param, split
+split({"w": Param(jnp.ones(2)), "n": 3})
+steps["split a dict"] = loaded()
+
+import bryo_mox
+mox = bryo_mox.make_mox(jnp.sin)(jnp.ones(2))
+bryo_mox.loads(bryo_mox.dumps(mox, format="xml"), format="xml")
+steps["xml round trip"] = loaded()
+
+import equinox as eqx, jax
+split(eqx.nn.Linear(2, 2, key=jax.random.key(0)))
+steps["split an equinox model"] = loaded()
+print(json.dumps(steps))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter imports jax
+def test_plugins_load_lazily_per_family_and_key():
+    result = subprocess.run(
+        [sys.executable, "-c", LAZY], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    steps = __import__("json").loads(result.stdout.strip().splitlines()[-1])
+    assert steps["to_predicate"] == []  # no backend for a callable filter
+    assert steps["split a dict"] == []  # builtins only: no backend's types were met
+    assert steps["xml round trip"] == ["bryo_mox", "bryo_xml", "lxml"]  # not yson
+    assert {"bryo_equinox", "equinox"} <= set(steps["split an equinox model"])
+    assert "bryo_yson" not in steps["split an equinox model"]
+
+
+def test_a_lazy_family_plugin_loads_on_first_use(bryo_fake_distributions, capsys):
+    modules = bryo_fake_distributions.add("acme-bryo-hello", {"hello": HELLO}, group="bryo.cli")
     with use_plugin_manager(new_plugin_manager()):
+        assert modules["hello"] not in sys.modules  # library code never needs the cli family
         assert bryo._cli.main(["hello", "plugins"]) == 0
     assert capsys.readouterr().out == "hello, plugins\n"
 
 
-def test_describe_plugins_names_distribution_version_and_hooks(fake_dists):
-    fake_dists.add("acme-bryo-hello", {"hello": HELLO}, version="2.0")
-    infos = {info.name: info for info in describe_plugins(new_plugin_manager())}
-    assert infos["hello"] == bryo_plugins.PluginInfo(
-        "hello", "acme-bryo-hello", "2.0", ("bryo_cli_commands",)
+# --- a third-party plugin that raises, answers garbage, and conflicts -----------------------
+
+
+def test_a_third_party_plugin_that_raises_answers_garbage_and_conflicts(
+    bryo_fake_distributions, capsys
+):
+    bryo_fake_distributions.add(
+        "acme-bryo-bad",
+        {"acme-raises": RAISES, "acme-garbage": GARBAGE, "acme-tuples": CONFLICT},
+        version="0.3",
+        group="bryo.graph",
     )
-    assert infos["cli"].distribution == "bryo"
-    assert infos["cli"].version == bryo.__version__
+    with use_plugin_manager(new_plugin_manager()) as pm, pytest.warns(Warning) as record:
+        _, state = split({"w": Param(jnp.ones(2)), "pair": (Param(jnp.zeros(1)),)})
+        assert set(state.flat_state()) == {("w",), ("pair", 0)}  # the rest keeps working
+        failures = {failure.name: failure for failure in plugin_failures()}
+        assert bryo._cli.main(["plugins", "--strict"]) == 1
+    messages = [str(warning.message) for warning in record]
+    assert set(failures) == {"acme-raises", "acme-garbage"}
+    for name, error in [("acme-raises", "KeyError: 'a bug"), ("acme-garbage", "got <object")]:
+        text = str(failures[name])
+        assert f"bryo plugin {name!r} (distribution acme-bryo-bad) failed in hook" in text
+        assert "`bryo_graph_node_types`" in text and error in text
+        assert pm.is_blocked(name)  # disabled for the rest of the process
+    [conflict] = [m for m in messages if "both answer" in m]
+    assert "'acme-tuples' (acme-bryo-bad) and 'core-graph' (bryo-core-graph)" in conflict
+    assert "for tuple; 'acme-tuples' wins" in conflict
+    out = capsys.readouterr().out
+    assert "FAILED bryo plugin 'acme-raises' (distribution acme-bryo-bad)" in out
+    assert "FAILED bryo plugin 'acme-garbage' (distribution acme-bryo-bad)" in out
 
 
-def test_one_distribution_may_ship_several_plugins(fake_dists):
-    fake_dists.add(
-        "acme-bryo-pair", {"pair-a": HELLO.replace('"hello"', '"a"'), "pair-b": OPTIONAL}
-    )
-    pm = new_plugin_manager()
-    assert pm.distributions["pair-a"][0] == pm.distributions["pair-b"][0] == "acme-bryo-pair"
-
-
-def test_entry_point_name_clash_is_reported_not_silently_dropped(fake_dists):
-    fake_dists.add("acme-first", {"clash": OPTIONAL})
-    fake_dists.add("acme-second", {"clash": OPTIONAL})
-    with pytest.warns(RuntimeWarning, match="'clash'.*already taken by acme-"):
-        pm = new_plugin_manager()
-    winner = pm.distributions["clash"][0]
-    [failure] = _fake_failures(pm)
-    assert failure.name == "clash"
-    assert {winner, failure.distribution} == {"acme-first", "acme-second"}
-    assert f"already taken by {winner}" in str(failure.error)
-
-
-# --- a plugin that raises on import ----------------------------------------------------
-
-
-def test_broken_plugin_is_reported_and_the_rest_keeps_working(fake_dists, capsys):
-    fake_dists.add("acme-broken", {"broken": BROKEN}, version="0.1")
-    fake_dists.add("acme-bryo-hello", {"hello": HELLO})
+def test_a_plugin_failing_to_import_is_reported_and_the_rest_keeps_working(
+    bryo_fake_distributions, capsys
+):
+    bryo_fake_distributions.add("acme-broken", {"broken": BROKEN}, version="0.1")
+    bryo_fake_distributions.add("acme-bryo-hello", {"hello": HELLO}, group="bryo.cli")
     with pytest.warns(RuntimeWarning, match=r"'broken' \(distribution acme-broken\).*boom"):
         pm = new_plugin_manager()
-    [failure] = _fake_failures(pm)
-    assert failure.name == "broken"
-    assert failure.distribution == "acme-broken"
-    assert isinstance(failure.error, ZeroDivisionError)
-    assert f"{BLOCK_ENV}=broken" in str(failure)
-    assert pm.get_plugin("broken") is None
-    assert {"cli", "hello"} <= _names(pm)
     with use_plugin_manager(pm):
-        assert failure in plugin_failures()
         assert bryo._cli.main(["hello"]) == 0
         assert bryo._cli.main(["plugins", "--strict"]) == 1
     out = capsys.readouterr().out
     assert "FAILED bryo plugin 'broken' (distribution acme-broken) failed to load" in out
-    assert "ZeroDivisionError: boom at import" in out
 
 
-def test_plugin_calling_get_plugin_manager_at_import_gets_a_clear_error(fake_dists, monkeypatch):
-    fake_dists.add("acme-eager", {"eager": REENTRANT})
-    monkeypatch.setattr(_manager, "_manager", None)  # force a first, global load
-    with pytest.warns(RuntimeWarning, match="'eager'.*get_plugin_manager"):
-        pm = get_plugin_manager()
-    assert get_plugin_manager() is pm  # one load, no nested second manager
-    [failure] = _fake_failures(pm)
-    assert isinstance(failure.error, PluginError)
-    assert "plugin 'eager' called `get_plugin_manager()` while it was being imported" in str(
-        failure.error
-    )
-    assert "cli" in _names(pm)
-
-
-# --- check_pending: a misspelt hook ----------------------------------------------------
-
-
-def test_misspelt_hook_fails_loudly_with_a_suggestion(fake_dists):
-    fake_dists.add("acme-typo", {"typo": MISSPELT})
-    with pytest.raises(PluginError) as info:
-        new_plugin_manager()
-    message = str(info.value)
-    assert "plugin 'typo' implements unknown hook 'bryo_cli_command'" in message
-    assert "did you mean 'bryo_cli_commands'?" in message
-    assert f"{BLOCK_ENV}=typo" in message
-
-
-def test_misspelt_hook_makes_the_cli_exit_2_with_the_error(fake_dists, monkeypatch, capsys):
-    fake_dists.add("acme-typo", {"typo": MISSPELT})
+def test_a_misspelt_hook_makes_the_command_exit_2_until_blocked(
+    bryo_fake_distributions, monkeypatch, capsys
+):
+    bryo_fake_distributions.add("acme-typo", {"typo": MISSPELT})
     monkeypatch.setattr(_manager, "_manager", None)
     assert bryo._cli.main(["plugins"]) == 2
     assert "unknown hook 'bryo_cli_command'" in capsys.readouterr().err
-
-
-def test_misspelt_hook_registered_by_hand_is_caught_by_check_pending(bryo_plugin_manager):
-    class Typo:
-        @hookimpl
-        def bryo_cli_comands(self, subparsers):
-            pass
-
-    bryo_plugin_manager.register(Typo(), name="by-hand")
-    with pytest.raises(PluginError, match="'by-hand' implements unknown hook 'bryo_cli_comands'"):
-        _manager._check_pending(bryo_plugin_manager)
-
-
-def test_optional_hook_of_an_unknown_spec_is_accepted(fake_dists):
-    fake_dists.add("acme-optional", {"optional": OPTIONAL})
-    pm = new_plugin_manager()
-    assert "optional" in _names(pm)
-
-
-def test_blocking_the_misspelt_plugin_lets_bryo_load(fake_dists, monkeypatch):
-    fake_dists.add("acme-typo", {"typo": MISSPELT})
+    with pytest.raises(PluginError):
+        new_plugin_manager()
     monkeypatch.setenv(BLOCK_ENV, "typo")
-    pm = new_plugin_manager()
-    assert pm.is_blocked("typo")
-    assert "typo" not in _names(pm)
+    assert "typo" not in _names(new_plugin_manager())
 
 
-# --- the environment: autoload off, blocked plugins ------------------------------------
+# --- one-argument filters are a core rule --------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
-def test_autoload_off_loads_builtins_only(fake_dists, monkeypatch, value):
-    fake_dists.add("acme-bryo-hello", {"hello": HELLO})
-    fake_dists.add("acme-broken", {"broken": BROKEN})
-    monkeypatch.setenv(AUTOLOAD_ENV, value)
-    pm = new_plugin_manager()
-    names = _names(pm)
-    assert "hello" not in names
-    assert "cli" in names and "backend-nnx" in names  # bryo's own distributions
-    assert not _fake_failures(pm)  # the broken one was never imported
+@pytest.mark.parametrize("blocked", ["", "backend-equinox"])
+def test_one_argument_filters_mean_the_same_with_or_without_the_equinox_plugin(
+    monkeypatch, blocked
+):
+    import equinox as eqx
 
-
-@pytest.mark.parametrize("value", ["", "0", "false"])
-def test_autoload_stays_on_for_other_values(fake_dists, monkeypatch, value):
-    fake_dists.add("acme-bryo-hello", {"hello": HELLO})
-    monkeypatch.setenv(AUTOLOAD_ENV, value)
-    assert "hello" in _names(new_plugin_manager())
-
-
-@pytest.mark.parametrize(
-    "blocked", ["hello", " other , hello ", "acme-bryo-hello", "ACME_bryo.Hello"]
-)
-def test_blocked_plugin_is_not_imported(fake_dists, monkeypatch, blocked):
-    modules = fake_dists.add("acme-bryo-hello", {"hello": HELLO})
     monkeypatch.setenv(BLOCK_ENV, blocked)
-    pm = new_plugin_manager()
-    assert "hello" not in _names(pm)
-    assert modules["hello"] not in sys.modules
-    assert "cli" in _names(pm)
+    with use_plugin_manager(new_plugin_manager()) as pm:
+        pm.load_all()
+        assert ("backend-equinox" in _names(pm)) is not bool(blocked)
+        assert to_predicate(eqx.is_inexact_array) == ValuePredicate(eqx.is_inexact_array)
+        assert isinstance(to_predicate(lambda value: value.ndim == 2), ValuePredicate)
+        two = lambda path, value: True
+        assert to_predicate(two) is two
+        model = {"kernel": Param(jnp.ones((2, 2))), "bias": Param(jnp.ones(2))}
+        _, matrices, _ = split(model, lambda v: v.ndim == 2, ...)
+        assert list(matrices.flat_state()) == [("kernel",)]
 
 
-def test_a_builtin_can_be_blocked_too(monkeypatch):
-    monkeypatch.setenv(BLOCK_ENV, "cli")
-    pm = new_plugin_manager()
-    assert "cli" not in _names(pm)
-    assert "backend-nnx" in _names(pm)
+# --- the hooks are documented --------------------------------------------------------------
+
+HOOK_ROW = re.compile(r"^\| `[\w-]+` .*\| `([\w.]+\.hookspecs)` \| (.+) \|$", re.MULTILINE)
 
 
-def test_blocking_a_broken_plugin_silences_it(fake_dists, monkeypatch, recwarn):
-    fake_dists.add("acme-broken", {"broken": BROKEN})
-    monkeypatch.setenv(BLOCK_ENV, "broken")
-    assert not _fake_failures(new_plugin_manager())
-    assert not [w for w in recwarn if "broken" in str(w.message)]
+def _documented_hooks() -> set[tuple[str, str]]:
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    return {
+        (module, hook)
+        for module, hooks in HOOK_ROW.findall(text)
+        for hook in re.findall(r"`(bryo_\w+)`", hooks)
+    }
 
 
-# --- hookspecs and the manager itself --------------------------------------------------
+def test_the_docs_hook_table_lists_exactly_the_declared_hooks():
+    import bryo  # noqa: F401  (declares every bryo package's hooks)
 
-
-class _Specs:
-    @hookspec(firstresult=True)
-    def bryo_test_double(self, value: int) -> int:
-        """Return `value` doubled, or None to pass."""
-
-
-def test_add_hookspecs_reaches_live_and_future_managers(monkeypatch):
-    monkeypatch.setattr(_manager, "_hookspec_modules", list(_manager._hookspec_modules))
-    live = new_plugin_manager(load=False)
-    bryo_plugins.add_hookspecs(_Specs)
-    bryo_plugins.add_hookspecs(_Specs)  # twice is harmless
-    later = new_plugin_manager(load=False)
-
-    class Doubler:
-        @hookimpl
-        def bryo_test_double(self, value):
-            return 2 * value
-
-    for pm in (live, later):
-        pm.register(Doubler())
-        assert pm.hook.bryo_test_double(value=21) == 42
-        _manager._check_pending(pm)
-
-
-def test_epoch_changes_on_every_registration(bryo_empty_plugin_manager):
-    pm = bryo_empty_plugin_manager
-    plugin = object()
-    seen = [pm.epoch]
-    pm.register(plugin, name="p")
-    seen.append(pm.epoch)
-    pm.unregister(plugin)
-    seen.append(pm.epoch)
-    assert seen == sorted(set(seen))  # strictly increasing
-
-
-def test_epochs_never_repeat_across_managers(monkeypatch):
-    """A cache keyed on the epoch cannot confuse a fresh manager with an older one."""
-    monkeypatch.setattr(_manager, "_hookspec_modules", list(_manager._hookspec_modules))
-    first = new_plugin_manager(load=False)
-    first_epoch = first.epoch
-    del first
-    second = new_plugin_manager(load=False)  # may even reuse `first`'s id()
-    assert second.epoch > first_epoch
-    before = second.epoch
-    bryo_plugins.add_hookspecs(_Specs)
-    assert second.epoch > before  # a new spec may change what hooks answer
-
-
-def test_hook_markers_are_bryos():
-    assert isinstance(hookimpl, pluggy.HookimplMarker)
-    assert hookimpl.project_name == hookspec.project_name == "bryo"
-    assert bryo_plugins.ENTRY_POINT_GROUP == "bryo"
-
-
-def test_failed_load_is_not_cached(fake_dists, monkeypatch):
-    """A misspelt plugin fails every call (loudly), until it is fixed or blocked."""
-    fake_dists.add("acme-typo", {"typo": MISSPELT})
-    monkeypatch.setattr(_manager, "_manager", None)
-    for _ in range(2):
-        with pytest.raises(PluginError):
-            get_plugin_manager()
-    monkeypatch.setenv(BLOCK_ENV, "typo")
-    assert "typo" not in _names(get_plugin_manager())
-
-
-# --- the pytest fixtures ---------------------------------------------------------------
-
-
-class _Marker:
-    @hookimpl
-    def bryo_cli_commands(self, subparsers):
-        subparsers.add_parser("marker")
-
-
-def test_fixture_manager_is_bryos_manager_for_the_test(bryo_plugin_manager):
-    assert get_plugin_manager() is bryo_plugin_manager
-    assert "cli" in _names(bryo_plugin_manager)
-    bryo_plugin_manager.register(_Marker(), name="marker")
-    assert "marker" in {info.name for info in describe_plugins()}
-
-
-def test_fixture_registration_did_not_leak(bryo_plugin_manager):
-    """Runs after the test above (files run in order): its plugin is gone."""
-    assert bryo_plugin_manager.get_plugin("marker") is None
-    assert "marker" not in _names(get_plugin_manager())
-
-
-def test_empty_fixture_has_specs_but_no_plugins(bryo_empty_plugin_manager):
-    assert get_plugin_manager() is bryo_empty_plugin_manager
-    assert _names(bryo_empty_plugin_manager) == set()
-    assert bryo_empty_plugin_manager.hook.bryo_cli_commands.has_spec()
-
-
-def test_global_manager_comes_back_after_the_fixtures():
-    global_pm = get_plugin_manager()
-    with use_plugin_manager(new_plugin_manager(load=False)) as inner:
-        assert get_plugin_manager() is inner
-    assert get_plugin_manager() is global_pm
-
-
-def test_pytest_plugin_is_shipped_through_pytest11(pytestconfig):
-    assert pytestconfig.pluginmanager.hasplugin("bryo")
-
-
-@pytest.mark.slow  # a fresh interpreter imports jax and every installed plugin
-def test_fixtures_work_in_a_fresh_pytest_process(tmp_path):
-    """The `pytest11` entry point makes the fixtures available with no conftest at all."""
-    (tmp_path / "test_uses_fixture.py").write_text(
-        "from bryo_plugins import get_plugin_manager, hookimpl\n"
-        "class P:\n"
-        "    @hookimpl\n"
-        "    def bryo_cli_commands(self, subparsers):\n"
-        "        pass\n"
-        "def test_a(bryo_plugin_manager):\n"
-        "    bryo_plugin_manager.register(P(), name='p')\n"
-        "    assert get_plugin_manager() is bryo_plugin_manager\n"
-        "def test_b(bryo_plugin_manager):\n"
-        "    assert bryo_plugin_manager.get_plugin('p') is None\n"
+    declared = {
+        (hook.owner, hook.name)
+        for hook in describe_hooks(new_plugin_manager(load=False))
+        if hook.owner.endswith(".hookspecs")
+    }
+    owners = {source.__name__ for source in hookspec_sources()}
+    assert {owner for owner, _ in declared} <= owners
+    assert _documented_hooks() == declared, (
+        "docs/plugins.md's hook table and the hookspec modules differ: "
+        f"undocumented {sorted(declared - _documented_hooks())}, "
+        f"not declared {sorted(_documented_hooks() - declared)}"
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+
+
+def test_describe_plugins_names_distribution_version_and_hooks(bryo_fake_distributions):
+    bryo_fake_distributions.add("acme-bryo-hello", {"hello": HELLO}, version="2.0")
+    infos = {info.name: info for info in describe_plugins(new_plugin_manager())}
+    assert infos["hello"].distribution == "acme-bryo-hello"
+    assert infos["hello"].version == "2.0"
+    assert infos["hello"].hooks == ("bryo_cli_commands",)
+
+
+# --- pytest: the fixtures are opt-in -------------------------------------------------------
+
+UNRELATED = """
+import sys
+
+def test_nothing_imported_jax():
+    assert "jax" not in sys.modules
+    assert "bryo_plugins" not in sys.modules
+"""
+
+OPTED_IN = """
+from bryo_plugins import get_plugin_manager, hookimpl
+
+class P:
+    @hookimpl
+    def bryo_cli_commands(self, commands):
+        pass
+
+def test_a(bryo_plugin_manager):
+    bryo_plugin_manager.register(P(), name="p")
+    assert get_plugin_manager() is bryo_plugin_manager
+
+def test_b(bryo_plugin_manager):
+    assert bryo_plugin_manager.get_plugin("p") is None
+"""
+
+
+def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         cwd=tmp_path,
     )
+
+
+@pytest.mark.slow  # fresh pytest processes
+def test_an_unrelated_pytest_session_never_imports_jax(tmp_path):
+    (tmp_path / "test_unrelated.py").write_text(UNRELATED)
+    result = _pytest(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
+
+
+@pytest.mark.slow  # fresh pytest processes
+@pytest.mark.parametrize("spelling", ["-p", "conftest"])
+def test_the_fixtures_work_once_opted_in(tmp_path, spelling):
+    (tmp_path / "test_uses_fixture.py").write_text(textwrap.dedent(OPTED_IN))
+    if spelling == "conftest":
+        (tmp_path / "conftest.py").write_text('pytest_plugins = ["bryo_pytree.testing"]\n')
+        result = _pytest(tmp_path)
+    else:
+        result = _pytest(tmp_path, "-p", "bryo_plugins.testing")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout

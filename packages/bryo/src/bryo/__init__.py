@@ -11,11 +11,15 @@ most used names at top level, and provides the `bryo` command (`bryo demo`,
 """
 
 import bryo_pytree as pytree
+from bryo_plugins import add_builtin as _add_builtin
 from bryo_plugins import add_hookspecs as _add_hookspecs
 
+from . import _commands, _mox_commands
 from . import hookspecs as _hookspecs
 
 _add_hookspecs(_hookspecs)
+_add_builtin(_commands, name="cli", distribution="bryo")
+_add_builtin(_mox_commands, name="mox-cli", distribution="bryo")
 
 # The facades.
 # The most used names, at top level.

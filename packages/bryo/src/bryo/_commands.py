@@ -1,24 +1,56 @@
-"""bryo's built-in subcommands, registered as a plugin like any other."""
+"""bryo's built-in subcommands `demo` and `plugins`: a built-in plugin of the `bryo`
+package, registered directly by `bryo/__init__.py`."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from bryo_plugins import describe_plugins, get_plugin_manager, hookimpl
+from bryo_plugins import (
+    HookInfo,
+    PluginError,
+    PluginInfo,
+    describe_hooks,
+    describe_plugins,
+    get_plugin_manager,
+    hookimpl,
+)
+
+from .cli import Argument, Commands
 
 
 def _plugins(args: argparse.Namespace) -> int:
     pm = get_plugin_manager()
-    infos = describe_plugins(pm)
-    width = max((len(info.name) for info in infos), default=4)
-    print(f"{len(infos)} bryo plugin(s) loaded:")
-    for info in infos:
-        source = f"{info.distribution} {info.version}" if info.distribution else "(registered)"
-        print(f"  {info.name:<{width}}  {source}")
-        print(f"  {'':<{width}}  hooks: {', '.join(info.hooks) or '-'}")
+    try:
+        pm.load_all()  # every family: the listing shows what bryo could load
+    except PluginError as error:
+        print(f"bryo: {error}", file=sys.stderr)
+        return 2
+    if args.hooks:
+        _print_hooks(describe_hooks(pm))
+    else:
+        _print_plugins(describe_plugins(pm))
     for failure in pm.failures:
         print(f"  FAILED {failure}")
     return 1 if pm.failures and args.strict else 0
+
+
+def _print_plugins(infos: list[PluginInfo]) -> None:
+    width = max((len(info.name) for info in infos), default=4)
+    print(f"{len(infos)} bryo plugin(s) loaded:")
+    for info in infos:
+        source = f"{info.distribution} {info.version or ''}".rstrip() if info.distribution else ""
+        kind = " (built-in)" if info.builtin else ""
+        print(f"  {info.name:<{width}}  {source or '(registered)'}{kind}")
+        print(f"  {'':<{width}}  hooks: {', '.join(info.hooks) or '-'}")
+
+
+def _print_hooks(hooks: list[HookInfo]) -> None:
+    print(f"{len(hooks)} bryo hook(s):")
+    for hook in hooks:
+        first = "  (firstresult)" if hook.firstresult else ""
+        print(f"  {hook.name}{hook.signature}  [{hook.owner}]{first}")
+        print(f"      {hook.summary}")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -28,20 +60,24 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 @hookimpl
-def bryo_cli_commands(subparsers: argparse._SubParsersAction) -> None:
-    from ._demo_args import add_demo_arguments
+def bryo_cli_commands(commands: Commands) -> None:
+    from ._demo_args import demo_arguments
 
-    demo = subparsers.add_parser(
+    commands.add_command(
         "demo",
-        help="train, trace, rewrite and save a small model: the whole stack at work",
+        "train, trace, rewrite and save a small model: the whole stack at work",
+        _demo,
+        demo_arguments(),
         description="Build a small model with a Stacked trunk, train it on synthetic data, "
         "trace it to MoX, swap its activation, fine-tune LoRA adapters, and save and reload "
         "everything.",
     )
-    add_demo_arguments(demo)
-    demo.set_defaults(handler=_demo)
-    parser = subparsers.add_parser(
-        "plugins", help="list the loaded plugins with their distribution, version and hooks"
+    commands.add_command(
+        "plugins",
+        "list the plugins with their distribution, version and hooks (--hooks: every hook)",
+        _plugins,
+        [
+            Argument("--strict", flag=True, help="exit 1 when a plugin failed"),
+            Argument("--hooks", flag=True, help="list every hook with its one-line contract"),
+        ],
     )
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a plugin failed to load")
-    parser.set_defaults(handler=_plugins)

@@ -14,7 +14,9 @@ import argparse
 import dataclasses
 import os
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import NamedTuple
+
+from .cli import Argument
 
 BACKEND_NAMES = ("equinox", "nnx")
 #: The synthetic data set: this many samples, the last `TEST_SAMPLES` held out.
@@ -74,42 +76,39 @@ HELP = {
 }
 
 
-def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+def demo_arguments() -> tuple[Argument, ...]:
     """The demo's command-line options (values are checked by `config_from_args`)."""
     defaults = DemoConfig()
-    _one_line_errors(parser)
-    parser.add_argument(
-        "--backend",
-        choices=BACKEND_NAMES,
-        default=defaults.backend,
-        help="module style of the model (default: nnx)",
-    )
-    for name, bound in BOUNDS.items():
-        parser.add_argument(
+    numbers = tuple(
+        Argument(
             f"--{name.replace('_', '-')}",
             default=str(getattr(defaults, name)),
             metavar="N",
             help=f"{HELP[name]}, {bound.low} to {bound.high} (default: {getattr(defaults, name)})",
         )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=defaults.out,
-        help="folder for the MoX files and the checkpoint (created if missing; existing "
-        f"{', '.join(OUTPUT_FILES)} in it are replaced, symlinks among them are not followed)",
+        for name, bound in BOUNDS.items()
     )
-    parser.add_argument(
-        "--mesh",
-        default=None,
-        help="device mesh, e.g. data=4,model=2 (default: all devices on data)",
+    return (
+        Argument(
+            "--backend",
+            choices=BACKEND_NAMES,
+            default=defaults.backend,
+            help="module style of the model (default: nnx)",
+        ),
+        *numbers,
+        Argument(
+            "--out",
+            type=Path,
+            default=defaults.out,
+            help="folder for the MoX files and the checkpoint (created if missing; existing "
+            f"{', '.join(OUTPUT_FILES)} in it are replaced, symlinks among them are not followed)",
+        ),
+        Argument(
+            "--mesh",
+            default=None,
+            help="device mesh, e.g. data=4,model=2 (default: all devices on data)",
+        ),
     )
-
-
-def _one_line_errors(parser: argparse.ArgumentParser) -> None:
-    def error(message: str) -> NoReturn:
-        parser.exit(2, f"bryo demo: {message} (see `bryo demo --help`)\n")
-
-    parser.error = error  # type: ignore[method-assign]
 
 
 def config_from_args(args: argparse.Namespace) -> DemoConfig:

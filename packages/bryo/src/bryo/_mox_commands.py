@@ -1,4 +1,5 @@
-"""`bryo mox show|query|convert`: MoX files from the terminal, a plugin of the `bryo` command.
+"""`bryo mox show|query|convert`: MoX files from the terminal, a built-in plugin of the
+`bryo` command (registered by `bryo/__init__.py`).
 
 Every problem with the input — a missing or unreadable file, a malformed or hostile MoX
 file (named with the line and position, or the YSON path, the serializer reported), an
@@ -11,24 +12,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from bryo_plugins import hookimpl
+
+from .cli import Argument, Commands
 
 FORMATS = ("xml", "yson")
 
 
 class _CommandError(Exception):
     """A problem with the command's input, reported as `bryo mox: <message>`."""
-
-
-def one_line_errors(parser: argparse.ArgumentParser, prog: str) -> None:
-    """Make `parser` report usage errors as one line, `prog: message`, with exit code 2."""
-
-    def error(message: str) -> NoReturn:
-        parser.exit(2, f"{prog}: {message} (see `{parser.prog} --help`)\n")
-
-    parser.error = error  # type: ignore[method-assign]
 
 
 def _load(path: Path) -> Any:
@@ -168,26 +162,30 @@ def _run(handler: Any) -> Any:
 
 
 @hookimpl
-def bryo_cli_commands(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("mox", help="show, query and convert MoX files")
-    one_line_errors(parser, "bryo mox")
-    commands = parser.add_subparsers(dest="mox_command", metavar="SUBCOMMAND", required=True)
-    show = commands.add_parser("show", help="print a MoX file's module tree")
-    show.add_argument("file", type=Path)
-    show.add_argument("--full", action="store_true", help="print every equation (jaxpr form)")
-    show.set_defaults(handler=_run(_show))
-    query = commands.add_parser(
-        "query", help="print the nodes an XPath query selects (or its value: count(...))"
+def bryo_cli_commands(commands: Commands) -> None:
+    file = Argument("file", type=Path, help="a MoX file (.mox.xml, .mox.yson, ...)")
+    commands.add_group("mox", "show, query and convert MoX files")
+    commands.add_command(
+        "mox show",
+        "print a MoX file's module tree",
+        _run(_show),
+        [file, Argument("--full", flag=True, help="print every equation (jaxpr form)")],
     )
-    query.add_argument("file", type=Path)
-    query.add_argument("xpath")
-    query.set_defaults(handler=_run(_query))
-    convert = commands.add_parser("convert", help="rewrite a MoX file in another format")
-    convert.add_argument("file", type=Path)
-    convert.add_argument("--to", choices=FORMATS, required=True)
-    convert.add_argument(
-        "--output", "-o", type=Path, default=None, help="the file to write, or a folder"
+    commands.add_command(
+        "mox query",
+        "print the nodes an XPath query selects (or its value: count(...))",
+        _run(_query),
+        [file, Argument("xpath", help="an XPath 1.0 expression")],
     )
-    convert.set_defaults(handler=_run(_convert))
-    for command in (show, query, convert):
-        one_line_errors(command, "bryo mox")
+    commands.add_command(
+        "mox convert",
+        "rewrite a MoX file in another format",
+        _run(_convert),
+        [
+            file,
+            Argument("--to", choices=FORMATS, required=True, help="the format to write"),
+            Argument(
+                "--output", "-o", type=Path, default=None, help="the file to write, or a folder"
+            ),
+        ],
+    )

@@ -13,6 +13,12 @@ def bryo_filter_predicate(filter: object) -> Callable[[tuple, object], bool] | N
 
     A predicate is `(path: tuple[Key, ...], value) -> bool`. Return a hashable one (a
     frozen dataclass, say) so that filters built from it can key dicts. The first plugin
-    to return a predicate wins. Plugins see plain callables before the core treats them as
-    predicates, so a backend can adapt its own one-argument predicates (`eqx.is_array`).
+    to return a predicate wins. Plugins never see callables: the core decides what a
+    callable means (a `(path, value)` predicate, or a one-argument `ValuePredicate`), so
+    installing a plugin never changes the meaning of a filter. Reject a malformed literal
+    of your own where it is built (its `__init__`), not here: a hook that raises is a
+    plugin failure, and the plugin is disabled.
+
+    Family `filters`, keyed by the top-level module of the literal's class (an entry
+    point in group `bryo.filters.<module>` loads when such a literal first shows up).
     """

@@ -5,13 +5,16 @@ holding `Variable`s. `split(model, *filters)` separates its structure, a hashabl
 `GraphDef`, from its state, one `State` per filter; `merge` puts them back together,
 shared references and cycles included; `update` writes a State into a live model. Node
 types come from backends through the `bryo_graph_node_types` hook: the core itself
-knows only dicts, lists and tuples, plus `Object`, the base of mutable NNX-style nodes.
-The lifted transforms over graphs (`jit`, `vmap`, `grad`, `scan`, ...) live in
-`bryo_transforms`, built on `flat_graph` and the GraphDef entries exported here.
+knows only dicts, lists and tuples, plus `Object`, the base of mutable NNX-style nodes,
+and registers them as its built-in plugin `core-graph` when it is imported. The lifted
+transforms over graphs (`jit`, `vmap`, `grad`, `scan`, ...) live in `bryo_transforms`,
+built on `flat_graph` and the GraphDef entries exported here.
 """
 
+from bryo_plugins import add_builtin as _add_builtin
 from bryo_plugins import add_hookspecs as _add_hookspecs
 
+from . import _plugin as _builtin_plugin
 from . import graph as graph
 from . import hookspecs as _hookspecs
 from ._axis_rules import ShardingError as ShardingError
@@ -64,5 +67,6 @@ from ._variables import VariableMeta as VariableMeta
 from ._variables import VariableState as VariableState
 
 _add_hookspecs(_hookspecs)
+_add_builtin(_builtin_plugin, name="core-graph", distribution="bryo-core-graph")
 
 __version__ = "0.1.0"

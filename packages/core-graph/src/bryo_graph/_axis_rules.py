@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import jax
 from jax.sharding import PartitionSpec
 
-from bryo_plugins import TypeTable, merge_mappings
+from bryo_plugins import TypeTable, hook_table, type_mapping
 from bryo_pytree import Path, key_to_plain, path_str
 
 from ._graph import iter_graph, state
@@ -57,7 +57,10 @@ class ShardingError(ValueError):
 
 # type -> `value -> axis names`, from the `bryo_graph_logical_axes` hook.
 _value_axes: TypeTable[Callable[[Any], Sequence[str | None]]] = TypeTable(
-    lambda pm: merge_mappings(pm.hook.bryo_graph_logical_axes())
+    lambda pm: hook_table(
+        "bryo_graph_logical_axes", type_mapping(callable, "a function `value -> names`"), pm=pm
+    ),
+    family="graph",
 )
 
 

@@ -1,9 +1,11 @@
 """Node types: how each kind of graph node flattens into children and is rebuilt.
 
 The core knows nothing of any backend. Every node type, even `dict`, `list` and
-`tuple`, arrives through the `bryo_graph_node_types` hook as a `NodeType`. Lookups go
-through a table rebuilt only when the plugin manager's epoch changes, so traversals never
-call pluggy per node.
+`tuple`, arrives through the `bryo_graph_node_types` hook as a `NodeType` (core-graph's
+own through its built-in plugin). Lookups go through a table rebuilt only when the plugin
+manager's epoch changes, so traversals never call pluggy per node; the first lookup of a
+type loads the `graph` plugins keyed by the modules of its MRO (a backend's entry point in
+`bryo.graph.equinox` loads when an `equinox` class first shows up).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
-from bryo_plugins import BryoPluginManager, TypeTable
+from bryo_plugins import BryoPluginManager, PluginResultError, TypeTable, hook_table
 from bryo_pytree import Key
 
 Children = Iterable[tuple[Key, object]]
@@ -65,15 +67,25 @@ class NodeType:
         return self.tracks_structure or (not self.mutable and self.set_key is None)
 
 
+def _node_type_entries(answer: object) -> list[tuple[type, NodeType]]:
+    """A plugin's `bryo_graph_node_types` answer as table entries; garbage is rejected."""
+    if isinstance(answer, NodeType | str | bytes) or not isinstance(answer, Iterable):
+        raise PluginResultError(f"expected a sequence of `NodeType`s, got {answer!r}")
+    entries = []
+    for node_type in answer:
+        if not isinstance(node_type, NodeType) or not isinstance(node_type.type, type):
+            raise PluginResultError(
+                f"expected `bryo_graph.NodeType`s (with a class as `type`), got {node_type!r}"
+            )
+        entries.append((node_type.type, node_type))
+    return entries
+
+
 def _declared_node_types(pm: BryoPluginManager) -> dict[type, NodeType]:
-    declared: dict[type, NodeType] = {}
-    for node_types in reversed(pm.hook.bryo_graph_node_types()):
-        for node_type in node_types:
-            declared[node_type.type] = node_type
-    return declared
+    return hook_table("bryo_graph_node_types", _node_type_entries, pm=pm)
 
 
-_registry: TypeTable[NodeType] = TypeTable(_declared_node_types)
+_registry: TypeTable[NodeType] = TypeTable(_declared_node_types, family="graph")
 
 
 def node_types() -> TypeTable[NodeType]:

@@ -1,4 +1,8 @@
-"""core-graph's built-in node types, registered through the same hook as any backend's."""
+"""core-graph's built-in node types, answered through the same hook as any backend's.
+
+`bryo_graph/__init__.py` registers this module directly (`bryo_plugins.add_builtin`), so
+the core works without any entry point.
+"""
 
 from __future__ import annotations
 

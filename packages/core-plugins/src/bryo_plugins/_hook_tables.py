@@ -1,29 +1,160 @@
-"""Lookup tables built from hook results, cached per plugin-manager epoch.
+"""The one way hook answers become lookup tables: one precedence, conflicts warned.
+
+Several hooks answer "which types (or names) does this plugin handle, and how?". Every
+table built from them goes through `hook_table`: each plugin's answer is turned into
+`(key, value)` entries by the caller's `entries` function (which also validates it: a
+plugin whose answer it rejects is disabled, see `_calls`), and the tables are merged with
+one rule: **the plugin called first wins** — the same order in which a `firstresult`
+hook picks its answer (`tryfirst` implementations, then the most recently registered
+plugins, then `trylast` ones). When two plugins claim the same key, a
+`PluginConflictWarning` names both and the winner.
 
 Hot paths (flattening a graph, scanning a tree) ask "how does a plugin handle this
 type?" once per node. `TypeTable` answers from a dict rebuilt only when a plugin is
 registered or unregistered, resolving subclasses along the MRO and memoising the answer.
+A table tied to a hook family loads the family's plugins keyed by the modules of a type's
+MRO the first time it meets that type, so a backend is imported exactly when one of its
+types shows up, whatever the import order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Container, Hashable, Iterable, Mapping
 from typing import Generic, TypeVar
 
+from ._calls import Answer, answers
+from ._failures import PluginConflictWarning, PluginResultError
 from ._manager import BryoPluginManager, get_plugin_manager
 
+K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+Entries = Callable[[object], Iterable[tuple[K, V]]]
+"""Turns one plugin's answer into `(key, value)` entries, raising `PluginResultError`
+when the answer is not what the hook's specification promises."""
+
+
+def hook_table(
+    hook_name: str,
+    entries: Entries[K, V],
+    *,
+    family: str | None = None,
+    keys: Container[str] | None = None,
+    pm: BryoPluginManager | None = None,
+) -> dict[K, V]:
+    """One dict from every plugin's answer to `hook_name` (a hook taking no arguments).
+
+    Args:
+        hook_name: the hook to ask.
+        entries: the answer's `(key, value)` pairs, validated (see `Entries`).
+        family: load this hook family's pending plugins first.
+        keys: with `family`, only the entries of these keys (see `load_family`).
+        pm: the manager to ask; bryo's current one by default.
+
+    Returns:
+        `key -> value`; for a key several plugins claim, the first plugin's value.
+    """
+    pm = get_plugin_manager() if pm is None else pm
+
+    def validated(answer: object) -> list[tuple[K, V]]:
+        return list(entries(answer))
+
+    found = answers(hook_name, validated, family=family, keys=keys, pm=pm)
+    return merge_answers(hook_name, found, pm=pm)
+
+
+def merge_answers(
+    hook_name: str,
+    found: Iterable[Answer[list[tuple[K, V]]]],
+    *,
+    pm: BryoPluginManager | None = None,
+) -> dict[K, V]:
+    """Merge plugins' `(key, value)` entries, given in call order: the first plugin to
+    claim a key keeps it, and a `PluginConflictWarning` names both plugins.
+
+    `hook_table` does this for hooks that answer with tables; call it directly when the
+    entries reach the host another way (the `bryo` command's `Commands` facade).
+    """
+    pm = get_plugin_manager() if pm is None else pm
+    table: dict[K, V] = {}
+    owners: dict[K, str] = {}
+    for answer in found:
+        for key, value in answer.value:
+            if key not in table:
+                table[key], owners[key] = value, answer.plugin
+            elif owners[key] != answer.plugin:
+                _warn_conflict(pm, hook_name, key, owners[key], answer.plugin)
+    return table
+
+
+def _warn_conflict(pm: BryoPluginManager, hook: str, key: object, winner: str, loser: str) -> None:
+    def named(plugin: str) -> str:
+        dist = pm.distribution_of(plugin)
+        return f"{plugin!r} ({dist})" if dist else repr(plugin)
+
+    shown = getattr(key, "__qualname__", None) or repr(key)
+    pm.warn_once(
+        (hook, key, winner, loser),
+        f"bryo plugins {named(winner)} and {named(loser)} both answer `{hook}` for {shown}; "
+        f"{winner!r} wins (it is called first). Remove the entry from one plugin, or block "
+        "one with BRYO_BLOCK_PLUGINS.",
+        PluginConflictWarning,
+    )
+
+
+def type_mapping(check: Callable[[object], bool], expected: str) -> Entries[type, V]:
+    """`Entries` for hooks answering `Mapping[type, value]`, each value passing `check`.
+
+    Args:
+        check: whether one value is acceptable.
+        expected: what a value should be, for the error (`"a callable"`).
+    """
+
+    def entries(answer: object) -> list[tuple[type, V]]:
+        if not isinstance(answer, Mapping):
+            raise PluginResultError(
+                f"expected a mapping of types to {expected}, got {type(answer).__name__}"
+            )
+        for key, value in answer.items():
+            if not isinstance(key, type):
+                raise PluginResultError(f"expected types as keys, got {key!r}")
+            if not check(value):
+                raise PluginResultError(
+                    f"expected {expected} for {key.__qualname__}, got {value!r}"
+                )
+        return list(answer.items())
+
+    return entries
+
+
+def module_roots(cls: type) -> frozenset[str]:
+    """The top-level modules of every class in `cls`'s MRO: the keys of the plugins that
+    could know `cls` (`equinox` for any `eqx.Module` subclass)."""
+    return frozenset(
+        (getattr(base, "__module__", None) or "").partition(".")[0] for base in cls.__mro__
+    )
 
 
 class TypeTable(Generic[V]):
     """`type -> V` built by `collect(pm)` from the current plugin manager's hooks.
 
-    >>> table = TypeTable(lambda pm: merge_mappings(pm.hook.bryo_scan_named_leaves()))
+    Args:
+        collect: builds the `{type: value}` table, usually with `hook_table`.
+        family: the hook family whose plugins may declare types for this table; a type
+            met for the first time loads that family's plugins keyed by its MRO's modules.
+
+    >>> table = TypeTable(
+    ...     lambda pm: hook_table("bryo_scan_named_leaves", entries, pm=pm), family="scan"
+    ... )
     >>> table.lookup(NamedArray)  # doctest: +SKIP
     """
 
-    def __init__(self, collect: Callable[[BryoPluginManager], Mapping[type, V]]) -> None:
+    def __init__(
+        self, collect: Callable[[BryoPluginManager], Mapping[type, V]], *, family: str | None = None
+    ) -> None:
         self._collect = collect
+        self._family = family
         self._epoch: int | None = None
         self._declared: dict[type, V] = {}
         self._resolved: dict[type, V | None] = {}
@@ -37,30 +168,28 @@ class TypeTable(Generic[V]):
         """Rebuild the table if the plugins changed; returns the current manager."""
         pm = get_plugin_manager()
         if pm.epoch != self._epoch:
-            self._declared = dict(self._collect(pm))
-            self._resolved = dict(self._declared)
-            self._epoch = pm.epoch
+            if self._family is not None:  # the family's unkeyed plugins load on first use
+                pm.load_family(self._family, ())
+            declared = dict(self._collect(pm))
+            self._declared, self._resolved, self._epoch = declared, dict(declared), pm.epoch
         return pm
 
     def lookup(self, cls: type) -> V | None:
-        """The value for `cls` or its nearest registered base class, else None."""
-        self.refresh()
+        """The value for `cls` or its nearest declared base class, else None."""
+        pm = self.refresh()
         try:
             return self._resolved[cls]
         except KeyError:
-            found = next((self._declared[b] for b in cls.__mro__ if b in self._declared), None)
-            self._resolved[cls] = found
-            return found
+            pass
+        if self._family is not None and pm.load_family(self._family, module_roots(cls)):
+            self.refresh()
+        found = next((self._declared[b] for b in cls.__mro__ if b in self._declared), None)
+        self._resolved[cls] = found
+        return found
 
     def types(self) -> tuple[type, ...]:
-        """The types the plugins declared."""
-        self.refresh()
+        """The types the plugins declared, those of every imported module's plugins included."""
+        pm = self.refresh()
+        if self._family is not None and pm.load_family(self._family, sys.modules):
+            self.refresh()
         return tuple(self._declared)
-
-
-def merge_mappings(results: list[Mapping[type, V] | None]) -> dict[type, V]:
-    """One dict from the mappings several plugins returned (later plugins win)."""
-    merged: dict[type, V] = {}
-    for mapping in results:
-        merged.update(mapping or {})
-    return merged

@@ -1,91 +1,58 @@
-"""bryo's one plugin system: a lazily created `pluggy.PluginManager("bryo")`.
+"""bryo's one plugin manager: created lazily, extended by each owning package, loading
+entry points per hook family.
 
 Packages that own an extension point call `add_hookspecs(their_hookspecs)` when they
-are imported. Plugins, bryo's own built-ins included, are found through the `bryo`
-entry-point group and registered through the same function, `_load_entry_point`. The
-manager is created on first use: entry points are loaded once, then `check_pending()`
-makes a misspelt hook fail loudly. Two environment variables steer loading:
+are imported, and register their own default behaviour with `add_builtin(plugin, ...)`:
+built-ins never go through packaging metadata, so the core works with every entry point
+blocked, or from a tree without `*.dist-info` at all. Both reach every live manager and
+every manager created later.
 
-- `BRYO_DISABLE_PLUGIN_AUTOLOAD=1` loads only bryo's own distributions' plugins;
-- `BRYO_BLOCK_PLUGINS=name,other` skips plugins by entry-point or distribution name.
-
-A plugin that raises on import is reported (a warning, and `plugin_failures()`) with its
-name and error; the rest of the stack keeps working. A plugin must not call
-`get_plugin_manager()` while it is being imported (the manager is still loading it): that
-is reported the same way, as a `PluginError` naming the plugin. See `docs/plugins.md`.
+Entry points (see `_entry_points`) are read when a manager is created. Those of the plain
+`bryo` group are loaded then; those of `bryo.<family>[.<key>]` groups wait until core code
+asks for their family (`BryoPluginManager.load_family`). After each load, `check_pending`
+makes a misspelt hook fail loudly. A plugin that fails to import is recorded as a
+`PluginFailure` and the rest keeps working. A plugin must not call `get_plugin_manager()`
+while the manager is being created (it is still loading that plugin): that is reported
+the same way, as a `PluginError` naming the plugin. See `docs/plugins.md`.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib.metadata
 import itertools
-import os
-import re
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import ModuleType
+from typing import NamedTuple
 
 import pluggy
 
-PROJECT_NAME = "bryo"
-ENTRY_POINT_GROUP = "bryo"
-AUTOLOAD_ENV = "BRYO_DISABLE_PLUGIN_AUTOLOAD"
-BLOCK_ENV = "BRYO_BLOCK_PLUGINS"
+from ._entry_points import PluginEntry, blocked_names, discover
+from ._failures import PluginError, PluginFailure
+from ._markers import BLOCK_ENV, ENTRY_POINT_GROUP, PROJECT_NAME
 
 
-def normalize_distribution_name(name: str) -> str:
-    """A distribution name as PyPI compares them (PEP 503): `Bryo_Core.Pytree` -> `bryo-core-pytree`."""  # noqa: E501
-    return re.sub(r"[-_.]+", "-", name).lower()
+class PluginSource(NamedTuple):
+    """Where a registered plugin comes from.
 
+    Attributes:
+        distribution: the distribution that ships it (None for one registered by hand).
+        version: that distribution's version, when known.
+        builtin: registered directly by its owning package, not through an entry point.
+    """
 
-# Distributions of this monorepo. Their plugins are bryo's built-ins: they load even when
-# autoload is off (the way pytest keeps its own plugins with autoload disabled).
-BUILTIN_DISTRIBUTIONS = frozenset(
-    {
-        "bryo",
-        "bryo-core-pytree",
-        "bryo-core-filters",
-        "bryo-core-graph",
-        "bryo-core-rngs",
-        "bryo-core-scan",
-        "bryo-mox-ir",
-        "bryo-backend-nnx",
-        "bryo-backend-equinox",
-        "bryo-backend-named",
-        "bryo-serializer-xml",
-        "bryo-serializer-yson",
-    }
-)
-
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-
-
-class PluginError(RuntimeError):
-    """A plugin is misbuilt: it implements a hook no package declares, or it asks for the
-    plugin manager while that manager is still loading it."""
-
-
-@dataclass(frozen=True)
-class PluginFailure:
-    """A plugin that raised while being imported or registered."""
-
-    name: str
     distribution: str | None
-    error: BaseException
+    version: str | None = None
+    builtin: bool = False
 
-    def __str__(self) -> str:
-        source = f" (distribution {self.distribution})" if self.distribution else ""
-        return (
-            f"bryo plugin {self.name!r}{source} failed to load: "
-            f"{type(self.error).__name__}: {self.error}. The rest of bryo keeps working; "
-            f"set {BLOCK_ENV}={self.name} to skip it."
-        )
+
+class _Builtin(NamedTuple):
+    plugin: object
+    name: str
+    distribution: str
 
 
 # Epochs come from one counter shared by all managers, so an epoch value never repeats:
@@ -94,20 +61,28 @@ _epochs = itertools.count(1)
 
 
 class BryoPluginManager(pluggy.PluginManager):
-    """A `PluginManager` with an `epoch`, so callers can cache what its hooks return.
+    """A `PluginManager` with an `epoch`, lazy per-family loading and failure records.
 
-    Core packages turn hook results into lookup tables (a type -> handler dict, say) and
-    rebuild them only when `epoch` changes, keeping pluggy off their hot paths. The epoch
-    changes on every `register`, `unregister` and `add_hookspecs`, and its values are
-    unique across all managers of the process.
+    Core packages turn hook results into lookup tables and rebuild them only when `epoch`
+    changes, keeping pluggy off their hot paths. The epoch changes on every `register`,
+    `unregister` and `add_hookspecs`, and its values are unique across all managers.
+
+    Attributes:
+        epoch: changes whenever what the hooks answer may change.
+        failures: the plugins that failed to load, raised in a hook, or answered one
+            with garbage, in the order they failed.
+        sources: plugin name -> `PluginSource`.
     """
 
     def __init__(self) -> None:
         super().__init__(PROJECT_NAME)
         self.epoch = next(_epochs)
-        self._spec_sources: list[object] = []
         self.failures: list[PluginFailure] = []
-        self.distributions: dict[str, tuple[str, str]] = {}
+        self.sources: dict[str, PluginSource] = {}
+        self._spec_sources: list[object] = []
+        self._values: dict[str, str] = {}
+        self._pending: dict[str | None, list[PluginEntry]] = {}
+        self._warned: set[object] = set()
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         registered = super().register(plugin, name)
@@ -127,9 +102,169 @@ class BryoPluginManager(pluggy.PluginManager):
         self._spec_sources.append(module_or_class)
         self.epoch = next(_epochs)
 
+    # --- what a plugin is and what went wrong with it ----------------------------------
+
+    def distribution_of(self, name: str) -> str | None:
+        """The distribution that ships plugin `name`, when known."""
+        source = self.sources.get(name)
+        return source.distribution if source else None
+
+    def record_failure(self, failure: PluginFailure) -> None:
+        """Report `failure`: a `RuntimeWarning`, and an entry in `failures`."""
+        self.failures.append(failure)
+        warnings.warn(str(failure), RuntimeWarning, stacklevel=4)
+
+    def disable(self, name: str, failure: PluginFailure) -> None:
+        """Record `failure` and unregister plugin `name` for good (in this manager)."""
+        self.record_failure(failure)
+        self.set_blocked(name)
+
+    def warn_once(self, key: object, message: str, category: type[Warning]) -> None:
+        """Issue `message` once per manager for `key` (tables are rebuilt per epoch)."""
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        warnings.warn(message, category, stacklevel=4)
+
+    # --- entry points -------------------------------------------------------------------
+
+    def add_entries(self, entries: Iterable[PluginEntry]) -> None:
+        """Make `entries` loadable: the `bryo` group's now, the families' when asked for."""
+        for entry in entries:
+            self._pending.setdefault(entry.family, []).append(entry)
+
+    def pending_entries(self) -> list[PluginEntry]:
+        """The entry points not loaded yet (their family was not needed so far)."""
+        return [entry for entries in self._pending.values() for entry in entries]
+
+    def load_family(self, family: str | None, keys: Container[str] | None = None) -> bool:
+        """Load the not-yet-loaded plugins of `family`.
+
+        Args:
+            family: the hook family (`"graph"`, `"serializers"`, ...); None loads the plain
+                `bryo` group.
+            keys: load only the family's keyed entries whose key is in `keys` (any
+                container: a set of module names, `sys.modules`), plus its unkeyed ones;
+                None loads them all.
+
+        Returns:
+            Whether a plugin was registered (hook answers may have changed).
+
+        Raises:
+            PluginError: a plugin just loaded implements a hook no package declares. It
+                is not kept; the next load of its family raises again.
+        """
+        pending = self._pending.get(family)
+        if not pending:
+            return False
+        with _lock:
+            chosen = [e for e in pending if e.key is None or keys is None or e.key in keys]
+            for entry in chosen:
+                pending.remove(entry)
+            loaded = [entry for entry in chosen if self._load(entry)]
+            self._check_loaded(loaded)
+        return bool(loaded)
+
+    def load_all(self) -> bool:
+        """Load every pending plugin of every family (what `bryo plugins` shows)."""
+        return any([self.load_family(family) for family in list(self._pending)])
+
+    def _load(self, entry: PluginEntry) -> bool:
+        """Import one plugin and register it; record, never raise, when it fails."""
+        if self.is_blocked(entry.name):
+            return False
+        if self.get_plugin(entry.name) is not None:
+            self._check_same_plugin(entry)
+            return False
+        stack = _loading_stack()
+        stack.append(entry.name)
+        try:
+            plugin = entry.load()
+            self.register(plugin, name=entry.name)
+        except Exception as error:  # a broken plugin must not take bryo down with it
+            self.record_failure(PluginFailure(entry.name, entry.distribution, error))
+            return False
+        finally:
+            stack.pop()
+        self.sources[entry.name] = PluginSource(entry.distribution, entry.version)
+        self._values[entry.name] = entry.value
+        return True
+
+    def _check_same_plugin(self, entry: PluginEntry) -> None:
+        """A name seen again: the same plugin in another group, or a clash to report."""
+        owner = self.distribution_of(entry.name)
+        if owner == entry.distribution and self._values.get(entry.name) == entry.value:
+            return
+        taken_by = owner or "a plugin registered by hand"
+        conflict = ValueError(
+            f"the plugin name {entry.name!r} is already taken by {taken_by}; rename one of "
+            f"the two entry points of the {ENTRY_POINT_GROUP!r} groups"
+        )
+        self.record_failure(PluginFailure(entry.name, entry.distribution, conflict))
+
+    def _check_loaded(self, loaded: list[PluginEntry]) -> None:
+        names = {entry.name for entry in loaded}
+        unknown = [(name, hook) for name, hook in unknown_hookimpls(self) if name in names]
+        if not unknown:
+            return
+        failed = {name for name, _ in unknown}
+        for entry in loaded:
+            if entry.name in failed:
+                self.unregister(name=entry.name)
+                self.sources.pop(entry.name, None)
+                self._pending.setdefault(entry.family, []).append(entry)
+        raise unknown_hooks_error(self, unknown)
+
+
+def unknown_hookimpls(pm: pluggy.PluginManager) -> list[tuple[str, str]]:
+    """(plugin name, hook name) for every required implementation of an undeclared hook."""
+    unknown = []
+    for hook_name, caller in vars(pm.hook).items():
+        if hook_name.startswith("_") or not isinstance(caller, pluggy.HookCaller):
+            continue
+        if caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if not impl.optionalhook:
+                unknown.append((impl.plugin_name, hook_name))
+    return unknown
+
+
+def unknown_hooks_error(pm: pluggy.PluginManager, unknown: list[tuple[str, str]]) -> PluginError:
+    """The loud error for misspelt hooks: plugin, hook, the closest known hook, the fix."""
+    known = sorted(name for name, caller in vars(pm.hook).items() if _is_declared(caller))
+    lines = []
+    for plugin_name, hook_name in unknown:
+        hint = difflib.get_close_matches(hook_name, known, n=1)
+        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+        lines.append(f"plugin {plugin_name!r} implements unknown hook {hook_name!r}{suggestion}")
+    return PluginError(
+        f"{'; '.join(lines)}. Known bryo hooks: {', '.join(known) or 'none'}. Fix the hook's "
+        "name in the plugin (or import the package that declares it, or mark the "
+        f"implementation `@hookimpl(optionalhook=True)`), or skip the plugin with "
+        f"{BLOCK_ENV}={','.join(dict.fromkeys(name for name, _ in unknown))}."
+    )
+
+
+def check_pending(pm: pluggy.PluginManager) -> None:
+    """Fail loudly, naming plugin and hook, when a plugin implements an undeclared hook.
+
+    Raises:
+        PluginError: some registered plugin implements a hook no package declares.
+    """
+    unknown = unknown_hookimpls(pm)
+    if unknown:
+        raise unknown_hooks_error(pm, unknown)
+    pm.check_pending()  # anything pluggy finds that we do not, it reports itself
+
+
+def _is_declared(caller: object) -> bool:
+    return isinstance(caller, pluggy.HookCaller) and caller.has_spec()
+
 
 _lock = threading.RLock()
 _hookspec_modules: list[ModuleType | type] = []
+_builtins: list[_Builtin] = []
 _live_managers: weakref.WeakSet[BryoPluginManager] = weakref.WeakSet()
 _manager: BryoPluginManager | None = None
 # Names of the entry points this thread is importing right now (innermost last): a plugin
@@ -147,9 +282,9 @@ def _loading_stack() -> list[str]:
 def add_hookspecs(module_or_class: ModuleType | type) -> None:
     """Declare an extension point: add `module_or_class`'s `bryo_*` hookspecs.
 
-    Called by each owning package on import. The specs are added to every manager alive
-    (one may be loading the very plugin whose import declares them) and to every manager
-    created afterwards.
+    Called by each owning package on import, before `add_builtin`. The specs are added to
+    every manager alive (one may be loading the very plugin whose import declares them)
+    and to every manager created afterwards.
     """
     with _lock:
         if module_or_class in _hookspec_modules:
@@ -159,161 +294,71 @@ def add_hookspecs(module_or_class: ModuleType | type) -> None:
             pm.add_hookspecs(module_or_class)
 
 
-def _blocked_names() -> frozenset[str]:
-    raw = os.environ.get(BLOCK_ENV, "")
-    return frozenset(name.strip() for name in raw.split(",") if name.strip())
+def add_builtin(plugin: object, name: str, distribution: str) -> None:
+    """Register an owning package's own default behaviour, as tox and pytest do theirs.
 
-
-def _is_blocked(
-    entry_point: importlib.metadata.EntryPoint, dist_name: str | None, blocked: frozenset[str]
-) -> bool:
-    if entry_point.name in blocked:
-        return True
-    if dist_name is None:
-        return False
-    return normalize_distribution_name(dist_name) in {
-        normalize_distribution_name(name) for name in blocked
-    }
-
-
-def _autoload_enabled() -> bool:
-    return os.environ.get(AUTOLOAD_ENV, "").strip().lower() not in {"1", "true", "yes", "on"}
-
-
-def _entry_points() -> list[importlib.metadata.EntryPoint]:
-    return sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
-
-
-def _distribution_of(entry_point: importlib.metadata.EntryPoint) -> tuple[str, str] | None:
-    dist = entry_point.dist
-    if dist is None:
-        return None
-    return dist.metadata["Name"], dist.version
-
-
-def _record_failure(pm: BryoPluginManager, failure: PluginFailure) -> None:
-    pm.failures.append(failure)
-    warnings.warn(str(failure), RuntimeWarning, stacklevel=4)
-
-
-def _load_entry_point(pm: BryoPluginManager, entry_point: importlib.metadata.EntryPoint) -> None:
-    """Import one plugin and register it; record, never raise, when it fails."""
-    dist = _distribution_of(entry_point)
-    dist_name = dist[0] if dist else None
-    if pm.is_blocked(entry_point.name):
-        return
-    if pm.get_plugin(entry_point.name) is not None:
-        owner = pm.distributions.get(entry_point.name, ("another plugin",))[0]
-        if dist_name != owner:
-            conflict = ValueError(
-                f"the entry-point name {entry_point.name!r} is already taken by {owner}; "
-                f"rename one of the two entry points in group {ENTRY_POINT_GROUP!r}"
-            )
-            _record_failure(pm, PluginFailure(entry_point.name, dist_name, conflict))
-        return
-    stack = _loading_stack()
-    stack.append(entry_point.name)
-    try:
-        plugin = entry_point.load()
-        pm.register(plugin, name=entry_point.name)
-    except Exception as error:  # a broken plugin must not take bryo down with it
-        _record_failure(pm, PluginFailure(entry_point.name, dist_name, error))
-        return
-    finally:
-        stack.pop()
-    if dist is not None:
-        pm.distributions[entry_point.name] = dist
-
-
-def _check_pending(pm: BryoPluginManager) -> None:
-    """Fail loudly, naming plugin and hook, when a plugin implements an undeclared hook."""
-    unknown = _unknown_hookimpls(pm)
-    if not unknown:
-        pm.check_pending()  # anything pluggy finds that we do not, it reports itself
-        return
-    known = sorted(name for name, caller in vars(pm.hook).items() if _is_declared(caller))
-    lines = []
-    for plugin_name, hook_name in unknown:
-        hint = difflib.get_close_matches(hook_name, known, n=1)
-        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-        lines.append(f"plugin {plugin_name!r} implements unknown hook {hook_name!r}{suggestion}")
-    raise PluginError(
-        f"{'; '.join(lines)}. Known bryo hooks: {', '.join(known) or 'none'}. Fix the hook's "
-        "name in the plugin (or import the package that declares it, or mark the "
-        f"implementation `@hookimpl(optionalhook=True)`), or skip the plugin with "
-        f"{BLOCK_ENV}={','.join(dict.fromkeys(name for name, _ in unknown))}."
-    )
-
-
-def _is_declared(caller: object) -> bool:
-    return isinstance(caller, pluggy.HookCaller) and caller.has_spec()
-
-
-def _unknown_hookimpls(pm: BryoPluginManager) -> list[tuple[str, str]]:
-    """(plugin name, hook name) for every required implementation of an undeclared hook."""
-    unknown = []
-    for hook_name, caller in vars(pm.hook).items():
-        if hook_name.startswith("_") or not isinstance(caller, pluggy.HookCaller):
-            continue
-        if caller.has_spec():
-            continue
-        for impl in caller.get_hookimpls():
-            if not impl.optionalhook:
-                unknown.append((impl.plugin_name, hook_name))
-    return unknown
-
-
-def load_plugins(pm: BryoPluginManager) -> BryoPluginManager:
-    """Register the installed plugins on `pm`, honouring the environment, then validate.
-
-    Raises:
-        PluginError: a loaded plugin implements a hook that no package declares.
-    """
-    blocked = _blocked_names()
-    for name in blocked:
-        pm.set_blocked(name)
-    autoload = _autoload_enabled()
-    for entry_point in _entry_points():
-        dist = _distribution_of(entry_point)
-        dist_name = dist[0] if dist else None
-        if _is_blocked(entry_point, dist_name, blocked):
-            continue
-        if not autoload and not _is_builtin(dist_name):
-            continue
-        _load_entry_point(pm, entry_point)
-    _check_pending(pm)
-    return pm
-
-
-def _is_builtin(dist_name: str | None) -> bool:
-    return dist_name is not None and normalize_distribution_name(dist_name) in BUILTIN_DISTRIBUTIONS
-
-
-def new_plugin_manager(*, load: bool = True) -> BryoPluginManager:
-    """A fresh manager with every declared hookspec, and the installed plugins if `load`.
+    Called by the package on import, right after `add_hookspecs`. The plugin is
+    registered on every live manager and every manager created afterwards, without any
+    packaging metadata; `BRYO_BLOCK_PLUGINS` can still block it by `name`.
 
     Args:
-        load: import and register the plugins of the `bryo` entry-point group (honouring
-            `BRYO_DISABLE_PLUGIN_AUTOLOAD` and `BRYO_BLOCK_PLUGINS`); `False` gives an
-            empty manager that only knows the hookspecs.
+        plugin: the module (or object) holding the package's `@hookimpl` functions.
+        name: the plugin's name in bryo (`core-graph`).
+        distribution: the owning distribution (`bryo-core-graph`), for reports.
+    """
+    builtin = _Builtin(plugin, name, distribution)
+    with _lock:
+        if any(existing.plugin is plugin for existing in _builtins):
+            return
+        _builtins.append(builtin)
+        for pm in list(_live_managers):
+            _register_builtin(pm, builtin)
+
+
+def _register_builtin(pm: BryoPluginManager, builtin: _Builtin) -> None:
+    if pm.is_blocked(builtin.name) or pm.get_plugin(builtin.name) is not None:
+        return
+    pm.register(builtin.plugin, name=builtin.name)
+    pm.sources[builtin.name] = PluginSource(builtin.distribution, None, builtin=True)
+
+
+def new_plugin_manager(*, load: bool = True, builtins: bool = True) -> BryoPluginManager:
+    """A fresh manager with every declared hookspec.
+
+    Args:
+        load: read the `bryo` entry-point groups (honouring `BRYO_DISABLE_PLUGIN_AUTOLOAD`
+            and `BRYO_BLOCK_PLUGINS`): the plain group's plugins are loaded now, the
+            families' when first needed. False: no entry point at all.
+        builtins: register the built-in plugins of every imported bryo package.
 
     Returns:
         The new manager. It is not bryo's manager until passed to `use_plugin_manager`.
+
+    Raises:
+        PluginError: a plugin of the `bryo` group implements a hook no package declares.
     """
     pm = BryoPluginManager()
+    for name in blocked_names():
+        pm.set_blocked(name)
     with _lock:
         for spec in _hookspec_modules:
             pm.add_hookspecs(spec)
+        if builtins:
+            for builtin in _builtins:
+                _register_builtin(pm, builtin)
         _live_managers.add(pm)
-    return load_plugins(pm) if load else pm
+    if load:
+        pm.add_entries(discover())
+        pm.load_family(None)
+    return pm
 
 
 def get_plugin_manager() -> BryoPluginManager:
-    """bryo's plugin manager, created and loaded on first use.
+    """bryo's plugin manager, created on first use.
 
     Raises:
-        PluginError: a plugin implements an unknown hook (see `load_plugins`), or a plugin
-            module called this function while it was being imported.
+        PluginError: a plugin of the `bryo` group implements an unknown hook, or a plugin
+            module called this function while the manager was loading it.
     """
     global _manager
     manager = _manager
@@ -333,7 +378,7 @@ def get_plugin_manager() -> BryoPluginManager:
 
 
 def plugin_failures() -> list[PluginFailure]:
-    """Plugins that failed to load into the current manager."""
+    """Plugins that failed to load, raised in a hook or returned garbage, in bryo's manager."""
     return list(get_plugin_manager().failures)
 
 
@@ -350,24 +395,7 @@ def use_plugin_manager(pm: BryoPluginManager) -> Iterator[BryoPluginManager]:
             _manager = previous
 
 
-@dataclass(frozen=True)
-class PluginInfo:
-    """What `bryo plugins` shows for one registered plugin."""
-
-    name: str
-    distribution: str | None
-    version: str | None
-    hooks: tuple[str, ...]
-
-
-def describe_plugins(pm: BryoPluginManager | None = None) -> list[PluginInfo]:
-    """Every registered plugin with its distribution, version and implemented hooks."""
-    pm = get_plugin_manager() if pm is None else pm
-    infos = []
-    for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
-        if plugin is None:
-            continue
-        hooks = tuple(sorted(caller.name for caller in pm.get_hookcallers(plugin) or ()))
-        dist = pm.distributions.get(name)
-        infos.append(PluginInfo(name, dist[0] if dist else None, dist[1] if dist else None, hooks))
-    return infos
+def hookspec_sources() -> tuple[ModuleType | type, ...]:
+    """Every hookspec module (or class) declared so far, in declaration order."""
+    with _lock:
+        return tuple(_hookspec_modules)

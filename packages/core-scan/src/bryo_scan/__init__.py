@@ -5,11 +5,15 @@ scan a positional axis of plain arrays or, through a backend such as bryo-backen
 a named axis of NamedArrays. `ScanCheckpointPolicy` chooses what is kept for the backward
 pass (`remat=True`, `"nested"`, `"offload"`, saved internals). `Stacked` stores a stack of
 identical blocks as one block with stacked arrays and applies it with one scan; `BlockSeq`
-does the same with a Python loop. Backends extend all of this through `hookspecs`.
+does the same with a Python loop. Backends extend all of this through `hookspecs`; core-scan
+answers for ints and makes `Stacked`/`BlockSeq` graph nodes through its built-in plugin
+`core-scan`, registered when it is imported.
 """
 
+from bryo_plugins import add_builtin as _add_builtin
 from bryo_plugins import add_hookspecs as _add_hookspecs
 
+from . import _plugin as _builtin_plugin
 from . import hookspecs as hookspecs
 from ._hooks import resolve_axis as resolve_axis
 from ._policy import CARRY_NAME as CARRY_NAME
@@ -35,5 +39,6 @@ from ._types import ScanOutputError as ScanOutputError
 from ._vmap import vmap as vmap
 
 _add_hookspecs(hookspecs)
+_add_builtin(_builtin_plugin, name="core-scan", distribution="bryo-core-scan")
 
 __version__ = "0.1.0"

@@ -1,7 +1,10 @@
 """Typed access to core-scan's hooks, with lookup tables cached per plugin-manager epoch.
 
-Nothing else in core-scan touches `pm.hook`. The per-type tables are rebuilt only when a
-plugin is registered or unregistered, so flattening a tree costs a dict lookup per node.
+Nothing else in core-scan asks plugins. The per-type tables are rebuilt only when a
+plugin is registered or unregistered, so flattening a tree costs a dict lookup per node;
+their plugins (hook family `scan`) load the first time a type of their module shows up.
+An axis spec loads the `scan` plugins keyed by its class's module, and the whole family
+when those do not resolve it (a name such as `'Time'` is a `str`).
 """
 
 from __future__ import annotations
@@ -9,11 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from bryo_plugins import TypeTable, get_plugin_manager, merge_mappings
+from bryo_plugins import (
+    PluginResultError,
+    TypeTable,
+    first_answer,
+    hook_table,
+    module_roots,
+    type_mapping,
+)
 
 from ._types import AxisInfo, BlockSplitter, NamedLeaf, ScanAxisError
 
 V = TypeVar("V")
+
+FAMILY = "scan"
 
 _AXIS_HELP = (
     "Pass an int (a positional axis of plain arrays), or, with the named-axis backend "
@@ -21,28 +33,51 @@ _AXIS_HELP = (
 )
 
 
-def _table(hook_name: str) -> TypeTable[object]:
-    """A type table over one of core-scan's mapping hooks."""
-    return TypeTable(lambda pm: merge_mappings(getattr(pm.hook, hook_name)()))
+def _is_named_leaf(handler: object) -> bool:
+    return all(callable(getattr(handler, name, None)) for name in ("unbind", "bind", "describe"))
 
 
-_named_leaves = _table("bryo_scan_named_leaves")
-_block_splitters = _table("bryo_scan_block_splitters")
+_named_leaves: TypeTable[NamedLeaf] = TypeTable(
+    lambda pm: hook_table(
+        "bryo_scan_named_leaves",
+        type_mapping(_is_named_leaf, "a `NamedLeaf` (unbind, bind, describe)"),
+        pm=pm,
+    ),
+    family=FAMILY,
+)
+_block_splitters: TypeTable[BlockSplitter] = TypeTable(
+    lambda pm: hook_table(
+        "bryo_scan_block_splitters", type_mapping(callable, "a function `split(block)`"), pm=pm
+    ),
+    family=FAMILY,
+)
+
+
+def _axis_info(answer: object) -> AxisInfo:
+    if not isinstance(answer, AxisInfo):
+        raise PluginResultError(f"expected a `bryo_scan.AxisInfo` or None, got {answer!r}")
+    return answer
 
 
 def resolve_axis(axis: object) -> AxisInfo:
     """The `AxisInfo` of an axis spec, or a `ScanAxisError` saying what specs work."""
     if isinstance(axis, AxisInfo):
         return axis
-    info = get_plugin_manager().hook.bryo_scan_resolve_axis(axis=axis)
-    if info is None:
+    answer = first_answer(
+        "bryo_scan_resolve_axis",
+        _axis_info,
+        family=FAMILY,
+        keys=module_roots(type(axis)),
+        axis=axis,
+    )
+    if answer is None:
         raise ScanAxisError(f"`axis` {axis!r} is not an axis spec bryo understands. {_AXIS_HELP}")
-    return info
+    return answer.value
 
 
 def named_leaf_handler(leaf: object) -> NamedLeaf | None:
     """The `NamedLeaf` handling `leaf`'s type, or None for every other leaf."""
-    return _named_leaves.lookup(type(leaf))  # type: ignore[return-value]
+    return _named_leaves.lookup(type(leaf))
 
 
 def is_named_leaf(node: object) -> bool:

@@ -1,5 +1,5 @@
 """core-scan's built-in plugin: ints (and NumPy integers) are positional axes, and
-`Stacked`/`BlockSeq` are graph nodes."""
+`Stacked`/`BlockSeq` are graph nodes. `bryo_scan/__init__.py` registers it directly."""
 
 from __future__ import annotations
 

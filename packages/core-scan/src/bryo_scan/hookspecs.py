@@ -4,6 +4,12 @@ Core-scan knows plain JAX arrays and pytrees only. A named-axis backend resolves
 and `Axis` objects and explains how its arrays hold an axis; a graph-style backend (mutable
 modules) explains how its blocks become pytrees so that `Stacked` can stack them. Each
 hook answers once per call or per plugin-manager epoch, never per array element.
+
+Hook family `scan`: a backend's entry point goes in group `bryo.scan.<module>` for the
+top-level module its leaf and block types (and axis objects) come from; it is imported
+the first time such a type or axis spec shows up, and with the whole family when an axis
+spec is not resolved otherwise (a name such as `'Time'`). Mapping answers are merged by
+`bryo_plugins.hook_table`: for a type two plugins declare, the plugin called first wins.
 """
 
 from __future__ import annotations

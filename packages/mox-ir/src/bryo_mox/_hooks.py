@@ -1,19 +1,32 @@
 """Typed access to MoX's hooks, cached on the plugin manager's epoch.
 
-Core code asks here for the active interceptors and the serializer table; pluggy is
-called once per registration change, never per traced call.
+Core code asks here for the active interceptors and the serializer table; plugins are
+asked once per registration change, never per traced call. Two hook families load
+lazily: `mox` (backends' interceptors, keyed by the backend's top-level module) when
+`make_mox` traces, and `serializers` (keyed by format name) on the first `dump`/`load`
+of a format.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bryo_plugins import get_plugin_manager
+from bryo_plugins import (
+    BryoPluginManager,
+    PluginResultError,
+    answers,
+    get_plugin_manager,
+    hook_table,
+)
 
 from ._errors import MoxError
+
+INTERCEPTORS = "mox"
+SERIALIZERS = "serializers"
 
 
 class CallHandler(Protocol):
@@ -50,46 +63,74 @@ class Serializer:
     loads: Callable[[str | bytes], Any]
 
 
-_cache: dict[str, tuple[int, int, object]] = {}
+# name -> (plugin-manager epoch, value); epochs never repeat, not even across managers.
+_cache: dict[str, tuple[int, Any]] = {}
 
 
-def _cached(key: str, build: Callable[[], object]) -> Any:
-    pm = get_plugin_manager()
-    hit = _cache.get(key)
-    if hit is not None and hit[0] == id(pm) and hit[1] == pm.epoch:
-        return hit[2]
+def _per_epoch(name: str, pm: BryoPluginManager, build: Callable[[], Any]) -> Any:
+    hit = _cache.get(name)
+    if hit is not None and hit[0] == pm.epoch:
+        return hit[1]
     value = build()
-    _cache[key] = (id(pm), pm.epoch, value)
+    _cache[name] = (pm.epoch, value)
     return value
 
 
+def _interceptor(answer: object) -> Interceptor:
+    if not callable(answer):
+        raise PluginResultError(
+            f"expected an interceptor `(handler) -> context manager`, got {answer!r}"
+        )
+    return answer  # type: ignore[return-value]
+
+
 def interceptors() -> list[Interceptor]:
-    """The interceptors of every registered backend."""
+    """The interceptors of every backend whose module is imported (family `mox`).
+
+    A backend's modules cannot exist before its library is imported, so the `mox`
+    plugins keyed by an imported top-level module are all that tracing can need.
+    """
+    pm = get_plugin_manager()
+    pm.load_family(INTERCEPTORS, sys.modules)
 
     def build() -> list[Interceptor]:
-        results = get_plugin_manager().hook.bryo_mox_interceptor()
-        return [r for r in results if r is not None]
+        return [a.value for a in answers("bryo_mox_interceptor", _interceptor, pm=pm)]
 
-    return _cached("interceptors", build)
+    return _per_epoch("interceptors", pm, build)
 
 
-def serializers() -> dict[str, Serializer]:
-    """Registered serializers by format name."""
+def _serializer_entries(answer: object) -> list[tuple[str, Serializer]]:
+    if isinstance(answer, Serializer | str | bytes) or not isinstance(answer, Sequence):
+        raise PluginResultError(f"expected a sequence of `bryo_mox.Serializer`s, got {answer!r}")
+    bad = [s for s in answer if not isinstance(s, Serializer)]
+    if bad:
+        raise PluginResultError(f"expected `bryo_mox.Serializer`s, got {bad[0]!r}")
+    return [(serializer.format, serializer) for serializer in answer]
+
+
+def serializers(formats: Container[str] | None = None) -> dict[str, Serializer]:
+    """Registered serializers by format name, after loading the `serializers` plugins
+    keyed by `formats` (all of them when None)."""
+    pm = get_plugin_manager()
+    pm.load_family(SERIALIZERS, formats)
 
     def build() -> dict[str, Serializer]:
-        table: dict[str, Serializer] = {}
-        for group in get_plugin_manager().hook.bryo_mox_serializers():
-            for serializer in group or ():
-                table.setdefault(serializer.format, serializer)
-        return table
+        return hook_table("bryo_mox_serializers", _serializer_entries, pm=pm)
 
-    return _cached("serializers", build)
+    return _per_epoch("serializers", pm, build)
 
 
 def serializer_for(format: str | None = None, path: str | None = None) -> Serializer:
-    """The serializer named `format`, or the one claiming `path`'s extension."""
-    table = serializers()
+    """The serializer named `format`, or the one claiming `path`'s extension.
+
+    Only the serializer plugin keyed by the format (or by a word of the file's
+    extensions: `xml` for `model.mox.xml`) is imported first; the others only when that
+    one does not answer.
+    """
     if format is not None:
+        table = serializers({format})
+        if format not in table:
+            table = serializers()
         if format not in table:
             raise MoxError(
                 f"`format` {format!r} has no serializer; installed: "
@@ -99,11 +140,19 @@ def serializer_for(format: str | None = None, path: str | None = None) -> Serial
         return table[format]
     assert path is not None
     name = str(path).lower()
-    matches = [(len(ext), s) for s in table.values() for ext in s.extensions if name.endswith(ext)]
-    if not matches:
+    found = _by_extension(serializers(set(name.split(".")[1:])), name)
+    if found is None:
+        table = serializers()
+        found = _by_extension(table, name)
+    if found is None:
         known: Sequence[str] = sorted(ext for s in table.values() for ext in s.extensions)
         raise MoxError(
             f"`path` {path!s} has no known MoX extension ({', '.join(known) or 'none'}); "
             "pass `format=` explicitly."
         )
-    return max(matches, key=lambda m: m[0])[1]
+    return found
+
+
+def _by_extension(table: Mapping[str, Serializer], name: str) -> Serializer | None:
+    matches = [(len(ext), s) for s in table.values() for ext in s.extensions if name.endswith(ext)]
+    return max(matches, key=lambda m: m[0])[1] if matches else None

@@ -3,6 +3,13 @@
 Backends implement `bryo_mox_interceptor` so that `make_mox` sees their module calls;
 serializer plugins implement `bryo_mox_serializers` to add file formats. mox-ir itself
 knows no backend and no format.
+
+Two hook families, both loaded lazily. `mox`: a backend's entry point in group
+`bryo.mox.<module>` (the top-level module of its module classes: `bryo.mox.equinox`) is
+imported when `make_mox` traces while that module is imported. `serializers`: a
+serializer's entry point in group `bryo.serializers.<format>` is imported on the first
+`dump`/`load` of that format (or of a file whose extension names it); all serializers are
+imported only when the format or extension is still unknown.
 """
 
 from __future__ import annotations

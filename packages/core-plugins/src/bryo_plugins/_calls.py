@@ -1,0 +1,145 @@
+"""Calling a hook one plugin at a time, so that no plugin can break the core.
+
+Core packages never call `pm.hook.*` themselves: their small typed functions go through
+`answers` (every plugin's answer) or `first_answer` (the first plugin that answers). Each
+implementation is called on its own, in pluggy's call order (`tryfirst` ones, then the
+most recently registered, then `trylast` ones); its result is checked by the caller's
+`validate` where it is read. A plugin that raises, or whose answer `validate` rejects, is
+named with its distribution, disabled for the rest of the process (of its manager), and
+listed by `plugin_failures()`; the other plugins still answer. Hook wrappers are not
+called: bryo hooks are answered by plain implementations only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import pluggy
+
+from ._failures import PluginFailure
+from ._manager import BryoPluginManager, get_plugin_manager
+
+T = TypeVar("T")
+
+Validate = Callable[[object], T]
+"""Checks one plugin's (non-None) answer and returns it, possibly normalised; raises
+`PluginResultError` (or any exception) naming what is wrong with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer(Generic[T]):
+    """One plugin's validated answer to a hook."""
+
+    plugin: str
+    value: T
+
+
+@dataclass(frozen=True, slots=True)
+class PerPlugin:
+    """A hook argument made for each plugin: that plugin receives `make(plugin_name)`.
+
+    Lets the host know which plugin did what through an argument (the `bryo` command
+    hands each plugin its own `Commands` facade, so it can name both plugins of a
+    conflict).
+    """
+
+    make: Callable[[str], object]
+
+
+def answers(
+    hook_name: str,
+    validate: Validate[T],
+    *,
+    family: str | None = None,
+    keys: Container[str] | None = None,
+    pm: BryoPluginManager | None = None,
+    **kwargs: object,
+) -> list[Answer[T]]:
+    """Every plugin's answer to `hook_name`, in call order; None answers are left out.
+
+    Args:
+        hook_name: the hook (`"bryo_graph_node_types"`).
+        validate: checks each answer (see `Validate`).
+        family: load this hook family's pending plugins first (see
+            `BryoPluginManager.load_family`); None loads nothing.
+        keys: with `family`, load only the entries of these keys (and unkeyed ones).
+        pm: the manager to ask; bryo's current one by default.
+        **kwargs: the hook's arguments, by name.
+    """
+    pm = get_plugin_manager() if pm is None else pm
+    if family is not None:
+        pm.load_family(family, keys)
+    found = []
+    for impl in _call_order(pm, hook_name):
+        answer = _ask(pm, impl, hook_name, validate, kwargs)
+        if answer is not None:
+            found.append(answer)
+    return found
+
+
+def first_answer(
+    hook_name: str,
+    validate: Validate[T],
+    *,
+    family: str | None = None,
+    keys: Container[str] | None = None,
+    pm: BryoPluginManager | None = None,
+    **kwargs: object,
+) -> Answer[T] | None:
+    """The first plugin's non-None answer to `hook_name` (in call order), or None.
+
+    When `family` is given and no loaded plugin answers, the family's remaining plugins
+    are loaded (all keys) and asked too: a key narrows what is imported first, never
+    what can answer.
+    """
+    pm = get_plugin_manager() if pm is None else pm
+    if family is not None:
+        pm.load_family(family, keys)
+    answer = _first(pm, hook_name, validate, kwargs)
+    if answer is None and family is not None and pm.load_family(family):
+        answer = _first(pm, hook_name, validate, kwargs)
+    return answer
+
+
+def _first(
+    pm: BryoPluginManager, hook_name: str, validate: Validate[T], kwargs: dict[str, object]
+) -> Answer[T] | None:
+    for impl in _call_order(pm, hook_name):
+        answer = _ask(pm, impl, hook_name, validate, kwargs)
+        if answer is not None:
+            return answer
+    return None
+
+
+def _call_order(pm: BryoPluginManager, hook_name: str) -> list[pluggy.HookImpl]:
+    caller = getattr(pm.hook, hook_name, None)
+    if not isinstance(caller, pluggy.HookCaller):
+        return []
+    impls = caller.get_hookimpls()  # pluggy calls them last to first
+    return [impl for impl in reversed(impls) if not (impl.wrapper or impl.hookwrapper)]
+
+
+def _argument(value: object, plugin: str) -> object:
+    return value.make(plugin) if isinstance(value, PerPlugin) else value
+
+
+def _ask(
+    pm: BryoPluginManager,
+    impl: pluggy.HookImpl,
+    hook_name: str,
+    validate: Validate[T],
+    kwargs: dict[str, object],
+) -> Answer[T] | None:
+    """One plugin's validated answer; None if it passed, or failed (then it is disabled)."""
+    try:
+        arguments = [_argument(kwargs[name], impl.plugin_name) for name in impl.argnames]
+        value = impl.function(*arguments)
+        if value is None:
+            return None
+        return Answer(impl.plugin_name, validate(value))
+    except Exception as error:  # the plugin's bug must not become the core's
+        name = impl.plugin_name
+        pm.disable(name, PluginFailure(name, pm.distribution_of(name), error, hook_name))
+        return None
