@@ -16,18 +16,21 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import pytest
 
 import bryo._cli
 from bryo_filters import ValuePredicate, to_predicate
-from bryo_graph import Param, split
+from bryo_graph import NodeType, Param, get_partition_spec, node_types, split
 from bryo_plugins import (
     BLOCK_ENV,
+    PluginConflictWarning,
     PluginError,
     _manager,
     describe_hooks,
     describe_plugins,
+    hookimpl,
     hookspec_sources,
     new_plugin_manager,
     plugin_failures,
@@ -146,8 +149,9 @@ bryo_filters.to_predicate(lambda p, v: True)
 bryo_filters.to_predicate(lambda v: True)
 steps["to_predicate"] = loaded()
 
+import jax
 import jax.numpy as jnp
-from bryo_graph import Param, split
+from bryo_graph import NodeType, Param, get_partition_spec, node_types, split
 split({"w": Param(jnp.ones(2)), "n": 3})
 steps["split a dict"] = loaded()
 
@@ -215,6 +219,46 @@ def test_a_third_party_plugin_that_raises_answers_garbage_and_conflicts(
     out = capsys.readouterr().out
     assert "FAILED bryo plugin 'acme-raises' (distribution acme-bryo-bad)" in out
     assert "FAILED bryo plugin 'acme-garbage' (distribution acme-bryo-bad)" in out
+
+
+class _Labelled:
+    """A value carrying its own axis names, and a graph node type, for two plugins to claim."""
+
+    def __init__(self, array, names):
+        self.array, self.names = array, names
+
+
+jax.tree_util.register_pytree_node(
+    _Labelled, lambda x: ((x.array,), x.names), lambda names, c: _Labelled(c[0], names)
+)
+
+
+def _claims(names: tuple[str, ...]):
+    class Claims:
+        @hookimpl
+        def bryo_graph_node_types(self):
+            flatten = lambda node: ([("array", node.array)], names)
+            return [NodeType(_Labelled, flatten=flatten, unflatten=lambda c, a, ch: None)]
+
+        @hookimpl
+        def bryo_graph_logical_axes(self):
+            return {_Labelled: lambda value: names}
+
+    return Claims()
+
+
+def test_every_table_follows_one_precedence_and_warns(bryo_plugin_manager):
+    """Node types used to go to the later plugin and logical axes to the earlier one."""
+    bryo_plugin_manager.register(_claims(("early",)), name="early")
+    bryo_plugin_manager.register(_claims(("late",)), name="late")
+    with pytest.warns(PluginConflictWarning) as record:
+        node_type = node_types().lookup(_Labelled)
+        spec = get_partition_spec({"x": _Labelled(jnp.ones(2), None)})
+    assert node_type.flatten(_Labelled(1, None))[1] == ("late",)
+    assert spec["x"] == jax.sharding.PartitionSpec("late")
+    hooks = sorted(re.search(r"answer `(\w+)`", str(w.message)).group(1) for w in record)
+    assert hooks == ["bryo_graph_logical_axes", "bryo_graph_node_types"]
+    assert all("'late' wins" in str(w.message) for w in record)
 
 
 def test_a_plugin_failing_to_import_is_reported_and_the_rest_keeps_working(
