@@ -2,10 +2,10 @@
 
 Each plugin gets its own `bryo.cli.Commands` facade; what they all recorded becomes one
 argparse parser, whose usage errors are one line (`bryo mox: the following arguments are
-required: xpath (see ...)`) with exit code 2. A plugin that raises in the hook, or returns something, is reported
-(`bryo plugins` lists it) and the other plugins' commands still work; two plugins adding
-the same command name are merged by `bryo_plugins.merge_answers` (the plugin called first
-keeps it, a warning names both).
+required: xpath (see ...)`) with exit code 2. A plugin that raises in the hook, or returns
+something, is reported (`bryo plugins` lists it) and the other plugins' commands still work;
+two plugins adding the same command name are merged by `bryo_plugins.merge_answers` (the
+plugin called first keeps it, a warning names both).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 Flax NNX blocks that `Stacked`/`BlockSeq` can stack.
 
 Both hooks are optional: bryo-mox-ir and bryo-core-scan need not be installed for this
-backend to load.
+backend to load (the extras `bryo-backend-flax[mox,scan]` add them). bryo loads it lazily
+through the entry-point groups `bryo.mox.flax` and `bryo.scan.flax`.
 """
 
 from __future__ import annotations
