@@ -1,5 +1,5 @@
-"""A model 1,000 modules deep: traced once, then converted, printed, evaluated and queried
-without Python recursion (at the default recursion limit)."""
+"""A model 1,000 modules deep: traced once, then converted, printed, evaluated, queried and
+written to files without Python recursion (at the default recursion limit)."""
 
 import contextlib
 import contextvars
@@ -10,7 +10,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bryo_mox import ModuleCall, ModuleInfo, eval_mox, make_mox, pformat, query
+from bryo_mox import (
+    Limits,
+    ModuleCall,
+    ModuleInfo,
+    MoxLimitError,
+    MoxSerializationError,
+    dumps,
+    eval_mox,
+    loads,
+    make_mox,
+    pformat,
+    query,
+)
 from bryo_mox._ir import iter_nodes
 from bryo_mox._trace import convert_closed, intercepting
 from bryo_plugins import hookimpl
@@ -93,3 +105,21 @@ def test_deep_model_converts_prints_evaluates_and_queries(deep):
         np.testing.assert_allclose(jax.jit(lambda v: eval_mox(mox, v))(x), expected, rtol=1e-5)
         assert len(query("//module_call[@scale=2.0]", mox)) == len(range(1, DEPTH, 3))
         assert query("count(//module_call//module_call)", mox) == DEPTH - 1
+
+
+@pytest.mark.parametrize("fmt", ["xml", "yson"])
+def test_deep_model_is_written_to_files(deep, fmt):
+    mox, _, x, expected = deep
+    with recursion_limit(1000):
+        text = dumps(mox, format=fmt)
+    assert len(text) > DEPTH
+    if fmt == "xml":  # libxml2 nests elements at most 256 deep (`huge_tree` stays off)
+        with pytest.raises(MoxSerializationError, match="depth"):
+            loads(text, format=fmt, limits=Limits(max_depth=4 * DEPTH))
+        return
+    with pytest.raises(MoxLimitError, match="deeper than"):
+        loads(text, format=fmt)
+    with recursion_limit(1000):
+        back = loads(text, format=fmt, limits=Limits(max_depth=4 * DEPTH))
+        assert len(query("//module_call", back)) == DEPTH
+        np.testing.assert_allclose(eval_mox(back, x), expected, rtol=1e-5)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -295,7 +295,7 @@ def to_document(
         mox.block, strict=strict, rules=strict if rules is None else rules, ports=ports
     )
     root = DocNode("mox", node=mox, location=())
-    writer.block(root, mox.block, ())
+    _run(writer.block(root, mox.block, ()))
     # Static leaves (functions, flags) are not in the file: it takes the flat array leaves.
     in_tree = None if mox.static_leaves else writer.tree(mox.in_tree)
     root.attrs.update(in_tree=in_tree, out_tree=writer.tree(mox.out_tree))
@@ -305,6 +305,40 @@ def to_document(
         root.attrs["static_kwargs"] = tuple(mox.static_kwargs)
     root.attrs["extra"] = tuple(k for k, _ in mox.extra_params)
     return root
+
+
+#: A step of the writer: yields the steps of its children (receiving each one's result)
+#: and returns its own. `_run` drives them with an explicit stack, so a MoX nested
+#: 1,000 modules deep is written without Python recursion.
+_Step = Generator["_Step", Any, Any]
+
+
+def _run(step: _Step) -> Any:
+    """Run `step` and the child steps it yields, depth first; return its result. An
+    exception in a step is thrown into its parent (whose `finally` blocks run)."""
+    stack = [step]
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            if error is None:
+                child = stack[-1].send(value)
+            else:
+                child, error = stack[-1].throw(error), None
+        except StopIteration as done:
+            stack.pop()
+            value = done.value
+            if not stack:
+                return value
+            continue
+        except BaseException as raised:
+            stack.pop()
+            if not stack:
+                raise
+            error = raised
+            continue
+        stack.append(child)
+        value = None
 
 
 class _Writer:
@@ -321,9 +355,10 @@ class _Writer:
             return Port(None, type_str(atom.aval, weak=True), _scalar(atom.val))
         return Port(self.namer(atom), type_str(atom.aval, weak=True))
 
-    def block(self, doc: DocNode, block: Block, location: tuple[Any, ...]) -> None:
+    def block(self, doc: DocNode, block: Block, location: tuple[Any, ...]) -> _Step:
         if not self.ports:
-            doc.children.extend(self.node(n, (*location, i)) for i, n in enumerate(block.nodes))
+            for index, node in enumerate(block.nodes):
+                doc.children.append((yield self.node(node, (*location, index))))
             return
         for var, value in zip(block.constvars, block.consts, strict=False):
             doc.consts.append(
@@ -332,7 +367,7 @@ class _Writer:
         if not doc.inputs:
             doc.inputs = [self.port(v) for v in block.invars]
         for index, node in enumerate(block.nodes):
-            doc.children.append(self.node(node, (*location, index)))
+            doc.children.append((yield self.node(node, (*location, index))))
         doc.results = [self.port(v) for v in block.outvars]
 
     def const_data(self, var: Any, value: Any) -> np.ndarray:
@@ -355,13 +390,13 @@ class _Writer:
             seen.add(self.namer(inner))
             doc.inputs.append(port)
 
-    def node(self, node: Node, location: tuple[Any, ...]) -> DocNode:
+    def node(self, node: Node, location: tuple[Any, ...]) -> _Step:
         if isinstance(node, ModuleCall):
             doc = DocNode("module_call", self.module_attrs(node), node=node, location=location)
             if self.ports:
                 self.bind_inputs(doc, node.invars, node.body.invars)
                 doc.outputs = [self.port(v) for v in node.outvars]
-            self.block(doc, node.body, location)
+            yield self.block(doc, node.body, location)
             return doc
         assert isinstance(node, Equation)
         doc = DocNode(node.primitive.name, self.params(node), node=node, location=location)
@@ -369,10 +404,11 @@ class _Writer:
             doc.inputs = [self.port(v) for v in node.invars]
             doc.outputs = [self.port(v) for v in node.outvars]
         for r, (key, index, region, closed) in enumerate(node.regions):
-            doc.children.append(self.region(key, index, region, (*location, ("region", r)), closed))
+            where = (*location, ("region", r))
+            doc.children.append((yield self.region(key, index, region, where, closed)))
         if self.rules and node.primitive.name in CUSTOM_DERIVATIVE_NAMES:
             key, block = self.rule_region(node)
-            doc.children.append(self.region(key, None, block, (*location, ("rule",))))
+            doc.children.append((yield self.region(key, None, block, (*location, ("rule",)))))
         return doc
 
     def rule_region(self, node: Equation) -> tuple[str, Block]:
@@ -403,7 +439,7 @@ class _Writer:
         block: Block,
         location: tuple[Any, ...],
         closed: bool = True,
-    ) -> DocNode:
+    ) -> _Step:
         attrs: dict[str, Any] = {"param": key, "closed": closed}
         if index is not None:
             attrs["index"] = index
@@ -412,7 +448,7 @@ class _Writer:
         # calls: name its variables afresh so that each copy reads the same.
         outer, self.namer = self.namer, Namer(self.namer.count)
         try:
-            self.block(doc, block, location)
+            yield self.block(doc, block, location)
         finally:
             outer.count, self.namer = self.namer.count, outer
         return doc
