@@ -15,7 +15,7 @@ import timeit
 import jax
 import numpy as np
 
-from bryo_graph import Object, Param, graphdef, merge, split, state, update
+from bryo_graph import List, Object, Param, graphdef, merge, split, state, update
 
 
 class Linear(Object):
@@ -28,7 +28,7 @@ class Linear(Object):
 class Stack(Object):
     def __init__(self, n: int) -> None:
         rng = np.random.default_rng(0)
-        self.layers = [Linear(8, 8, rng) for _ in range(n)]
+        self.layers = List([Linear(8, 8, rng) for _ in range(n)])
 
 
 def flax_stack(n: int):

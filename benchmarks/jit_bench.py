@@ -8,7 +8,9 @@ same arrays; every other variant is reported as a ratio to it, measured in the s
 
 bryo's `jit` gets within a small factor of the pure call because it caches the model's
 flattening and the compiled function per structure, reads the Variables' values into a
-flat list, and writes back only the Variables the call changed.
+flat list, and writes back only the Variables the call changed. The tree-mode rows pass
+the module itself to a plain `jax.jit` (modules are pytrees): JAX flattens it on every
+call, so its cost is the module's pytree flatten (bryo caches each node's treedef).
 """
 
 from __future__ import annotations
@@ -60,33 +62,11 @@ def pure_case(n: int, features: int) -> Callable[[], object]:
     return lambda: forward(kernels, biases, x)
 
 
-def bryo_case(n: int, features: int) -> Callable[[], object]:
-    from bryo import nnx
+def _stack(nnx: object, n: int, features: int) -> object:
+    """N Linear layers in a Module, built with `nnx` (bryo.nnx or flax.nnx: same code)."""
 
-    class Stack(nnx.Module):
-        def __init__(self, rngs: nnx.Rngs) -> None:
-            self.layers = [nnx.Linear(features, features, rngs=rngs) for _ in range(n)]
-
-        def __call__(self, x: jax.Array) -> jax.Array:
-            for layer in self.layers:
-                x = layer(x)
-            return x
-
-    model = Stack(nnx.Rngs(0))
-    x = jnp.ones((1, features))
-
-    @nnx.jit
-    def forward(model: Stack, x: jax.Array) -> jax.Array:
-        return model(x)
-
-    return lambda: forward(model, x)
-
-
-def flax_case(n: int, features: int) -> Callable[[], object]:
-    from flax import nnx
-
-    class Stack(nnx.Module):
-        def __init__(self, rngs: nnx.Rngs) -> None:
+    class Stack(nnx.Module):  # type: ignore[name-defined]
+        def __init__(self, rngs: object) -> None:
             self.layers = nnx.List([nnx.Linear(features, features, rngs=rngs) for _ in range(n)])
 
         def __call__(self, x: jax.Array) -> jax.Array:
@@ -94,14 +74,23 @@ def flax_case(n: int, features: int) -> Callable[[], object]:
                 x = layer(x)
             return x
 
-    model = Stack(nnx.Rngs(0))
-    x = jnp.ones((1, features))
+    return Stack(nnx.Rngs(0))  # type: ignore[attr-defined]
 
-    @nnx.jit
-    def forward(model: Stack, x: jax.Array) -> jax.Array:
-        return model(x)
 
-    return lambda: forward(model, x)
+def _nnx_case(library: str, tree_mode: bool) -> Callable[[int, int], Callable[[], object]]:
+    """`library`'s `nnx.jit` (graph mode), or a plain `jax.jit` of the module (tree mode:
+    modules are pytrees in Flax 0.12 and bryo)."""
+
+    def case(n: int, features: int) -> Callable[[], object]:
+        if library == "bryo":
+            from bryo import nnx
+        else:
+            from flax import nnx
+        model, x = _stack(nnx, n, features), jnp.ones((1, features))
+        forward = (jax.jit if tree_mode else nnx.jit)(lambda model, x: model(x))
+        return lambda: forward(model, x)
+
+    return case
 
 
 def equinox_case(n: int, features: int) -> Callable[[], object]:
@@ -121,8 +110,10 @@ def equinox_case(n: int, features: int) -> Callable[[], object]:
 
 
 CASES = {
-    "bryo.nnx.jit": bryo_case,
-    "flax.nnx.jit": flax_case,
+    "bryo.nnx.jit": _nnx_case("bryo", tree_mode=False),
+    "flax.nnx.jit": _nnx_case("flax", tree_mode=False),
+    "jax.jit(bryo module)": _nnx_case("bryo", tree_mode=True),
+    "jax.jit(flax module)": _nnx_case("flax", tree_mode=True),
     "equinox.filter_jit": equinox_case,
 }
 

@@ -20,7 +20,7 @@ class ResBlock(nnx.Module):
 
 class Net(nnx.Module):
     def __init__(self, rngs):
-        self.blocks = [ResBlock(rngs) for _ in range(2)]
+        self.blocks = nnx.List([ResBlock(rngs) for _ in range(2)])
         self.head = nnx.Linear(10, 3, rngs=rngs)
 
     def __call__(self, x):

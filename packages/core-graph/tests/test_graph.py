@@ -16,6 +16,7 @@ from bryo_graph import (
     GraphError,
     Intermediate,
     LeafEntry,
+    List,
     NodeEntry,
     Object,
     Param,
@@ -57,7 +58,7 @@ class Linear(Object):
 
 class MLP(Object):
     def __init__(self, sizes):
-        self.layers = [Linear(a, b, i) for i, (a, b) in enumerate(itertools.pairwise(sizes))]
+        self.layers = List([Linear(a, b, i) for i, (a, b) in enumerate(itertools.pairwise(sizes))])
         self.count = Variable(np.array(0))
 
     def __call__(self, x):

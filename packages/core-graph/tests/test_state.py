@@ -79,7 +79,7 @@ def test_state_nesting_and_access():
 
 def test_state_repr_is_nested():
     text = repr(State({"a": VariableState(Param, 0)}))
-    assert text == "State({\n  'a': VariableState(type=Param, value=0)\n})"
+    assert text == "State({\n  'a': Param(value=0)\n})"
 
 
 def test_filter_split_merge():

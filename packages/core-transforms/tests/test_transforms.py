@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bryo_graph import BatchStat, Object, Param, State, Variable, state
+from bryo_graph import BatchStat, Dict, List, Object, Param, State, Variable, state
 from bryo_transforms import (
     Carry,
     StateAxes,
@@ -116,8 +116,8 @@ def test_jit_new_attributes_and_variables_propagate() -> None:
 def test_jit_structural_changes_of_lists_and_dicts() -> None:
     class Holder(Object):
         def __init__(self) -> None:
-            self.layers = [Param(jnp.ones(2))]
-            self.table = {"a": Param(jnp.zeros(1)), "b": Param(jnp.ones(1))}
+            self.layers = List([Param(jnp.ones(2))])
+            self.table = Dict({"a": Param(jnp.zeros(1)), "b": Param(jnp.ones(1))})
 
     @jit
     def grow(holder: Holder) -> None:

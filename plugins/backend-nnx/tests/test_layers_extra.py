@@ -18,7 +18,7 @@ from bryo_rngs import Rngs
 
 class Stack(Module):
     def __init__(self, sizes: list[int], rngs: Rngs) -> None:
-        self.layers = [Linear(a, b, rngs=rngs) for a, b in itertools.pairwise(sizes)]
+        self.layers = graph.List([Linear(a, b, rngs=rngs) for a, b in itertools.pairwise(sizes)])
         self.drop = Dropout(0.5, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -59,5 +59,5 @@ def test_display_prints_modules_states_and_rngs(capsys):
     out = capsys.readouterr().out
     assert "Stack(  # 9 params (36 B)" in out
     assert "kernel=Param(value=f32[2,3])" in out
-    assert "VariableState[RngCount](value=u32[] 0, tag='dropout')" in out
+    assert "RngCount(value=u32[] 0, tag='dropout')" in out
     assert "RngKey(value=key<fry>[], tag='params')" in out

@@ -17,8 +17,8 @@ class Block(Module):
 
 class Net(Module):
     def __init__(self):
-        self.blocks = [Block(2), Block(3)]
-        self.heads = {"a": Block(1)}
+        self.blocks = List([Block(2), Block(3)])
+        self.heads = Dict({"a": Block(1)})
         self.stats = BatchStat(np.zeros(2))
 
 

@@ -27,6 +27,11 @@ from ._entries import NodeEntry as NodeEntry
 from ._entries import RefEntry as RefEntry
 from ._entries import StaticEntry as StaticEntry
 from ._entries import VariableEntry as VariableEntry
+from ._fields import data as data
+from ._fields import has_data as has_data
+from ._fields import is_data as is_data
+from ._fields import register_data_type as register_data_type
+from ._fields import static as static
 from ._graph import FlatGraph as FlatGraph
 from ._graph import GraphDef as GraphDef
 from ._graph import GraphError as GraphError
@@ -51,6 +56,7 @@ from ._nodes import structure_changed as structure_changed
 from ._object import Dict as Dict
 from ._object import List as List
 from ._object import Object as Object
+from ._object import Pytree as Pytree
 from ._object import object_node_type as object_node_type
 from ._placement import get_named_sharding as get_named_sharding
 from ._placement import make_mesh as make_mesh

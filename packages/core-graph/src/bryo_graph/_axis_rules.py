@@ -25,7 +25,7 @@ from bryo_plugins import TypeTable, hook_table, type_mapping
 from bryo_pytree import Path, key_to_plain, path_str
 
 from ._graph import iter_graph, state
-from ._nodes import is_graph_node
+from ._nodes import node_type_of
 from ._variables import Variable, VariableState
 
 T = TypeVar("T")
@@ -124,12 +124,13 @@ def _logical_axes(unit: object, where: str) -> tuple[tuple[LogicalAxis, ...] | N
 
 
 def is_object_graph(tree: object) -> bool:
-    """A graph node that JAX sees as a leaf (an NNX-style Object): read through `state`.
-    Pytree nodes (Equinox modules, dataclasses, States) are mapped as pytrees, so the
+    """A mutable graph node (an NNX-style Object): read through `state`. Immutable nodes
+    and other pytrees (Equinox modules, dataclasses, States) are mapped as pytrees, so the
     result has their structure and fits `jax.device_put` and `jax.jit` directly."""
-    if isinstance(tree, VariableState | Variable) or not is_graph_node(tree):
+    if isinstance(tree, Variable):
         return False
-    return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(tree))
+    node_type = node_type_of(tree)
+    return node_type is not None and node_type.mutable
 
 
 def map_units(

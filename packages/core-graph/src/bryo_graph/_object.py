@@ -1,34 +1,172 @@
 """`Object`: the base of NNX-style mutable graph nodes, with tracked containers.
 
 An Object is an ordinary Python object whose attributes are its children: Variables,
-other Objects, lists and dicts of them, and static values. Every attribute change tells
-the graph machinery its structure changed, so flattening an unchanged model is a cache
-hit. Lists and dicts assigned to an Object become `List` and `Dict`, which report their
-own changes the same way. `bryo_nnx.Module` and `bryo_rngs.Rngs` build on it.
+other Objects, `List`s and `Dict`s of them, and static values. Every attribute change
+tells the graph machinery its structure changed, so flattening an unchanged model is a
+cache hit. `bryo_nnx.Module` and `bryo_rngs.Rngs` build on it.
+
+Objects are also JAX pytrees, as Flax NNX 0.12's `Pytree`s are ("tree mode"): the data
+attributes (arrays, Variables, graph nodes, `data(...)`) are the children, the static
+ones ride in the treedef (see `_fields`), so `jax.jit(f)(module, x)`, `jax.grad` and
+`jax.tree.map` take modules directly. Each Object caches its treedef node until one of
+its attributes changes, so flattening a model under a plain `jax.jit` costs one dict
+lookup per node. `class Foo(Object, pytree=False)` opts out: such an Object is a graph
+node only, and plain lists and dicts assigned to it become tracked `List`/`Dict`s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import ClassVar
+
+from jax.tree_util import DictKey, GetAttrKey, SequenceKey, register_pytree_with_keys
 
 from bryo_pytree import Key
 
+from ._fields import check_static, class_statuses, is_data, unmark
 from ._nodes import Children, NodeType, dict_flatten, structure_changed
+from ._variables import _safe_eq
 
 # Attributes an Object keeps for itself, never children.
 _PRIVATE_PREFIX = "_object__"
+_STATUSES = "_object__statuses"  # {name: is_data} set by `data(...)` / `static(...)`
+_TREEDEF = "_object__treedef"  # the cached pytree node data (an `ObjectTreeDef`)
+
+
+class ObjectTreeDef:
+    """An Object's (or `List`'s, `Dict`'s) pytree node data: which keys are children and
+    the static values, compared by value; cached on the node until it changes."""
+
+    __slots__ = ("_hash", "data_keys", "jax_keys", "static_keys", "static_values", "statuses")
+
+    def __init__(
+        self,
+        data_keys: tuple,
+        jax_keys: tuple,
+        static_keys: tuple,
+        static_values: tuple,
+        statuses: tuple = (),
+    ) -> None:
+        self.data_keys = data_keys
+        self.jax_keys = jax_keys
+        self.static_keys = static_keys
+        self.static_values = static_values
+        self.statuses = statuses
+        self._hash = hash((data_keys, static_keys, statuses))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return (
+            type(other) is ObjectTreeDef
+            and self._hash == other._hash
+            and self.data_keys == other.data_keys
+            and self.static_keys == other.static_keys
+            and self.statuses == other.statuses
+            and all(
+                a is b or _safe_eq(a, b)
+                for a, b in zip(self.static_values, other.static_values, strict=True)
+            )
+        )
+
+    def __repr__(self) -> str:
+        pairs = zip(self.static_keys, self.static_values, strict=True)
+        static = ", ".join(f"{k}={v!r}" for k, v in pairs)
+        return f"data={list(self.data_keys)}, static={{{static}}}"
 
 
 class Object:
-    """A mutable graph node: attributes are children, changes are tracked."""
+    """A mutable graph node: attributes are children, changes are tracked; a JAX pytree.
+
+    Args (class keywords):
+        pytree: whether the class is a JAX pytree (default True); `pytree=False` makes a
+            graph-only node (Flax's `nnx.Object`).
+
+    Subclasses may define `_object__restore(self)`: it is called on every instance built
+    without `__init__` (by pytree unflatten, `merge`, copy or unpickling), to refresh
+    bookkeeping that must not be copied (`Rngs` streams record the JAX trace they belong
+    to). Private attributes named `_object__*` are never children; those listed in
+    `_object__transient` are dropped when the object is copied or pickled.
+    """
+
+    _object__pytree: ClassVar[bool] = True
+    _object__class_statuses: ClassVar[dict[str, bool]] = {}
+    _object__transient: ClassVar[frozenset[str]] = frozenset({"_object__treedef"})
+    _object__restore: ClassVar[Callable[[Object], None] | None] = None
+
+    def __init_subclass__(cls, *, pytree: bool = True, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__slots__" in vars(cls) and cls.__slots__:  # type: ignore[attr-defined]
+            raise TypeError(
+                f"`{cls.__name__}` declares __slots__ {cls.__slots__!r}; Objects keep their "  # type: ignore[attr-defined]
+                "children in `__dict__`. Remove `__slots__`."
+            )
+        cls._object__pytree = pytree
+        cls._object__class_statuses = class_statuses(cls)
+        if pytree:
+            register_object_pytree(cls)
 
     def __setattr__(self, name: str, value: object) -> None:
-        object.__setattr__(self, name, track(value))
+        value, status = unmark(value)
+        if type(self)._object__pytree:
+            _check_assignment(self, name, value, status)
+        else:
+            value = track(value)
+        object.__setattr__(self, name, value)
+        vars(self).pop(_TREEDEF, None)
         structure_changed()
 
     def __delattr__(self, name: str) -> None:
         object.__delattr__(self, name)
+        namespace = vars(self)
+        namespace.pop(_TREEDEF, None)
+        statuses = namespace.get(_STATUSES)
+        if statuses and name in statuses:
+            del statuses[name]
         structure_changed()
+
+    def __getstate__(self) -> dict[str, object]:
+        transient = type(self)._object__transient
+        return {k: v for k, v in vars(self).items() if k not in transient}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        vars(self).update(state)
+        restore = type(self)._object__restore
+        if restore is not None:
+            restore(self)
+
+
+Pytree = Object
+"""Flax NNX 0.12's name for a pytree-registered Object."""
+
+
+def _check_assignment(node: Object, name: str, value: object, status: bool | None) -> None:
+    """Record an explicit `data`/`static` status, and refuse data in static attributes."""
+    namespace = vars(node)
+    if status is not None:
+        statuses = namespace.get(_STATUSES)
+        if statuses is None:
+            statuses = namespace[_STATUSES] = {}
+        statuses[name] = status
+        if not status:
+            check_static(node, name, value, explicit=True)
+        return
+    declared = _declared_status(node, namespace, name)
+    if declared is None:
+        if not is_data(value):
+            check_static(node, name, value, explicit=False)
+    elif not declared:
+        check_static(node, name, value, explicit=True)
+
+
+def _declared_status(node: Object, namespace: dict, name: str) -> bool | None:
+    statuses = namespace.get(_STATUSES)
+    if statuses is not None and name in statuses:
+        return statuses[name]
+    return type(node)._object__class_statuses.get(name)
 
 
 def track(value: object) -> object:
@@ -41,20 +179,124 @@ def track(value: object) -> object:
     return value
 
 
+# Pytree registration --------------------------------------------------------------------
+
+
+def _object_treedef(node: Object, namespace: dict) -> ObjectTreeDef:
+    """Build (and cache on `node`) the treedef node of an Object."""
+    statuses = namespace.get(_STATUSES) or {}
+    class_statuses = type(node)._object__class_statuses
+    data_keys, static_keys, static_values = [], [], []
+    for name in sorted(namespace):
+        if name.startswith(_PRIVATE_PREFIX):
+            continue
+        value = namespace[name]
+        status = statuses.get(name)
+        if status is None:
+            status = class_statuses.get(name)
+        if status is None:
+            status = is_data(value)
+        if status:
+            data_keys.append(name)
+        else:
+            static_keys.append(name)
+            static_values.append(value)
+    treedef = ObjectTreeDef(
+        tuple(data_keys),
+        tuple(GetAttrKey(name) for name in data_keys),
+        tuple(static_keys),
+        tuple(static_values),
+        tuple(sorted(statuses.items())),
+    )
+    namespace[_TREEDEF] = treedef
+    return treedef
+
+
+def _flatten_object(node: Object) -> tuple[list, ObjectTreeDef]:
+    namespace = vars(node)
+    treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
+    return [namespace[k] for k in treedef.data_keys], treedef
+
+
+def _flatten_object_with_keys(node: Object) -> tuple[list, ObjectTreeDef]:
+    namespace = vars(node)
+    treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
+    return [
+        (key, namespace[k]) for key, k in zip(treedef.jax_keys, treedef.data_keys, strict=True)
+    ], treedef
+
+
+def _object_unflattener(cls: type) -> Callable[[ObjectTreeDef, Iterable], Object]:
+    restore = cls._object__restore
+
+    def unflatten(treedef: ObjectTreeDef, children: Iterable) -> Object:
+        node = object.__new__(cls)
+        namespace = vars(node)
+        namespace.update(zip(treedef.data_keys, children, strict=True))
+        namespace.update(zip(treedef.static_keys, treedef.static_values, strict=True))
+        if treedef.statuses:
+            namespace[_STATUSES] = dict(treedef.statuses)
+        namespace[_TREEDEF] = treedef
+        if restore is not None:
+            restore(node)
+        return node
+
+    unflatten.__qualname__ = f"unflatten_{cls.__name__}"
+    return unflatten
+
+
+def register_object_pytree(cls: type) -> None:
+    """Register an `Object` subclass with JAX (done for every subclass with `pytree=True`)."""
+    register_pytree_with_keys(
+        cls,
+        _flatten_object_with_keys,  # type: ignore[arg-type]
+        _object_unflattener(cls),  # type: ignore[arg-type]
+        flatten_func=_flatten_object,  # type: ignore[arg-type]
+    )
+
+
+# Tracked containers ---------------------------------------------------------------------
+
+
 class List(list):
-    """A list that reports structural changes (items set, added or removed)."""
+    """A list that reports structural changes (items set, added or removed); a pytree
+    whose data items are its children."""
 
     def __init__(self, items: Iterable[object] = ()) -> None:
         super().__init__(track(item) for item in items)
 
 
 class Dict(dict):
-    """A dict that reports structural changes (items set or removed)."""
+    """A dict that reports structural changes (items set or removed); a pytree whose
+    data items are its children. Its string keys also read and write as attributes
+    (`layers.encoder`), as on Flax's `nnx.Dict`."""
 
-    def __init__(self, items: object = ()) -> None:
-        super().__init__(items)
+    def __init__(self, items: object = (), /, **kwargs: object) -> None:
+        super().__init__(items, **kwargs)  # type: ignore[call-overload]
         for key, value in self.items():
             dict.__setitem__(self, key, track(value))
+
+    def __getattr__(self, name: str) -> object:
+        if not name.startswith("__") and name in self:
+            return self[name]
+        raise AttributeError(f"this Dict has no key {name!r}; its keys are {list(self)}")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name.startswith(_PRIVATE_PREFIX) or name.startswith("__"):
+            object.__setattr__(self, name, value)
+        else:
+            self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        if name in self:
+            del self[name]
+        else:
+            object.__delattr__(self, name)
+
+
+def _changed(node: object) -> None:
+    vars(node).pop(_TREEDEF, None)
+    structure_changed()
 
 
 def _tracked(cls: type, method_name: str) -> None:
@@ -62,7 +304,7 @@ def _tracked(cls: type, method_name: str) -> None:
 
     def changed(self: object, *args: object, **kwargs: object) -> object:
         result = method(self, *args, **kwargs)
-        structure_changed()
+        _changed(self)
         return result
 
     changed.__name__ = method_name
@@ -86,29 +328,32 @@ for _name in ("__delitem__", "clear", "pop", "popitem"):
 
 
 def _list_setitem(self: List, index: object, value: object) -> None:
-    list.__setitem__(self, index, track(value))  # type: ignore[arg-type]
-    structure_changed()
+    if isinstance(index, slice):
+        list.__setitem__(self, index, [track(v) for v in value])  # type: ignore[attr-defined]
+    else:
+        list.__setitem__(self, index, track(value))  # type: ignore[call-overload]
+    _changed(self)
 
 
 def _list_append(self: List, value: object) -> None:
     list.append(self, track(value))
-    structure_changed()
+    _changed(self)
 
 
 def _list_extend(self: List, values: Iterable[object]) -> None:
     list.extend(self, (track(v) for v in values))
-    structure_changed()
+    _changed(self)
 
 
 def _dict_setitem(self: Dict, key: object, value: object) -> None:
     dict.__setitem__(self, key, track(value))
-    structure_changed()
+    _changed(self)
 
 
 def _dict_update(self: Dict, *args: object, **kwargs: object) -> None:
     for key, value in dict(*args, **kwargs).items():
         dict.__setitem__(self, key, track(value))
-    structure_changed()
+    _changed(self)
 
 
 def _dict_setdefault(self: Dict, key: object, default: object = None) -> object:
@@ -117,12 +362,91 @@ def _dict_setdefault(self: Dict, key: object, default: object = None) -> object:
     return self[key]
 
 
-List.__setitem__ = _list_setitem  # type: ignore[method-assign]
+List.__setitem__ = _list_setitem  # type: ignore[method-assign, assignment]
 List.append = _list_append  # type: ignore[method-assign]
 List.extend = _list_extend  # type: ignore[method-assign]
 Dict.__setitem__ = _dict_setitem  # type: ignore[method-assign]
 Dict.update = _dict_update  # type: ignore[method-assign]
 Dict.setdefault = _dict_setdefault  # type: ignore[method-assign]
+
+
+def _container_treedef(
+    node: list | dict, items: list[tuple[Key, object]], key: type
+) -> ObjectTreeDef:
+    data_keys, static_keys, static_values = [], [], []
+    for k, value in items:
+        if is_data(value):
+            data_keys.append(k)
+        else:
+            static_keys.append(k)
+            static_values.append(value)
+    treedef = ObjectTreeDef(
+        tuple(data_keys), tuple(map(key, data_keys)), tuple(static_keys), tuple(static_values)
+    )
+    vars(node)[_TREEDEF] = treedef
+    return treedef
+
+
+def _list_treedef(node: List) -> ObjectTreeDef:
+    treedef = vars(node).get(_TREEDEF)
+    return treedef or _container_treedef(node, list(enumerate(node)), SequenceKey)
+
+
+def _dict_treedef(node: Dict) -> ObjectTreeDef:
+    return vars(node).get(_TREEDEF) or _container_treedef(node, dict_flatten(node)[0], DictKey)
+
+
+def _flatten_list(node: List) -> tuple[list, ObjectTreeDef]:
+    treedef = _list_treedef(node)
+    return [node[i] for i in treedef.data_keys], treedef
+
+
+def _flatten_list_with_keys(node: List) -> tuple[list, ObjectTreeDef]:
+    treedef = _list_treedef(node)
+    keyed = zip(treedef.jax_keys, treedef.data_keys, strict=True)
+    return [(k, node[i]) for k, i in keyed], treedef
+
+
+def _unflatten_list(treedef: ObjectTreeDef, children: Iterable) -> List:
+    items = dict(zip(treedef.data_keys, children, strict=True))
+    items.update(zip(treedef.static_keys, treedef.static_values, strict=True))
+    node = List.__new__(List)
+    list.extend(node, [items[i] for i in range(len(items))])
+    vars(node)[_TREEDEF] = treedef
+    return node
+
+
+def _flatten_dict(node: Dict) -> tuple[list, ObjectTreeDef]:
+    treedef = _dict_treedef(node)
+    return [node[k] for k in treedef.data_keys], treedef
+
+
+def _flatten_dict_with_keys(node: Dict) -> tuple[list, ObjectTreeDef]:
+    treedef = _dict_treedef(node)
+    keyed = zip(treedef.jax_keys, treedef.data_keys, strict=True)
+    return [(key, node[k]) for key, k in keyed], treedef
+
+
+def _unflatten_dict(treedef: ObjectTreeDef, children: Iterable) -> Dict:
+    node = Dict.__new__(Dict)
+    dict.update(node, zip(treedef.data_keys, children, strict=True))
+    dict.update(node, zip(treedef.static_keys, treedef.static_values, strict=True))
+    vars(node)[_TREEDEF] = treedef
+    return node
+
+
+def _container_getstate(node: object) -> dict[str, object]:
+    return {k: v for k, v in vars(node).items() if k != _TREEDEF}
+
+
+List.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]
+Dict.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]
+register_pytree_with_keys(List, _flatten_list_with_keys, _unflatten_list, _flatten_list)  # type: ignore[arg-type]
+register_pytree_with_keys(Dict, _flatten_dict_with_keys, _unflatten_dict, _flatten_dict)  # type: ignore[arg-type]
+register_object_pytree(Object)
+
+
+# Graph node types -------------------------------------------------------------------------
 
 
 def object_flatten(node: Object) -> tuple[Children, Hashable]:
@@ -137,13 +461,18 @@ def _first(item: tuple[str, object]) -> str:
 
 
 def object_create(cls: type, aux: Hashable) -> Object:
-    """An empty instance of `cls`, without calling its `__init__`."""
-    return object.__new__(cls)
+    """An empty instance of `cls`, without calling its `__init__` (its `_object__restore`
+    hook runs)."""
+    node = object.__new__(cls)
+    restore = getattr(cls, "_object__restore", None)
+    if restore is not None:
+        restore(node)
+    return node
 
 
 def object_init_key(node: object, key: Key, child: object) -> None:
     """Set one attribute of a node being built, which nobody else sees yet."""
-    object.__setattr__(node, key, track(child))  # type: ignore[arg-type]
+    vars(node)[key] = child
 
 
 def object_init_items(node: object, items: list[tuple[Key, object]]) -> None:

@@ -46,19 +46,37 @@ class State(Mapping[Key, _Any]):
     {('linear', 'kernel'): VariableState(type=Param, value=1.0)}
     """
 
-    __slots__ = ("_flat",)
+    __slots__ = ("_prefix", "_root")
 
     def __init__(self, mapping: Mapping | None = None, /) -> None:
         flat: dict[Path, object] = {}
         if mapping is not None:
             _flatten_nested(mapping, (), flat)
-        object.__setattr__(self, "_flat", flat)
+        object.__setattr__(self, "_root", flat)
+        object.__setattr__(self, "_prefix", ())
 
     @classmethod
     def _from_flat(cls, flat: dict[Path, object]) -> State:
         state = object.__new__(cls)
-        object.__setattr__(state, "_flat", flat)
+        object.__setattr__(state, "_root", flat)
+        object.__setattr__(state, "_prefix", ())
         return state
+
+    def _view(self, prefix: Path) -> State:
+        """The sub-State under `prefix`: it reads and writes this State's storage."""
+        state = object.__new__(type(self))
+        object.__setattr__(state, "_root", self._root)
+        object.__setattr__(state, "_prefix", prefix)
+        return state
+
+    @property
+    def _flat(self) -> dict[Path, object]:
+        """`{path: leaf}` with paths relative to this State (a sub-State computes it)."""
+        prefix = self._prefix
+        if not prefix:
+            return self._root
+        n = len(prefix)
+        return {path[n:]: leaf for path, leaf in self._root.items() if path[:n] == prefix}
 
     @classmethod
     def from_flat_path(cls, flat: Mapping[Path, object] | object, /) -> State:
@@ -86,13 +104,13 @@ class State(Mapping[Key, _Any]):
         return any(path and path[0] == key for path in self._flat)
 
     def __getitem__(self, key: Key) -> _Any:
-        leaf = self._flat.get((key,), _MISSING)
+        full = (*self._prefix, key)
+        leaf = self._root.get(full, _MISSING)
         if leaf is not _MISSING:
             return leaf
-        sub = {path[1:]: leaf for path, leaf in self._flat.items() if path and path[0] == key}
-        if not sub:
+        if not any(path[: len(full)] == full for path in self._root):
             raise KeyError(f"{key!r} is not in this State; its keys are {self._top_keys()}")
-        return State._from_flat(sub)
+        return self._view(full)
 
     def __getattr__(self, name: str) -> _Any:
         if name.startswith("__"):
@@ -103,18 +121,42 @@ class State(Mapping[Key, _Any]):
             raise AttributeError(str(error)) from None
 
     def __setitem__(self, key: Key, value: object) -> None:
-        """Replace the subtree under `key` (a leaf, a State, or a nested mapping)."""
-        flat = {path: leaf for path, leaf in self._flat.items() if not (path and path[0] == key)}
+        """Replace the subtree under `key` (a leaf, a State, or a nested mapping); a key
+        the State lacks is added. A sub-State writes into the State it came from."""
+        full = (*self._prefix, key)
+        new: dict[Path, object] = {}
         if isinstance(value, Mapping) and not isinstance(value, VariableState):
-            sub: dict[Path, object] = {}
-            _flatten_nested(value, (key,), sub)
-            flat.update(sub)
+            _flatten_nested(value, full, new)
         else:
-            flat[(key,)] = value
-        object.__setattr__(self, "_flat", flat)
+            new[full] = value
+        self._drop(full)
+        self._root.update(new)
 
     def __setattr__(self, name: str, value: object) -> None:
         self[name] = value
+
+    def __delitem__(self, key: Key) -> None:
+        """Remove the subtree under `key` (from the State a sub-State came from, too)."""
+        if not self._drop((*self._prefix, key)):
+            raise KeyError(f"{key!r} is not in this State; its keys are {self._top_keys()}")
+
+    def _drop(self, full: Path) -> int:
+        root, n = self._root, len(full)
+        doomed = [path for path in root if path[:n] == full]
+        for path in doomed:
+            del root[path]
+        return len(doomed)
+
+    def __delattr__(self, name: str) -> None:
+        try:
+            del self[name]
+        except KeyError as error:
+            raise AttributeError(str(error)) from None
+
+    @property
+    def raw_mapping(self) -> dict:
+        """The State as nested plain dicts (Flax's view of a State's storage)."""
+        return self.to_nested()
 
     # Filtering ------------------------------------------------------------------------
     def filter(self, first: Filter, /, *filters: Filter) -> State | tuple[State, ...]:
@@ -137,6 +179,11 @@ class State(Mapping[Key, _Any]):
 
     def __or__(self, other: State | Mapping) -> State:
         return State.merge(self, other)
+
+    def __sub__(self, other: State | Mapping) -> State:
+        """The leaves of this State whose paths `other` does not have."""
+        theirs = _as_flat(other)
+        return State._from_flat({p: v for p, v in self._flat.items() if p not in theirs})
 
     def to_pure_dict(self) -> dict:
         """Nested plain dicts holding the raw values (no VariableStates)."""

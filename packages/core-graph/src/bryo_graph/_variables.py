@@ -1,25 +1,50 @@
-"""`Variable`s hold a model's state in place; `VariableState`s are their pytree snapshots.
+"""`Variable`s hold a model's state in place: a value plus metadata, and a JAX pytree.
 
-A `Variable` is a mutable box: a value plus metadata (a stream `tag`, logical sharding
-axes, ...) that modules keep as attributes. Its subclass says what kind of state it is
-(`Param`, `BatchStat`, ...), and filters select on that. `split` turns each Variable into
-a `VariableState`, an immutable-by-convention record with the same type, value and
-metadata that JAX sees as a pytree node with one child, the value.
+A `Variable` is a mutable box that modules keep as attributes. Its subclass says what kind
+of state it is (`Param`, `BatchStat`, ...), and filters select on that; its metadata (a
+stream `tag`, logical `sharding` axes, ...) reads as attributes. As in Flax NNX 0.12 a
+Variable behaves like its value: arithmetic, comparisons (`Param(a) == Param(b)` compares
+values), indexing (`v[...]`, `v[...] = 3`) and `jnp` functions all see the value, read and
+written through `get_value`/`set_value`, which subclasses may override to transform it.
+
+Every Variable class is a JAX pytree with one child, its value, and its metadata as aux
+data, so `jax.tree.map(f, param)` returns a new `Param` and `jax.jit`/`jax.grad` take
+Variables (and modules holding them) directly. A Variable's metadata dict is never changed
+in place once set (changes replace it), so pytree round trips and `split`/`merge` share
+it instead of copying it.
+
+`VariableState` is the older NNX name of a Variable snapshot, kept for code written
+against it (seed 000): `VariableState(type=Param, value=0)` builds a `Param`, and every
+Variable is an instance of `VariableState`, as Flax 0.12 aliases the two.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import builtins
+import operator
+import types
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any as _Any
 
 import jax
+import numpy as np
 from jax.tree_util import GetAttrKey, register_pytree_with_keys
 
 from bryo_pytree import safe_equal
 
 from ._nodes import structure_changed
 
-_MISSING = object()  # `get_metadata`'s "no default given"
+
+class _Missing:
+    """The default of optional arguments where None is a legitimate value."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: _Any = _Missing()
 
 
 def _value_repr(value: object) -> str:
@@ -32,8 +57,96 @@ def _value_repr(value: object) -> str:
     return repr(value)
 
 
-class Variable:
-    """A box for one piece of state: `value`, plus keyword metadata readable as attributes.
+class Metadata(dict):
+    """A Variable's metadata: a dict nobody changes in place once a Variable holds it.
+
+    Variables replace their Metadata instead of mutating it, so one Metadata is shared
+    by a Variable, its pytree aux data and the Variables rebuilt from that aux data.
+    It hashes once (by its items, or by its keys when a value does not hash).
+    """
+
+    __slots__ = ("_hash",)
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        try:
+            return self._hash
+        except AttributeError:
+            pass
+        try:
+            value = hash(tuple(self.items()))
+        except TypeError:
+            value = hash(tuple(self))
+        self._hash = value
+        return value
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, dict) and metadata_equal(self, other))
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __reduce__(self) -> tuple:
+        return (Metadata, (dict(self),))
+
+
+NO_METADATA = Metadata()
+
+
+def as_metadata(metadata: Mapping[str, object]) -> Metadata:
+    """`metadata` as a `Metadata` (itself when it already is one)."""
+    if type(metadata) is Metadata:
+        return metadata  # type: ignore[return-value]
+    return Metadata(metadata) if metadata else NO_METADATA
+
+
+def metadata_equal(a: Mapping, b: Mapping) -> bool:
+    """Whether two metadata mappings are equal; values that cannot compare count as different."""
+    if a.keys() != b.keys():
+        return False
+    return all(safe_equal(x, b[k]) for k, x in a.items())
+
+
+# Pytree registration: one child (the value), the Metadata as aux data ----------------------
+
+_VALUE_KEY = GetAttrKey("value")
+
+
+def _flatten_with_keys(variable: Variable) -> tuple[tuple, Metadata]:
+    return ((_VALUE_KEY, variable.raw_value),), variable._metadata
+
+
+def _flatten(variable: Variable) -> tuple[tuple, Metadata]:
+    return (variable.raw_value,), variable._metadata
+
+
+def _unflatter(cls: type) -> Callable[[Metadata, tuple], Variable]:
+    def unflatten(metadata: Metadata, children: tuple) -> Variable:
+        variable = _new(cls)
+        _set_raw_value(variable, children[0])
+        _set_metadata(variable, metadata)
+        return variable
+
+    unflatten.__qualname__ = f"unflatten_{cls.__name__}"
+    return unflatten
+
+
+class _VariableType(type):
+    """Variable classes get empty `__slots__` unless they declare them, and are pytrees."""
+
+    def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: object) -> type:
+        namespace.setdefault("__slots__", ())
+        cls = super().__new__(mcs, name, bases, namespace, **kwargs)
+        register_pytree_with_keys(
+            cls,
+            _flatten_with_keys,
+            _unflatter(cls),
+            flatten_func=_flatten,  # type: ignore[arg-type]
+        )
+        return cls
+
+
+class Variable(metaclass=_VariableType):
+    """A box for one piece of state: a value, plus keyword metadata readable as attributes.
 
     >>> count = Variable(0, tag="dropout")
     >>> count.value += 1
@@ -41,52 +154,142 @@ class Variable:
     (1, 'dropout')
 
     Subclass it to name a kind of state (`class Count(Variable): pass`); the subclass is a
-    filter for that kind. Arithmetic, indexing and `jnp` functions see the value.
+    filter for that kind. Override `get_value`/`set_value` to transform the value on its
+    way out or in: `.value`, `v[...]` and the operators all go through them.
     """
 
     __slots__ = ("__weakref__", "_metadata", "raw_value")
 
     def __init__(self, value: object, **metadata: object) -> None:
         object.__setattr__(self, "raw_value", value)
-        object.__setattr__(self, "_metadata", metadata)
+        object.__setattr__(self, "_metadata", Metadata(metadata) if metadata else NO_METADATA)
+
+    def __class_getitem__(cls, item: object) -> types.GenericAlias:
+        """`Param[jax.Array]`: a typing alias of the class (calling it builds a Param)."""
+        return types.GenericAlias(cls, item)
+
+    # The value -------------------------------------------------------------------------
+    def get_value(self, *, index: object = MISSING) -> _Any:
+        """The value, or `value[index]`; subclasses override it to transform reads."""
+        value = self.raw_value
+        if index is MISSING:
+            return value
+        whole = index is Ellipsis
+        if whole and (isinstance(value, jax.Array) or not hasattr(value, "__getitem__")):
+            return value  # the whole array (or a scalar, which `[...]` cannot index)
+        return value[index]  # type: ignore[index]
+
+    def set_value(self, value: object, *, index: object = MISSING) -> None:
+        """Store `value`, or write it at `index` of the held array; subclasses override it
+        to transform writes.
+
+        A jax array takes `value` functionally (`array.at[index].set(value)`, so
+        `v[...] = 3` keeps the array's shape and dtype); a NumPy array is copied first;
+        other containers (dicts, lists) are written in place.
+        """
+        if index is not MISSING:
+            value = _written(self.raw_value, index, value)
+        object.__setattr__(self, "raw_value", value)
 
     @property
     def value(self) -> _Any:
-        """The value held."""
-        return self.raw_value
+        """The value held (through `get_value`)."""
+        return self.get_value()
 
     @value.setter
     def value(self, value: object) -> None:
+        self.set_value(value)
+
+    def get_raw_value(self) -> _Any:
+        """The value as stored, without `get_value`'s transformation."""
+        return self.raw_value
+
+    def set_raw_value(self, value: object) -> None:
+        """Store `value` as is, without `set_value`'s transformation."""
         object.__setattr__(self, "raw_value", value)
 
     @property
     def type(self) -> type[Variable]:
-        """The Variable's class, as on a `VariableState`."""
+        """The Variable's class (the older `VariableState.type`)."""
         return type(self)
 
+    @property
+    def var_type(self) -> type[Variable]:
+        """The Variable's class, as Flax names it."""
+        return type(self)
+
+    # Metadata ---------------------------------------------------------------------------
     @property
     def metadata(self) -> dict[str, object]:
         """The metadata, as a dict (a copy)."""
         return dict(self._metadata)
 
-    def get_metadata(self, name: str | None = None, default: object = _MISSING) -> _Any:
-        """All metadata as a dict (a copy), or the entry `name` (Flax 0.12's spelling).
-
-        Args:
-            name: the metadata key to read; None for the whole dict.
-            default: returned when `name` is missing; without it a missing `name` raises
-                a `KeyError`.
-        """
+    def get_metadata(
+        self, name: str | None = None, default: object = MISSING, *, exclude_required: object = None
+    ) -> _Any:
+        """All metadata as a dict (a copy), or the entry `name` (`default` when absent)."""
+        metadata = self._metadata
         if name is None:
-            if default is not _MISSING:
-                raise TypeError("`default` needs a `name`: `get_metadata('sharding', None)`.")
-            return dict(self._metadata)
-        if default is _MISSING:
-            return self._metadata[name]
-        return self._metadata.get(name, default)
+            if default is not MISSING:
+                raise TypeError(
+                    "`get_metadata` takes a `default` only together with a `name`; got "
+                    f"default={default!r} without one."
+                )
+            return dict(metadata)
+        if name in metadata:
+            return metadata[name]
+        if default is not MISSING:
+            return default
+        raise KeyError(
+            f"{type(self).__name__} has no metadata {name!r}; its metadata is {sorted(metadata)}. "
+            "Pass a `default` to `get_metadata` for optional entries."
+        )
+
+    def set_metadata(self, *args: object, **kwargs: object) -> None:
+        """Set metadata: `set_metadata({...})` replaces all of it, `set_metadata(name, value)`
+        sets one entry, `set_metadata(name=value, ...)` sets several."""
+        if args and kwargs:
+            raise TypeError(
+                "`set_metadata` takes a dict, a `(name, value)` pair or keywords, not a mix; "
+                f"got {len(args)} positional argument(s) and keywords {sorted(kwargs)}."
+            )
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            new = dict(args[0])
+        elif len(args) == 2 and isinstance(args[0], str):
+            new = {**self._metadata, args[0]: args[1]}
+        elif not args and kwargs:
+            new = {**self._metadata, **kwargs}
+        else:
+            raise TypeError(
+                "`set_metadata` takes a dict (`set_metadata({'tag': 'x'})`), a name and a "
+                "value (`set_metadata('tag', 'x')`) or keywords (`set_metadata(tag='x')`); "
+                f"got {args!r}."
+            )
+        self._replace_metadata(new)
+
+    def has_metadata(self, name: str) -> bool:
+        """Whether the metadata has an entry `name`."""
+        return name in self._metadata
+
+    def del_metadata(self, name: str) -> None:
+        """Remove the metadata entry `name`."""
+        if name not in self._metadata:
+            raise KeyError(
+                f"{type(self).__name__} has no metadata {name!r} to delete; its metadata is "
+                f"{sorted(self._metadata)}."
+            )
+        self._replace_metadata({k: v for k, v in self._metadata.items() if k != name})
+
+    def _replace_metadata(self, metadata: Mapping[str, object]) -> None:
+        # Filters read metadata, and bryo caches their results with the structure.
+        object.__setattr__(self, "_metadata", as_metadata(metadata))
+        structure_changed()
 
     def __getattr__(self, name: str) -> _Any:
-        metadata = object.__getattribute__(self, "_metadata")
+        try:
+            metadata = object.__getattribute__(self, "_metadata")
+        except AttributeError:  # not initialised yet (unpickling, copying)
+            raise AttributeError(name) from None
         if name in metadata:
             return metadata[name]
         if name.startswith("__"):
@@ -100,198 +303,260 @@ class Variable:
             ) from None
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name in ("value", "raw_value"):
-            object.__setattr__(self, "raw_value", value)
-        elif name.startswith("_") and name in type(self).__dict__:
+        if name == "value":
+            self.set_value(value)
+        elif name == "raw_value" or name in _SLOT_NAMES:
             object.__setattr__(self, name, value)
-        else:  # metadata is read by filters whose results bryo caches with the structure
-            self._metadata[name] = value
-            structure_changed()
+        elif name.startswith("__") or isinstance(getattr(type(self), name, None), property):
+            object.__setattr__(self, name, value)  # dunders and subclasses' properties
+        else:
+            self._replace_metadata({**self._metadata, name: value})
 
-    def replace(self, value: object = None, **metadata: object) -> Variable:
-        """A new Variable of the same type with `value` and metadata replaced."""
-        new_value = self.raw_value if value is None else value
-        return type(self)(new_value, **{**self._metadata, **metadata})
+    def __delattr__(self, name: str) -> None:
+        if name in self._metadata:
+            self.del_metadata(name)
+        else:
+            object.__delattr__(self, name)
 
-    def to_state(self) -> VariableState:
-        """This Variable's snapshot as a `VariableState`."""
-        return VariableState(type(self), self.raw_value, **self._metadata)
-
+    # Copies -----------------------------------------------------------------------------
     @classmethod
     def from_metadata(cls, value: object, metadata: Mapping[str, object]) -> Variable:
-        """Make a Variable of this type without calling a subclass's `__init__`."""
+        """A Variable of this class with `value` and `metadata`, without calling `__init__`."""
         variable = _new(cls)
         _set_raw_value(variable, value)
-        _set_metadata(variable, dict(metadata))
+        _set_metadata(variable, as_metadata(metadata))
         return variable
 
-    def copy_from(self, state: VariableState | Variable) -> None:
-        """Take `state`'s value and metadata, in place."""
-        object.__setattr__(self, "raw_value", state.value)
-        self._metadata.update(state._metadata)
+    def copy(self, value: object = MISSING, **metadata: object) -> Variable:
+        """A new Variable of the same class: this value (or `value`), this metadata updated
+        with `metadata`."""
+        new_value = self.raw_value if value is MISSING else value
+        merged = {**self._metadata, **metadata} if metadata else self._metadata
+        return type(self).from_metadata(new_value, merged)
+
+    replace = copy
+    to_state = copy  # the older snapshot spelling: a Variable is its own snapshot now
+    to_variable = copy
+
+    def copy_from(self, other: Variable) -> None:
+        """Take `other`'s value and metadata, in place."""
+        object.__setattr__(self, "raw_value", other.raw_value)
+        if not metadata_equal(self._metadata, other._metadata):
+            self._replace_metadata(other._metadata)
+
+    update_from_state = copy_from
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"raw_value": self.raw_value, "metadata": dict(self._metadata)}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        object.__setattr__(self, "raw_value", state["raw_value"])
+        object.__setattr__(self, "_metadata", as_metadata(state["metadata"]))  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         fields = [f"value={_value_repr(self.raw_value)}"]
         fields += [f"{k}={v!r}" for k, v in self._metadata.items()]
         return f"{type(self).__name__}({', '.join(fields)})"
 
-    # The value's protocols, so `x @ kernel` and `jnp.sum(param)` work on Variables.
+    # The value's protocols, so `x @ kernel` and `jnp.sum(param)` work on Variables --------
     def __jax_array__(self) -> jax.Array:
-        return self.raw_value
+        return self.get_value()
 
     def __array__(self, dtype: object = None, copy: object = None) -> _Any:
-        import numpy as np
-
-        return np.asarray(self.raw_value, dtype=dtype)
+        return np.asarray(self.get_value(), dtype=dtype)
 
     def __getitem__(self, index: object) -> _Any:
-        return self.raw_value[index]
+        return self.get_value(index=index)
 
     def __setitem__(self, index: object, value: object) -> None:
-        if index is Ellipsis:
-            object.__setattr__(self, "raw_value", value)
-        else:
-            object.__setattr__(self, "raw_value", self.raw_value.at[index].set(value))
+        self.set_value(value, index=index)
+
+    def __delitem__(self, index: object) -> None:
+        value = self.get_value()
+        del value[index]
+        self.set_value(value)
+
+    def __call__(self, *args: object, **kwargs: object) -> _Any:
+        return self.get_value()(*args, **kwargs)
 
     def __len__(self) -> int:
-        return len(self.raw_value)
+        return len(self.get_value())
 
-    def __iter__(self) -> _Any:
-        return iter(self.raw_value)
+    def __iter__(self) -> Iterator[_Any]:
+        return iter(self.get_value())
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.get_value()
 
     def __bool__(self) -> bool:
-        return bool(self.raw_value)
+        return bool(self.get_value())
 
-    def __int__(self) -> int:
-        return int(self.raw_value)
+    def __round__(self, ndigits: int | None = None) -> _Any:
+        return round(self.get_value(), ndigits)
 
-    def __float__(self) -> float:
-        return float(self.raw_value)
+    # `==` compares values (as Flax 0.12 does); hashing stays by identity, so Variables
+    # can key identity maps and sets.
+    __hash__ = object.__hash__
 
 
+_SLOT_NAMES = frozenset({"_metadata"})
 _new = object.__new__
 _set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]
-_KEEP = object()
 
 
-def _binary(name: str) -> None:
+def _written(current: object, index: object, value: object) -> object:
+    """`current` with `value` written at `index` (see `Variable.set_value`)."""
+    if isinstance(current, jax.Array):
+        if (
+            index is Ellipsis
+            and isinstance(value, jax.Array)
+            and value.shape == current.shape
+            and value.dtype == current.dtype
+        ):
+            return value
+        return current.at[index].set(value)
+    if isinstance(current, np.ndarray):
+        current = current.copy()
+    elif index is Ellipsis and not hasattr(current, "__setitem__"):
+        return value  # a scalar or None: `v[...] = x` replaces it
+    current[index] = value  # type: ignore[index]
+    return current
+
+
+def _value_of(other: object) -> object:
+    return other.get_value() if isinstance(other, Variable) else other
+
+
+def _binary(name: str, op: Callable[[object, object], object]) -> None:
     def forward(self: Variable, other: object) -> _Any:
-        if isinstance(other, Variable):
-            other = other.raw_value
-        return getattr(self.raw_value, name)(other)
+        return op(self.get_value(), _value_of(other))
 
-    forward.__name__ = name
-    setattr(Variable, name, forward)
+    def reflected(self: Variable, other: object) -> _Any:
+        return op(_value_of(other), self.get_value())
+
+    def in_place(self: Variable, other: object) -> Variable:
+        self.set_value(op(self.get_value(), _value_of(other)))
+        return self
+
+    forward.__name__ = f"__{name}__"
+    reflected.__name__ = f"__r{name}__"
+    in_place.__name__ = f"__i{name}__"
+    setattr(Variable, forward.__name__, forward)
+    setattr(Variable, reflected.__name__, reflected)
+    setattr(Variable, in_place.__name__, in_place)
 
 
-def _unary(name: str) -> None:
+def _comparison(name: str, op: Callable[[object, object], object]) -> None:
+    def compare(self: Variable, other: object) -> _Any:
+        return op(self.get_value(), _value_of(other))
+
+    compare.__name__ = f"__{name}__"
+    setattr(Variable, compare.__name__, compare)
+
+
+def _unary(name: str, op: Callable[[object], object]) -> None:
     def forward(self: Variable) -> _Any:
-        return getattr(self.raw_value, name)()
+        return op(self.get_value())
 
-    forward.__name__ = name
-    setattr(Variable, name, forward)
+    forward.__name__ = f"__{name}__"
+    setattr(Variable, forward.__name__, forward)
 
 
-for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor"):
-    _binary(f"__{_op}__")
-    _binary(f"__r{_op}__")
-for _op in ("lt", "le", "gt", "ge"):
-    _binary(f"__{_op}__")
-for _op in ("neg", "pos", "abs", "invert"):
-    _unary(f"__{_op}__")
+_BINARY = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "matmul": operator.matmul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
+    "lshift": operator.lshift,
+    "rshift": operator.rshift,
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+}
+for _name, _op in _BINARY.items():
+    _binary(_name, _op)
+for _name, _op in {
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "eq": operator.eq,
+    "ne": operator.ne,
+}.items():
+    _comparison(_name, _op)
+Variable.__divmod__ = lambda self, other: divmod(self.get_value(), _value_of(other))  # type: ignore[method-assign]
+for _name, _op in {
+    "neg": operator.neg,
+    "pos": operator.pos,
+    "abs": operator.abs,
+    "invert": operator.invert,
+    "int": int,
+    "float": float,
+    "complex": complex,
+    "index": operator.index,
+    "trunc": lambda v: v.__trunc__(),
+    "floor": lambda v: v.__floor__(),
+    "ceil": lambda v: v.__ceil__(),
+}.items():
+    _unary(_name, _op)
 
 
 class Param(Variable):
     """A trainable parameter."""
 
-    __slots__ = ()
-
 
 class BatchStat(Variable):
     """A running statistic (BatchNorm's mean and variance)."""
-
-    __slots__ = ()
 
 
 class Cache(Variable):
     """A cached value (an attention key/value cache)."""
 
-    __slots__ = ()
-
 
 class Intermediate(Variable):
     """A value a module sowed during its call, for inspection."""
 
-    __slots__ = ()
+
+class _VariableStateType(type):
+    """`VariableState(...)` builds a Variable; any Variable is a `VariableState`."""
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        return isinstance(instance, Variable)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return isinstance(subclass, builtins.type) and issubclass(subclass, Variable)
+
+    def __call__(  # type: ignore[override]
+        cls, type: builtins.type[Variable] = Variable, value: object = None, **metadata: object
+    ) -> Variable:
+        if not (isinstance(type, builtins.type) and issubclass(type, Variable)):
+            raise TypeError(
+                "`VariableState(type, value, **metadata)` needs a Variable class as `type` "
+                f"(e.g. `VariableState(type=Param, value=0)`); got {type!r}."
+            )
+        return type.from_metadata(value, metadata)
 
 
-class VariableState:
-    """A `Variable`'s snapshot: its type, value and metadata. A pytree with one child.
+class VariableState(metaclass=_VariableStateType):
+    """The older NNX name of a Variable snapshot: `VariableState(type=Param, value=0)`
+    builds `Param(0)`, and `isinstance(v, VariableState)` holds for every Variable.
 
-    `split` and `state` return `State`s whose leaves are VariableStates; `merge` turns
-    them back into Variables of their `type`. Change one with `replace`.
+    bryo's States hold Variables, as Flax 0.12's do (where `VariableState = Variable`).
     """
-
-    __slots__ = ("_metadata", "type", "value")
-
-    def __init__(self, type: type[Variable], value: object, **metadata: object) -> None:
-        self.type = type
-        self.value = value
-        self._metadata = metadata
-
-    def __getattr__(self, name: str) -> _Any:
-        metadata = object.__getattribute__(self, "_metadata")
-        if name in metadata:
-            return metadata[name]
-        raise AttributeError(
-            f"VariableState of {self.type.__name__} has no attribute {name!r}; its metadata "
-            f"is {sorted(metadata)}"
-        )
-
-    @property
-    def metadata(self) -> dict[str, object]:
-        """The metadata, as a dict (a copy)."""
-        return dict(self._metadata)
-
-    def get_metadata(self, name: str | None = None, default: object = _MISSING) -> _Any:
-        """All metadata as a dict (a copy), or the entry `name` (Flax 0.12's spelling).
-
-        Args:
-            name: the metadata key to read; None for the whole dict.
-            default: returned when `name` is missing; without it a missing `name` raises
-                a `KeyError`.
-        """
-        if name is None:
-            if default is not _MISSING:
-                raise TypeError("`default` needs a `name`: `get_metadata('sharding', None)`.")
-            return dict(self._metadata)
-        if default is _MISSING:
-            return self._metadata[name]
-        return self._metadata.get(name, default)
-
-    def replace(self, value: object = _KEEP, **metadata: object) -> VariableState:
-        """The same type with `value` and/or metadata replaced."""
-        new_value = self.value if value is _KEEP else value
-        return VariableState(self.type, new_value, **{**self._metadata, **metadata})
-
-    def to_variable(self) -> Variable:
-        """A new Variable of `type` holding this value and metadata."""
-        return self.type.from_metadata(self.value, self._metadata)
-
-    def __repr__(self) -> str:
-        fields = [f"type={self.type.__name__}", f"value={_value_repr(self.value)}"]
-        fields += [f"{k}={v!r}" for k, v in self._metadata.items()]
-        return f"VariableState({', '.join(fields)})"
 
 
 class VariableMeta:
-    """A Variable's type and metadata, hashed once: VariableState's aux data, and the key
-    lifted transforms cache on (metadata that does not hash counts by its keys)."""
+    """A Variable's type and metadata, hashed once: the key lifted transforms cache on
+    (metadata that does not hash counts by its keys)."""
 
     __slots__ = ("_hash", "metadata", "type")
 
-    def __init__(self, type: type, metadata: dict[str, object]) -> None:
+    def __init__(self, type: builtins.type, metadata: dict[str, object]) -> None:
         self.type = type
         self.metadata = metadata
         try:
@@ -310,29 +575,5 @@ class VariableMeta:
         return self is other or (
             isinstance(other, VariableMeta)
             and self.type is other.type
-            and _metadata_equal(self.metadata, other.metadata)
+            and metadata_equal(self.metadata, other.metadata)
         )
-
-
-def _metadata_equal(a: dict, b: dict) -> bool:
-    if a.keys() != b.keys():
-        return False
-    return all(map(safe_equal, a.values(), b.values()))
-
-
-_VALUE_KEY = (GetAttrKey("value"),)
-
-
-def _flatten_with_keys(state: VariableState) -> tuple[tuple, VariableMeta]:
-    return ((_VALUE_KEY[0], state.value),), VariableMeta(state.type, state._metadata)
-
-
-def _flatten(state: VariableState) -> tuple[tuple, VariableMeta]:
-    return (state.value,), VariableMeta(state.type, state._metadata)
-
-
-def _unflatten(meta: VariableMeta, children: tuple) -> VariableState:
-    return VariableState(meta.type, children[0], **meta.metadata)
-
-
-register_pytree_with_keys(VariableState, _flatten_with_keys, _unflatten, _flatten)

@@ -13,6 +13,7 @@ from ._reseed import reseed as reseed
 from ._rngs import SAMPLER_NAMES as SAMPLER_NAMES
 from ._rngs import Rngs as Rngs
 from ._rngs import RngStream as RngStream
+from ._rngs import RngTraceError as RngTraceError
 from ._rngs import RngValue as RngValue
 from ._rngs import Splits as Splits
 from ._rngs import UnknownStreamError as UnknownStreamError

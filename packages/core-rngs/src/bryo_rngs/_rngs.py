@@ -20,6 +20,7 @@ from bryo_filters import Filter, Predicate, to_predicate
 from bryo_graph import Object
 from bryo_pytree import Path, describe_leaf, is_array
 
+from ._compat import current_trace
 from ._variables import RngCount, RngKey
 
 RngValue: TypeAlias = int | jax.Array
@@ -37,6 +38,15 @@ class UnknownStreamError(AttributeError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class RngTraceError(RuntimeError):
+    """A stream was drawn from inside a JAX trace it does not belong to (an `Rngs` made
+    outside a `jax.jit` and captured by the jitted function): its count would end up
+    holding a tracer of that trace."""
+
+
+_TRACE = "_object__trace"  # the JAX trace a stream belongs to (private to RngStream)
 
 
 def as_key(value: object, *, name: str) -> jax.Array:
@@ -106,7 +116,6 @@ _SAMPLERS = (
     "rademacher",
     "randint",
     "rayleigh",
-    "split",
     "t",
     "triangular",
     "truncated_normal",
@@ -134,6 +143,46 @@ SAMPLER_NAMES = tuple(name for name in _SAMPLERS if hasattr(jax.random, name))
 for _name in SAMPLER_NAMES:
     setattr(RandomMethods, _name, _sampler_method(_name))
 
+# `jax.nn.initializers` constructors whose names no sampler takes (Flax's list).
+_INITIALIZERS = (
+    "delta_orthogonal",
+    "glorot_normal",
+    "glorot_uniform",
+    "he_normal",
+    "he_uniform",
+    "kaiming_normal",
+    "kaiming_uniform",
+    "lecun_normal",
+    "lecun_uniform",
+    "variance_scaling",
+    "xavier_normal",
+    "xavier_uniform",
+)
+
+
+def _initializer_method(name: str) -> Callable[..., Callable[..., jax.Array]]:
+    constructor = getattr(jax.nn.initializers, name)
+
+    def method(self: RandomMethods, *args: object, **kwargs: object) -> Callable[..., jax.Array]:
+        init = constructor(*args, **kwargs)
+
+        def keyless(*init_args: object, **init_kwargs: object) -> jax.Array:
+            return init(self(), *init_args, **init_kwargs)
+
+        return keyless
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (
+        f"`jax.nn.initializers.{name}(...)` without its key argument: the initializer it "
+        "returns takes `(shape, dtype)` and draws its key from this stream when called."
+    )
+    return method
+
+
+INITIALIZER_NAMES = tuple(name for name in _INITIALIZERS if hasattr(jax.nn.initializers, name))
+for _name in INITIALIZER_NAMES:
+    setattr(RandomMethods, _name, _initializer_method(_name))
+
 
 def _scalar_text(value: object) -> str:
     if getattr(value, "ndim", None) == 0 and not jnp.issubdtype(value.dtype, jax.dtypes.prng_key):  # type: ignore[attr-defined]
@@ -158,7 +207,10 @@ class RngStream(RandomMethods, Object):
         tag: the stream's name, also the `tag` of both Variables.
     """
 
+    _object__transient = Object._object__transient | {_TRACE}
+
     def __init__(self, key: RngValue, *, tag: str, count: object = None) -> None:
+        _record_trace(self)
         key = as_key(key, name=tag)
         if count is None:
             count = jnp.zeros(key.shape, jnp.uint32)
@@ -166,8 +218,12 @@ class RngStream(RandomMethods, Object):
         self.count = RngCount(jnp.asarray(count, jnp.uint32), tag=tag)
         self.tag = tag
 
+    def _object__restore(self) -> None:
+        _record_trace(self)
+
     def __call__(self) -> jax.Array:
         """The next key of this stream; adds one to `count`."""
+        check_trace(self)
         key = self.key.value
         if key.ndim != 0:
             raise ValueError(
@@ -197,6 +253,18 @@ class RngStream(RandomMethods, Object):
             key = split_keys(key, split)
         return RngStream(key, tag=self.tag if tag is None else tag)
 
+    def split(self, k: int | tuple[int, ...]) -> RngStream:
+        """A new stream holding `k` keys split from this stream's next key (key and count
+        of shape `k`, for `vmap`/`scan` over them). This stream's count advances by one."""
+        return RngStream(split_keys(draw_keys(self), _split_shape(k, self.tag)), tag=self.tag)
+
+    def broadcast(self, k: int | tuple[int, ...]) -> RngStream:
+        """A new stream holding this stream's next key repeated `k` times (shape
+        `(*k, *key.shape)`): every slice draws the same keys. The count advances by one."""
+        shape = _split_shape(k, self.tag)
+        key = draw_keys(self)
+        return RngStream(jnp.broadcast_to(key, (*shape, *key.shape)), tag=self.tag)
+
     def __repr__(self) -> str:
         return (
             f"RngStream(tag={self.tag!r}, key={describe_leaf(self.key.value)}, "
@@ -204,11 +272,31 @@ class RngStream(RandomMethods, Object):
         )
 
 
+def _record_trace(stream: RngStream) -> None:
+    vars(stream)[_TRACE] = current_trace()
+
+
+def check_trace(stream: RngStream) -> None:
+    """Raise `RngTraceError` if drawing from `stream` now would leak a tracer into it."""
+    owner = vars(stream).get(_TRACE)
+    if owner is None or owner == current_trace():
+        return
+    raise RngTraceError(
+        f"rng stream {stream.tag!r} belongs to another JAX trace: it was made outside the "
+        "`jax.jit` (or `vmap`, `grad`, ...) being traced, and the function uses it from its "
+        "closure. Drawing a key here would store a traced count in it and leave it broken "
+        "after the call. Pass the `Rngs` (or the module holding it) as an argument of the "
+        "transformed function: `jax.jit(f)(model, rngs)` (changes to its count then stay "
+        "inside; return it to keep them), or use bryo's `nnx.jit`, which writes them back."
+    )
+
+
 def draw_keys(stream: RngStream) -> jax.Array:
     """A key from every key of `stream` (of any shape), each from its own count."""
     key, count = stream.key.value, stream.count.value
     if key.ndim == 0:
         return stream()
+    check_trace(stream)
     flat = jax.vmap(jax.random.fold_in)(key.reshape(-1), count.reshape(-1).astype(jnp.uint32))
     stream.count.value = count + 1
     return flat.reshape(key.shape)
@@ -285,7 +373,7 @@ class Rngs(RandomMethods, Object):
             return default
         names = ", ".join(repr(n) for n in self) or "none"
         raise UnknownStreamError(
-            f"this Rngs has no rng stream {name!r} and no {DEFAULT!r} stream to fall back on; "
+            f"No RngStream named {name!r} in this Rngs, and no {DEFAULT!r} stream to fall back on; "
             f"its streams are {names}. Give it one (`Rngs(..., {name}=0)`) or a default seed "
             "as the first argument (`Rngs(0, ...)`)."
         )
@@ -334,6 +422,43 @@ class Rngs(RandomMethods, Object):
             setattr(new, name, stream)
         return new
 
+    def split(self, k: Splits | Mapping[Filter, Splits]) -> Rngs:
+        """A new Rngs whose selected streams hold split keys (`RngStream.split`).
+
+        Args:
+            k: an int (or shape) splits every stream; a mapping `{filter: n}` splits the
+                streams the first matching filter selects into `n` (None: left unsplit),
+                e.g. `rngs.split({'params': 5, ...: None})`.
+
+        Returns:
+            The new Rngs. Unselected streams are copied (same key, same count); each split
+            stream's count here advances by one.
+        """
+        return self._derive(k, RngStream.split)
+
+    def broadcast(self, k: Splits | Mapping[Filter, Splits]) -> Rngs:
+        """A new Rngs whose selected streams hold their next key repeated `k` times
+        (`RngStream.broadcast`); `k` as for `split`."""
+        return self._derive(k, RngStream.broadcast)
+
+    def _derive(
+        self,
+        k: Splits | Mapping[Filter, Splits],
+        make: Callable[[RngStream, int | tuple[int, ...]], RngStream],
+    ) -> Rngs:
+        rules = split_rules(k)
+        derived = {}
+        for name, stream in self.items():
+            matched = first_match(rules, (name,), stream)
+            if matched is NO_MATCH or matched is None:
+                derived[name] = _to_stream(stream, name)
+            else:
+                derived[name] = make(stream, matched)  # type: ignore[arg-type]
+        new = object.__new__(Rngs)
+        for name, stream in derived.items():
+            setattr(new, name, stream)
+        return new
+
     def __repr__(self) -> str:
         if not len(self):
             return "Rngs()"
@@ -373,6 +498,16 @@ def split_rules(
         _check_splits(splits, filter)
         rules.append((to_predicate(filter), splits))
     return rules
+
+
+def _split_shape(k: object, tag: str) -> tuple[int, ...]:
+    shape = k if isinstance(k, tuple) else (k,)
+    if shape and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+        return shape  # type: ignore[return-value]
+    raise ValueError(
+        f"splitting or broadcasting rng stream {tag!r} needs a positive int or a tuple of "
+        f"them (the new leading shape of its key); got {k!r}."
+    )
 
 
 def _check_splits(splits: object, filter: object) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import jax.numpy as jnp
 
-from bryo_graph import GraphError, Object, Param, State, Variable, VariableState
+from bryo_graph import GraphError, Object, Param, State, Variable
 from bryo_pytree import describe_leaf, is_shaped
 
 _INDENT = "  "
@@ -28,7 +28,7 @@ def render(node: object) -> str:
 
 
 def _render(node: object, depth: int, seen: set[int]) -> str:
-    if isinstance(node, Variable | VariableState):
+    if isinstance(node, Variable):
         return _render_variable(node)
     if isinstance(node, State):
         return "State(" + _render_mapping(node.to_nested(), depth, seen, "{", "}") + ")"
@@ -43,7 +43,7 @@ def _render(node: object, depth: int, seen: set[int]) -> str:
 
 
 def _is_branch(value: object) -> bool:
-    return isinstance(value, Object | Variable | VariableState | State | Mapping | list | tuple)
+    return isinstance(value, Object | Variable | State | Mapping | list | tuple)
 
 
 def _leaf(value: object) -> str:
@@ -69,12 +69,10 @@ class _Raw(str):
         return str(self)
 
 
-def _render_variable(variable: Variable | VariableState) -> str:
-    kind = variable.type.__name__
-    fields = [f"value={_leaf(variable.value)}"]
+def _render_variable(variable: Variable) -> str:
+    fields = [f"value={_leaf(variable.get_raw_value())}"]
     fields += [f"{k}={v!r}" for k, v in variable.metadata.items()]
-    head = kind if isinstance(variable, Variable) else f"VariableState[{kind}]"
-    return f"{head}({', '.join(fields)})"
+    return f"{variable.type.__name__}({', '.join(fields)})"
 
 
 def _render_object(node: Object, depth: int, seen: set[int]) -> str:

@@ -1,0 +1,160 @@
+"""Data or static: which attributes of an `Object` are pytree children, which are aux data.
+
+As in Flax NNX 0.12, an Object attribute is *data* when its value is an array, a
+`Variable` or a graph node (another module, an `Rngs`, a `List`), or a value of a type
+registered with `register_data_type`; anything else (numbers, strings, functions, plain
+containers of those) is *static*: it rides in the treedef and `jax.jit` recompiles when it
+changes. `data(value)` and `static(value)` override the choice for one assignment, and
+`x: int = data()` / `static()` on the class for every instance (the markers are
+`dataclasses.field`s, so dataclass-style modules can use them too).
+
+A static attribute must not hide data: a plain list of arrays or modules is refused, with
+a message naming the attribute and the fixes (`nnx.List`, `nnx.data`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+
+from ._nodes import node_types
+from ._variables import MISSING, Variable
+
+A = TypeVar("A")
+T = TypeVar("T", bound=type)
+
+_STATUS = "bryo_data"  # field metadata: True for data, False for static
+_VALUE = "bryo_value"  # field metadata: the value `data(value)` / `static(value)` wraps
+
+_CONTAINERS = (dict, list, tuple)
+# Values of these types never hold data: skip the scan of their pytree leaves.
+_ATOMIC = frozenset(
+    {int, float, complex, bool, str, bytes, type(None), type(Ellipsis), type, types.FunctionType}
+)
+_registered: set[type] = set()
+_is_data_type: dict[type, bool] = {}
+_epoch: list[object] = [None]
+
+
+def _marker(value: object, status: bool, kwargs: dict[str, Any]) -> Any:
+    name = "data" if status else "static"
+    if value is not MISSING and kwargs:
+        raise TypeError(
+            f"`{name}` takes either a value (`self.x = {name}(value)`) or field keywords "
+            f"(`x: int = {name}(default=...)`), not both; got keywords {sorted(kwargs)}."
+        )
+    metadata = dict(kwargs.pop("metadata", None) or {})
+    metadata[_VALUE] = value
+    metadata[_STATUS] = status
+    return dataclasses.field(**kwargs, metadata=metadata)
+
+
+def data(value: A = MISSING, /, **field_kwargs: Any) -> A:
+    """Mark an attribute as data (a pytree child), whatever its value.
+
+    >>> self.counts = data([jnp.zeros(2), jnp.ones(2)])  # doctest: +SKIP
+
+    With no value, a `dataclasses.field` for a class attribute: `x: list = data(default=...)`.
+    """
+    return _marker(value, True, field_kwargs)
+
+
+def static(value: A = MISSING, /, **field_kwargs: Any) -> A:
+    """Mark an attribute as static (kept in the treedef), whatever its value.
+
+    Static values must not contain data (arrays, Variables, modules).
+    """
+    return _marker(value, False, field_kwargs)
+
+
+def unmark(value: object) -> tuple[object, bool | None]:
+    """`(value, status)`: the value `data`/`static` wrapped and its status, or `(value, None)`."""
+    if type(value) is dataclasses.Field and _STATUS in value.metadata:
+        return value.metadata[_VALUE], value.metadata[_STATUS]
+    return value, None
+
+
+def class_statuses(cls: type) -> dict[str, bool]:
+    """The statuses `cls` and its bases declare with `x = data()` / `x = static()`."""
+    statuses: dict[str, bool] = {}
+    for base in reversed(cls.__mro__):
+        for name, value in vars(base).items():
+            if type(value) is dataclasses.Field and _STATUS in value.metadata:
+                statuses[name] = value.metadata[_STATUS]
+    return statuses
+
+
+def register_data_type(cls: T, /) -> T:
+    """Make values of `cls` data when assigned to an Object attribute (usable as a decorator)."""
+    _registered.add(cls)
+    _is_data_type.clear()
+    return cls
+
+
+def is_data(value: object, /) -> bool:
+    """Whether `value` is data by its type: an array, a Variable, a graph node (a module,
+    an `Rngs`, a `List`, ...), or a registered data type."""
+    cls = type(value)
+    registry = node_types()
+    if _epoch[0] is not registry.epoch:
+        _is_data_type.clear()
+        _epoch[0] = registry.epoch
+    try:
+        return _is_data_type[cls]
+    except KeyError:
+        pass
+    node_type = registry.lookup(cls)
+    found = (
+        issubclass(cls, Variable)
+        or isinstance(value, jax.Array | np.ndarray)
+        or cls in _registered
+        or (node_type is not None and node_type.type not in _CONTAINERS)
+    )
+    _is_data_type[cls] = found
+    return found
+
+
+def has_data(value: object, /) -> list[object]:
+    """The data found in `value`'s pytree: itself if it is data, else its data leaves
+    (empty for static values)."""
+    if type(value) in _ATOMIC:
+        return []
+    if is_data(value):
+        return [value]
+    leaves = jax.tree_util.tree_leaves(value, is_leaf=is_data)
+    return [leaf for leaf in leaves if is_data(leaf)]
+
+
+def check_static(owner: object, name: str, value: object, explicit: bool) -> None:
+    """Refuse a static attribute value that holds data, naming the attribute and the fixes."""
+    found = has_data(value)
+    if not found:
+        return
+    kinds = ", ".join(sorted({type(leaf).__name__ for leaf in found}))
+    cls, container = type(owner).__name__, type(value).__name__
+    if explicit:
+        raise ValueError(
+            f"Found data in value of type '{container}' annotated with nnx.static(...) when "
+            f"setting attribute '{name}' of Pytree type '{cls}': it holds {kinds}. Static "
+            "attributes live in the treedef and cannot hold arrays, Variables or modules; "
+            "drop the `static(...)`, or remove the data."
+        )
+    fixes = ""
+    if isinstance(value, list | dict):
+        wrapper = "List" if isinstance(value, list) else "Dict"
+        fixes = (
+            f"  - use `nnx.{wrapper}(...)` instead of a plain {container}: "
+            f"`self.{name} = nnx.{wrapper}(...)`;\n"
+        )
+    raise ValueError(
+        f"Found data on value of type '{container}' assigned to static attribute '{name}' of "
+        f"Pytree type '{cls}': it holds {kinds}, which JAX would not see (a plain "
+        f"{container} is static). Either:\n"
+        f"{fixes}"
+        f"  - mark it as data on assignment: `self.{name} = nnx.data(...)`;\n"
+        f"  - or declare it on the class: `{name}: {container} = nnx.data()`."
+    )

@@ -1,0 +1,189 @@
+"""Objects, `List` and `Dict` are JAX pytrees (Flax NNX 0.12 tree mode): data attributes
+are children, static ones ride in the treedef; `data`/`static` markers; Flax's error for
+data hidden in a static attribute; copies and pickling."""
+
+import copy
+import itertools
+import pickle
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bryo_graph import (
+    BatchStat,
+    Dict,
+    List,
+    Object,
+    Param,
+    data,
+    graphdef,
+    is_data,
+    register_data_type,
+    split,
+    static,
+)
+
+
+class Linear(Object):
+    def __init__(self, din, dout, seed=0):
+        rng = np.random.default_rng(seed)
+        self.kernel = Param(jnp.asarray(rng.normal(size=(din, dout)), jnp.float32))
+        self.bias = Param(jnp.zeros((dout,)))
+        self.din, self.dout = din, dout
+        self.activation = "tanh"
+
+    def __call__(self, x):
+        return getattr(jnp, self.activation)(x @ self.kernel + self.bias)
+
+
+class MLP(Object):
+    def __init__(self, sizes):
+        self.layers = List([Linear(a, b, i) for i, (a, b) in enumerate(itertools.pairwise(sizes))])
+        self.heads = Dict({"mean": Linear(sizes[-1], 1, 9)})
+        self.count = BatchStat(jnp.array(0.0))
+        self.name = "mlp"
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.heads["mean"](x)
+
+
+def test_leaves_are_the_arrays_and_statics_ride_in_the_treedef():
+    layer = Linear(2, 3)
+    leaves = jax.tree.leaves(layer)
+    assert len(leaves) == 2 and leaves[0] is layer.bias.value and leaves[1] is layer.kernel.value
+    treedef = jax.tree.structure(layer)
+    assert treedef == jax.tree.structure(Linear(2, 3, seed=1))
+    assert treedef != jax.tree.structure(Linear(2, 4))  # dout differs: a static value
+
+
+def test_plain_jit_grad_and_tree_map_take_modules():
+    model, x = MLP([2, 3, 2]), jnp.ones((4, 2))
+    np.testing.assert_allclose(jax.jit(lambda m, x: m(x))(model, x), model(x), rtol=1e-6)
+    grads = jax.grad(lambda m: jnp.sum(m(x)))(model)
+    assert type(grads) is MLP and type(grads.layers[0].kernel) is Param
+    assert grads.layers[0].kernel.value.shape == (2, 3) and grads.name == "mlp"
+    zeros = jax.tree.map(jnp.zeros_like, model)
+    assert zeros is not model and zeros.layers[0] is not model.layers[0]
+    assert float(jnp.abs(model.layers[0].kernel.value).sum()) > 0  # the input is untouched
+    assert float(jnp.abs(zeros.layers[0].kernel.value).sum()) == 0
+    assert zeros.layers[0].activation == "tanh" and type(zeros.heads) is Dict
+
+
+def test_lists_and_dicts_hold_static_items_in_the_treedef():
+    items = List([Param(jnp.ones(1)), "static", 3, jnp.zeros(2)])
+    assert len(jax.tree.leaves(items)) == 2
+    rebuilt = jax.tree.map(lambda x: x + 1, items)
+    assert type(rebuilt) is List and rebuilt[1:3] == ["static", 3]
+    table = Dict(b=Param(jnp.ones(1)), a=jnp.zeros(1), fn=jnp.sin)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(table)[0]]
+    assert paths == ["['a']", "['b'].value"]
+    assert jax.tree.map(lambda x: x, table)["fn"] is jnp.sin
+
+
+def test_the_cached_treedef_follows_attribute_changes():
+    layer = Linear(2, 2)
+    before = jax.tree.structure(layer)
+    layer.dout = 7
+    assert jax.tree.structure(layer) != before
+    layer.extra = Param(jnp.ones(1))
+    assert len(jax.tree.leaves(layer)) == 3
+    del layer.extra
+    assert len(jax.tree.leaves(layer)) == 2
+    layers = List([layer])
+    layers.append(Linear(2, 2))
+    assert len(jax.tree.leaves(layers)) == 4
+
+
+def test_a_plain_list_of_modules_gets_flax_error_naming_the_attribute():
+    class Net(Object):
+        def __init__(self):
+            self.blocks = [Linear(2, 2), Linear(2, 2)]
+
+    with pytest.raises(ValueError, match=r"static attribute 'blocks' of Pytree type 'Net'") as info:
+        Net()
+    assert "nnx.List(...)" in str(info.value) and "nnx.data(...)" in str(info.value)
+    net = object.__new__(Net)
+    with pytest.raises(ValueError, match=r"'pair' of Pytree type 'Net': it holds Param"):
+        net.pair = (Param(1), 2)
+    assert not hasattr(net, "pair")  # nothing was set
+
+
+def test_data_and_static_markers():
+    class Holder(Object):
+        config: dict = static(default=None)
+
+        def __init__(self):
+            self.arrays = data([jnp.ones(2), jnp.zeros(1)])
+            self.scale = data(2.0)
+            self.table = static({"lr": 0.1})
+            self.config = {"depth": 2}
+
+    holder = Holder()
+    assert type(holder.arrays) is list and holder.scale == 2.0
+    assert len(jax.tree.leaves(holder)) == 3  # two arrays and the data float
+    doubled = jax.jit(lambda h: jax.tree.map(lambda x: x * 2, h))(holder)
+    assert float(doubled.scale) == 4.0 and doubled.table == {"lr": 0.1}
+    with pytest.raises(ValueError, match=r"annotated with nnx.static\(...\) when setting attri"):
+        holder.table = static([Param(1)])
+    with pytest.raises(ValueError, match=r"attribute 'config' of Pytree type 'Holder'"):
+        holder.config = [jnp.ones(1)]
+    with pytest.raises(TypeError, match="either a value"):
+        data(1, default=2)
+
+
+def test_registered_data_types_are_children():
+    class Token:
+        pass
+
+    assert not is_data(Token())
+    register_data_type(Token)
+    holder = Object()
+    holder.token = Token()
+    assert jax.tree.leaves(holder) == [holder.token]
+
+
+def test_pytree_false_objects_are_graph_only_and_track_containers():
+    class Graph(Object, pytree=False):
+        def __init__(self):
+            self.layers = [Linear(2, 2)]
+
+    node = Graph()
+    assert type(node.layers) is List
+    assert jax.tree.leaves(node) == [node]  # a leaf for JAX
+    assert graphdef(node) is not None and len(split(node)[1].flat_state()) == 2
+
+
+def test_slots_are_refused():
+    with pytest.raises(TypeError, match="declares __slots__"):
+
+        class Slotted(Object):
+            __slots__ = ("a",)
+
+
+def test_copies_and_pickles_keep_sharing_and_cycles():
+    model = MLP([2, 2])
+    model.shared = model.layers[0]
+    model.parent = model
+    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert twin is not model and twin.shared is twin.layers[0] and twin.parent is twin
+        np.testing.assert_allclose(twin(jnp.ones((1, 2))), model(jnp.ones((1, 2))), rtol=1e-6)
+        twin.layers[0].kernel.value = twin.layers[0].kernel.value * 0
+        assert float(jnp.abs(model.layers[0].kernel.value).sum()) > 0
+    assert jax.tree.structure(copy.deepcopy(model.layers[0])) == jax.tree.structure(model.layers[0])
+
+
+@settings(deadline=None, max_examples=20)
+@given(st.lists(st.integers(1, 4), min_size=2, max_size=4))
+def test_tree_map_round_trip_keeps_structure_and_values(sizes):
+    model = MLP(sizes)
+    again = jax.tree.map(lambda x: x, model)
+    assert jax.tree.structure(again) == jax.tree.structure(model)
+    for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(model), strict=True):
+        assert a is b
+    assert [layer.dout for layer in again.layers] == sizes[1:]

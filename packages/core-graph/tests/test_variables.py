@@ -1,0 +1,157 @@
+"""Variables behave like their values (Flax NNX 0.12): operators, indexing, get/set hooks,
+metadata, pytree behaviour, copies and pickling; `VariableState` as the older spelling."""
+
+import copy
+import pickle
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bryo_graph import BatchStat, Param, Variable, VariableState
+
+
+def test_equality_and_operators_compare_values():
+    a, b = Param(jnp.array(2)), Param(jnp.array(3))
+    assert not bool(a == b) and bool(a != b) and bool(a < b)
+    assert Param(1) == Param(1) and Param(1) == 1 and Param(1) != 2
+    assert int(a + b) == 5 and int(b - a) == 1 and int(3 * a) == 6 and int(-a) == -2
+    assert divmod(Param(7), 2) == (3, 1) and round(Param(2.6)) == 3
+    np.testing.assert_array_equal(Param(jnp.array([1, 2])) == jnp.array([1, 3]), [True, False])
+
+
+def test_variables_hash_by_identity():
+    a, b = Param(1), Param(1)
+    assert a == b and len({a, b}) == 2 and {a: "a"}[a] == "a"
+
+
+def test_index_assignment_stores_arrays():
+    v = Param(jnp.zeros((2, 2)))
+    v[...] = 3
+    assert isinstance(v.value, jax.Array) and v.value.dtype == jnp.float32
+    np.testing.assert_array_equal(v.value, 3.0)
+    v[0, 1] = 7
+    assert float(v[0, 1]) == 7.0 and float(v[1, 1]) == 3.0
+    v[...] += 1
+    assert float(v[1, 1]) == 4.0
+
+
+def test_index_assignment_on_numpy_copies_and_on_scalars_replaces():
+    array = np.zeros(3)
+    v = Variable(array)
+    v[1] = 5.0
+    assert array[1] == 0.0 and v.value[1] == 5.0  # the caller's array is not written
+    scalar = Variable(0)
+    scalar[...] = 3
+    assert scalar[...] == 3
+
+
+def test_in_place_operators_update_the_variable():
+    count = Variable(jnp.array(0))
+    alias = count
+    count += 2
+    assert count is alias and int(count.value) == 2
+
+
+def test_get_and_set_value_with_index():
+    v = Param(jnp.arange(4.0))
+    assert float(v.get_value(index=2)) == 2.0
+    v.set_value(9.0, index=0)
+    assert float(v.get_value()[0]) == 9.0
+    assert v.get_raw_value() is v.raw_value
+    v.set_raw_value(5)
+    assert v.value == 5
+
+
+class Doubled(Variable):
+    """Stores half the value it is given, reads it doubled back."""
+
+    def get_value(self, *, index=None):
+        value = self.raw_value * 2
+        return value if index is None else value[index]
+
+    def set_value(self, value, *, index=None):
+        self.set_raw_value(jnp.asarray(value) / 2)
+
+
+def test_subclass_get_and_set_value_hooks_serve_every_access():
+    v = Doubled(jnp.array(3.0))
+    assert float(v.value) == 6.0 and float(v + 1) == 7.0 and float(jnp.asarray(v)) == 6.0
+    v.value = 10.0
+    assert float(v.raw_value) == 5.0 and float(v[...]) == 10.0
+
+
+def test_metadata_api():
+    v = Variable(1.0, tag="a")
+    assert v.get_metadata() == {"tag": "a"} and v.get_metadata("tag") == "a"
+    assert v.get_metadata("missing", default=None) is None
+    with pytest.raises(KeyError, match="has no metadata 'missing'"):
+        v.get_metadata("missing")
+    v.set_metadata(b=2)
+    v.set_metadata("c", 3)
+    assert v.get_metadata() == {"tag": "a", "b": 2, "c": 3} and v.has_metadata("b")
+    v.set_metadata({"only": True})
+    assert v.get_metadata() == {"only": True}
+    v.del_metadata("only")
+    assert v.get_metadata() == {}
+    with pytest.raises(TypeError, match="takes a dict"):
+        v.set_metadata(1, 2, 3)
+    with pytest.raises(TypeError, match="not a mix"):
+        v.set_metadata({"a": 1}, b=2)
+
+
+def test_metadata_changes_never_touch_copies():
+    v = Param(1, tag="a")
+    twin = jax.tree.map(lambda x: x, v)
+    v.set_metadata(tag="b")
+    assert twin.tag == "a" and v.tag == "b"
+
+
+def test_generic_subscript():
+    alias = Param[jax.Array]
+    p = alias(jnp.ones(2))
+    assert type(p) is Param and p.get_metadata() == {}
+
+
+def test_pytree_with_one_child_keeps_type_and_metadata():
+    p = BatchStat(jnp.ones(2), tag="x")
+    assert jax.tree.leaves(p) == [p.value]
+    doubled = jax.tree.map(lambda x: x * 2, p)
+    assert type(doubled) is BatchStat and doubled.tag == "x" and doubled is not p
+    np.testing.assert_array_equal(doubled.value, 2.0)
+    np.testing.assert_array_equal(p.value, 1.0)
+    grads = jax.grad(lambda q: jnp.sum(q[...] ** 2))(Param(jnp.arange(3.0)))
+    assert type(grads) is Param
+    np.testing.assert_array_equal(grads.value, [0.0, 2.0, 4.0])
+    assert float(jax.jit(lambda q: q * 2)(Param(jnp.array(2.0)))) == 4.0
+
+
+@given(st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=5), st.text(max_size=3))
+def test_copy_deepcopy_pickle_round_trips(values, tag):
+    v = Param(np.array(values, np.float32), tag=tag)
+    for twin in (copy.copy(v), copy.deepcopy(v), pickle.loads(pickle.dumps(v)), v.copy()):
+        assert type(twin) is Param and twin is not v and twin.get_metadata() == {"tag": tag}
+        np.testing.assert_array_equal(twin.value, v.value)
+
+
+def test_copy_replaces_value_and_metadata():
+    v = Param(1, tag="a")
+    w = v.copy(2, tag="b")
+    assert (v.value, v.tag, w.value, w.tag) == (1, "a", 2, "b") and type(w) is Param
+
+
+def test_variable_state_builds_variables():
+    state = VariableState(type=Param, value=0)
+    assert type(state) is Param and state.type is Param and state.value == 0
+    assert isinstance(Param(0), VariableState) and issubclass(BatchStat, VariableState)
+    assert VariableState(Param, 1, tag="t").tag == "t"
+    with pytest.raises(TypeError, match="needs a Variable class as `type`"):
+        VariableState(type=int, value=0)
+
+
+def test_missing_attribute_names_the_metadata():
+    with pytest.raises(AttributeError, match=r"no metadata or value attribute 'nope'"):
+        Variable(0, tag="t").nope  # noqa: B018
