@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from bryo_filters import PathContains
 from bryo_graph import (
     BatchStat,
+    Dict,
     GraphDef,
     GraphError,
     Intermediate,
@@ -132,7 +133,7 @@ def test_graphdef_is_hashable_and_structural():
 def test_graphdef_entries_are_named_records():
     model = MLP([2, 3])
     model.tied = model.layers[0].kernel
-    model.raw = {"w": np.ones(2)}
+    model.raw = Dict({"w": np.ones(2)})
     root = graphdef(model).root
     assert isinstance(root, NodeEntry) and root.type is MLP and root.index == 0
     kernel = root.child("layers").child(0).child("kernel")

@@ -119,11 +119,6 @@ def test_shorthands_equal_jax_random_with_the_same_key(name, args, kwargs):
     assert int(on_rngs.default.count.value) == 1 and int(on_rngs.params.count.value) == 1
 
 
-def test_split_shorthand_returns_keys():
-    keys = Rngs(0).split(3)
-    assert keys.shape == (3,) and jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
-
-
 def test_fork_splits_keys_and_counts_and_advances_the_parent():
     parent = Rngs(1)
     forked = parent.fork(split=5)
@@ -211,7 +206,7 @@ def test_split_merge_round_trip_keeps_keys_and_counts(seeds, draws):
     for _ in range(draws):
         for name in seeds:
             rngs[name]()
-    rebuilt = graph.merge(*graph.split(rngs))
+    rebuilt = graph.merge(*graph.split(rngs), copy=True)  # its own Variables
     assert isinstance(rebuilt, Rngs) and list(rebuilt) == list(rngs)
     for name in seeds:
         assert int(rebuilt[name].count.value) == draws

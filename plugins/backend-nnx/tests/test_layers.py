@@ -333,7 +333,7 @@ def test_model_with_layers_and_rngs_round_trips_through_split_and_merge():
         ("norm", "bias"),
     }
     assert ("drop", "rngs", "key") in rng_state.flat_state()
-    clone = graph.merge(graphdef, params, stats, rng_state)
+    clone = graph.merge(graphdef, params, stats, rng_state, copy=True)
     x = jax.random.normal(KEY, (5, 4))
     close(clone(x), model(x))
     assert isinstance(clone.rngs, Rngs) and clone.drop.rngs is not model.drop.rngs

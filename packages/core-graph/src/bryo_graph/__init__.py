@@ -48,6 +48,8 @@ from ._graph import state as state
 from ._graph import unflatten as unflatten
 from ._graph import update as update
 from ._graph import variables as variables
+from ._modes import set_graph_mode as set_graph_mode
+from ._modes import set_graph_updates as set_graph_updates
 from ._nodes import NodeType as NodeType
 from ._nodes import is_graph_node as is_graph_node
 from ._nodes import node_type_of as node_type_of
@@ -64,6 +66,7 @@ from ._placement import shard as shard
 from ._placement import sharded_init as sharded_init
 from ._state import GraphState as GraphState
 from ._state import State as State
+from ._tree_mode import TreeDef as TreeDef
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate

@@ -17,30 +17,16 @@ from bryo_pytree import Path, path_str, unwrap_hashable
 
 from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
 from ._object import object_create, object_init_items
-from ._variables import Variable, VariableState
+from ._variables import NO_METADATA, Variable
 
 _new = object.__new__
 _set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]
 
 
-def make_variable(leaf: object, variable_type: type[Variable]) -> Variable:
-    """A new Variable from a State leaf: a VariableState, a Variable, or a raw value."""
-    if type(leaf) is VariableState:
-        variable = _new(leaf.type)
-        _set_raw_value(variable, leaf.value)
-        _set_metadata(variable, dict(leaf._metadata))
-        return variable
-    if isinstance(leaf, VariableState):
-        return leaf.to_variable()
-    if isinstance(leaf, Variable):
-        return leaf.type.from_metadata(leaf.raw_value, leaf._metadata)
-    return variable_type.from_metadata(leaf, {})
-
-
 def leaf_value(leaf: object) -> object:
     """The raw value a State leaf holds for an array leaf of the graph."""
-    return leaf.value if isinstance(leaf, VariableState) else leaf
+    return leaf.raw_value if isinstance(leaf, Variable) else leaf
 
 
 class CompileError(ValueError):
@@ -72,15 +58,13 @@ class _Compiler:
         if cls is VariableEntry:
             i, name = self.leaf_count, f"n{entry.index}"
             self.leaf_count += 1
-            # A VariableState (the common case) becomes a Variable inline; anything else
-            # (a raw value, a Variable) goes through `make_variable`.
+            # A Variable (the common case) goes into the graph as it is, as in Flax NNX
+            # 0.12's merge; a raw value gets a new Variable of the entry's class.
             self.lines += [
-                f"s = L[{i}]",
-                "if type(s) is VariableState:",
-                f"    {name} = new(s.type); set_value({name}, s.value); "
-                f"set_metadata({name}, {{**s._metadata}})",
-                "else:",
-                f"    {name} = make_variable(s, {self.const(entry.type)})",
+                f"{name} = L[{i}]",
+                f"if not isinstance({name}, Variable):",
+                f"    {name} = new({self.const(entry.type)}); set_value({name}, L[{i}]); "
+                f"set_metadata({name}, NO_METADATA)",
             ]
             self.built.add(entry.index)
             return name
@@ -111,6 +95,9 @@ class _Compiler:
         if node_type.create is object_create and node_type.init_items is object_init_items:
             # `Object`s (NNX-style modules): inline what those two functions do.
             self.lines.append(f"{name} = new({self.const(cls)})")
+            restore = getattr(cls, "_object__restore", None)
+            if restore is not None:  # bookkeeping an Object refreshes when built
+                self.lines.append(f"{self.const(restore)}({name})")
             self.built.add(index)
             values = [(self.key(key), self.expr(child, (*path, key))) for key, child in children]
             items = ", ".join(f"{k}: {v}" for k, v in values)
@@ -153,9 +140,9 @@ def compile_graphdef(root: NodeEntry, registry: TypeTable, *, name: str) -> Call
     source = f"def build(L):\n{body}\n    return {result}\n"
     namespace = {
         "K": compiler.consts,
-        "make_variable": make_variable,
         "leaf_value": leaf_value,
-        "VariableState": VariableState,
+        "Variable": Variable,
+        "NO_METADATA": NO_METADATA,
         "new": _new,
         "set_value": _set_raw_value,
         "set_metadata": _set_metadata,

@@ -7,13 +7,22 @@ Variable an index: a second reference to either becomes a `ref` in the GraphDef,
 `unflatten` rebuilds the sharing. Flattening a graph whose nodes all report their
 structural changes (or cannot change) is cached: re-splitting an unchanged model only
 reads the Variables' current values.
+
+As in Flax NNX 0.12, the States hold the graph's live Variables (a raw array leaf is
+wrapped in a new Variable of its node's leaf type), `merge` puts the Variables it is given
+into the new graph (`copy=True` copies them), `update` adds paths the graph lacks under
+existing nodes, and a bare Variable or array is a graph of its own. `graph=False` runs the
+functions in tree mode (`_tree_mode`); `set_graph_mode` changes the default.
 """
 
 from __future__ import annotations
 
+import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any as _Any
+
+import jax
 
 from bryo_filters import Filter, filters_to_predicates, is_builtin_filter
 from bryo_pytree import Key, Path, hashable, is_shaped, path_str
@@ -29,9 +38,11 @@ from ._entries import (
     collect_leaf_paths,
     render,
 )
+from ._modes import graph_mode
 from ._nodes import NodeType, node_types, structure_version
 from ._state import State, group_flat
-from ._variables import Variable, VariableState
+from ._tree_mode import TreeDef, tree_flatten, tree_iter, tree_merge, tree_split, tree_state
+from ._variables import NO_METADATA, Variable
 
 
 class GraphError(ValueError):
@@ -48,7 +59,7 @@ class GraphDef:
 
     __slots__ = ("_builder", "_hash", "_leaf_order", "_leaf_paths", "root")
 
-    def __init__(self, root: NodeEntry) -> None:
+    def __init__(self, root: Entry) -> None:
         self.root = root
         self._hash = hash(root)
         self._leaf_paths: frozenset[Path] | None = None
@@ -98,6 +109,13 @@ class GraphDef:
     def __repr__(self) -> str:
         return "GraphDef(" + render(self.root) + ")"
 
+    def __class_getitem__(cls, item: object) -> types.GenericAlias:
+        """`GraphDef[Model]`: a typing alias (GraphDefs are not generic at runtime)."""
+        return types.GenericAlias(cls, item)
+
+
+jax.tree_util.register_static(GraphDef)  # a GraphDef passes through `jax.jit` as static data
+
 
 # Flattening -------------------------------------------------------------------------
 
@@ -131,11 +149,13 @@ class LeafSource:
         self.parent_type = parent_type
         self.key = key
 
-    def snapshot(self) -> VariableState:
+    def snapshot(self) -> Variable:
+        """The State leaf: the live Variable, or a new `leaf_type` Variable around a raw
+        array."""
         variable = self.variable
         if variable is not None:
-            return VariableState(type(variable), variable.raw_value, **variable._metadata)
-        return VariableState(self.leaf_type, self.value)
+            return variable
+        return self.leaf_type.from_metadata(self.value, NO_METADATA)
 
 
 class FlatGraph:
@@ -169,7 +189,7 @@ class FlatGraph:
             self._index = dict(zip(self.paths, self.sources, strict=True))
         return self._index
 
-    def flat_state(self) -> dict[Path, VariableState]:
+    def flat_state(self) -> dict[Path, Variable]:
         return {
             path: source.snapshot() for path, source in zip(self.paths, self.sources, strict=True)
         }
@@ -250,8 +270,14 @@ class _Flattener:
             self.cacheable = False
         children, aux = node_type.flatten(node)
         child_leaf_type = node_type.leaf_type or leaf_type
+        static = node_type.static_keys(node) if node_type.static_keys is not None else ()
         entries = tuple(
-            (key, self.visit(child, (*path, key), node, node_type, key, child_leaf_type))
+            (
+                key,
+                StaticEntry(hashable(child))
+                if key in static
+                else self.visit(child, (*path, key), node, node_type, key, child_leaf_type),
+            )
             for key, child in children
         )
         self.nodes.append((path, node))
@@ -276,11 +302,14 @@ def flat_graph(node: object, /) -> FlatGraph:
         return cached[2]
     flattener = _Flattener()
     node_type = flattener.registry.lookup(type(node))
+    if node_type is None and (isinstance(node, Variable) or _is_array(node)):
+        root = flattener.visit(node, (), None, None, (), Variable)  # a graph of one leaf
+        return FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
     if node_type is None:
         raise GraphError(
             f"`node` must be a graph node (a module of a registered backend, a dict, list or "
-            f"tuple); got {type(node).__name__}: {node!r:.80}. Install or import the backend "
-            "that defines it, or wrap arrays in a Variable inside a Module."
+            f"tuple), a Variable or an array; got {type(node).__name__}: {node!r:.80}. Install "
+            "or import the backend that defines it, or wrap arrays in a Variable."
         )
     root = flattener.visit_node(node, node_type, (), Variable)
     flat = FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
@@ -335,7 +364,11 @@ def flatten(node: object, /) -> tuple[GraphDef, State]:
 
 
 def unflatten(graphdef: GraphDef, state: State | Mapping, /) -> _Any:
-    """Build a new graph from `graphdef` and a State that fits it exactly."""
+    """Build a new graph from `graphdef` and a State that fits it exactly; the Variables
+    in the State become the new graph's (a bare Variable or array is its own State)."""
+    if not isinstance(state, Mapping):
+        _check_fits(graphdef, {(): state})
+        return graphdef.build([state])
     flat = state._flat if isinstance(state, State) else State(state)._flat
     order = graphdef.leaf_order
     if len(flat) == len(order) and tuple(flat) == order:
@@ -344,57 +377,103 @@ def unflatten(graphdef: GraphDef, state: State | Mapping, /) -> _Any:
     return graphdef.build([flat[path] for path in order])
 
 
-def split(node: object, /, *filters: Filter) -> tuple[_Any, ...]:
+def _own_state(flat: FlatGraph, leaves: dict[Path, object]) -> _Any:
+    """The State of `leaves`, or the leaf itself when the graph is a bare Variable/array."""
+    root_kind = type(flat.graphdef.root)
+    if root_kind is NodeEntry or not leaves:
+        return State._from_flat(leaves)
+    return flat.sources[0].value if root_kind is LeafEntry else leaves[()]
+
+
+def split(node: object, /, *filters: Filter, graph: bool | None = None) -> tuple[_Any, ...]:
     """`(graphdef, state)`, or `(graphdef, state_1, ..., state_n)`, one per filter.
 
     Each value goes to the first filter that matches it (filtering is order-dependent:
     put specific filters before general ones). A value that no filter matches raises a
-    `ValueError` naming its path and value; end with `...` to catch the rest.
+    `ValueError` naming its path and value; end with `...` to catch the rest. The States
+    hold the graph's live Variables. `graph=False` splits in tree mode (a `TreeDef`).
     """
+    if not graph_mode(graph):
+        return tree_split(node, filters)
     flat = flat_graph(node)
     if not filters:
-        return flat.graphdef, State._from_flat(flat.flat_state())
+        return flat.graphdef, _own_state(flat, flat.flat_state())
     return (flat.graphdef, *flat.grouped(filters, require_all=True))
 
 
-def state(node: object, /, *filters: Filter) -> _Any:
-    """`node`'s State, or one sub-State per filter (values matching none are left out)."""
+def state(node: object, /, *filters: Filter, graph: bool | None = None) -> _Any:
+    """`node`'s State (its live Variables), or one sub-State per filter (values matching
+    none are left out). `graph=False` reads it in tree mode."""
+    if not graph_mode(graph):
+        return tree_state(node, filters)
     flat = flat_graph(node)
     if not filters:
-        return State._from_flat(flat.flat_state())
+        return _own_state(flat, flat.flat_state())
     states = flat.grouped(filters, require_all=False)
     return states[0] if len(filters) == 1 else states
 
 
-def graphdef(node: object, /) -> GraphDef:
-    """`node`'s GraphDef."""
+def graphdef(node: object, /, *, graph: bool | None = None) -> GraphDef | TreeDef:
+    """`node`'s GraphDef (its `TreeDef` with `graph=False`)."""
+    if not graph_mode(graph):
+        return tree_flatten(node, "graphdef")[0]
     return flat_graph(node).graphdef
 
 
-def merge(graphdef: GraphDef, state: State | Mapping, /, *states: State | Mapping) -> _Any:
-    """A new graph from `graphdef` and the States `split` returned (in any grouping)."""
-    return unflatten(graphdef, State.merge(state, *states) if states else state)
+def merge(
+    graphdef: GraphDef | TreeDef,
+    state: State | Mapping | Variable | object,
+    /,
+    *states: State | Mapping,
+    copy: bool = False,
+) -> _Any:
+    """A new graph from `graphdef` and the States `split` returned (in any grouping).
+
+    The Variables in the States become the new graph's own, as in Flax NNX 0.12 (so
+    `merge(*split(model))` shares them with `model`); `copy=True` copies them instead.
+    """
+    if isinstance(graphdef, TreeDef):
+        return tree_merge(graphdef, (state, *states), copy=copy)
+    if not isinstance(graphdef, GraphDef):
+        raise TypeError(
+            f"`merge` takes the GraphDef `split` returned first; got {type(graphdef).__name__}."
+        )
+    merged = State.merge(state, *states) if states else state
+    if copy:
+        merged = _copied(merged)
+    return unflatten(graphdef, merged)  # type: ignore[arg-type]
+
+
+def _copied(state: object) -> object:
+    if isinstance(state, Variable):
+        return state.copy()
+    if not isinstance(state, Mapping):
+        return state
+    flat = state._flat if isinstance(state, State) else State(state)._flat
+    return State._from_flat(
+        {p: v.copy() if isinstance(v, Variable) else v for p, v in flat.items()}
+    )
 
 
 def update(node: object, state: State | Mapping, /, *states: State | Mapping) -> None:
     """Write the values of `states` into `node`'s Variables and array leaves, in place.
 
-    All paths are checked before anything is written: a path the model does not have,
-    or an array leaf inside an immutable node, raises a `GraphError` naming the paths,
-    and leaves the model exactly as it was.
+    A path the graph does not have is added under its parent node (a Variable given is
+    copied in). All paths are checked before anything is written: a path whose parent is
+    not a node of the graph, or an array leaf inside an immutable node, raises a
+    `GraphError` naming the paths, and leaves the model exactly as it was.
     """
+    if isinstance(node, Variable):
+        _write_variable(node, _single_state(node, (state, *states)))
+        return
     flat = flat_graph(node)
     updates = State.merge(state, *states)._flat
     index = flat.index
-    unknown = [path for path in updates if path not in index]
-    if unknown:
-        raise GraphError(
-            f"`update` got paths the model does not have: {_list_paths(unknown)}. The model's "
-            f"paths include {_list_paths(flat.paths)}; pass a State split from this model."
-        )
+    new = [path for path in updates if path not in index]
+    parents = _new_leaf_parents(flat, new)
     frozen = [
         path
-        for path, source in ((p, index[p]) for p in updates)
+        for path, source in ((p, index[p]) for p in updates if p in index)
         if source.variable is None
         and (source.parent_type is None or not source.parent_type.set_key)
     ]
@@ -405,24 +484,83 @@ def update(node: object, state: State | Mapping, /, *states: State | Mapping) ->
             "`merge(graphdef, state)` instead."
         )
     for path, leaf in updates.items():
-        source = index[path]
-        if source.variable is not None:
+        source = index.get(path)
+        if source is None:
+            parent, parent_type = parents[path]
+            value = leaf.copy() if isinstance(leaf, Variable) else leaf
+            parent_type.set_key(parent, path[-1], value)  # type: ignore[misc]
+        elif source.variable is not None:
             _write_variable(source.variable, leaf)
         else:
-            value = leaf.value if isinstance(leaf, VariableState) else leaf
+            value = leaf.raw_value if isinstance(leaf, Variable) else leaf
             source.parent_type.set_key(source.parent, source.key, value)  # type: ignore[union-attr]
 
 
+def _single_state(variable: Variable, states: tuple) -> object:
+    given = [s for s in states if not (isinstance(s, Mapping) and not s)]
+    if len(given) != 1:
+        raise GraphError(
+            f"`update` of a bare {type(variable).__name__} takes exactly one non-empty state "
+            f"(a Variable or a value); got {len(given)}."
+        )
+    return given[0]
+
+
+def _new_leaf_parents(flat: FlatGraph, paths: list[Path]) -> dict[Path, tuple[object, NodeType]]:
+    """The live parent node of each path to add; a `GraphError` if one has none."""
+    if not paths:
+        return {}
+    registry = node_types()
+    nodes = dict(flat.nodes)
+    parents: dict[Path, tuple[object, NodeType]] = {}
+    orphans = []
+    for path in paths:
+        parent = nodes.get(path[:-1], _NO_NODE) if path else _NO_NODE
+        node_type = registry.lookup(type(parent)) if parent is not _NO_NODE else None
+        if node_type is None or node_type.set_key is None:
+            orphans.append(path)
+        else:
+            parents[path] = (parent, node_type)
+    if orphans:
+        raise GraphError(
+            f"`update` got paths the model does not have: {_list_paths(orphans)}, and cannot "
+            "add them: a new path must sit directly under a mutable node of the model (a "
+            f"module, List or Dict). The model's paths include {_list_paths(flat.paths)}; pass "
+            "a State split from this model, or add the missing nodes first."
+        )
+    return parents
+
+
+_NO_NODE = object()
+
+
 def _write_variable(variable: Variable, leaf: object) -> None:
-    if isinstance(leaf, VariableState | Variable):
+    if leaf is variable:
+        return
+    if isinstance(leaf, Variable):
         variable.copy_from(leaf)
     else:
-        variable.value = leaf
+        variable.set_raw_value(leaf)
 
 
-def clone(node: object, /) -> _Any:
-    """A deep copy of `node` with the same sharing, new Variables and new nodes."""
-    return merge(*split(node))
+def clone(
+    node: object,
+    /,
+    variables: bool = True,
+    *,
+    arrays: bool = False,
+    graph: bool | None = None,
+) -> _Any:
+    """A deep copy of `node` with the same sharing: new nodes, and new Variables unless
+    `variables=False`; `arrays=True` also copies the arrays (distinct buffers, as
+    `jax.jit(donate_argnums=...)` needs)."""
+    if arrays and not variables:
+        raise ValueError("`clone(arrays=True)` copies the Variables too; drop `variables=False`.")
+    graphdef_, *states = split(node, graph=graph)
+    if arrays:
+        states = [jax.tree.map(jax.numpy.copy, s) for s in states]
+        return merge(graphdef_, *states)
+    return merge(graphdef_, *states, copy=variables)
 
 
 def pop(node: object, /, *filters: Filter) -> _Any:
@@ -447,8 +585,12 @@ def pop(node: object, /, *filters: Filter) -> _Any:
     return states[0] if len(filters) == 1 else states
 
 
-def iter_graph(node: object, /) -> Iterator[tuple[Path, _Any]]:
-    """Every node, Variable and leaf of `node` with its path, each once, children first."""
+def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[Path, _Any]]:
+    """Every node, Variable and leaf of `node` with its path, each once, children first
+    (`graph=False`: the pytree's nodes and leaves; shared references are an error)."""
+    if not graph_mode(graph):
+        yield from tree_iter(node)
+        return
     yield from _iter(node, (), set(), node_types())
 
 

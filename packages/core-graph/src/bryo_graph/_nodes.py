@@ -11,7 +11,7 @@ type loads the `graph` plugins keyed by the modules of its MRO (a backend's entr
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Sequence
 
 from bryo_plugins import BryoPluginManager, PluginResultError, TypeTable, hook_table
 from bryo_pytree import Key
@@ -43,6 +43,9 @@ class NodeType:
         tracks_structure: the backend calls `bryo_graph.structure_changed()` on every
             structural change of such nodes (attribute set or delete), so flattening a
             graph made only of such and immutable nodes can be cached.
+        static_keys: optional, `node -> container of keys` whose children are static
+            values kept in the GraphDef as they are, never walked into (an `Object`'s
+            static attributes, such as a plain list of ints).
     """
 
     type: type
@@ -55,6 +58,7 @@ class NodeType:
     pop_key: Callable[[object, Key], None] | None = None
     leaf_type: type | None = None
     tracks_structure: bool = False
+    static_keys: Callable[[object], Container[Key]] | None = None
 
     @property
     def mutable(self) -> bool:

@@ -37,7 +37,16 @@ class ObjectTreeDef:
     """An Object's (or `List`'s, `Dict`'s) pytree node data: which keys are children and
     the static values, compared by value; cached on the node until it changes."""
 
-    __slots__ = ("_hash", "data_keys", "jax_keys", "static_keys", "static_values", "statuses")
+    __slots__ = (
+        "_hash",
+        "data_keys",
+        "jax_keys",
+        "sorted_keys",
+        "static_keys",
+        "static_set",
+        "static_values",
+        "statuses",
+    )
 
     def __init__(
         self,
@@ -52,6 +61,8 @@ class ObjectTreeDef:
         self.static_keys = static_keys
         self.static_values = static_values
         self.statuses = statuses
+        self.static_set = frozenset(static_keys)
+        self.sorted_keys = tuple(sorted((*data_keys, *static_keys)))
         self._hash = hash((data_keys, static_keys, statuses))
 
     def __hash__(self) -> int:
@@ -451,13 +462,26 @@ register_object_pytree(Object)
 
 def object_flatten(node: Object) -> tuple[Children, Hashable]:
     """An Object's children: its attributes sorted by name, private bookkeeping left out."""
-    items = [(k, v) for k, v in vars(node).items() if not k.startswith(_PRIVATE_PREFIX)]
+    namespace = vars(node)
+    if type(node)._object__pytree:
+        treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
+        return [(k, namespace[k]) for k in treedef.sorted_keys], None
+    items = [(k, v) for k, v in namespace.items() if not k.startswith(_PRIVATE_PREFIX)]
     items.sort(key=_first)
     return items, None
 
 
 def _first(item: tuple[str, object]) -> str:
     return item[0]
+
+
+def object_static_keys(node: Object) -> frozenset[str]:
+    """The names of an Object's static attributes (kept in the GraphDef as they are)."""
+    if not type(node)._object__pytree:
+        return frozenset()
+    namespace = vars(node)
+    treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
+    return treedef.static_set
 
 
 def object_create(cls: type, aux: Hashable) -> Object:
@@ -501,6 +525,7 @@ def object_node_type(cls: type[Object]) -> NodeType:
         set_key=object_set_key,
         pop_key=object_pop_key,
         tracks_structure=True,
+        static_keys=object_static_keys,
     )
 
 

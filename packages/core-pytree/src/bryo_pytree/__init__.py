@@ -19,6 +19,7 @@ from ._display import describe_leaf as describe_leaf
 from ._display import tree_display as tree_display
 from ._equality import safe_equal as safe_equal
 from ._hashable import ByIdentity as ByIdentity
+from ._hashable import ByValue as ByValue
 from ._hashable import hashable as hashable
 from ._hashable import unwrap_hashable as unwrap_hashable
 from ._paths import Key as Key

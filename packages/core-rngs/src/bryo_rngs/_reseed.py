@@ -24,7 +24,14 @@ ReseedPolicy: TypeAlias = (
 )
 
 
-def reseed(node: object, /, *, policy: ReseedPolicy = "scalars_only", **seeds: RngValue) -> None:
+def reseed(
+    node: object,
+    /,
+    *,
+    graph: bool | None = None,
+    policy: ReseedPolicy = "scalars_only",
+    **seeds: RngValue,
+) -> None:
     """Reset the key and count of the streams in `node` named by `seeds`.
 
     A stream held directly by an `Rngs` gets the key `Rngs(name=seed)` would hold; a
@@ -38,6 +45,7 @@ def reseed(node: object, /, *, policy: ReseedPolicy = "scalars_only", **seeds: R
 
     Args:
         node: any graph holding streams.
+        graph: walk `node` as a graph (the default) or, with False, as a pytree.
         policy: for streams whose key is split (not a scalar): `'scalars_only'` raises,
             `'match_shape'` splits the new key to the stream's shape, or a callable
             `(path, key, shape) -> keys`.
@@ -50,7 +58,7 @@ def reseed(node: object, /, *, policy: ReseedPolicy = "scalars_only", **seeds: R
     choose = _policy(policy)
     held_by_rngs = set()
     streams: list[tuple[Path, RngStream]] = []
-    for path, value in iter_graph(node):
+    for path, value in iter_graph(node, graph=graph):
         if isinstance(value, Rngs):
             held_by_rngs.update(id(s) for _, s in value.items())
         elif isinstance(value, RngStream):

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from bryo_graph import iter_graph, state, update
 from bryo_plugins import CallRouter
 
@@ -32,14 +34,14 @@ def _route(
 
     name = module_path(module, parent, iter_graph)
     info = module_info(module, name, static_attributes(module))
-    before = state(module)  # what `pure` restores: nothing changes the module until then
+    before = snapshot(module)  # what `pure` restores: nothing changes the module until then
 
     def pure(new_state: Any, *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
         update(module, new_state)
         try:
             with _router.running(module, name):
                 out = call(module, *call_args, **call_kwargs)
-            return state(module), out
+            return snapshot(module), out
         finally:
             update(module, before)
 
@@ -47,6 +49,16 @@ def _route(
         update(module, new_state)
 
     return handler(info, before, pure, write_back, args, kwargs)
+
+
+def snapshot(module: object) -> Any:
+    """The module's State with its own Variables: a later `update` of the module leaves
+    it as it is (`state(module)` holds the live Variables)."""
+    return jax.tree.map(_same, state(module))
+
+
+def _same(value: object) -> object:
+    return value
 
 
 _router = CallRouter("bryo_nnx_mox", _route)

@@ -41,6 +41,8 @@ from bryo_graph import logical_to_mesh as logical_to_mesh
 from bryo_graph import merge as merge
 from bryo_graph import pop as pop
 from bryo_graph import register_data_type as register_data_type
+from bryo_graph import set_graph_mode as set_graph_mode
+from bryo_graph import set_graph_updates as set_graph_updates
 from bryo_graph import shard as shard
 from bryo_graph import sharded_init as sharded_init
 from bryo_graph import split as split

@@ -1,0 +1,200 @@
+"""Graph functions with Flax NNX 0.12's semantics: States hold live Variables, `merge`
+uses the Variables it is given, `update` adds paths, bare Variables and arrays are
+graphs, static attributes stay in the GraphDef; tree mode (`graph=False`) and
+`set_graph_mode`."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bryo_graph import (
+    BatchStat,
+    GraphDef,
+    GraphError,
+    List,
+    Object,
+    Param,
+    State,
+    StaticEntry,
+    Variable,
+    clone,
+    graphdef,
+    iter_graph,
+    merge,
+    set_graph_mode,
+    split,
+    state,
+    update,
+)
+
+
+class Linear(Object):
+    def __init__(self, din, dout):
+        self.kernel = Param(jnp.ones((din, dout)))
+        self.bias = Param(jnp.zeros((dout,)))
+        self.sizes = [din, dout]  # a static plain list
+
+
+class MLP(Object):
+    def __init__(self):
+        self.layers = List([Linear(2, 3), Linear(3, 1)])
+        self.count = BatchStat(jnp.array(0.0))
+
+
+def test_states_hold_the_live_variables_and_merge_uses_them():
+    model = MLP()
+    graphdef_, params, rest = split(model, Param, ...)
+    assert params["layers"][0]["kernel"] is model.layers[0].kernel
+    assert state(model)["count"] is model.count
+    rebuilt = merge(graphdef_, params, rest)
+    assert rebuilt is not model and rebuilt.layers[0] is not model.layers[0]
+    assert rebuilt.layers[0].kernel is model.layers[0].kernel  # shared, as in Flax 0.12
+    copied = merge(graphdef_, params, rest, copy=True)
+    assert copied.layers[0].kernel is not model.layers[0].kernel
+    np.testing.assert_array_equal(copied.layers[0].kernel.value, 1.0)
+
+
+def test_tree_map_of_a_state_gives_new_variables_for_update():
+    model = MLP()
+    doubled = jax.tree.map(lambda x: x * 2, state(model, Param))
+    assert doubled["layers"][0]["kernel"] is not model.layers[0].kernel
+    np.testing.assert_array_equal(model.layers[0].kernel.value, 1.0)
+    update(model, doubled)
+    np.testing.assert_array_equal(model.layers[0].kernel.value, 2.0)
+
+
+def test_clone_copies_variables_and_optionally_arrays():
+    model = MLP()
+    twin = clone(model)
+    assert twin.layers[0].kernel is not model.layers[0].kernel
+    assert twin.layers[0].kernel.value is model.layers[0].kernel.value
+    deep = clone(model, arrays=True)
+    assert deep.layers[0].kernel.value is not model.layers[0].kernel.value
+    shallow = clone(model, variables=False)
+    assert shallow.layers[0].kernel is model.layers[0].kernel
+    with pytest.raises(ValueError, match="copies the Variables too"):
+        clone(model, variables=False, arrays=True)
+
+
+def test_update_adds_paths_under_existing_nodes():
+    model = MLP()
+    extra = State({"layers": {0: {"scale": Param(jnp.full(3, 2.0))}}, "note": jnp.ones(1)})
+    update(model, extra)
+    assert (
+        isinstance(model.layers[0].scale, Param)
+        and model.layers[0].scale is not (extra["layers"][0]["scale"])
+    )
+    np.testing.assert_array_equal(model.note, 1.0)
+    assert ("layers", 0, "scale") in state(model).flat_state()
+
+
+def test_update_refuses_paths_without_a_parent_and_changes_nothing():
+    model = MLP()
+    before = model.layers[0].kernel.value
+    bad = State.from_flat_path(
+        {("layers", 0, "kernel"): Param(jnp.zeros((2, 3))), ("ghost", "w"): Param(1)}
+    )
+    with pytest.raises(GraphError, match=r"does not have: ghost\.w, and cannot add them"):
+        update(model, bad)
+    assert model.layers[0].kernel.value is before and not hasattr(model, "ghost")
+
+
+def test_bare_variables_and_arrays_are_graphs():
+    v = Param(jnp.ones(2), tag="t")
+    graphdef_, leaf = split(v)
+    assert leaf is v and state(v) is v and isinstance(graphdef_, GraphDef)
+    assert merge(graphdef_, leaf) is v
+    assert merge(graphdef_, leaf, copy=True) is not v
+    array = jnp.arange(3.0)
+    graphdef_, leaf = split(array)
+    assert leaf is array and merge(graphdef_, jnp.zeros(3)).shape == (3,)
+    update(v, Param(jnp.zeros(2)))
+    np.testing.assert_array_equal(v.value, 0.0)
+    with pytest.raises(GraphError, match="exactly one non-empty state"):
+        update(v, Param(1), Param(2))
+
+
+def test_static_attributes_are_kept_whole_and_keep_the_cache():
+    model = MLP()
+    entry = graphdef(model).root.child("layers").child(0).child("sizes")
+    assert isinstance(entry, StaticEntry)
+    first = graphdef(model)
+    assert graphdef(model) is first  # a static plain list does not stop caching
+    assert graphdef(MLP()) == first  # equal static lists: equal GraphDefs
+    rebuilt = merge(*split(model))
+    assert rebuilt.layers[1].sizes == [3, 1] and type(rebuilt.layers[1].sizes) is list
+
+
+def test_graphdefs_are_static_under_jit_and_subscriptable():
+    model = MLP()
+    graphdef_, state_ = split(model)
+
+    @jax.jit
+    def forward(pair, x):
+        inner = merge(*pair)
+        return x @ inner.layers[0].kernel
+
+    assert forward((graphdef_, state_), jnp.ones((1, 2))).shape == (1, 3)
+    assert GraphDef[MLP] is not None
+
+
+def test_tree_mode_split_merge_state_and_graphdef():
+    model = MLP()
+    treedef, params, rest = split(model, Param, ..., graph=False)
+    assert params["layers"][0]["kernel"] is model.layers[0].kernel
+    rebuilt = merge(treedef, params, rest)
+    assert type(rebuilt) is MLP and rebuilt.layers[1].sizes == [3, 1]
+    raw = jax.tree.map(lambda v: v.value, state(model, graph=False), is_leaf=_is_var)
+    again = merge(treedef, raw)  # raw values become Variables of their recorded types
+    assert type(again.count) is BatchStat
+    assert graphdef(model, graph=False) == treedef
+    assert clone(model, graph=False).layers[0].kernel is not model.layers[0].kernel
+
+
+def _is_var(x):
+    return isinstance(x, Variable)
+
+
+def test_tree_mode_refuses_sharing_cycles_and_graph_only_objects():
+    model = MLP()
+    model.tied = model.layers[0].kernel
+    with pytest.raises(ValueError, match=r"same Param at layers\[0\]\.kernel and at tied"):
+        split(model, graph=False)
+
+    class GraphOnly(Object, pytree=False):
+        pass
+
+    holder = MLP()
+    holder.inner = GraphOnly()
+    with pytest.raises(ValueError, match=r"pytree=False.*Found at path: inner"):
+        state(holder, graph=False)
+    looped = MLP()
+    looped.layers.append(looped)
+    with pytest.raises(ValueError, match="cycle"):
+        list(iter_graph(looped, graph=False))
+
+
+def test_tree_mode_iter_graph_goes_children_first():
+    paths = [path for path, _ in iter_graph(Linear(1, 1), graph=False)]
+    assert paths == [("bias",), ("kernel",), ()]
+
+
+def test_set_graph_mode_plain_context_and_decorator():
+    model = MLP()
+    with set_graph_mode(False):
+        assert not isinstance(graphdef(model), GraphDef)
+    assert isinstance(graphdef(model), GraphDef)
+
+    @set_graph_mode(False)
+    def tree_graphdef():
+        return graphdef(model)
+
+    assert not isinstance(tree_graphdef(), GraphDef) and isinstance(graphdef(model), GraphDef)
+    set_graph_mode(False)
+    try:
+        assert not isinstance(graphdef(model), GraphDef)
+    finally:
+        set_graph_mode(True)
+    with pytest.raises(TypeError, match="takes True or False"):
+        set_graph_mode("no")
