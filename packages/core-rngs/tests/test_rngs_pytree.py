@@ -79,3 +79,33 @@ def test_copies_and_pickles_continue_the_stream():
     for twin in (copy.deepcopy(rngs), pickle.loads(pickle.dumps(rngs)), copy.copy(rngs)):
         assert twin is not rngs and _same_key(twin.params(), second)
     assert int(rngs.params.count.value) == 2  # the shallow copy shares the streams
+
+
+@pytest.mark.parametrize("keywords", [{"graph_updates": False}, {"graph": False}])
+def test_split_and_fork_rngs_on_copies(keywords):
+    from bryo_rngs import fork_rngs, split_rngs
+
+    rngs = Rngs(params=0, dropout=1)
+    split = split_rngs(rngs, splits=5, only="params", **keywords)
+    assert split.params.key.shape == (5,) and split.dropout.key.shape == ()
+    assert rngs.params.key.shape == () and split is not rngs
+    forked = fork_rngs(rngs, **keywords)
+    assert forked.params.key.shape == () and not _same_key(
+        forked.params.key.value, rngs.params.key.value
+    )
+
+    @split_rngs(splits=3, **keywords)
+    def shapes(r):
+        return r.params.key.shape
+
+    assert shapes(rngs) == (3,) and rngs.params.key.shape == ()
+
+
+def test_split_rngs_squeeze_needs_one_split():
+    from bryo_rngs import split_rngs
+
+    rngs = Rngs(0)
+    squeezed = split_rngs(rngs, splits=1, squeeze=True, graph_updates=False)
+    assert squeezed.default.key.shape == ()
+    with pytest.raises(ValueError, match="`squeeze=True` needs `splits=1`"):
+        split_rngs(rngs, splits=2, squeeze=True)

@@ -67,6 +67,7 @@ from ._placement import sharded_init as sharded_init
 from ._state import GraphState as GraphState
 from ._state import State as State
 from ._tree_mode import TreeDef as TreeDef
+from ._tree_mode import check_tree as check_tree
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate

@@ -21,11 +21,10 @@ from typing import ClassVar
 
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey, register_pytree_with_keys
 
-from bryo_pytree import Key
+from bryo_pytree import Key, safe_equal
 
 from ._fields import check_static, class_statuses, is_data, unmark
 from ._nodes import Children, NodeType, dict_flatten, structure_changed
-from ._variables import _safe_eq
 
 # Attributes an Object keeps for itself, never children.
 _PRIVATE_PREFIX = "_object__"
@@ -78,7 +77,7 @@ class ObjectTreeDef:
             and self.static_keys == other.static_keys
             and self.statuses == other.statuses
             and all(
-                a is b or _safe_eq(a, b)
+                safe_equal(a, b)
                 for a, b in zip(self.static_values, other.static_values, strict=True)
             )
         )

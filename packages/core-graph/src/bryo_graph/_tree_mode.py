@@ -106,6 +106,12 @@ def _check_leaf(leaf: object, path: Path, seen: dict[int, Path], fn_name: str) -
         )
 
 
+def check_tree(node: object, /, *, name: str) -> None:
+    """Raise the tree-mode error if `node` shares a Variable, has a cycle, or holds an
+    Object of a `pytree=False` class; `name` is the function reported (`'jit'`, ...)."""
+    tree_flatten(node, name)
+
+
 def _state_of(flat: dict[Path, object]) -> Any:
     """A bare Variable or array (path `()`) is its own state, as in Flax."""
     if len(flat) == 1 and () in flat:

@@ -277,9 +277,14 @@ def _record_trace(stream: RngStream) -> None:
 
 
 def check_trace(stream: RngStream) -> None:
-    """Raise `RngTraceError` if drawing from `stream` now would leak a tracer into it."""
+    """Raise `RngTraceError` if drawing from `stream` now would leak a tracer into it:
+    the stream holds a concrete count and belongs to another trace than the running one.
+    (A count that is already a tracer was put there by whoever traces the stream, such
+    as a lifted transform or `make_mox`, which also takes the new count back out.)"""
     owner = vars(stream).get(_TRACE)
-    if owner is None or owner == current_trace():
+    if owner is None or isinstance(stream.count.raw_value, jax.core.Tracer):
+        return
+    if owner == current_trace():
         return
     raise RngTraceError(
         f"rng stream {stream.tag!r} belongs to another JAX trace: it was made outside the "

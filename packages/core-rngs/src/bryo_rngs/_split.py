@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from bryo_filters import Filter
-from bryo_graph import iter_graph
+from bryo_graph import clone, iter_graph, set_graph_mode, set_graph_updates
 from bryo_pytree import Path
 
 from ._rngs import NO_MATCH, RngStream, Splits, draw_keys, first_match, split_keys, split_rules
@@ -158,6 +158,9 @@ def split_rngs(
     *,
     splits: int | tuple[int, ...] | Mapping[Filter, Any],
     only: Filter = ...,
+    squeeze: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Any:
     """Split the rng streams of `node` (or, as a decorator, of each call's arguments).
 
@@ -170,10 +173,16 @@ def split_rngs(
         node: a graph holding `Rngs` (a module, an `Rngs`); leave it out to get a decorator.
         splits: an int or shape, or a mapping `{filter: n}` (`{'dropout': 5}`).
         only: with an int `splits`, the streams to split (all by default).
+        squeeze: with `splits=1`, give each stream one fresh key of its own shape instead
+            of a leading axis of size 1.
+        graph, graph_updates: both True (the default unless `set_graph_mode`/
+            `set_graph_updates` say otherwise) split `node`'s streams in place; otherwise
+            `node` is left alone and a copy with split streams is returned (in tree mode
+            with `graph=False`), and the decorator calls the function with such copies.
 
     Returns:
-        With `node`, the `RngSplit` token (a context manager restoring the streams);
-        without, a decorator.
+        In place: with `node`, the `RngSplit` token (a context manager restoring the
+        streams); without, a decorator. Otherwise the copy, or a decorator.
 
     Example:
         >>> @split_rngs(splits=5)                                   # doctest: +SKIP
@@ -181,12 +190,23 @@ def split_rngs(
         ... def create(rngs):
         ...     return Model(rngs)
     """
-    if node is _MISSING:
-        return _around_calls(lambda args: split_rngs_in_place(args, splits, only=only))
-    return split_rngs_in_place(node, splits, only=only)
+    if squeeze:
+        if splits != 1:
+            raise ValueError(f"`squeeze=True` needs `splits=1`; got splits={splits!r}.")
+        splits = None  # a fresh key without a new axis
+    return _apply(
+        node, lambda target: split_rngs_in_place(target, splits, only=only), graph, graph_updates
+    )
 
 
-def fork_rngs(node: object = _MISSING, /, *, split: object = None) -> Any:
+def fork_rngs(
+    node: object = _MISSING,
+    /,
+    *,
+    split: object = None,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
     """Fork every rng stream of `node` (or of each call's arguments), splitting some.
 
     Each stream gets a fresh key drawn from it (its count moves on, so nothing repeats);
@@ -197,9 +217,12 @@ def fork_rngs(node: object = _MISSING, /, *, split: object = None) -> Any:
         node: a graph holding `Rngs`; leave it out to get a decorator.
         split: None (fork all, split none), an int or shape (split all), or a mapping
             `{filter: n}` (split those, fork the others).
+        graph, graph_updates: in place (both True, the default) or on a copy, as for
+            `split_rngs`.
 
     Returns:
-        With `node`, the `RngSplit` token (a context manager); without, a decorator.
+        In place: with `node`, the `RngSplit` token (a context manager); without, a
+        decorator. Otherwise the forked copy, or a decorator.
 
     Example:
         >>> @fork_rngs(split={'dropout': 5})                       # doctest: +SKIP
@@ -208,9 +231,40 @@ def fork_rngs(node: object = _MISSING, /, *, split: object = None) -> Any:
         ...     return model(x)
     """
     rules = _fork_rules(split)
-    if node is _MISSING:
-        return _around_calls(lambda args: split_rngs_in_place(args, rules))
-    return split_rngs_in_place(node, rules)
+    return _apply(node, lambda target: split_rngs_in_place(target, rules), graph, graph_updates)
+
+
+def _apply(
+    node: object,
+    split: Callable[[object], RngSplit],
+    graph: bool | None,
+    graph_updates: bool | None,
+) -> Any:
+    """`split` on `node` in place (a token), or on a copy (the copy); a decorator that
+    does the same to each call's arguments when `node` is left out."""
+    graph = set_graph_mode.current_value() if graph is None else graph
+    updates = set_graph_updates.current_value() if graph_updates is None else graph_updates
+    in_place = graph and updates
+
+    def on_copy(target: object) -> object:
+        copy = clone(target, graph=graph)
+        split(copy)
+        return copy
+
+    if node is not _MISSING:
+        return split(node) if in_place else on_copy(node)
+    if in_place:
+        return _around_calls(split)
+
+    def decorator(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = on_copy((args, kwargs))  # type: ignore[misc]
+            return f(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
 
 
 def _fork_rules(split: object) -> dict:

@@ -24,6 +24,7 @@ from ._layout import ARRAY, scan_args
 from ._options import as_argnums, decorator_or_none
 from ._plan import CallPlan, PlanCache, Signature
 from ._rebuild import rebuild
+from ._simple import Inputs, graph_updates_on, simple_grad, tree_mode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -163,6 +164,8 @@ def grad(
     wrt: Filter = Param,
     holomorphic: bool = False,
     allow_int: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
     """`jax.grad` for functions of graph nodes: gradients w.r.t. their `wrt` state.
 
@@ -174,6 +177,10 @@ def grad(
             (Params by default). Array arguments are differentiated whole.
         holomorphic: as for `jax.grad`.
         allow_int: as for `jax.grad`.
+        graph: with `graph_updates`, graph mode with updates (both True, the default), or
+            simple mode (`jax.grad` over the arguments as pytrees: gradients shaped like
+            them, all their inexact leaves differentiated, `wrt` unused), see `jit`.
+        graph_updates: see `graph`.
 
     Returns:
         A function returning the gradients (and aux): for a graph-node argument a `State`
@@ -192,11 +199,17 @@ def grad(
         wrt=wrt,
         holomorphic=holomorphic,
         allow_int=allow_int,
+        graph=graph,
+        graph_updates=graph_updates,
     )
     if partial is not None:
         return partial
     assert f is not None
-    run = _grad_core(f, argnums, has_aux, wrt, {"holomorphic": holomorphic, "allow_int": allow_int})
+    jax_kwargs = {"holomorphic": holomorphic, "allow_int": allow_int}
+    if not graph_updates_on(graph, graph_updates):
+        inputs = Inputs("grad", tree_mode(graph))
+        return simple_grad(f, inputs, argnums, has_aux, False, jax_kwargs)
+    run = _grad_core(f, argnums, has_aux, wrt, jax_kwargs)
 
     @functools.wraps(f)
     def grad_f(*args: Any, **kwargs: Any) -> Any:
@@ -215,6 +228,8 @@ def value_and_grad(
     wrt: Filter = Param,
     holomorphic: bool = False,
     allow_int: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
     """Like `grad`, returning `(loss, grads)`, or `((loss, aux), grads)` with `has_aux`.
 
@@ -229,11 +244,17 @@ def value_and_grad(
         wrt=wrt,
         holomorphic=holomorphic,
         allow_int=allow_int,
+        graph=graph,
+        graph_updates=graph_updates,
     )
     if partial is not None:
         return partial
     assert f is not None
-    run = _grad_core(f, argnums, has_aux, wrt, {"holomorphic": holomorphic, "allow_int": allow_int})
+    jax_kwargs = {"holomorphic": holomorphic, "allow_int": allow_int}
+    if not graph_updates_on(graph, graph_updates):
+        inputs = Inputs("grad", tree_mode(graph))
+        return simple_grad(f, inputs, argnums, has_aux, True, jax_kwargs)
+    run = _grad_core(f, argnums, has_aux, wrt, jax_kwargs)
 
     @functools.wraps(f)
     def value_and_grad_f(*args: Any, **kwargs: Any) -> Any:

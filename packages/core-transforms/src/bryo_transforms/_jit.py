@@ -20,6 +20,7 @@ from ._collect import Grouping
 from ._layout import scan_args
 from ._options import as_argnums, decorator_or_none, static_args
 from ._plan import PlanCache, Signature, raw_value
+from ._simple import Inputs, graph_updates_on, simple_jit, tree_mode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,6 +35,8 @@ def jit(
     *,
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
     **jit_kwargs: Any,
 ) -> F:
     """`jax.jit` for functions of graph nodes; state changed inside is written back.
@@ -46,8 +49,14 @@ def jit(
         f: the function (or use `@jit(...)` with options).
         static_argnums: positional arguments that are static (hashable) values.
         static_argnames: keyword arguments that are static (hashable) values.
+        graph: with `graph_updates`, graph mode with updates written back (both True,
+            the default unless `set_graph_mode`/`set_graph_updates` say otherwise), or
+            simple mode (`_simple`): `jax.jit` over the arguments as pytrees, only the
+            changed Variables' values written back; `graph=False` also requires trees.
+        graph_updates: see `graph`.
         **jit_kwargs: passed on to `jax.jit` (`keep_unused`, `device`, `backend`,
-            `inline`, `compiler_options`).
+            `inline`, `compiler_options`; in simple mode also `in_shardings`,
+            `out_shardings`, `donate_argnums`, `donate_argnames`).
 
     Returns:
         The jitted function.
@@ -58,20 +67,31 @@ def jit(
         ...     return model(x)
     """
     partial = decorator_or_none(
-        jit, f, static_argnums=static_argnums, static_argnames=static_argnames, **jit_kwargs
+        jit,
+        f,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        graph=graph,
+        graph_updates=graph_updates,
+        **jit_kwargs,
     )
     if partial is not None:
         return partial
     assert f is not None
+    argnums = as_argnums(static_argnums, "static_argnums")
+    argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    if not graph_updates_on(graph, graph_updates):
+        out_shardings = jit_kwargs.pop("out_shardings", None)
+        inputs = Inputs("jit", tree_mode(graph), argnums, argnames)
+        return simple_jit(f, inputs, out_shardings, jit_kwargs)  # type: ignore[return-value]
     unsupported = sorted(set(jit_kwargs) & _JIT_UNSUPPORTED)
     if unsupported:
         raise TypeError(
-            f"`jit` of graph nodes does not take {', '.join(map(repr, unsupported))}: the "
-            "compiled function sees flat lists of the models' arrays, not your arguments. "
-            "Shard the arrays themselves (`jax.device_put`) before the call instead."
+            f"`jit` of graph nodes does not take {', '.join(map(repr, unsupported))} in graph "
+            "mode: the compiled function sees flat lists of the models' arrays, not your "
+            "arguments. Pass `graph_updates=False` (simple mode: `jax.jit` over the arguments "
+            "as pytrees, which takes them), or shard the arrays themselves (`jax.device_put`)."
         )
-    argnums = as_argnums(static_argnums, "static_argnums")
-    argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
     cache = PlanCache()
     compiled: dict[Signature, Callable] = {}
     grouping = Grouping()

@@ -207,7 +207,7 @@ class CallPlan:
         """Write `value` into State leaf `k` of the caller's graph."""
         source = self.sources[k]
         if source.variable is not None:
-            source.variable.value = value
+            source.variable.set_raw_value(value)  # not through a subclass's set_value hook
             return
         node_type = source.parent_type
         if node_type is None or node_type.set_key is None:

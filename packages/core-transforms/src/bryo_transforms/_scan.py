@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 
+from bryo_graph import check_tree
 from bryo_pytree import is_array_like
 from bryo_scan import Remat, ScanCheckpointPolicy, checkpointed_scan
 
@@ -29,6 +30,7 @@ from ._errors import TransformError
 from ._layout import ArgLayout, is_graph_leaf, scan_args
 from ._plan import CallPlan, PlanCache
 from ._rebuild import Inner, rebuild
+from ._simple import tree_mode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -127,6 +129,8 @@ def scan(
     in_axes: object = (Carry, 0),
     out_axes: object = (Carry, 0),
     remat: Remat = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> F:
     """`jax.lax.scan` for functions of graph nodes (Flax NNX's `nnx.scan`).
 
@@ -144,6 +148,10 @@ def scan(
             None keeps the last step's value.
         remat: a checkpoint policy for each step (as for `bryo_scan.scan`): False, True,
             "nested", "offload", "save_all" or a `ScanCheckpointPolicy`.
+        graph, graph_updates: accepted as the other transforms take them; with
+            `graph=False` the arguments must be trees (no shared Variables). The scan
+            itself always runs lifted, writing state changes back (there is no separate
+            simple-mode scan).
 
     Returns:
         The scanned function. State changed inside is written back into the arguments.
@@ -164,13 +172,18 @@ def scan(
             in_axes=in_axes,
             out_axes=out_axes,
             remat=remat,
+            graph=graph,
+            graph_updates=graph_updates,
         )
     policy = ScanCheckpointPolicy.from_remat(remat)
+    trees = tree_mode(graph)
     position = _carry_position(out_axes)
     cache = PlanCache(size=16)
 
     @functools.wraps(f)
     def scanned(*args: Any, **kwargs: Any) -> Any:
+        if trees:
+            check_tree((args, kwargs), name="scan")
         key, roots, arrays = scan_args(args, kwargs)
         plan = cache.plan(key, roots)
         return _Scan(plan, arrays, f, in_axes, out_axes, position, length).run(

@@ -29,6 +29,7 @@ from ._errors import TransformError
 from ._layout import scan_args
 from ._options import decorator_or_none
 from ._plan import PlanCache
+from ._simple import Inputs, graph_updates_on, simple_vmap, tree_mode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,6 +43,8 @@ def vmap(
     axis_name: Any = None,
     axis_size: int | None = None,
     spmd_axis_name: Any = None,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> F:
     """`jax.vmap` for functions of graph nodes, with `StateAxes` for their state.
 
@@ -54,6 +57,9 @@ def vmap(
         axis_name: as for `jax.vmap`.
         axis_size: as for `jax.vmap`.
         spmd_axis_name: as for `jax.vmap`.
+        graph: with `graph_updates`, graph mode with updates (the default), or simple
+            mode (`jax.vmap` over the arguments as pytrees; no `StateAxes`), see `jit`.
+        graph_updates: see `graph`.
 
     Returns:
         The vectorized function. State changed inside comes back with the axis it went
@@ -73,10 +79,16 @@ def vmap(
         axis_name=axis_name,
         axis_size=axis_size,
         spmd_axis_name=spmd_axis_name,
+        graph=graph,
+        graph_updates=graph_updates,
     )
     if partial is not None:
         return partial
     assert f is not None
+    if not graph_updates_on(graph, graph_updates):
+        options = {"out_axes": out_axes, "axis_name": axis_name, "axis_size": axis_size}
+        options["spmd_axis_name"] = spmd_axis_name
+        return simple_vmap(f, Inputs("vmap", tree_mode(graph)), in_axes, options)  # type: ignore[return-value]
     cache = PlanCache(size=16)
 
     @functools.wraps(f)

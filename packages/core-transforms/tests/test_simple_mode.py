@@ -1,0 +1,94 @@
+"""The transforms' `graph=` / `graph_updates=` keywords (Flax NNX 0.12): simple mode is
+JAX's own transform over the arguments as pytrees, with changed Variable values written
+back and no structural updates; tree mode also refuses shared Variables."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bryo_graph import BatchStat, Object, Param, State, set_graph_updates
+from bryo_transforms import grad, jit, remat, scan, value_and_grad, vmap
+
+
+class Counter(Object):
+    def __init__(self):
+        self.w = Param(jnp.ones(2))
+        self.count = BatchStat(jnp.array(0.0))
+
+    def __call__(self, x):
+        self.count.value = self.count.value + 1
+        return x @ self.w
+
+
+@pytest.mark.parametrize("keywords", [{"graph": False}, {"graph_updates": False}])
+def test_jit_writes_values_back_but_not_structure(keywords):
+    model = Counter()
+
+    def step(m, x):
+        m.extra = Param(jnp.zeros(1))  # a structural change: dropped in simple mode
+        return m(x), m
+
+    y, returned = jit(step, **keywords)(model, jnp.ones(2))
+    assert float(y) == 2.0 and float(model.count.value) == 1.0
+    assert not hasattr(model, "extra") and returned is not model
+
+
+def test_simple_jit_takes_jax_jit_options():
+    model = Counter()
+    f = jit(lambda m, x: m(x), graph_updates=False, donate_argnums=(), static_argnames=())
+    assert float(f(model, jnp.ones(2))) == 2.0
+    with pytest.raises(TypeError, match="Pass `graph_updates=False`"):
+        jit(lambda m: m, donate_argnums=0)
+
+
+def test_simple_grad_returns_module_shaped_gradients():
+    model = Counter()
+    grads = grad(lambda m, x: m(x), graph=False)(model, jnp.arange(2.0))
+    assert type(grads) is Counter and type(grads.w) is Param
+    np.testing.assert_array_equal(grads.w.value, [0.0, 1.0])
+    assert float(model.count.value) == 1.0  # the update inside is written back
+    (loss, aux), grads = value_and_grad(
+        lambda m: (m(jnp.ones(2)), 7), has_aux=True, graph_updates=False
+    )(model)
+    assert float(loss) == 2.0 and aux == 7 and type(grads) is Counter
+    graph_grads = grad(lambda m, x: m(x))(Counter(), jnp.ones(2))
+    assert isinstance(graph_grads, State)  # graph mode (the default) returns a State
+
+
+def test_simple_vmap_maps_variables_by_their_in_axes():
+    def accumulate(m, x):
+        m.count.value = m.count.value + x.sum()
+        return x * 2
+
+    with pytest.raises(ValueError, match="batched"):  # a broadcast count cannot vary by row
+        vmap(accumulate, in_axes=(None, 0), graph=False)(Counter(), jnp.ones((3, 2)))
+    stacked = Counter()
+    stacked.w.value, stacked.count.value = jnp.ones((3, 2)), jnp.zeros(3)
+    out = vmap(lambda m, x: m(x), in_axes=0, graph=False)(stacked, jnp.ones((3, 2)))
+    assert out.shape == (3,)
+    np.testing.assert_array_equal(stacked.count.value, [1.0, 1.0, 1.0])
+
+
+def test_simple_remat():
+    model = Counter()
+    value = remat(lambda m, x: m(x), graph=False)(model, jnp.ones(2))
+    assert float(value) == 2.0 and float(model.count.value) == 1.0
+
+
+def test_tree_mode_refuses_shared_variables_naming_them():
+    model = Counter()
+    other = Counter()
+    other.w = model.w
+    with pytest.raises(ValueError, match=r"same Param at \[0\]\[0\]\.w and at \[0\]\[1\]\.w"):
+        jit(lambda a, b: a(jnp.ones(2)), graph=False)(model, other)
+    with pytest.raises(ValueError, match="same Param"):
+        scan(lambda c, m: (c, m.w[...]), in_axes=(0, None), out_axes=(0, 0), graph=False)(
+            jnp.zeros(1), (model, other)
+        )
+
+
+def test_set_graph_updates_changes_the_default():
+    model = Counter()
+    with set_graph_updates(False):
+        grads = grad(lambda m: m(jnp.ones(2)))(model)
+    assert type(grads) is Counter
