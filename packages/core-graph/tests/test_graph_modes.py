@@ -198,3 +198,21 @@ def test_set_graph_mode_plain_context_and_decorator():
         set_graph_mode(True)
     with pytest.raises(TypeError, match="takes True or False"):
         set_graph_mode("no")
+
+
+def test_states_graphdefs_and_treedefs_copy_and_pickle():
+    import copy
+    import pickle
+
+    model = MLP()
+    graphdef_, state_ = split(model)
+    merge(graphdef_, state_)  # the GraphDef now holds a compiled builder
+    treedef = graphdef(model, graph=False)
+    sub = state_["layers"][0]
+    for obj in (state_, sub, graphdef_, treedef):
+        for twin in (copy.copy(obj), copy.deepcopy(obj), pickle.loads(pickle.dumps(obj))):
+            assert twin == obj and twin is not obj
+    again = pickle.loads(pickle.dumps(state_))
+    assert again["layers"][0]["kernel"] is not model.layers[0].kernel
+    assert merge(pickle.loads(pickle.dumps(graphdef_)), again).layers[1].sizes == [3, 1]
+    assert list(copy.deepcopy(sub).flat_state()) == [("bias",), ("kernel",)]

@@ -74,6 +74,10 @@ class GraphDef:
             return True
         return isinstance(other, GraphDef) and self._hash == other._hash and self.root == other.root
 
+    def __reduce__(self) -> tuple:
+        """Copies and pickles keep the entries; the compiled builder is made again."""
+        return (GraphDef, (self.root,))
+
     @property
     def leaf_order(self) -> tuple[Path, ...]:
         """The paths a State must have to merge with this GraphDef, in flattening order."""

@@ -153,6 +153,10 @@ class State(Mapping[Key, _Any]):
         except KeyError as error:
             raise AttributeError(str(error)) from None
 
+    def __reduce__(self) -> tuple:
+        """Copies and pickles hold this State's own leaves (a sub-State's, relative)."""
+        return (State.from_flat_path, (dict(self._flat),))
+
     @property
     def raw_mapping(self) -> dict:
         """The State as nested plain dicts (Flax's view of a State's storage)."""
