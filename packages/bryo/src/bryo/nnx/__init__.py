@@ -16,11 +16,9 @@ from bryo_filters import PathIn as PathIn
 from bryo_filters import WithTag as WithTag
 from bryo_graph import BatchStat as BatchStat
 from bryo_graph import Cache as Cache
-from bryo_graph import Dict as Dict
 from bryo_graph import GraphDef as GraphDef
 from bryo_graph import GraphState as GraphState
 from bryo_graph import Intermediate as Intermediate
-from bryo_graph import List as List
 from bryo_graph import Object as Object
 from bryo_graph import Param as Param
 from bryo_graph import Pytree as Pytree
