@@ -175,10 +175,11 @@ def split_rngs(
         only: with an int `splits`, the streams to split (all by default).
         squeeze: with `splits=1`, give each stream one fresh key of its own shape instead
             of a leading axis of size 1.
-        graph, graph_updates: both True (the default unless `set_graph_mode`/
+        graph: with `graph_updates` both True (the default unless `set_graph_mode`/
             `set_graph_updates` say otherwise) split `node`'s streams in place; otherwise
             `node` is left alone and a copy with split streams is returned (in tree mode
             with `graph=False`), and the decorator calls the function with such copies.
+        graph_updates: see `graph`.
 
     Returns:
         In place: with `node`, the `RngSplit` token (a context manager restoring the
@@ -217,8 +218,9 @@ def fork_rngs(
         node: a graph holding `Rngs`; leave it out to get a decorator.
         split: None (fork all, split none), an int or shape (split all), or a mapping
             `{filter: n}` (split those, fork the others).
-        graph, graph_updates: in place (both True, the default) or on a copy, as for
-            `split_rngs`.
+        graph: in place (with `graph_updates` both True, the default) or on a copy, as
+            for `split_rngs`.
+        graph_updates: see `graph`.
 
     Returns:
         In place: with `node`, the `RngSplit` token (a context manager); without, a

@@ -34,8 +34,9 @@ def remat(
         f: the function (or use `@remat(policy=...)`).
         prevent_cse, policy: as for `jax.checkpoint` (`jax.checkpoint_policies.*`).
         static_argnums: arguments that are static values.
-        graph, graph_updates: graph mode with updates (the default), or simple mode
-            (`jax.checkpoint` over the arguments as pytrees), see `jit`.
+        graph: with `graph_updates`, graph mode with updates (the default), or simple
+            mode (`jax.checkpoint` over the arguments as pytrees), see `jit`.
+        graph_updates: see `graph`.
 
     Returns:
         The checkpointed function; state changed inside is written back.

@@ -148,10 +148,10 @@ def scan(
             None keeps the last step's value.
         remat: a checkpoint policy for each step (as for `bryo_scan.scan`): False, True,
             "nested", "offload", "save_all" or a `ScanCheckpointPolicy`.
-        graph, graph_updates: accepted as the other transforms take them; with
-            `graph=False` the arguments must be trees (no shared Variables). The scan
-            itself always runs lifted, writing state changes back (there is no separate
-            simple-mode scan).
+        graph: accepted as the other transforms take it; with `graph=False` the
+            arguments must be trees (no shared Variables). The scan itself always runs
+            lifted, writing state changes back (there is no separate simple-mode scan).
+        graph_updates: accepted as the other transforms take it.
 
     Returns:
         The scanned function. State changed inside is written back into the arguments.
