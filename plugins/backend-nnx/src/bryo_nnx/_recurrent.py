@@ -466,14 +466,14 @@ def _broadcast_rngs(cell: Module, only: Filter) -> Iterator[None]:
     token = split_rngs_in_place(cell, 1, only=only)
     streams = _split_streams(cell, token)
     for stream in streams:  # squeeze the split axis: one key, held fixed over the steps
-        stream.key[...] = stream.key[...][0]
-        stream.count[...] = stream.count[...][0]
+        stream.key.set_value(stream.key[...][0])  # `[...] =` would keep the shape
+        stream.count.set_value(stream.count[...][0])
     try:
         yield
     finally:
         for stream in streams:  # back to the split shape, which restore_rngs expects
-            stream.key[...] = stream.key[...][None]
-            stream.count[...] = stream.count[...][None]
+            stream.key.set_value(stream.key[...][None])
+            stream.count.set_value(stream.count[...][None])
         restore_rngs(token)
 
 
@@ -516,7 +516,7 @@ def _scan_cell(
         parts = list(states)
         for i, part in zip(carried_parts, carried, strict=True):
             parts[i] = part
-        step_cell = merge(graphdef, *parts)
+        step_cell = merge(graphdef, *parts, copy=True)  # the held parts are the cell's own
         h, y = step_cell(h, x)
         _, *new_states = split(step_cell, *filters)
         new_carried = [new_states[i] for i in carried_parts]
