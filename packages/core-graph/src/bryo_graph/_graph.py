@@ -306,7 +306,7 @@ def flat_graph(node: object, /) -> FlatGraph:
         return cached[2]
     flattener = _Flattener()
     node_type = flattener.registry.lookup(type(node))
-    if node_type is None and (isinstance(node, Variable) or _is_array(node)):
+    if node_type is None and (isinstance(node, Variable) or is_shaped(node)):
         root = flattener.visit(node, (), None, None, (), Variable)  # a graph of one leaf
         return FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
     if node_type is None:
