@@ -30,7 +30,7 @@ def test_get_metadata_reads_a_copy_or_one_entry(make):
     assert count.get_metadata("sharding", None) is None
     with pytest.raises(KeyError, match="sharding"):
         count.get_metadata("sharding")
-    with pytest.raises(TypeError, match="`default` needs a `name`"):
+    with pytest.raises(TypeError, match="`default` only together with a `name`"):
         count.get_metadata(default=None)
 
 

@@ -27,6 +27,7 @@ from ._entries import NodeEntry as NodeEntry
 from ._entries import RefEntry as RefEntry
 from ._entries import StaticEntry as StaticEntry
 from ._entries import VariableEntry as VariableEntry
+from ._errors import GraphError as GraphError
 from ._fields import data as data
 from ._fields import has_data as has_data
 from ._fields import is_data as is_data
@@ -34,7 +35,6 @@ from ._fields import register_data_type as register_data_type
 from ._fields import static as static
 from ._graph import FlatGraph as FlatGraph
 from ._graph import GraphDef as GraphDef
-from ._graph import GraphError as GraphError
 from ._graph import LeafSource as LeafSource
 from ._graph import clone as clone
 from ._graph import flat_graph as flat_graph

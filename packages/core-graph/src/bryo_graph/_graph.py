@@ -38,15 +38,12 @@ from ._entries import (
     collect_leaf_paths,
     render,
 )
+from ._errors import GraphError
 from ._modes import graph_mode
 from ._nodes import NodeType, node_types, structure_version
 from ._state import State, group_flat
 from ._tree_mode import TreeDef, tree_flatten, tree_iter, tree_merge, tree_split, tree_state
 from ._variables import NO_METADATA, Variable
-
-
-class GraphError(ValueError):
-    """A graph operation cannot be done as asked; the message names the paths involved."""
 
 
 class GraphDef:

@@ -17,6 +17,7 @@ import jax
 from bryo_filters import Filter
 from bryo_pytree import Path, keypath_to_path, path_str
 
+from ._errors import GraphError
 from ._nodes import node_type_of
 from ._state import State, group_flat
 from ._variables import Variable, VariableMeta
@@ -143,8 +144,6 @@ def tree_merge(treedef: TreeDef, states: tuple, *, copy: bool) -> Any:
     missing = [p for p in treedef.paths if p not in flat]
     extra = [p for p in flat if p not in set(treedef.paths)]
     if missing or extra:
-        from ._graph import GraphError
-
         raise GraphError(
             "the state does not fit the tree-mode GraphDef: "
             + "; ".join(

@@ -15,6 +15,7 @@ from typing import TypeAlias
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from bryo_filters import Filter, Predicate, to_predicate
 from bryo_graph import Object
@@ -282,7 +283,7 @@ def check_trace(stream: RngStream) -> None:
     (A count that is already a tracer was put there by whoever traces the stream, such
     as a lifted transform or `make_mox`, which also takes the new count back out.)"""
     owner = vars(stream).get(_TRACE)
-    if owner is None or isinstance(stream.count.raw_value, jax.core.Tracer):
+    if owner is None or isinstance(stream.count.raw_value, Tracer):
         return
     if owner == current_trace():
         return

@@ -156,7 +156,7 @@ def split_rngs(
     node: object = _MISSING,
     /,
     *,
-    splits: int | tuple[int, ...] | Mapping[Filter, Any],
+    splits: Splits | Mapping[Filter, Any],
     only: Filter = ...,
     squeeze: bool = False,
     graph: bool | None = None,
