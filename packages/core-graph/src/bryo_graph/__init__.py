@@ -21,6 +21,7 @@ from ._axis_rules import ShardingError as ShardingError
 from ._axis_rules import add_sharding_axis as add_sharding_axis
 from ._axis_rules import get_partition_spec as get_partition_spec
 from ._axis_rules import logical_to_mesh as logical_to_mesh
+from ._caches import register_cache as register_cache
 from ._entries import Entry as Entry
 from ._entries import LeafEntry as LeafEntry
 from ._entries import NodeEntry as NodeEntry
@@ -36,6 +37,7 @@ from ._fields import static as static
 from ._graph import FlatGraph as FlatGraph
 from ._graph import GraphDef as GraphDef
 from ._graph import LeafSource as LeafSource
+from ._graph import clear_caches as clear_caches
 from ._graph import clone as clone
 from ._graph import flat_graph as flat_graph
 from ._graph import flatten as flatten
@@ -54,7 +56,6 @@ from ._nodes import NodeType as NodeType
 from ._nodes import is_graph_node as is_graph_node
 from ._nodes import node_type_of as node_type_of
 from ._nodes import node_types as node_types
-from ._nodes import structure_changed as structure_changed
 from ._object import Dict as Dict
 from ._object import List as List
 from ._object import Object as Object
@@ -66,6 +67,7 @@ from ._placement import shard as shard
 from ._placement import sharded_init as sharded_init
 from ._state import GraphState as GraphState
 from ._state import State as State
+from ._tracking import structure_changed as structure_changed
 from ._tree_mode import TreeDef as TreeDef
 from ._tree_mode import check_tree as check_tree
 from ._variables import BatchStat as BatchStat

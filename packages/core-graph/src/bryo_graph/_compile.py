@@ -1,11 +1,12 @@
 """Compile a GraphDef into a Python function that rebuilds its graph from a leaf list.
 
-`merge` runs once per training step in many programs, so walking the GraphDef tuple for
-every node would dominate it. Instead each GraphDef is translated once into straight-line
-Python source — one statement per node, Variable and child — and compiled with `exec`,
-the way `dataclasses` builds `__init__` methods. The function takes the State's leaves in
-GraphDef order and returns the new root; it is cached on the GraphDef and rebuilt only
-when the registered node types change.
+A GraphDef that `merge` has built many times (a training loop merging once per step) is
+translated into straight-line Python source — one statement per node, Variable and
+child — and compiled with `exec`, the way `dataclasses` builds `__init__` methods. The
+function takes the State's leaves in GraphDef order and returns the new root; it is
+cached on the GraphDef and rebuilt only when the registered node types change. It runs
+about twice as fast as the walk of `_build`, but generating and compiling it costs as
+much as dozens of walks, so `GraphDef.build` compiles only GraphDefs that proved hot.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bryo_plugins import TypeTable
-from bryo_pytree import Path, path_str, unwrap_hashable
+from bryo_pytree import Path, unwrap_hashable
 
+from ._build import cycle_through_immutable, leaf_value, unknown_node_type
 from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
 from ._object import object_create, object_init_items
 from ._variables import NO_METADATA, Variable
@@ -22,15 +24,6 @@ from ._variables import NO_METADATA, Variable
 _new = object.__new__
 _set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]
-
-
-def leaf_value(leaf: object) -> object:
-    """The raw value a State leaf holds for an array leaf of the graph."""
-    return leaf.raw_value if isinstance(leaf, Variable) else leaf
-
-
-class CompileError(ValueError):
-    """The GraphDef cannot be rebuilt (an unknown node type, a cycle through immutables)."""
 
 
 class _Compiler:
@@ -74,10 +67,7 @@ class _Compiler:
             return f"leaf_value(L[{i}])"
         if cls is RefEntry:
             if entry.index not in self.built:
-                raise CompileError(
-                    f"the node at {path_str(path)} refers back to a node still being built; "
-                    "cycles may only go through mutable nodes."
-                )
+                raise cycle_through_immutable(path)
             return f"n{entry.index}"
         if cls is StaticEntry:
             return self.const(unwrap_hashable(entry.value))
@@ -87,10 +77,7 @@ class _Compiler:
         cls, index, aux, children = entry.type, entry.index, entry.aux, entry.children
         node_type = self.registry.lookup(cls)
         if node_type is None:
-            raise CompileError(
-                f"no backend registers the node type {cls.__qualname__} found at "
-                f"{path_str(path)}; import the plugin that defines it before merging."
-            )
+            raise unknown_node_type(cls, path)
         name = f"n{index}"
         if node_type.create is object_create and node_type.init_items is object_init_items:
             # `Object`s (NNX-style modules): inline what those two functions do.

@@ -75,27 +75,74 @@ Entry: TypeAlias = NodeEntry | RefEntry | VariableEntry | LeafEntry | StaticEntr
 
 def collect_leaf_paths(entry: Entry, path: Path, out: list[Path]) -> None:
     """Append the paths of the State leaves under `entry` (at `path`) to `out`, in order."""
-    cls = type(entry)
-    if cls is VariableEntry or cls is LeafEntry:
-        out.append(path)
-    elif cls is NodeEntry:
-        for key, child in entry.children:  # type: ignore[union-attr]
-            collect_leaf_paths(child, (*path, key), out)
+    stack = [(entry, path)]
+    while stack:
+        entry, path = stack.pop()
+        cls = type(entry)
+        if cls is VariableEntry or cls is LeafEntry:
+            out.append(path)
+        elif cls is NodeEntry:
+            stack.extend((child, (*path, key)) for key, child in reversed(entry.children))  # type: ignore[union-attr]
 
 
-def render(entry: Entry, depth: int = 0) -> str:
+def entries_equal(a: Entry, b: Entry) -> bool:
+    """Whether two entries are equal, however deep they nest (tuple `==` recurses in C and
+    stops at the interpreter's recursion limit; this walk has no limit)."""
+    try:
+        return a == b
+    except RecursionError:
+        pass
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if x is y:
+            continue
+        if type(x) is not type(y) or len(x) != len(y):
+            return False
+        if type(x) is NodeEntry:
+            if x[:3] != y[:3] or len(x.children) != len(y.children):  # type: ignore[union-attr]
+                return False
+            for (kx, cx), (ky, cy) in zip(x.children, y.children, strict=True):  # type: ignore[union-attr]
+                if kx != ky:
+                    return False
+                stack.append((cx, cy))
+        elif x != y:
+            return False
+    return True
+
+
+def render(entry: Entry) -> str:
     """`entry` as indented text, for `repr(graphdef)`."""
-    if isinstance(entry, NodeEntry):
-        head = f"{entry.type.__name__}#{entry.index}"
-        if not entry.children:
-            return head + "()"
-        pad = "  " * (depth + 1)
-        lines = [f"{pad}{key}={render(child, depth + 1)}" for key, child in entry.children]
-        return head + "(\n" + ",\n".join(lines) + "\n" + "  " * depth + ")"
+    lines: list[str] = []
+    # (entry, depth, prefix, suffix): children are pushed in reverse, closing lines last
+    stack: list[tuple[Entry | str, int, str, str]] = [(entry, 0, "", "")]
+    while stack:
+        item, depth, prefix, suffix = stack.pop()
+        if isinstance(item, str):  # a closing parenthesis
+            lines.append(item + suffix)
+            continue
+        if isinstance(item, NodeEntry):
+            head = f"{prefix}{item.type.__name__}#{item.index}"
+            if not item.children:
+                lines.append(head + "()" + suffix)
+                continue
+            lines.append(head + "(")
+            stack.append(("  " * depth + ")", depth, "", suffix))
+            pad = "  " * (depth + 1)
+            last = len(item.children) - 1
+            for i in range(last, -1, -1):
+                key, child = item.children[i]
+                stack.append((child, depth + 1, f"{pad}{key}=", "" if i == last else ","))
+            continue
+        lines.append(prefix + _render_leaf(item) + suffix)
+    return "\n".join(lines)
+
+
+def _render_leaf(entry: Entry) -> str:
     if isinstance(entry, RefEntry):
         return f"<ref #{entry.index}>"
     if isinstance(entry, VariableEntry):
         return f"{entry.type.__name__}#{entry.index}"
     if isinstance(entry, LeafEntry):
         return f"<array as {entry.type.__name__}>"
-    return repr(entry.value)
+    return repr(entry.value)  # type: ignore[union-attr]

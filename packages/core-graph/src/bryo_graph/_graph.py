@@ -4,9 +4,15 @@ A graph is any nest of registered node types (modules of every backend, dicts, l
 tuples) holding `Variable`s, raw array leaves and static values, possibly with shared
 references and cycles. `flatten` walks it once, depth first, giving each node and
 Variable an index: a second reference to either becomes a `ref` in the GraphDef, so
-`unflatten` rebuilds the sharing. Flattening a graph whose nodes all report their
-structural changes (or cannot change) is cached: re-splitting an unchanged model only
-reads the Variables' current values.
+`unflatten` rebuilds the sharing. Every walk is iterative: graphs of any depth split and
+merge.
+
+Flattening a graph whose nodes all report their structural changes (or cannot change) is
+cached: re-splitting an unchanged model only reads the Variables' current values. The
+cache of an `Object` (or `List`, `Dict`) root lives on the root itself, that of an
+immutable root in a bounded table that holds the root weakly, so a cache never keeps a
+model alive; a cached flattening expires when one of *its* nodes changes (`_tracking`).
+`merge` walks the GraphDef (`_build`) and compiles it only once it proved hot (`_compile`).
 
 As in Flax NNX 0.12, the States hold the graph's live Variables (a raw array leaf is
 wrapped in a new Variable of its node's leaf type), `merge` puts the Variables it is given
@@ -17,6 +23,7 @@ functions in tree mode (`_tree_mode`); `set_graph_mode` changes the default.
 
 from __future__ import annotations
 
+import threading
 import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -27,7 +34,9 @@ import jax
 from bryo_filters import Filter, filters_to_predicates, is_builtin_filter
 from bryo_pytree import Key, Path, hashable, is_shaped, path_str
 
-from ._compile import CompileError, compile_graphdef
+from ._build import build_graph
+from ._caches import clear_registered
+from ._compile import compile_graphdef
 from ._entries import (
     Entry,
     LeafEntry,
@@ -36,14 +45,22 @@ from ._entries import (
     StaticEntry,
     VariableEntry,
     collect_leaf_paths,
+    entries_equal,
     render,
 )
 from ._errors import GraphError
 from ._modes import graph_mode
-from ._nodes import NodeType, node_types, structure_version
+from ._nodes import NodeType, node_types
+from ._object import Dict, List, Object
 from ._state import State, group_flat
+from ._tracking import Watch, watch_all, write_count
 from ._tree_mode import TreeDef, tree_flatten, tree_iter, tree_merge, tree_split, tree_state
 from ._variables import NO_METADATA, Variable
+
+# A GraphDef is compiled once it was built this many times (`_compile` costs dozens of
+# walks and saves about half of one), and only when its nodes nest at most this deep.
+_HOT_BUILDS = 16
+_COMPILE_MAX_DEPTH = 100
 
 
 class GraphDef:
@@ -54,7 +71,16 @@ class GraphDef:
     `root` is the graph's `NodeEntry` (see `bryo_graph.NodeEntry` for the entries).
     """
 
-    __slots__ = ("_builder", "_hash", "_leaf_order", "_leaf_paths", "root")
+    __slots__ = (
+        "__weakref__",
+        "_builder",
+        "_builds",
+        "_depth",
+        "_hash",
+        "_leaf_order",
+        "_leaf_paths",
+        "root",
+    )
 
     def __init__(self, root: Entry) -> None:
         self.root = root
@@ -62,6 +88,8 @@ class GraphDef:
         self._leaf_paths: frozenset[Path] | None = None
         self._leaf_order: tuple[Path, ...] | None = None
         self._builder: tuple[int | None, Callable] | None = None
+        self._builds = 0
+        self._depth = 0
 
     def __hash__(self) -> int:
         return self._hash
@@ -69,7 +97,11 @@ class GraphDef:
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
-        return isinstance(other, GraphDef) and self._hash == other._hash and self.root == other.root
+        return (
+            isinstance(other, GraphDef)
+            and self._hash == other._hash
+            and entries_equal(self.root, other.root)
+        )
 
     def __reduce__(self) -> tuple:
         """Copies and pickles keep the entries; the compiled builder is made again."""
@@ -92,16 +124,30 @@ class GraphDef:
         return self._leaf_paths
 
     def build(self, leaves: list) -> object:
-        """A new graph from State leaves given in `leaf_order` (no checks)."""
+        """A new graph from State leaves given in `leaf_order` (no checks).
+
+        The first builds walk the entries; a GraphDef built `_HOT_BUILDS` times is
+        compiled into straight-line Python (unless its nodes nest deeper than
+        `_COMPILE_MAX_DEPTH`) and built by that function from then on.
+        """
         registry = node_types()
         builder = self._builder
-        if builder is None or builder[0] != registry.epoch:
-            try:
-                function = compile_graphdef(self.root, registry, name=self._name())
-            except CompileError as error:
-                raise GraphError(str(error)) from None
-            builder = self._builder = (registry.epoch, function)
-        return builder[1](leaves)
+        if builder is not None and builder[0] == registry.epoch:
+            return builder[1](leaves)
+        if self._builds >= _HOT_BUILDS and self._depth <= _COMPILE_MAX_DEPTH:
+            function = compile_graphdef(self.root, registry, name=self._name())
+            self._builder = (registry.epoch, function)
+            _compiled[id(self)] = self
+            return function(leaves)
+        built = build_graph(self.root, leaves, registry)
+        self._builds += 1
+        self._depth = built.depth
+        return built.root
+
+    def _forget_builder(self) -> None:
+        """Drop the compiled builder and the count of builds (`clear_caches`)."""
+        self._builder = None
+        self._builds = 0
 
     def _name(self) -> str:
         """The file name the compiled builder's tracebacks show."""
@@ -118,6 +164,10 @@ class GraphDef:
 jax.tree_util.register_static(GraphDef)  # a GraphDef passes through `jax.jit` as static data
 
 
+# GraphDefs holding a compiled builder, by id, for `clear_caches` (held weakly)
+_compiled: weakref.WeakValueDictionary[int, GraphDef] = weakref.WeakValueDictionary()
+
+
 # Flattening -------------------------------------------------------------------------
 
 
@@ -128,11 +178,13 @@ class LeafSource:
         variable: the live Variable, or None for a raw array leaf.
         value: the raw array (None for a Variable: read `variable.raw_value`).
         leaf_type: the Variable class the leaf has in a State.
-        parent, parent_type, key: the node holding the leaf, its `NodeType`, and the key
-            of the leaf in it (`parent_type.set_key(parent, key, v)` writes a raw leaf).
+        parent: the node holding the leaf.
+        parent_type: the parent's `NodeType`.
+        key: the key of the leaf in its parent (`parent_type.set_key(parent, key, v)`
+            writes a raw leaf).
     """
 
-    __slots__ = ("key", "leaf_type", "parent", "parent_type", "value", "variable")
+    __slots__ = ("_parent", "key", "leaf_type", "parent_type", "value", "variable")
 
     def __init__(
         self,
@@ -146,9 +198,15 @@ class LeafSource:
         self.variable = variable
         self.value = value
         self.leaf_type = leaf_type
-        self.parent = parent
+        self._parent = parent
         self.parent_type = parent_type
         self.key = key
+
+    @property
+    def parent(self) -> object:
+        """The node holding the leaf (the root of a cached immutable graph is held weakly)."""
+        parent = self._parent
+        return parent() if type(parent) is weakref.ref else parent
 
     def snapshot(self) -> Variable:
         """The State leaf: the live Variable, or a new `leaf_type` Variable around a raw
@@ -167,20 +225,29 @@ class FlatGraph:
         paths: the State leaves' paths, in GraphDef order.
         sources: per State leaf, the `LeafSource` it is read from and written to.
 
+        nodes: `(path, node)` of every mutable node, children first.
+        watch: the `Watch` that says whether the flattening is still valid.
+
     It also remembers how built-in filters grouped its leaves: their answers depend only
     on paths, Variable types and metadata, which cannot change while the flattening is
     valid (metadata changes count as structural).
     """
 
-    __slots__ = ("_groups", "_index", "graphdef", "nodes", "paths", "sources")
+    __slots__ = ("_groups", "_index", "graphdef", "nodes", "paths", "sources", "watch")
 
     def __init__(
-        self, graphdef: GraphDef, paths: list[Path], sources: list[LeafSource], nodes: list
+        self,
+        graphdef: GraphDef,
+        paths: list[Path],
+        sources: list[LeafSource],
+        nodes: list,
+        watch: Watch | None = None,
     ) -> None:
         self.graphdef = graphdef
         self.paths = paths
         self.sources = sources
         self.nodes = nodes
+        self.watch = watch
         self._index: dict[Path, LeafSource] | None = None
         self._groups: dict[tuple, tuple[list[int], ...]] = {}
 
@@ -225,86 +292,169 @@ class FlatGraph:
         return tuple(groups)
 
 
+class _Frame:
+    """A node of the graph whose children are being flattened."""
+
+    __slots__ = (
+        "aux",
+        "children",
+        "entries",
+        "index",
+        "key",
+        "leaf_type",
+        "node",
+        "node_type",
+        "path",
+        "static",
+    )
+
+    def __init__(
+        self, node: object, node_type: NodeType, index: int, path: Path, key: Key, leaf_type: type
+    ) -> None:
+        self.node = node
+        self.node_type = node_type
+        self.index = index
+        self.path = path
+        self.key = key
+        self.leaf_type = node_type.leaf_type or leaf_type  # the leaf type of its children
+        children, self.aux = node_type.flatten(node)
+        self.children = iter(children)
+        # the keys of static children, kept whole in the GraphDef (an Object's static attributes)
+        self.static = node_type.static_keys(node) if node_type.static_keys is not None else ()
+        self.entries: list[tuple[Key, Entry]] = []
+
+
 class _Flattener:
+    """One walk of a graph, depth first and iterative, numbering nodes and Variables."""
+
     def __init__(self) -> None:
         self.registry = node_types()
         self.index: dict[int, int] = {}
         self.paths: list[Path] = []
         self.sources: list[LeafSource] = []
         self.nodes: list[tuple[Path, object]] = []
+        self.tracked: list[object] = []  # what a cached flattening must watch
+        # Every node walked, alive until the walk ends: a node that a backend's `flatten`
+        # made on the fly (Equinox's frozen containers) must not free its id for reuse.
+        self.walked: list[object] = []
         self.cacheable = True
 
-    def visit(
-        self,
-        value: object,
-        path: Path,
-        parent: object,
-        parent_type: NodeType | None,
-        key: Key,
-        leaf_type: type,
-    ) -> Entry:
-        if isinstance(value, Variable):
-            seen = self.index.get(id(value))
-            if seen is not None:
-                return RefEntry(seen)
-            index = self.index[id(value)] = len(self.index)
-            self.paths.append(path)
-            self.sources.append(LeafSource(value, None, type(value), parent, parent_type, key))
-            return VariableEntry(type(value), index)
-        node_type = self.registry.lookup(type(value))
-        if node_type is not None:
-            return self.visit_node(value, node_type, path, leaf_type)
-        if is_shaped(value):  # arrays, abstract arrays, a backend's array type
-            self.paths.append(path)
-            self.sources.append(LeafSource(None, value, leaf_type, parent, parent_type, key))
-            return LeafEntry(leaf_type)
-        return StaticEntry(hashable(value))
+    def flatten(self, root: object, node_type: NodeType) -> NodeEntry:
+        stack = [self.open(root, node_type, (), (), Variable)]
+        index, registry, paths, sources = self.index, self.registry, self.paths, self.sources
+        while True:
+            frame = stack[-1]
+            node, parent_type, leaf_type, entries = (
+                frame.node,
+                frame.node_type,
+                frame.leaf_type,
+                frame.entries,
+            )
+            static = frame.static
+            for key, child in frame.children:
+                if static and key in static:
+                    entries.append((key, StaticEntry(hashable(child))))
+                    continue
+                if isinstance(child, Variable):
+                    seen = index.get(id(child))
+                    if seen is not None:
+                        entries.append((key, RefEntry(seen)))
+                        continue
+                    index[id(child)] = position = len(index)
+                    paths.append((*frame.path, key))
+                    sources.append(LeafSource(child, None, type(child), node, parent_type, key))
+                    self.tracked.append(child)
+                    entries.append((key, VariableEntry(type(child), position)))
+                    continue
+                child_type = registry.lookup(type(child))
+                if child_type is not None:
+                    seen = index.get(id(child))
+                    if seen is not None:
+                        entries.append((key, RefEntry(seen)))
+                        continue
+                    path = (*frame.path, key)
+                    stack.append(self.open(child, child_type, path, key, leaf_type))
+                    break
+                if is_shaped(child):  # arrays, abstract arrays, a backend's array type
+                    paths.append((*frame.path, key))
+                    sources.append(LeafSource(None, child, leaf_type, node, parent_type, key))
+                    entries.append((key, LeafEntry(leaf_type)))
+                else:
+                    entries.append((key, StaticEntry(hashable(child))))
+            else:
+                stack.pop()
+                entry = NodeEntry(type(node), frame.index, frame.aux, tuple(entries))
+                if parent_type.mutable:
+                    self.nodes.append((frame.path, node))
+                if not stack:
+                    return entry
+                stack[-1].entries.append((frame.key, entry))
 
-    def visit_node(
-        self, node: object, node_type: NodeType, path: Path, leaf_type: type
-    ) -> NodeEntry | RefEntry:
-        seen = self.index.get(id(node))
-        if seen is not None:
-            return RefEntry(seen)
-        index = self.index[id(node)] = len(self.index)
+    def flatten_leaf(self, leaf: object) -> VariableEntry | LeafEntry:
+        """The entry of a graph that is one bare Variable or array (its path is `()`)."""
+        self.paths.append(())
+        if isinstance(leaf, Variable):
+            self.index[id(leaf)] = 0
+            self.sources.append(LeafSource(leaf, None, type(leaf), None, None, ()))
+            return VariableEntry(type(leaf), 0)
+        self.sources.append(LeafSource(None, leaf, Variable, None, None, ()))
+        return LeafEntry(Variable)
+
+    def open(
+        self, node: object, node_type: NodeType, path: Path, key: Key, leaf_type: type
+    ) -> _Frame:
+        """Number `node` and start walking its children."""
+        self.index[id(node)] = position = len(self.index)
+        self.walked.append(node)
         if not node_type.cacheable:
             self.cacheable = False
-        children, aux = node_type.flatten(node)
-        child_leaf_type = node_type.leaf_type or leaf_type
-        static = node_type.static_keys(node) if node_type.static_keys is not None else ()
-        entries = tuple(
-            (
-                key,
-                StaticEntry(hashable(child))
-                if key in static
-                else self.visit(child, (*path, key), node, node_type, key, child_leaf_type),
-            )
-            for key, child in children
-        )
-        self.nodes.append((path, node))
-        return NodeEntry(type(node), index, aux, entries)
+        elif node_type.tracks_structure:
+            self.tracked.append(node)
+        return _Frame(node, node_type, position, path, key, leaf_type)
 
 
-_CACHE_SIZE = 128
-_cache: dict[int, tuple[weakref.ref, int, FlatGraph]] = {}
+_CACHE = "_object__flat"  # where an Object (or List, Dict) root keeps its flattening
+_OWN_CACHE = (Object, List, Dict)
+_TABLE_SIZE = 128
+
+
+class _TableEntry:
+    """A cached flattening of an immutable root, which the table holds weakly."""
+
+    __slots__ = ("flat", "ref")
+
+    def __init__(self, ref: weakref.ref, flat: FlatGraph) -> None:
+        self.ref = ref
+        self.flat = flat
+
+
+_table: dict[int, _TableEntry] = {}  # id(root) -> entry, oldest first
+_table_lock = threading.Lock()
+# Roots holding their own cached flattening, by id, for `clear_caches` (held weakly)
+_owners: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
 
 
 def flat_graph(node: object, /) -> FlatGraph:
     """`node` flattened: its GraphDef and, per State leaf, its path and live source.
 
-    The flattening is reused while `node`'s structure cannot have changed: the same
-    `FlatGraph` object comes back, so its identity can key caches of work done per
-    structure (the lifted transforms' call plans do). Read values through its `sources`;
-    never mutate it.
+    The flattening is reused while none of `node`'s nodes changed: the same `FlatGraph`
+    object comes back, so its identity can key caches of work done per structure (the
+    lifted transforms' call plans do). Read values through its `sources`; never mutate it.
     """
-    version = structure_version()
-    cached = _cache.get(id(node))
-    if cached is not None and cached[1] == version and cached[0]() is node:
-        return cached[2]
+    own = isinstance(node, _OWN_CACHE)
+    if own:
+        flat = node.__dict__.get(_CACHE)
+        if flat is not None and flat.watch.is_valid():
+            return flat
+    else:
+        entry = _table.get(id(node))
+        if entry is not None and entry.ref() is node and entry.flat.watch.is_valid():
+            return entry.flat
+    writes = write_count()
     flattener = _Flattener()
     node_type = flattener.registry.lookup(type(node))
     if node_type is None and (isinstance(node, Variable) or is_shaped(node)):
-        root = flattener.visit(node, (), None, None, (), Variable)  # a graph of one leaf
+        root = flattener.flatten_leaf(node)  # a graph of one leaf
         return FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
     if node_type is None:
         raise GraphError(
@@ -312,21 +462,75 @@ def flat_graph(node: object, /) -> FlatGraph:
             f"tuple), a Variable or an array; got {type(node).__name__}: {node!r:.80}. Install "
             "or import the backend that defines it, or wrap arrays in a Variable."
         )
-    root = flattener.visit_node(node, node_type, (), Variable)
+    root = flattener.flatten(node, node_type)
     flat = FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
-    if flattener.cacheable:
-        _remember(node, version, flat)
+    if flattener.cacheable and (own or not node_type.mutable):
+        _remember(node, flat, flattener.tracked, writes, own)
     return flat
 
 
-def _remember(node: object, version: int, flat: FlatGraph) -> None:
-    try:
-        ref = weakref.ref(node)
-    except TypeError:
+def _remember(node: object, flat: FlatGraph, tracked: list, writes: int, own: bool) -> None:
+    """Cache `flat` if nothing changed while it was made, on the root or in the table."""
+    watch = flat.watch = Watch()
+    if not watch_all(watch, tracked) or write_count() != writes + 1:
+        watch.expire()  # a node cannot keep watches, or a write raced the walk
         return
-    if len(_cache) >= _CACHE_SIZE:
-        _cache.pop(next(iter(_cache)))
-    _cache[id(node)] = (ref, version, flat)
+    if own:
+        node.__dict__[_CACHE] = flat
+        _owners[id(node)] = node
+        return
+    key = id(node)
+    try:
+        ref = weakref.ref(node, lambda ref: _forget_root(key, ref))
+    except TypeError:  # tuples and other objects without weak references
+        watch.expire()
+        return
+    for source in flat.sources:  # the table must not keep the root alive
+        if source._parent is node:
+            source._parent = ref
+    with _table_lock:
+        while len(_table) >= _TABLE_SIZE:
+            oldest = _table.pop(next(iter(_table)), None)
+            if oldest is not None:
+                oldest.flat.watch.expire()  # type: ignore[union-attr]
+        _table[key] = _TableEntry(ref, flat)
+
+
+def _forget_root(key: int, ref: weakref.ref) -> None:
+    """The weak reference callback of a table entry: its root is gone. (No lock: it may
+    run in the middle of any code, and the root's id cannot be reused before it ends.)"""
+    entry = _table.get(key)
+    if entry is not None and entry.ref is ref:
+        _table.pop(key, None)
+
+
+def clear_caches() -> None:
+    """Empty bryo's caches: cached flattenings, compiled GraphDef builders, and every cache
+    other bryo packages registered (the lifted transforms' call plans, ...).
+
+    Nothing changes but speed: the next calls rebuild what they need (to release memory).
+    After changing a node behind bryo's back (through `vars(node)` or
+    `object.__setattr__`, which change tracking cannot see), call
+    `structure_changed(node)` instead: it also drops the node's own cached pytree data.
+    """
+    _clear_graph_caches()
+    clear_registered()
+
+
+def _clear_graph_caches() -> None:
+    with _table_lock:
+        entries = list(_table.values())
+        _table.clear()
+    for entry in entries:
+        entry.flat.watch.expire()  # type: ignore[union-attr]
+    for owner in list(_owners.values()):
+        flat = owner.__dict__.pop(_CACHE, None)
+        if flat is not None:
+            flat.watch.expire()
+    _owners.clear()
+    for graphdef in list(_compiled.values()):
+        graphdef._forget_builder()
+    _compiled.clear()
 
 
 # Unflattening -----------------------------------------------------------------------
@@ -592,20 +796,34 @@ def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[
     if not graph_mode(graph):
         yield from tree_iter(node)
         return
-    yield from _iter(node, (), set(), node_types())
+    registry = node_types()
+    seen: set[int] = set()
+    walked: list[object] = []  # keeps the nodes a `flatten` made on the fly alive (ids)
+    # (value, path, children): `children` is None until the value's children are listed
+    stack: list[tuple[object, Path, Iterator | None]] = [(node, (), None)]
+    while stack:
+        value, path, children = stack[-1]
+        if children is None:
+            node_type = registry.lookup(type(value))
+            if node_type is not None or isinstance(value, Variable):
+                if id(value) in seen:
+                    stack.pop()
+                    continue
+                seen.add(id(value))
+                walked.append(value)
+            items = list(node_type.flatten(value)[0]) if node_type is not None else []
+            children = iter(items)
+            stack[-1] = (value, path, children)
+        child = next(children, _DONE)
+        if child is _DONE:
+            stack.pop()
+            yield path, value
+        else:
+            key, child_value = child
+            stack.append((child_value, (*path, key), None))
 
 
-def _iter(value: object, path: Path, seen: set[int], registry: object) -> Iterator[tuple]:
-    node_type = registry.lookup(type(value))  # type: ignore[attr-defined]
-    if node_type is not None or isinstance(value, Variable):
-        if id(value) in seen:
-            return
-        seen.add(id(value))
-    if node_type is not None:
-        children, _ = node_type.flatten(value)
-        for key, child in list(children):
-            yield from _iter(child, (*path, key), seen, registry)
-    yield path, value
+_DONE = object()
 
 
 def variables(node: object, /, *filters: Filter) -> _Any:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Container, Hashable, Iterable, Sequence
 from bryo_plugins import BryoPluginManager, PluginResultError, TypeTable, hook_table
 from bryo_pytree import Key
 
+from ._tracking import structure_changed as structure_changed  # the backends' spelling
+
 Children = Iterable[tuple[Key, object]]
 
 
@@ -40,9 +42,11 @@ class NodeType:
         pop_key: `(node, key)`, removes one child in place (used by `pop`).
         leaf_type: the `Variable` class that a raw array child of this node stands for in a
             State (Equinox arrays are `Param`s); None keeps the parent's choice.
-        tracks_structure: the backend calls `bryo_graph.structure_changed()` on every
-            structural change of such nodes (attribute set or delete), so flattening a
-            graph made only of such and immutable nodes can be cached.
+        tracks_structure: the backend calls `bryo_graph.structure_changed(node)` on every
+            structural change of such a node (attribute set or delete), so flattening a
+            graph made only of such and immutable nodes can be cached. The node must
+            have a `__dict__` (bryo keeps its watches there, see `_tracking`), or call
+            `structure_changed()` without a node, which expires every cached flattening.
         static_keys: optional, `node -> container of keys` whose children are static
             values kept in the GraphDef as they are, never walked into (an `Object`'s
             static attributes, such as a plain list of ints).
@@ -106,19 +110,6 @@ def node_type_of(value: object) -> NodeType | None:
 def is_graph_node(value: object) -> bool:
     """Whether bryo's graph functions traverse into `value`."""
     return node_type_of(value) is not None
-
-
-_version = [0]
-
-
-def structure_changed() -> None:
-    """Tell bryo that some tracked node changed structure; cached flattenings expire."""
-    _version[0] += 1
-
-
-def structure_version() -> int:
-    """A counter that grows on every tracked structural change."""
-    return _version[0]
 
 
 def builtin_node_types() -> Sequence[NodeType]:

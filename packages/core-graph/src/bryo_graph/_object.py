@@ -2,8 +2,13 @@
 
 An Object is an ordinary Python object whose attributes are its children: Variables,
 other Objects, `List`s and `Dict`s of them, and static values. Every attribute change
-tells the graph machinery its structure changed, so flattening an unchanged model is a
-cache hit. `bryo_nnx.Module` and `bryo_rngs.Rngs` build on it.
+tells the graph machinery that this node changed, so flattening an unchanged model is a
+cache hit and a change expires only the cached flattenings that contain the node.
+`bryo_nnx.Module` and `bryo_rngs.Rngs` build on it.
+
+Change attributes by assignment and deletion (and `List`/`Dict` by their methods): writes
+through `vars(node)` or `object.__setattr__` are not seen; call
+`bryo_graph.structure_changed(node)` after them.
 
 Objects are also JAX pytrees, as Flax NNX 0.12's `Pytree`s are ("tree mode"): the data
 attributes (arrays, Variables, graph nodes, `data(...)`) are the children, the static
@@ -24,12 +29,16 @@ from jax.tree_util import DictKey, GetAttrKey, SequenceKey, register_pytree_with
 from bryo_pytree import Key, safe_equal
 
 from ._fields import check_static, class_statuses, is_data, unmark
-from ._nodes import Children, NodeType, dict_flatten, structure_changed
+from ._nodes import Children, NodeType, dict_flatten
+from ._tracking import TREEDEF, WATCHES, changed_in
 
 # Attributes an Object keeps for itself, never children.
 _PRIVATE_PREFIX = "_object__"
 _STATUSES = "_object__statuses"  # {name: is_data} set by `data(...)` / `static(...)`
-_TREEDEF = "_object__treedef"  # the cached pytree node data (an `ObjectTreeDef`)
+_TREEDEF = TREEDEF  # the cached pytree node data (an `ObjectTreeDef`); changes drop it
+_FLAT = "_object__flat"  # the cached flattening of a graph this node is the root of
+# Bookkeeping a List or Dict drops when copied or pickled (an Object: `_object__transient`)
+_CONTAINER_TRANSIENT = frozenset({_TREEDEF, _FLAT, WATCHES})
 
 
 class ObjectTreeDef:
@@ -104,7 +113,7 @@ class Object:
 
     _object__pytree: ClassVar[bool] = True
     _object__class_statuses: ClassVar[dict[str, bool]] = {}
-    _object__transient: ClassVar[frozenset[str]] = frozenset({"_object__treedef"})
+    _object__transient: ClassVar[frozenset[str]] = frozenset({_TREEDEF, _FLAT, WATCHES})
     _object__restore: ClassVar[Callable[[Object], None] | None] = None
 
     def __init_subclass__(cls, *, pytree: bool = True, **kwargs: object) -> None:
@@ -126,17 +135,15 @@ class Object:
         else:
             value = track(value)
         object.__setattr__(self, name, value)
-        vars(self).pop(_TREEDEF, None)
-        structure_changed()
+        changed_in(vars(self))
 
     def __delattr__(self, name: str) -> None:
         object.__delattr__(self, name)
         namespace = vars(self)
-        namespace.pop(_TREEDEF, None)
         statuses = namespace.get(_STATUSES)
         if statuses and name in statuses:
             del statuses[name]
-        structure_changed()
+        changed_in(namespace)
 
     def __getstate__(self) -> dict[str, object]:
         transient = type(self)._object__transient
@@ -305,8 +312,7 @@ class Dict(dict):
 
 
 def _changed(node: object) -> None:
-    vars(node).pop(_TREEDEF, None)
-    structure_changed()
+    changed_in(vars(node))
 
 
 def _tracked(cls: type, method_name: str) -> None:
@@ -446,7 +452,7 @@ def _unflatten_dict(treedef: ObjectTreeDef, children: Iterable) -> Dict:
 
 
 def _container_getstate(node: object) -> dict[str, object]:
-    return {k: v for k, v in vars(node).items() if k != _TREEDEF}
+    return {k: v for k, v in vars(node).items() if k not in _CONTAINER_TRANSIENT}
 
 
 List.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]

@@ -32,7 +32,7 @@ from jax.tree_util import GetAttrKey, register_pytree_with_keys
 
 from bryo_pytree import safe_equal
 
-from ._nodes import structure_changed
+from ._tracking import WATCHES, structure_changed
 
 
 class _Missing:
@@ -158,7 +158,8 @@ class Variable(metaclass=_VariableType):
     way out or in: `.value`, `v[...]` and the operators all go through them.
     """
 
-    __slots__ = ("__weakref__", "_metadata", "raw_value")
+    # WATCHES: the watches of cached flattenings, which a metadata change expires
+    __slots__ = ("__weakref__", WATCHES, "_metadata", "raw_value")
 
     def __init__(self, value: object, **metadata: object) -> None:
         object.__setattr__(self, "raw_value", value)
@@ -283,7 +284,7 @@ class Variable(metaclass=_VariableType):
     def _replace_metadata(self, metadata: Mapping[str, object]) -> None:
         # Filters read metadata, and bryo caches their results with the structure.
         object.__setattr__(self, "_metadata", as_metadata(metadata))
-        structure_changed()
+        structure_changed(self)
 
     def __getattr__(self, name: str) -> _Any:
         try:

@@ -154,7 +154,7 @@ def _set_children(node: object, node_type: NodeType, children: list[tuple]) -> N
             )
         node_type.pop_key(node, key)
     if removed:
-        structure_changed()
+        structure_changed(node)
 
 
 def _set_items(node: list, values: list) -> None:

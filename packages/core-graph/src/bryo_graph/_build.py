@@ -1,0 +1,181 @@
+"""Build a graph from a GraphDef and its State leaves by walking the GraphDef's entries.
+
+This is how `merge` builds a graph the first times it sees a GraphDef: one iterative walk
+over the entries (no recursion, so graphs of any depth build), with no set-up cost and no
+allocation beyond the graph itself. A GraphDef merged again and again is compiled into
+straight-line Python (`_compile`), which is faster per call but costs far more once.
+
+Both builders follow the same rules: mutable nodes are created before their children
+(so a child may refer back to them: cycles), immutable ones after (from their rebuilt
+children); a `RefEntry` is the object built for its index; Variables are made from their
+State leaves by `variable_of` (a Variable leaf is put into the graph as it is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bryo_plugins import TypeTable
+from bryo_pytree import Key, Path, path_str, unwrap_hashable
+
+from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
+from ._errors import GraphError
+from ._nodes import NodeType
+from ._variables import NO_METADATA, Variable
+
+_new = object.__new__
+_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
+_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]
+
+
+def variable_of(leaf: object, variable_type: type[Variable]) -> Variable:
+    """The Variable a State leaf puts into the graph: the leaf itself when it is a Variable
+    (Flax NNX 0.12's merge), else a new `variable_type` Variable around the raw value."""
+    if isinstance(leaf, Variable):
+        return leaf
+    variable = _new(variable_type)
+    _set_raw_value(variable, leaf)
+    _set_metadata(variable, NO_METADATA)
+    return variable
+
+
+def leaf_value(leaf: object) -> object:
+    """The raw value a State leaf holds for an array leaf of the graph."""
+    return leaf.raw_value if isinstance(leaf, Variable) else leaf
+
+
+def unknown_node_type(cls: type, path: Path) -> GraphError:
+    """The error for a GraphDef node whose type no backend registers (any more)."""
+    return GraphError(
+        f"no backend registers the node type {cls.__qualname__} found at {path_str(path)}; "
+        "import the plugin that defines it before merging."
+    )
+
+
+def cycle_through_immutable(path: Path) -> GraphError:
+    """The error for a reference to an immutable node that is still being built."""
+    return GraphError(
+        f"the node at {path_str(path)} refers back to a node still being built; cycles may "
+        "only go through mutable nodes."
+    )
+
+
+class _Frame:
+    """A node whose children are being built."""
+
+    __slots__ = ("entry", "items", "key", "node", "node_type")
+
+    def __init__(self, entry: NodeEntry, node_type: NodeType, node: object, key: Key) -> None:
+        self.entry = entry
+        self.node_type = node_type
+        self.node = node  # None until built, for immutable nodes
+        self.key = key
+        self.items: list[tuple[Key, object]] = []
+
+
+class BuiltGraph:
+    """The result of `build_graph`: the new root, and how deep the GraphDef's nodes nest."""
+
+    __slots__ = ("depth", "root")
+
+    def __init__(self, root: object, depth: int) -> None:
+        self.root = root
+        self.depth = depth
+
+
+def build_graph(root: Entry, leaves: Sequence[object], registry: TypeTable) -> BuiltGraph:
+    """A new graph from the GraphDef entry `root` and State leaves in GraphDef order."""
+    if type(root) is not NodeEntry:  # a graph of one bare Variable or array
+        return BuiltGraph(_bare_leaf(root, leaves), 0)
+    built: dict[int, object] = {}
+    position = 0
+    stack = [_open(root, registry, built, ())]
+    depth = 1
+    while True:
+        frame = stack[-1]
+        children = frame.entry.children
+        items = frame.items
+        count = len(children)
+        index = len(items)
+        while index < count:
+            key, child = children[index]
+            cls = type(child)
+            if cls is VariableEntry:
+                value = leaves[position]
+                position += 1
+                if not isinstance(value, Variable):
+                    value = variable_of(value, child.type)
+                built[child.index] = value
+            elif cls is StaticEntry:
+                value = unwrap_hashable(child.value)
+            elif cls is LeafEntry:
+                value = leaf_value(leaves[position])
+                position += 1
+            elif cls is RefEntry:
+                value = built.get(child.index, _MISSING)
+                if value is _MISSING:
+                    raise cycle_through_immutable(_path(stack, key))
+            else:  # a NodeEntry: descend
+                break
+            items.append((key, value))
+            index += 1
+        else:
+            stack.pop()
+            node = _close(frame, built)
+            if not stack:
+                return BuiltGraph(node, depth)
+            stack[-1].items.append((frame.key, node))
+            continue
+        stack.append(_open(child, registry, built, key, stack))  # type: ignore[arg-type]
+        depth = max(depth, len(stack))
+
+
+_MISSING = object()
+
+
+def _bare_leaf(root: Entry, leaves: Sequence[object]) -> object:
+    if type(root) is VariableEntry:
+        return variable_of(leaves[0], root.type)
+    if type(root) is LeafEntry:
+        return leaf_value(leaves[0])
+    return unwrap_hashable(root.value)  # type: ignore[union-attr]
+
+
+def _path(stack: list[_Frame], key: Key | None = None) -> Path:
+    keys = [frame.key for frame in stack[1:]]
+    return (*keys, key) if key is not None else tuple(keys)
+
+
+def _open(
+    entry: NodeEntry,
+    registry: TypeTable,
+    built: dict[int, object],
+    key: Key,
+    stack: list[_Frame] | None = None,
+) -> _Frame:
+    """Start building the node of `entry`: mutable nodes are created now."""
+    node_type = registry.lookup(entry.type)
+    if node_type is None:
+        raise unknown_node_type(entry.type, _path(stack or [], key) if stack else ())
+    node = None
+    if node_type.create is not None:
+        node = node_type.create(entry.type, entry.aux)
+        built[entry.index] = node
+    return _Frame(entry, node_type, node, key)
+
+
+def _close(frame: _Frame, built: dict[int, object]) -> object:
+    """Finish the node of `frame` from its built children."""
+    node_type, items = frame.node_type, frame.items
+    node = frame.node
+    if node is None:
+        entry = frame.entry
+        node = node_type.unflatten(entry.type, entry.aux, items)  # type: ignore[misc]
+        built[entry.index] = node
+    elif node_type.init_items is not None:
+        node_type.init_items(node, items)
+    else:
+        init_key = node_type.init_key or node_type.set_key
+        for key, child in items:
+            init_key(node, key, child)  # type: ignore[misc]
+    return node

@@ -1,0 +1,141 @@
+"""Change tracking: which cached flattenings a write to one node expires.
+
+A cached flattening holds a `Watch`, valid until one of the nodes it read changes. After
+walking a graph, `watch_all` registers the watch on every tracked node and Variable of
+the walk; a write to one of them (`structure_changed(node)`) expires the watches
+registered on that node, and only those: a write to a module that no cached flattening
+contains costs a counter increment and a dict lookup.
+
+Writes are also counted, so a flattening knows whether a write happened anywhere while
+it walked the graph (another thread changing the model): then its watch is born expired.
+`structure_changed()` with no node expires every watch, for backends that cannot say
+which node changed.
+
+The supported ways to change a tracked node are the ones that report it: attribute
+assignment and deletion on an `Object`, the methods of `List` and `Dict`, a Variable's
+metadata setters. Writing through `vars(node)` / `node.__dict__` or `object.__setattr__`
+bypasses them: call `structure_changed(node)` afterwards (or `clear_caches()`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable
+
+WATCHES = "_object__watches"
+"""The attribute (a `__dict__` entry, or a slot) where a tracked node keeps its watches."""
+TREEDEF = "_object__treedef"
+"""An Object's cached pytree node data (see `_object`), made from its attributes: every
+reported change drops it."""
+
+_lock = threading.Lock()  # guards every node's list of watches
+_writes = itertools.count()  # `next` is atomic: one tick per reported write
+_epoch = [0]  # bumped by `structure_changed()` without a node: every watch expires
+_PRUNE_AT = 8  # a node's list of watches is pruned of expired ones past this length
+
+
+class Watch:
+    """The validity of one cached flattening: valid until a node it read changes."""
+
+    __slots__ = ("epoch", "valid")
+
+    def __init__(self) -> None:
+        self.valid = True
+        self.epoch = _epoch[0]
+
+    def is_valid(self) -> bool:
+        """Whether no node of the flattening changed since it was made."""
+        return self.valid and self.epoch == _epoch[0]
+
+    def expire(self) -> None:
+        """Mark the flattening stale (its cache entry was dropped, or a node changed)."""
+        self.valid = False
+
+
+def write_count() -> int:
+    """A new tick of the write counter: compare two to see whether writes happened between."""
+    return next(_writes)
+
+
+def structure_changed(node: object = None) -> None:
+    """Tell bryo that `node` changed structure: the cached flattenings containing it expire.
+
+    Called by tracked nodes on every structural change (an attribute set or deleted, a
+    `List`/`Dict` item set, added or removed, a Variable's metadata changed). Without a
+    node, every cached flattening expires.
+    """
+    if node is None:
+        next(_writes)
+        _epoch[0] += 1
+        return
+    namespace = getattr(node, "__dict__", None)
+    if namespace is not None:
+        changed_in(namespace)
+        return
+    next(_writes)
+    if _get_watches(node):
+        expire_watches(node)
+
+
+def changed_in(namespace: dict) -> None:
+    """`structure_changed` for a node whose `__dict__` is `namespace` (the fast path of
+    `Object`, `List` and `Dict`)."""
+    next(_writes)
+    namespace.pop(TREEDEF, None)
+    if namespace.get(WATCHES):
+        with _lock:
+            watches = namespace.pop(WATCHES, None)
+            for watch in watches or ():
+                watch.valid = False
+
+
+def expire_watches(node: object) -> None:
+    """Expire every watch registered on `node` and forget them."""
+    with _lock:
+        watches = _get_watches(node)
+        if not watches:
+            return
+        for watch in watches:
+            watch.valid = False
+        _set_watches(node, None)
+
+
+def watch_all(watch: Watch, nodes: Iterable[object]) -> bool:
+    """Register `watch` on every node of `nodes`; False (nothing registered) if one of them
+    cannot keep watches (a tracked node of a backend without `__dict__` or the slot)."""
+    with _lock:
+        for node in nodes:
+            watches = _get_watches(node)
+            if watches is None:
+                try:
+                    _set_watches(node, [watch])
+                except (AttributeError, TypeError):
+                    return False
+            else:
+                if len(watches) >= _PRUNE_AT:
+                    watches[:] = [w for w in watches if w.valid]
+                watches.append(watch)
+    return True
+
+
+def _get_watches(node: object) -> list[Watch] | None:
+    try:
+        return node.__dict__.get(WATCHES)
+    except AttributeError:  # a slotted node (a Variable); no class `__getattr__` involved
+        try:
+            return object.__getattribute__(node, WATCHES)
+        except AttributeError:
+            return None
+
+
+def _set_watches(node: object, watches: list[Watch] | None) -> None:
+    try:
+        namespace = node.__dict__
+    except AttributeError:
+        object.__setattr__(node, WATCHES, watches)
+    else:
+        if watches is None:
+            namespace.pop(WATCHES, None)
+        else:
+            namespace[WATCHES] = watches
