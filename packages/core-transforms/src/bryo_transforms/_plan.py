@@ -11,6 +11,8 @@ written after it. `PlanCache` keeps both per transformed function, keyed by `Cal
 from __future__ import annotations
 
 import operator
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -28,6 +30,7 @@ from bryo_graph import (
     VariableMeta,
     flat_graph,
     node_types,
+    register_cache,
 )
 from bryo_pytree import Key, Path, path_str
 
@@ -266,25 +269,49 @@ def has_tracers(values: Sequence[object]) -> bool:
 
 
 class PlanCache:
-    """Bounded caches of one transformed function: call plans and signatures."""
+    """Bounded caches of one transformed function: call plans and signatures.
+
+    Safe to share between threads (a lock guards every change). A cached plan holds the
+    caller's models: `bryo_graph.clear_caches()` empties every PlanCache.
+    """
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
         self.plans: dict[CallKey, CallPlan] = {}
         self.sigs: dict[Signature, Signature] = {}
+        self._lock = threading.Lock()
+        _plan_caches.add(self)
 
     def plan(self, key: CallKey, roots: list) -> CallPlan:
         plan = self.plans.get(key)
         if plan is not None:
             return plan
-        plan = build_plan(key, roots, self.sigs)
-        # Plans built under a trace hold tracers; they are used once, never cached.
-        if not has_tracers(plan.raw_values) and not has_tracers(
-            [v.raw_value for v in plan.variables]
-        ):
-            if len(self.plans) >= self.size:
-                self.plans.pop(next(iter(self.plans)))
-            self.plans[key] = plan
-        if len(self.sigs) > 4 * self.size:
-            self.sigs.clear()
+        with self._lock:
+            plan = build_plan(key, roots, self.sigs)
+            # Plans built under a trace hold tracers; they are used once, never cached.
+            if not has_tracers(plan.raw_values) and not has_tracers(
+                [v.raw_value for v in plan.variables]
+            ):
+                while len(self.plans) >= self.size:
+                    self.plans.pop(next(iter(self.plans)))
+                self.plans[key] = plan
+            if len(self.sigs) > 4 * self.size:
+                self.sigs.clear()
         return plan
+
+    def clear(self) -> None:
+        """Forget every plan and signature."""
+        with self._lock:
+            self.plans.clear()
+            self.sigs.clear()
+
+
+_plan_caches: weakref.WeakSet[PlanCache] = weakref.WeakSet()
+
+
+def _clear_plan_caches() -> None:
+    for cache in list(_plan_caches):
+        cache.clear()
+
+
+register_cache(_clear_plan_caches)
