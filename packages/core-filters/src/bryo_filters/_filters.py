@@ -195,7 +195,7 @@ class ValuePredicate:
 
     def __call__(self, path: Path, value: object) -> bool:
         if isinstance(getattr(value, "type", None), builtins.type) and hasattr(value, "value"):
-            value = value.value
+            value = getattr(value, "value")  # noqa: B009 (pyright: value is an object here)
         return bool(self.predicate(value))
 
     def __repr__(self) -> str:
