@@ -32,10 +32,15 @@ its JAX transform, and `apply`s the result; export it here.
 
 from ._axes import Carry as Carry
 from ._axes import StateAxes as StateAxes
+from ._checkify import checkify as checkify
+from ._cond import cond as cond
+from ._cond import switch as switch
 from ._errors import TransformError as TransformError
 from ._grad import grad as grad
 from ._grad import value_and_grad as value_and_grad
 from ._jit import jit as jit
+from ._loops import fori_loop as fori_loop
+from ._loops import while_loop as while_loop
 from ._remat import remat as remat
 from ._scan import scan as scan
 from ._vmap import vmap as vmap
