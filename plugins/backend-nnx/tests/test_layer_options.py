@@ -328,7 +328,10 @@ def test_sow_collects_one_value_per_call_and_pop_takes_them():
 def test_sow_errors_name_the_attribute():
     probe = Probe()
     probe.seen = Param(jnp.ones(1))
-    with pytest.raises(ValueError, match="'seen' is a Param; `sow` was given Intermediate"):
+    with pytest.raises(ValueError, match="'seen' to be of type 'Intermediate', got 'Param'"):
+        probe(1.0)
+    probe.seen = 3
+    with pytest.raises(ValueError, match="'seen' to be a Variable, got int"):
         probe(1.0)
     with pytest.raises(TypeError, match="takes a Variable type"):
         Module().sow("intermediates", "x", 1)

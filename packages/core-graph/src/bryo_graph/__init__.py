@@ -50,6 +50,11 @@ from ._graph import state as state
 from ._graph import unflatten as unflatten
 from ._graph import update as update
 from ._graph import variables as variables
+from ._helpers import dataclass as dataclass
+from ._helpers import iter_children as iter_children
+from ._helpers import map as map
+from ._helpers import map_state as map_state
+from ._helpers import recursive_map as recursive_map
 from ._modes import set_graph_mode as set_graph_mode
 from ._modes import set_graph_updates as set_graph_updates
 from ._nodes import NodeType as NodeType

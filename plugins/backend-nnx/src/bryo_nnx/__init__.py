@@ -56,6 +56,12 @@ from ._lora import LoRA as LoRA
 from ._lora import LoRALinear as LoRALinear
 from ._lora import LoRAParam as LoRAParam
 from ._module import Module as Module
+from ._module_helpers import capture as capture
+from ._module_helpers import iter_module_children as iter_module_children
+from ._module_helpers import iter_modules as iter_modules
+from ._module_helpers import view as view
+from ._module_helpers import view_info as view_info
+from ._module_helpers import with_attributes as with_attributes
 from ._normalization import BatchNorm as BatchNorm
 from ._normalization import GroupNorm as GroupNorm
 from ._normalization import InstanceNorm as InstanceNorm

@@ -539,6 +539,35 @@ class MultiHeadAttention(Module):
         seen = jnp.broadcast_to(jnp.arange(max_length) <= index, (*batch, 1, 1, max_length))
         return key, value, combine_masks(mask, seen)
 
+    def set_view(
+        self,
+        deterministic: bool | None = None,
+        decode: bool | None = None,
+        batch_size: int | Sequence[int] | None = None,
+        max_length: int | None = None,
+    ) -> None:
+        """Used by `nnx.view`.
+
+        Args:
+            deterministic: if True, no attention dropout.
+            decode: if True, decode autoregressively (creates the cache when missing).
+            batch_size: the cache's batch size (or batch shape), needed to create it.
+            max_length: the cache's length, needed to create it.
+        """
+        if deterministic is not None:
+            self.deterministic = deterministic
+        if decode is None:
+            return
+        self.decode = decode
+        if decode and getattr(self, "cached_key", None) is None:
+            if batch_size is None or max_length is None:
+                raise TypeError(
+                    "`view(decode=True)` creates the decoding cache of MultiHeadAttention: "
+                    "pass `batch_size=` and `max_length=` too."
+                )
+            batch = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
+            self.init_cache((*batch, max_length, 0), self.dtype or jnp.float32)
+
     def init_cache(self, input_shape: Sequence[int], dtype: jnp.dtype = jnp.float32) -> None:
         """Create the decoding cache for inputs of shape `(*batch, max_length, features)`:
         `cached_key`, `cached_value` (`(*batch, max_length, num_kv_heads, head_dim)`) and

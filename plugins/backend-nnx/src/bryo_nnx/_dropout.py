@@ -72,6 +72,15 @@ class Dropout(Module):
             None if rngs is None else fork_stream(rngs, rng_collection, "Dropout")
         )
 
+    def set_view(self, deterministic: bool | None = None) -> None:
+        """Used by `nnx.view`.
+
+        Args:
+            deterministic: if True, return the inputs unchanged.
+        """
+        if deterministic is not None:
+            self.deterministic = deterministic
+
     def __call__(
         self,
         inputs: jax.Array,

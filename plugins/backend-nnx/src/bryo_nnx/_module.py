@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from bryo_graph import Object, Variable, iter_graph
-from bryo_pytree import Path, is_shaped
+from bryo_filters import Filter, to_predicate
+from bryo_graph import Object, Variable, iter_children, iter_graph
+from bryo_pytree import Key, Path, is_shaped
 
+from ._capture import active_captures
 from ._intercept import wrap_call
 
 
@@ -38,13 +40,25 @@ class Module(Object):
         reduce_fn: Callable[[object, object], object] = lambda sown, new: (*sown, new),
         init_fn: Callable[[], object] = tuple,
     ) -> bool:
-        """Keep `value` on this module as the `variable_type` Variable `name`.
+        """Keep `value` as the `variable_type` Variable `name` of this module.
 
-        The first value is `reduce_fn(init_fn(), value)`, later ones are folded in with
-        `reduce_fn`: by default the Variable holds the tuple of every value sown, one per
-        call (`MultiHeadAttention(...)(x, sow_weights=True)` sows its attention weights as
-        `Intermediate` 'attention_weights'). Take them out with `nnx.pop(model,
-        Intermediate)`.
+        Inside `capture(fn, variable_type)` the value goes to the capture (the module is
+        left unchanged) and `sow` returns whether `variable_type` is captured there.
+        Otherwise it is kept on the module: the first value is `reduce_fn(init_fn(),
+        value)`, later ones are folded in with `reduce_fn`. By default the Variable holds
+        the tuple of every value sown, one per call (`MultiHeadAttention(...)(x,
+        sow_weights=True)` sows its attention weights as `Intermediate`
+        'attention_weights'). Take them out with `nnx.pop(model, Intermediate)`.
+
+        Args:
+            variable_type: the Variable type (e.g. `Intermediate`).
+            name: the attribute (or captured entry) name.
+            value: the value to keep.
+            reduce_fn: `(kept so far, value) -> kept`.
+            init_fn: `() -> kept` before the first value.
+
+        Returns:
+            Whether the value was kept.
 
         Raises:
             ValueError: `name` is an attribute that is not a `variable_type` Variable.
@@ -54,17 +68,27 @@ class Module(Object):
                 f"`sow` takes a Variable type (e.g. `nnx.Intermediate`) first; got "
                 f"{variable_type!r}."
             )
-        existing = vars(self).get(name)
+        captures = active_captures()
+        if captures is not None:
+            kept = captures.sow(self, variable_type, name, value, reduce_fn, init_fn)
+            if kept is not None:
+                return kept
+        existing = getattr(self, name, None)
         if existing is None:
             setattr(self, name, variable_type(reduce_fn(init_fn(), value)))
+        elif not isinstance(existing, Variable):
+            raise ValueError(
+                f"{type(self).__name__}.sow: expected {name!r} to be a Variable, got "
+                f"{type(existing).__name__}; sow under another name."
+            )
         elif type(existing) is not variable_type:
             raise ValueError(
-                f"{type(self).__name__}.sow: the attribute {name!r} is a "
-                f"{type(existing).__name__}; `sow` was given {variable_type.__name__}. Sow under "
-                "another name."
+                f"{type(self).__name__}.sow: expected {name!r} to be of type "
+                f"{variable_type.__name__!r}, got {type(existing).__name__!r}; sow under "
+                "another name, or with the Variable type it has."
             )
         else:
-            existing[...] = reduce_fn(existing.value, value)
+            existing.set_value(reduce_fn(existing.get_value(), value))
         return True
 
     def iter_modules(self) -> Iterator[tuple[Path, Module]]:
@@ -73,23 +97,47 @@ class Module(Object):
             if isinstance(value, Module):
                 yield path, value
 
-    def set_attributes(self, *, raise_if_not_found: bool = True, **attributes: object) -> None:
-        """Set `attributes` on every submodule that has them (e.g. `deterministic=True`).
+    def iter_children(self) -> Iterator[tuple[Key, Module]]:
+        """`(attribute, module)` for each direct child that is a Module."""
+        for key, child in iter_children(self):
+            if isinstance(child, Module):
+                yield key, child
+
+    def set_attributes(
+        self,
+        *filters: Filter,
+        raise_if_not_found: bool = True,
+        graph: bool | None = None,
+        **attributes: object,
+    ) -> None:
+        """Set `attributes` on every module of this one's graph (itself included) that
+        has them, e.g. `deterministic=True`; with `filters`, only on the modules that
+        match one (`model.set_attributes(Dropout, deterministic=True)`).
+
+        Args:
+            *filters: filters of `(path, module)` (types, path predicates, ...).
+            raise_if_not_found: raise when some attribute exists on no selected module.
+            graph: False walks the modules in tree mode.
+            **attributes: the attributes to set.
 
         Raises:
-            ValueError: with `raise_if_not_found`, when some attribute exists on no module.
+            ValueError: with `raise_if_not_found`, naming the attributes found nowhere.
         """
+        predicates = [to_predicate(f) for f in filters] or [lambda path, node: True]
         found: set[str] = set()
-        for _, module in self.iter_modules():
+        for path, module in iter_graph(self, graph=graph):
+            if not isinstance(module, Module) or not any(p(path, module) for p in predicates):
+                continue
             for name, value in attributes.items():
-                if name in vars(module):
+                if hasattr(module, name):
                     setattr(module, name, value)
                     found.add(name)
-        missing = sorted(set(attributes) - found)
+        missing = set(attributes) - found
         if missing and raise_if_not_found:
             raise ValueError(
-                f"no module in {type(self).__name__} has the attribute(s) {missing}; pass "
-                "`raise_if_not_found=False` to ignore them."
+                "Could not find at least one instance of the following attributes: "
+                f"{sorted(missing)} (no selected module of {type(self).__name__} has them); "
+                "check the names, or pass `raise_if_not_found=False` to ignore them."
             )
 
     def train(self, **attributes: object) -> None:

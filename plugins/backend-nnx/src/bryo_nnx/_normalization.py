@@ -404,6 +404,15 @@ class BatchNorm(Module):
         self.use_fast_variance = use_fast_variance
         self.promote_dtype = promote_dtype
 
+    def set_view(self, use_running_average: bool | None = None) -> None:
+        """Used by `nnx.view`.
+
+        Args:
+            use_running_average: if True, normalise with the stored batch statistics.
+        """
+        if use_running_average is not None:
+            self.use_running_average = use_running_average
+
     def __call__(
         self,
         x: jax.Array,

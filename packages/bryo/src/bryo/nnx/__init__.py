@@ -152,3 +152,22 @@ from . import training as training
 from .nn import initializers as initializers
 from .training import metrics as metrics
 from .training import optimizer as optimizer
+
+# isort: split
+# Control flow, transforms and module helpers (issue 13.3; owner: nnxapi).
+from bryo_graph import dataclass as dataclass
+from bryo_graph import iter_children as iter_children
+from bryo_graph import map as map
+from bryo_graph import map_state as map_state
+from bryo_graph import recursive_map as recursive_map
+from bryo_nnx import capture as capture
+from bryo_nnx import iter_module_children as iter_module_children
+from bryo_nnx import iter_modules as iter_modules
+from bryo_nnx import view as view
+from bryo_nnx import view_info as view_info
+from bryo_nnx import with_attributes as with_attributes
+from bryo_transforms import checkify as checkify
+from bryo_transforms import cond as cond
+from bryo_transforms import fori_loop as fori_loop
+from bryo_transforms import switch as switch
+from bryo_transforms import while_loop as while_loop

@@ -1,0 +1,82 @@
+"""`dataclass`, `map`, `map_state`, `recursive_map` and `iter_children` of bryo_graph."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bryo_graph import (
+    List,
+    Object,
+    Param,
+    State,
+    Variable,
+    data,
+    dataclass,
+    iter_children,
+    map,
+    map_state,
+    recursive_map,
+    state,
+)
+
+
+class Pair(Object):
+    def __init__(self):
+        self.a = Param(jnp.ones(2))
+        self.b = Variable(jnp.zeros(3))
+        self.items = List([Object()])
+
+
+def test_dataclass_makes_fields_and_keeps_data_markers():
+    @dataclass
+    class Holder(Object):
+        values: tuple = data()
+        n: int = 3
+
+    h = Holder((Variable(jnp.array(1)),))
+    assert h.n == 3 and len(jax.tree.leaves(h)) == 1
+    assert "Holder(" not in repr(h) or dataclasses.fields(h)  # repr is the class's own
+    with pytest.raises(TypeError, match="repr"):
+        dataclass(repr=True)
+
+
+def test_map_builds_a_new_graph_from_new_variables():
+    model = Pair()
+    zeros = map(lambda path, v: v.replace(jnp.zeros_like(v.get_value())), model)
+    assert type(zeros) is Pair and zeros is not model
+    np.testing.assert_array_equal(zeros.a.get_value(), [0.0, 0.0])
+    np.testing.assert_array_equal(model.a.get_value(), [1.0, 1.0])
+    same = map(lambda path, v: v, model)
+    assert same.a is model.a  # the State holds the live Variables
+    doubled = map_state(lambda path, v: v.get_value() * 2, state(model))
+    assert isinstance(doubled, State) and float(doubled["a"][0]) == 2.0
+    bare = map(lambda path, v: (path, v), Variable(1))
+    assert bare[0] == ()
+
+
+def test_recursive_map_visits_children_first_on_a_copy():
+    model = Pair()
+    seen = []
+
+    def tag(path, node):
+        seen.append(path)
+        if isinstance(node, Object):
+            node.tag = len(seen)
+        return node
+
+    copy = recursive_map(tag, model)
+    assert seen[-1] == () and seen.index(("items", 0)) < seen.index(("items",))
+    assert copy.tag == len(seen) and not hasattr(model, "tag") and copy.a is model.a
+
+    with pytest.raises(ValueError, match="cannot set 0 of the tuple"):
+        recursive_map(lambda p, v: v + 1 if isinstance(v, int) else v, (1, 2))
+
+
+def test_iter_children_lists_graph_nodes_only():
+    model = Pair()
+    assert [k for k, _ in iter_children(model)] == ["items"]
+    with pytest.raises(ValueError, match="takes a graph node"):
+        list(iter_children(3))

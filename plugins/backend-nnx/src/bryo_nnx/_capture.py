@@ -1,0 +1,101 @@
+"""Where `Module.sow` puts values while `capture` runs: a session per capturing call.
+
+`capture(fn, Intermediate)` opens a `Captures` session for the modules of its model
+(found by identity, with their paths). While it is active, `Module.sow` on one of them
+folds the value into the session (`reduce_fn(previous or init_fn(), value)`) instead of
+setting an attribute, and returns whether that Variable type is captured; afterwards the
+session becomes one State per captured type, nested by module path as the model is.
+Modules outside the session (none open, or a module the capture did not see) sow into
+attributes as before.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from typing import Any
+
+from bryo_graph import State, Variable
+from bryo_pytree import Path
+
+_ACTIVE: contextvars.ContextVar[Captures | None] = contextvars.ContextVar(
+    "bryo_nnx_captures", default=None
+)
+
+
+class Captures:
+    """The values sown into the modules of one `capture` call.
+
+    Attributes:
+        var_types: the Variable types captured (sowing another type returns False).
+        paths: `id(module)` -> its path in the captured model.
+        values: module path -> Variable type -> name -> the value so far.
+    """
+
+    def __init__(
+        self,
+        modules: list[tuple[Path, object]],
+        var_types: tuple[type[Variable], ...],
+        init: State | None,
+    ) -> None:
+        self.var_types = var_types
+        self.paths = {id(module): path for path, module in modules}
+        self._modules = [module for _, module in modules]  # keeps the ids valid
+        self.values: dict[Path, dict[type, dict[str, Any]]] = {}
+        if init is not None:
+            self._load(init)
+
+    def _load(self, init: State) -> None:
+        """Start from the values of a State `capture` returned (e.g. perturbations)."""
+        modules = set(self.paths.values())
+        for path, leaf in init.flat_state().items():
+            if not path or path[:-1] not in modules or not isinstance(leaf, Variable):
+                raise ValueError(
+                    f"`capture(init=...)`: {'/'.join(map(str, path))} is not a Variable under "
+                    "one of the model's modules; pass a State that `capture` returned for "
+                    "this model."
+                )
+            by_type = self.values.setdefault(path[:-1], {}).setdefault(type(leaf), {})
+            by_type[path[-1]] = leaf.get_value()
+
+    def sow(
+        self,
+        module: object,
+        variable_type: type[Variable],
+        name: str,
+        value: object,
+        reduce_fn: Callable[[Any, Any], Any],
+        init_fn: Callable[[], Any],
+    ) -> bool | None:
+        """Fold `value` in; None when `module` is not one of the session's modules."""
+        path = self.paths.get(id(module))
+        if path is None:
+            return None
+        known = self.values.get(path, {})
+        if variable_type not in self.var_types and variable_type not in known:
+            return False
+        store = self.values.setdefault(path, {}).setdefault(variable_type, {})
+        store[name] = reduce_fn(store[name] if name in store else init_fn(), value)
+        return True
+
+    def states(self) -> list[State]:
+        """One State per captured type: `(*module path, name)` -> a Variable of that type."""
+        flats: dict[type, dict[Path, Variable]] = {t: {} for t in self.var_types}
+        for path, by_type in self.values.items():
+            for var_type, named in by_type.items():
+                if var_type in flats:
+                    for name, value in named.items():
+                        flats[var_type][(*path, name)] = var_type(value)
+        return [State.from_flat_path(flats[t]) for t in self.var_types]
+
+    def __enter__(self) -> Captures:
+        self._token = _ACTIVE.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _ACTIVE.reset(self._token)
+
+
+def active_captures() -> Captures | None:
+    """The innermost open `capture` session of this thread, or None."""
+    return _ACTIVE.get()

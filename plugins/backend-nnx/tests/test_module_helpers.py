@@ -1,0 +1,129 @@
+"""Module helpers of Flax NNX 0.12: `iter_modules`/`iter_children`, `set_attributes` with
+filters, `with_attributes` and `view` (configured copies sharing the Variables),
+`view_info`, and `capture` of the values modules sow."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bryo_filters import PathContains
+from bryo_graph import Intermediate, List, Param, Variable, state
+from bryo_nnx import (
+    BatchNorm,
+    Dropout,
+    Linear,
+    Module,
+    MultiHeadAttention,
+    capture,
+    iter_module_children,
+    iter_modules,
+    view,
+    view_info,
+    with_attributes,
+)
+from bryo_rngs import Rngs
+
+
+class Block(Module):
+    def __init__(self, rngs):
+        self.linear = Linear(3, 3, rngs=rngs)
+        self.dropout = Dropout(0.5, deterministic=False, rngs=rngs)
+        self.norm = BatchNorm(3, use_running_average=False, rngs=rngs)
+
+    def __call__(self, x):
+        x = self.linear(x)
+        self.sow(Intermediate, "features", x)
+        return self.norm(self.dropout(x))
+
+
+class Stack(Module):
+    def __init__(self, rngs):
+        self.blocks = List([Block(rngs), Block(rngs)])
+
+    def __call__(self, x):
+        for block in self.blocks:
+            x = block(x)
+        self.sow(Intermediate, "out", x, reduce_fn=lambda a, b: a + b, init_fn=lambda: 0)
+        return x
+
+
+def test_iter_modules_and_children():
+    model = Stack(Rngs(0))
+    paths = [path for path, _ in iter_modules(model)]
+    assert paths[-1] == () and ("blocks", 0, "linear") in paths and len(paths) == 9
+    assert [k for k, _ in model.blocks[0].iter_children()] == ["dropout", "linear", "norm"]
+    assert [k for k, _ in iter_module_children(model.blocks[0])] == ["dropout", "linear", "norm"]
+    assert [k for k, _ in iter_module_children(model)] == []  # a List is not a Module
+
+
+def test_set_attributes_with_filters_and_errors():
+    model = Stack(Rngs(0))
+    model.set_attributes(Dropout, deterministic=True)
+    assert all(block.dropout.deterministic for block in model.blocks)
+    assert not model.blocks[0].norm.use_running_average
+    model.set_attributes(PathContains(1), use_running_average=True)
+    assert [b.norm.use_running_average for b in model.blocks] == [False, True]
+    with pytest.raises(ValueError, match=r"following attributes: \['unknown'\]"):
+        model.set_attributes(deterministic=False, unknown=1)
+    model.set_attributes(unknown=1, raise_if_not_found=False)
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_with_attributes_and_view_copy_the_modules_and_share_the_variables(graph):
+    model = Block(Rngs(0))
+    copy = with_attributes(model, only=Dropout, deterministic=True, graph=graph)
+    assert copy.dropout.deterministic and not model.dropout.deterministic
+    assert copy is not model and copy.linear.kernel is model.linear.kernel
+    viewed = view(model, deterministic=True, use_running_average=True, graph=graph)
+    assert viewed.dropout.deterministic and viewed.norm.use_running_average
+    assert not model.norm.use_running_average
+    with pytest.raises(ValueError, match=r"Unused keys found in nnx.view: \['unknown'\]"):
+        view(model, unknown=True, graph=graph)
+    with pytest.raises(ValueError, match=r"attributes: \['unknown'\]"):
+        with_attributes(model, unknown=True, graph=graph)
+
+
+def test_view_creates_the_attention_cache_and_view_info_lists_the_keywords():
+    attention = MultiHeadAttention(2, 4, decode=False, rngs=Rngs(0))
+    decoding = view(attention, decode=True, batch_size=3, max_length=5)
+    assert decoding.cached_key.shape == (3, 5, 2, 2) and attention.cached_key is None
+    with pytest.raises(TypeError, match="batch_size"):
+        view(attention, decode=True)
+    info = view_info(Block(Rngs(0)))
+    assert info.splitlines()[:3] == [
+        "BatchNorm:",
+        "  use_running_average: bool | None = None",
+        "    if True, normalise with the stored batch statistics.",
+    ]
+
+
+def test_capture_returns_sown_values_by_path_and_leaves_the_model_unchanged():
+    model = Stack(Rngs(0))
+    x = jnp.ones((4, 3))
+    y, sown = capture(model, Intermediate)(x)
+    flat = dict(sown.flat_state())
+    assert set(flat) == {("blocks", 0, "features"), ("blocks", 1, "features"), ("out",)}
+    assert isinstance(flat[("out",)], Intermediate)
+    np.testing.assert_allclose(flat[("out",)].get_value(), y)
+    assert "features" not in vars(model.blocks[0]) and not state(model, Intermediate)
+    # types first, as a decorator; the model is the function's first argument
+    forward = capture(Intermediate, Param)(lambda m, x: m(x))
+    _, sown_again, params = forward(model, x)
+    assert len(sown_again.flat_state()) == 3 and len(params.flat_state()) == 0
+    # init: continue from captured values (the reducer folds into them)
+    _, twice = capture(model, Intermediate, init=sown)(x)
+    assert len(dict(twice.flat_state())[("blocks", 0, "features")].get_value()) == 2
+
+
+def test_capture_sow_of_an_uncaptured_type_returns_false_and_bad_input_is_named():
+    class Probe(Module):
+        def __call__(self):
+            return self.sow(Variable, "v", 1)
+
+    probe = Probe()
+    kept, _ = capture(probe, Intermediate)()
+    assert kept is False and "v" not in vars(probe)
+    with pytest.raises(TypeError, match="Variable types"):
+        capture(probe, "intermediates")
+    with pytest.raises(ValueError, match="not a Variable under one of the model's modules"):
+        capture(probe, Intermediate, init=state(Block(Rngs(0))))()
