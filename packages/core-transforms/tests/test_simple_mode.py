@@ -38,7 +38,7 @@ def test_simple_jit_takes_jax_jit_options():
     f = jit(lambda m, x: m(x), graph_updates=False, donate_argnums=(), static_argnames=())
     assert float(f(model, jnp.ones(2))) == 2.0
     with pytest.raises(TypeError, match="Pass `graph_updates=False`"):
-        jit(lambda m: m, donate_argnums=0)
+        jit(lambda m: m, abstracted_axes=())
 
 
 def test_simple_grad_returns_module_shaped_gradients():

@@ -238,8 +238,8 @@ def test_jit_error_inside_leaves_the_model_unchanged() -> None:
 
 
 def test_jit_rejects_options_about_flat_arguments() -> None:
-    with pytest.raises(TypeError, match="'donate_argnums'"):
-        jit(lambda m: m, donate_argnums=0)
+    with pytest.raises(TypeError, match="'abstracted_axes'"):
+        jit(lambda m: m, abstracted_axes=())
 
 
 def test_jit_as_method_decorator() -> None:

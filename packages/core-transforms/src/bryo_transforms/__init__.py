@@ -38,11 +38,17 @@ from ._cond import switch as switch
 from ._errors import TransformError as TransformError
 from ._grad import grad as grad
 from ._grad import value_and_grad as value_and_grad
+from ._jit import Compiled as Compiled
+from ._jit import Jitted as Jitted
+from ._jit import Lowered as Lowered
 from ._jit import jit as jit
+from ._jit import jit_partial as jit_partial
 from ._loops import fori_loop as fori_loop
 from ._loops import while_loop as while_loop
 from ._remat import remat as remat
 from ._scan import scan as scan
+from ._shardings import StateSharding as StateSharding
+from ._shardings import prefix as prefix
 from ._vmap import vmap as vmap
 
 __version__ = "0.1.0"

@@ -180,6 +180,11 @@ class Grouping:
     def input_group(self, k: int) -> int:
         return 0
 
+    def always_returned(self, k: int) -> bool:
+        """Whether input State leaf `k` leaves the transform even when unchanged (its
+        buffer was donated, so the caller needs it back)."""
+        return False
+
     def new_input_group(self, root: int, path: Path, leaf: object) -> int:
         return 0
 
@@ -255,7 +260,7 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
             value = source.value
         if k is not None:
             changed = None
-            if value is not inner.in_values[k]:
+            if value is not inner.in_values[k] or grouping.always_returned(k):
                 changed = place(grouping.input_group(k), value)
                 if isinstance(changed, Const):
                     set_consts.append(ConstUpdate(k, value))

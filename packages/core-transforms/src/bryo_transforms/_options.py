@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def decorator_or_none(transform: Callable, f: Callable | None, **options: Any) -> Any:
@@ -23,12 +24,32 @@ def decorator_or_none(transform: Callable, f: Callable | None, **options: Any) -
     return None
 
 
-def as_argnums(argnums: int | Sequence[int], name: str = "argnums") -> tuple[int, ...]:
-    """`argnums` as a tuple of ints, or a TypeError naming `name`."""
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+def as_argnums(argnums: int | Sequence[int] | None, name: str = "argnums") -> tuple[int, ...]:
+    """`argnums` (None: none) as a tuple of ints, or a TypeError naming `name`."""
+    nums = () if argnums is None else (argnums,) if isinstance(argnums, int) else tuple(argnums)
     if not all(isinstance(n, int) for n in nums):
         raise TypeError(f"`{name}` must be an int or a sequence of ints; got {argnums!r}.")
     return nums
+
+
+def as_argnames(argnames: str | Sequence[str] | None) -> tuple[str, ...]:
+    """`argnames` (None: none) as a tuple of names."""
+    if argnames is None:
+        return ()
+    return (argnames,) if isinstance(argnames, str) else tuple(argnames)
+
+
+def named_positions(f: Callable, names: Sequence[str]) -> tuple[int, ...]:
+    """The positions of the parameters of `f` called `names` (as `jax.jit` resolves
+    `static_argnames` to positions); none when `f` has no signature."""
+    if not names:
+        return ()
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        return ()
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(i for i, p in enumerate(params) if p.name in names and p.kind in positional)
 
 
 def static_args(
@@ -40,3 +61,14 @@ def static_args(
     n = len(args)
     positions = frozenset(i % n if n and i < 0 else i for i in static_argnums)
     return positions | frozenset(static_argnames)
+
+
+class Prepared(NamedTuple):
+    """One call of a jitted function, ready for JAX: the `jax.jit` function to call (or
+    `.lower`) with `args`/`kwargs`, and `finish`, which turns its result into the
+    caller's output (writing state back)."""
+
+    fn: Any
+    args: tuple
+    kwargs: dict
+    finish: Callable[[Any], Any]

@@ -23,6 +23,7 @@ from bryo_graph import Variable, check_tree, set_graph_mode, set_graph_updates
 from bryo_pytree import broadcast_prefix
 
 from ._collect import Static
+from ._options import Prepared
 
 Pure = Callable[..., tuple]
 
@@ -95,38 +96,47 @@ class Inputs:
         return pure
 
 
-def write_back(variables: list[Variable], values: list, changed: Static) -> None:
+def write_back(
+    variables: list[Variable], values: list, changed: Static, every: bool = False
+) -> None:
     """Store the new values into the caller's Variables that changed inside (`values`
-    holds those, or one per Variable)."""
-    every = len(values) == len(variables)
+    holds those, or one per Variable); `every` stores all of them (their buffers were
+    donated)."""
+    all_values = len(values) == len(variables)
     it = iter(values)
     for variable, was_changed in zip(variables, changed.value, strict=True):
-        value = next(it) if every or was_changed else None
-        if was_changed:
+        value = next(it) if all_values or was_changed else None
+        if was_changed or every:
             variable.set_raw_value(value)
 
 
 def simple_jit(
     f: Callable, inputs: Inputs, out_shardings: object, jit_kwargs: dict[str, Any]
-) -> Callable:
-    """`jit` in simple mode: `jax.jit` itself (shardings and donation included)."""
+) -> Callable[[tuple, dict], Prepared]:
+    """`jit` in simple mode: `jax.jit` itself (shardings and donation included). Returns
+    the function preparing one call (`Prepared`); with donation every Variable's value
+    comes back (the caller's buffers were given away)."""
     if out_shardings is not None:
         jit_kwargs = {**jit_kwargs, "out_shardings": (out_shardings, None, None)}
+    donating = bool(jit_kwargs.get("donate_argnums") or jit_kwargs.get("donate_argnames"))
     jitted = jax.jit(
-        inputs.with_updates(f),
+        inputs.with_updates(f, every=donating),
         static_argnums=inputs.static_argnums,
         static_argnames=inputs.static_argnames,
         **jit_kwargs,
     )
 
-    @functools.wraps(f)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def prepare(args: tuple, kwargs: dict) -> Prepared:
         variables = inputs.variables(args, kwargs)
-        out, values, changed = jitted(*args, **kwargs)
-        write_back(variables, values, changed)
-        return out
 
-    return call
+        def finish(result: tuple) -> Any:
+            out, values, changed = result
+            write_back(variables, values, changed, every=donating)
+            return out
+
+        return Prepared(jitted, args, kwargs, finish)
+
+    return prepare
 
 
 def simple_vmap(f: Callable, inputs: Inputs, in_axes: object, vmap_kwargs: dict) -> Callable:

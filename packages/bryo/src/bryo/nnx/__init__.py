@@ -166,8 +166,11 @@ from bryo_nnx import iter_modules as iter_modules
 from bryo_nnx import view as view
 from bryo_nnx import view_info as view_info
 from bryo_nnx import with_attributes as with_attributes
+from bryo_transforms import StateSharding as StateSharding
 from bryo_transforms import checkify as checkify
 from bryo_transforms import cond as cond
 from bryo_transforms import fori_loop as fori_loop
+from bryo_transforms import jit_partial as jit_partial
+from bryo_transforms import prefix as prefix
 from bryo_transforms import switch as switch
 from bryo_transforms import while_loop as while_loop

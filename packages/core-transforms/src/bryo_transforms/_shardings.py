@@ -1,0 +1,205 @@
+"""Shardings and donation of `jit` arguments that hold graph nodes.
+
+`jax.jit` takes `in_shardings` and `donate_argnums` per argument; a graph-mode `jit` hands
+JAX flat lists of the models' State leaves instead. `LeafOptions.of` turns the caller's
+per-argument options into per-leaf ones: an argument that is a graph node takes one
+sharding for all its leaves, a `StateSharding({filter: sharding, ...})` choosing by
+`(path, Variable)`, or None (unspecified); array arguments take a sharding or None;
+containers take a prefix of themselves. `prefix` builds, for simple mode, a pytree
+prefix of a model with a value per Variable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+
+from bryo_filters import Filter, to_predicate
+from bryo_graph import Variable
+from bryo_pytree import Path, broadcast_prefix, keypath_to_path
+
+from ._layout import ARRAY, ROOT, StaticLayout, TreeLayout, is_graph_leaf
+from ._plan import CallPlan
+
+
+class StateSharding:
+    """Shardings of a graph node's State leaves, chosen by filter (first match wins).
+
+    Example:
+        >>> StateSharding({PathContains("kernel"): row_sharding, ...: replicated})
+    """
+
+    def __init__(
+        self, filter_sharding: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]], /
+    ) -> None:
+        items = tuple(
+            filter_sharding.items() if isinstance(filter_sharding, Mapping) else filter_sharding
+        )
+        self.filters: tuple[Filter, ...] = tuple(f for f, _ in items)
+        self.shardings: tuple[Any, ...] = tuple(s for _, s in items)
+        self._predicates = [to_predicate(f) for f in self.filters]
+
+    def for_leaf(self, path: Path, value: object) -> Any:
+        """The sharding of the leaf at `path` (None when no filter matches)."""
+        for predicate, sharding in zip(self._predicates, self.shardings, strict=True):
+            if predicate(path, value):
+                return sharding
+        return None
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(
+            f"{f!r}: {s!r}" for f, s in zip(self.filters, self.shardings, strict=True)
+        )
+        return f"StateSharding({{{pairs}}})"
+
+
+def _is_spec_leaf(value: object) -> bool:
+    return value is None or isinstance(value, StateSharding) or is_graph_leaf(value)
+
+
+def check_prefix(spec: object, name: str, *, graph: bool) -> None:
+    """Refuse graph nodes in a graph-mode sharding prefix (simple mode takes the
+    module-shaped prefixes of `prefix`), and `StateSharding`s in simple mode."""
+    is_leaf = _is_spec_leaf if graph else lambda x: x is None or isinstance(x, StateSharding)
+    for leaf in jax.tree.leaves(spec, is_leaf=is_leaf):
+        if graph and is_graph_leaf(leaf):
+            raise ValueError(
+                f"Graph nodes are not allowed as prefixes: `{name}` holds a "
+                f"{type(leaf).__name__}. Give a sharding, or a `StateSharding({{filter: "
+                "sharding})` for a graph node's State (simple mode: "
+                "`prefix(model, {filter: sharding})`)."
+            )
+        if isinstance(leaf, StateSharding) and not graph:
+            raise ValueError(
+                f"`{name}` of `jit` in simple mode (graph=False or graph_updates=False) cannot "
+                "contain `StateSharding` objects: JAX sees the models as pytrees. Use "
+                "`prefix(model, {filter: sharding})` for a pytree prefix instead."
+            )
+
+
+class LeafOptions(NamedTuple):
+    """Per flat input of a graph-mode `jit`: shardings and donation.
+
+    Attributes:
+        var_shardings: per Variable leaf (State order), a sharding or None.
+        raw_shardings: per raw array leaf of the graphs, a sharding or None.
+        array_shardings: per array argument leaf, a sharding or None.
+        donated_leaves: the State leaves (by index) whose buffers are donated.
+        donated_arrays: the array argument leaves (by index) that are donated.
+    """
+
+    var_shardings: list
+    raw_shardings: list
+    array_shardings: list
+    donated_leaves: frozenset[int]
+    donated_arrays: frozenset[int]
+
+    @classmethod
+    def of(
+        cls,
+        plan: CallPlan,
+        args: Sequence[object],
+        kwargs: Mapping[str, object],
+        in_shardings: object,
+        donated: Callable[[int | str], bool],
+        static: frozenset[int | str],
+    ) -> LeafOptions:
+        """The per-leaf options of a call on `args`/`kwargs` (its `plan`); `static`
+        holds the static positions, which `in_shardings` skips as in `jax.jit`."""
+        sig = plan.sig
+        root_specs: list = []
+        array_specs: list = []
+        root_donated: list[bool] = []
+        array_donated: list[bool] = []
+        dynamic = [i for i in range(len(args)) if i not in static]
+        per_dynamic = dict(zip(dynamic, _per_argument(in_shardings, len(dynamic)), strict=True))
+        named = [(i, a, per_dynamic.get(i)) for i, a in enumerate(args)]
+        named += [(k, kwargs[k], None) for k, _ in sig.kw_layouts]
+        for (argument, value, spec), (_, layout) in zip(named, sig.named_layouts(), strict=True):
+            if isinstance(layout, StaticLayout):
+                continue
+            kinds = layout.leaf_kinds
+            if isinstance(layout, TreeLayout):
+                full = broadcast_prefix(spec, value, is_leaf=is_graph_leaf, name="in_shardings")
+                specs = _leaf_specs(value, full, layout)
+            else:
+                specs = [spec]
+            for kind, leaf_spec in zip(kinds, specs, strict=True):
+                if kind is ARRAY:
+                    array_specs.append(leaf_spec)
+                    array_donated.append(donated(argument))
+                elif kind is ROOT:
+                    root_specs.append(leaf_spec)
+                    root_donated.append(donated(argument))
+        var_sh, raw_sh, donated_leaves = [], [], set()
+        for k, (path, meta, source) in enumerate(
+            zip(sig.paths, sig.metas, plan.sources, strict=True)
+        ):
+            root = path[1]
+            spec = root_specs[root]  # type: ignore[index]
+            if isinstance(spec, StateSharding):
+                leaf = source.variable if source.variable is not None else source.value
+                spec = spec.for_leaf(path[2:], leaf)
+            (raw_sh if meta is None else var_sh).append(spec)
+            if root_donated[root]:  # type: ignore[index]
+                donated_leaves.add(k)
+        donated_arrays = frozenset(i for i, d in enumerate(array_donated) if d)
+        return cls(var_sh, raw_sh, array_specs, frozenset(donated_leaves), donated_arrays)
+
+
+def _per_argument(spec: object, n_args: int) -> tuple:
+    if isinstance(spec, tuple | list):
+        if len(spec) != n_args:
+            raise ValueError(
+                f"`in_shardings` has {len(spec)} entries for {n_args} positional arguments "
+                "(static ones excepted); give one per argument (None: unspecified), or one "
+                "for all."
+            )
+        return tuple(spec)
+    return (spec,) * n_args
+
+
+def _leaf_specs(value: object, full: object, layout: TreeLayout) -> list:
+    """The spec of each non-static leaf of a container argument, from its expanded prefix."""
+    specs = jax.tree_util.tree_structure(value, is_leaf=is_graph_leaf).flatten_up_to(full)
+    return [s for s, kind in zip(specs, layout.kinds, strict=True) if kind in (ARRAY, ROOT)]
+
+
+def prefix(
+    node: object,
+    filter_map: Mapping[Filter, Any] | Callable[[Path, Any], Any],
+    /,
+    *,
+    graph: bool | None = None,
+) -> Any:
+    """A pytree prefix of `node` with a value per Variable (and raw array leaf):
+    `filter_map(path, leaf)`, or the value of the first filter of a mapping that matches
+    (None when none does). Use it as the `in_axes`/`in_shardings`/`out_shardings` of a
+    transform in simple mode, where models are pytrees.
+
+    Args:
+        node: a model, or a container of them.
+        filter_map: `(path, leaf) -> value`, or `{filter: value}`.
+        graph: accepted for Flax's signature; the prefix follows the pytree structure.
+
+    Returns:
+        `node`'s pytree structure with the values in place of its Variables.
+
+    Example:
+        >>> shardings = prefix(model, {PathContains("kernel"): row, ...: None})
+    """
+    del graph
+    if isinstance(filter_map, Mapping):
+        chooser = StateSharding(filter_map)
+        choose: Callable[[Path, Any], Any] = chooser.for_leaf
+    else:
+        choose = filter_map
+
+    def leaf_value(keypath: tuple, leaf: object) -> Any:
+        return choose(keypath_to_path(keypath), leaf)
+
+    return jax.tree_util.tree_map_with_path(
+        leaf_value, node, is_leaf=lambda x: isinstance(x, Variable)
+    )

@@ -1,0 +1,121 @@
+"""`jit`'s JAX options over graph nodes: donation, `in_shardings` (with `StateSharding`),
+`out_shardings`, `.lower().compile()`, `jit_partial` and `prefix`, in graph and simple
+mode."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+from bryo_filters import PathContains
+from bryo_graph import BatchStat, Dict, Object, Param
+from bryo_transforms import Jitted, StateSharding, jit, jit_partial, prefix
+
+MODES = [{}, {"graph_updates": False}, {"graph": False}]
+
+
+class Model(Object):
+    def __init__(self):
+        self.w = Param(jnp.ones((2, 3)))
+        self.count = BatchStat(jnp.array(0))
+
+    def __call__(self, x):
+        self.count[...] += 1
+        return x @ self.w[...]
+
+
+def _mesh_sharding(*spec):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("a",))
+    return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_donated_models_stay_readable_and_get_their_updates(mode):
+    model = Model()
+    f = jit(lambda m, x: m(x), donate_argnums=0, **mode)
+    for step in (1, 2):
+        y = f(model, jnp.ones((1, 2)))
+        np.testing.assert_array_equal(y, [[2.0, 2.0, 2.0]])
+        assert int(model.count[...]) == step
+        np.testing.assert_array_equal(model.w[...], np.ones((2, 3)))  # unchanged, readable
+    g = jit(lambda x, m: m(x), donate_argnames="x", **mode)
+    assert g(jnp.ones((1, 2)), model).shape == (1, 3)
+
+
+def test_in_shardings_place_the_callers_variables():
+    model = Model()
+    kernel = _mesh_sharding("a", None)
+    sharding = StateSharding({PathContains("w"): kernel, ...: None})
+
+    @jit(in_shardings=(sharding, None))
+    def step(m, x):
+        m.w[...] = m.w[...] * 2
+        return m(x)
+
+    y = step(model, jnp.ones((1, 2)))
+    np.testing.assert_array_equal(y, [[4.0, 4.0, 4.0]])
+    assert model.w[...].sharding == kernel and int(model.count[...]) == 1
+    whole = jit(lambda m: m.w[...].sum(), in_shardings=_mesh_sharding())
+    assert float(whole(model)) == 12.0 and model.count[...].sharding == _mesh_sharding()
+    out = jit(lambda m: m.w[...], out_shardings=kernel)(model)
+    assert out.sharding == kernel
+
+
+def test_sharding_prefixes_are_checked():
+    with pytest.raises(ValueError, match="Graph nodes are not allowed as prefixes"):
+        jit(lambda x: x, in_shardings=Dict(a=Param(1)))
+    sharding = StateSharding({PathContains("w"): None})
+    with pytest.raises(ValueError, match="cannot contain `StateSharding` objects"):
+        jit(lambda x: x, in_shardings=sharding, graph=False)
+    with pytest.raises(ValueError, match="2 entries for 1 positional arguments"):
+        jit(lambda m: m.w[...], in_shardings=(None, None))(Model())
+    with pytest.raises(ValueError, match="arrays only"):
+        jit(lambda m: m, out_shardings=_mesh_sharding())(Model())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_lower_compile_and_call_writes_state_back(mode):
+    model = Model()
+    f = jit(lambda m, x: m(x), **mode)
+    assert isinstance(f, Jitted)
+    compiled = f.lower(model, jnp.ones((1, 2))).compile()
+    assert "dot" in compiled.as_text() and compiled.cost_analysis() is not None
+    np.testing.assert_array_equal(compiled(model, jnp.ones((1, 2))), [[2.0, 2.0, 2.0]])
+    compiled(model, jnp.ones((1, 2)))
+    assert int(model.count[...]) == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jit_partial_binds_models_and_sees_their_new_values(mode):
+    model = Model()
+    traces = []
+
+    def f(m, x):
+        traces.append(1)
+        return m(x)
+
+    g = jit_partial(f, model, **mode)
+    np.testing.assert_array_equal(g(jnp.ones((1, 2))), [[2.0, 2.0, 2.0]])
+    model.w[...] = jnp.zeros((2, 3))
+    np.testing.assert_array_equal(g(jnp.ones((1, 2))), [[0.0, 0.0, 0.0]])
+    assert len(traces) == 1 and int(model.count[...]) == 2
+    compiled = g.lower(jnp.ones((1, 2))).compile()
+    compiled(jnp.ones((1, 2)))
+    assert int(model.count[...]) == 3
+    assert float(jit_partial(lambda x: x * 2, **mode)(3.0)) == 6.0
+
+
+def test_prefix_gives_a_pytree_prefix_per_variable():
+    model = Model()
+    sharding = _mesh_sharding()
+    shardings = prefix(model, {PathContains("w"): sharding})
+    assert type(shardings) is Model and shardings.w is sharding and shardings.count is None
+    axes = prefix({"a": Param(1), "b": BatchStat(2)}, lambda path, v: 0 if "b" in path else None)
+    assert axes == {"a": None, "b": 0}
+
+    @jit(out_shardings=shardings, graph_updates=False)
+    def make():
+        return Model()
+
+    assert make().w[...].sharding == sharding
