@@ -119,3 +119,22 @@ def test_prefix_gives_a_pytree_prefix_per_variable():
         return Model()
 
     assert make().w[...].sharding == sharding
+
+
+def test_grad_diff_state_picks_the_state_per_argument():
+    from bryo_transforms import DiffState, grad
+
+    model, other = Model(), Model()
+
+    def loss(m, o):
+        return (m(jnp.ones((1, 2))) + o.w[...].sum()).sum()
+
+    g_model = grad(loss, argnums=DiffState(0, BatchStat), allow_int=True)(model, other)
+    assert set(dict(g_model.flat_state())) == {("count",)}
+    g_model, g_other = grad(loss, argnums=(DiffState(0, Param), 1))(model, other)
+    assert set(dict(g_model.flat_state())) == {("w",)}
+    np.testing.assert_array_equal(g_other["w"].get_value(), np.full((2, 3), 3.0))
+    with pytest.raises(TypeError, match="needs graph mode"):
+        grad(loss, argnums=DiffState(0, Param), graph_updates=False)
+    with pytest.raises(TypeError, match="takes ints and `DiffState"):
+        grad(loss, argnums=("m",))(model, other)

@@ -8,6 +8,7 @@ passed through. Gradients come back shaped like the arguments: a `State` of
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -29,10 +30,43 @@ from ._simple import Inputs, graph_updates_on, simple_grad, tree_mode
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _diff_leaves(plan: CallPlan, argnums: tuple[int, ...], wrt: Filter) -> tuple[list, dict]:
+@dataclasses.dataclass(frozen=True)
+class DiffState:
+    """An entry of `grad`'s `argnums`: differentiate argument `argnum` with respect to
+    the state `filter` selects (instead of `wrt`).
+
+    Example:
+        >>> grad(loss, argnums=(DiffState(0, LoRAParam), 1))     # doctest: +SKIP
+    """
+
+    argnum: int
+    filter: Filter
+
+
+def _argnum_filters(
+    argnums: int | DiffState | Sequence[int | DiffState], wrt: Filter
+) -> tuple[int | tuple[int, ...], dict[int, Filter]]:
+    """`argnums` as ints (one int stays one), and the filter of each differentiated one."""
+    single = isinstance(argnums, int | DiffState)
+    items = [argnums] if single else list(argnums)  # type: ignore[arg-type]
+    filters: dict[int, Filter] = {}
+    for item in items:
+        if isinstance(item, DiffState):
+            filters[item.argnum] = item.filter
+        elif isinstance(item, int):
+            filters[item] = wrt
+        else:
+            raise TypeError(f"`argnums` takes ints and `DiffState(argnum, filter)`s; got {item!r}.")
+    nums = tuple(item.argnum if isinstance(item, DiffState) else item for item in items)
+    return (nums[0] if single else nums), filters
+
+
+def _diff_leaves(
+    plan: CallPlan, argnums: tuple[int, ...], filters: dict[int, Filter]
+) -> tuple[list, dict]:
     """State leaves to differentiate, and per root of a differentiated argument its
-    `[(path, k)]` (paths relative to that root)."""
-    (predicate,) = filters_to_predicates((wrt,))
+    `[(path, k)]` (paths relative to that root); `filters` selects them per argument."""
+    predicates = dict(zip(filters, filters_to_predicates(tuple(filters.values())), strict=True))
     by_var = {id(s.variable): k for k, s in enumerate(plan.sources) if s.variable is not None}
     by_slot = {(id(s.parent), s.key): k for k, s in enumerate(plan.sources) if s.variable is None}
     roots = plan.roots
@@ -42,6 +76,7 @@ def _diff_leaves(plan: CallPlan, argnums: tuple[int, ...], wrt: Filter) -> tuple
         if place.argument not in argnums:
             continue
         root = roots[j]
+        predicate = predicates[place.argument]  # type: ignore[index]
         if isinstance(root, Variable):
             entries = [((), root, by_var[id(root)])]
         else:
@@ -92,8 +127,13 @@ def _assemble_grads(
 
 
 def _grad_core(
-    f: Callable, argnums: int | Sequence[int], has_aux: bool, wrt: Filter, jax_kwargs: dict
+    f: Callable,
+    argnums: int | DiffState | Sequence[int | DiffState],
+    has_aux: bool,
+    wrt: Filter,
+    jax_kwargs: dict,
 ) -> Callable:
+    argnums, filters = _argnum_filters(argnums, wrt)
     nums = as_argnums(argnums)
     cache = PlanCache(size=16)
 
@@ -106,7 +146,7 @@ def _grad_core(
         key, roots, arrays = scan_args(args, kwargs)
         plan = cache.plan(key, roots)
         sig = plan.sig
-        diff_ks, per_root = _diff_leaves(plan, nums, wrt)
+        diff_ks, per_root = _diff_leaves(plan, nums, filters)
         places = _array_places(sig)
         diff_arrays = [i for i, place in enumerate(places) if place in nums]
         leaves = plan.leaf_values()
@@ -155,10 +195,21 @@ def _grad_core(
     return run
 
 
+def _refuse_diff_state(argnums: object) -> None:
+    items = argnums if isinstance(argnums, Sequence) else [argnums]  # a DiffState is no sequence
+    if any(isinstance(item, DiffState) for item in items):
+        raise TypeError(
+            "`DiffState` in `argnums` needs graph mode with updates (the default): simple "
+            "mode differentiates every inexact leaf of an argument. Drop `graph=False` / "
+            "`graph_updates=False`, or split the model (`nnx.split(model, filter, ...)`) and "
+            "differentiate the State you want."
+        )
+
+
 def grad(
     f: F | None = None,
     /,
-    argnums: int | Sequence[int] = 0,
+    argnums: int | DiffState | Sequence[int | DiffState] = 0,
     has_aux: bool = False,
     *,
     wrt: Filter = Param,
@@ -171,7 +222,9 @@ def grad(
 
     Args:
         f: a function returning a scalar loss (or `(loss, aux)` with `has_aux`).
-        argnums: which positional argument(s) to differentiate.
+        argnums: which positional argument(s) to differentiate; a `DiffState(argnum,
+            filter)` entry differentiates that argument w.r.t. the state `filter`
+            selects (graph mode).
         has_aux: `f` returns `(loss, aux)`; aux may hold graph nodes.
         wrt: the filter selecting, in graph-node arguments, the state to differentiate
             (Params by default). Array arguments are differentiated whole.
@@ -207,6 +260,7 @@ def grad(
     assert f is not None
     jax_kwargs = {"holomorphic": holomorphic, "allow_int": allow_int}
     if not graph_updates_on(graph, graph_updates):
+        _refuse_diff_state(argnums)
         inputs = Inputs("grad", tree_mode(graph))
         return simple_grad(f, inputs, argnums, has_aux, False, jax_kwargs)
     run = _grad_core(f, argnums, has_aux, wrt, jax_kwargs)
@@ -222,7 +276,7 @@ def grad(
 def value_and_grad(
     f: F | None = None,
     /,
-    argnums: int | Sequence[int] = 0,
+    argnums: int | DiffState | Sequence[int | DiffState] = 0,
     has_aux: bool = False,
     *,
     wrt: Filter = Param,
@@ -252,6 +306,7 @@ def value_and_grad(
     assert f is not None
     jax_kwargs = {"holomorphic": holomorphic, "allow_int": allow_int}
     if not graph_updates_on(graph, graph_updates):
+        _refuse_diff_state(argnums)
         inputs = Inputs("grad", tree_mode(graph))
         return simple_grad(f, inputs, argnums, has_aux, True, jax_kwargs)
     run = _grad_core(f, argnums, has_aux, wrt, jax_kwargs)

@@ -166,6 +166,7 @@ from bryo_nnx import iter_modules as iter_modules
 from bryo_nnx import view as view
 from bryo_nnx import view_info as view_info
 from bryo_nnx import with_attributes as with_attributes
+from bryo_transforms import DiffState as DiffState
 from bryo_transforms import StateSharding as StateSharding
 from bryo_transforms import checkify as checkify
 from bryo_transforms import cond as cond
