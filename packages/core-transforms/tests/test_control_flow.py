@@ -188,3 +188,24 @@ def test_checkify_reports_errors_and_writes_updates():
     assert err.get() is None  # log(0) is -inf, not nan
     err, _ = jax.jit(checkify(lambda x: jnp.sin(x), errors=checkify_lib.float_checks))(jnp.inf)
     assert "nan generated" in err.get()
+
+
+@pytest.mark.parametrize("mode", [{}, {"graph_updates": False}])
+def test_pmap_maps_over_devices_and_writes_state_back(mode):
+    from bryo_transforms import pmap
+
+    n = jax.local_device_count()
+    model = Scale()
+    counts = Variable(jnp.zeros(n))
+
+    def step(c, x):
+        c[...] += 1
+        return jax.lax.psum(x.sum(), "d")
+
+    f = pmap(step, axis_name="d", in_axes=(0, 0), **mode)
+    out = f(counts, jnp.ones((n, 3)))
+    np.testing.assert_array_equal(out, np.full(n, 3.0 * n))
+    np.testing.assert_array_equal(counts[...], np.ones(n))
+    if not mode:
+        y = pmap(lambda m, x: m(x), in_axes=(None, 0))(model, jnp.ones((n, 3)))
+        assert y.shape == (n, 3) and int(model.calls[...]) == 1

@@ -46,6 +46,7 @@ from ._jit import jit as jit
 from ._jit import jit_partial as jit_partial
 from ._loops import fori_loop as fori_loop
 from ._loops import while_loop as while_loop
+from ._pmap import pmap as pmap
 from ._remat import remat as remat
 from ._scan import scan as scan
 from ._shardings import StateSharding as StateSharding

@@ -139,8 +139,15 @@ def simple_jit(
     return prepare
 
 
-def simple_vmap(f: Callable, inputs: Inputs, in_axes: object, vmap_kwargs: dict) -> Callable:
-    """`vmap` in simple mode: `jax.vmap`; changed Variables come back on their in axis."""
+def simple_vmap(
+    f: Callable,
+    inputs: Inputs,
+    in_axes: object,
+    vmap_kwargs: dict,
+    map_fn: Callable[..., Callable] = jax.vmap,
+) -> Callable:
+    """`vmap` in simple mode: `jax.vmap` (or `map_fn`, e.g. `jax.pmap`); changed
+    Variables come back on their in axis."""
     pure = inputs.with_updates(f, every=True)
     out_axes = vmap_kwargs.pop("out_axes")
 
@@ -148,7 +155,7 @@ def simple_vmap(f: Callable, inputs: Inputs, in_axes: object, vmap_kwargs: dict)
     def call(*args: Any, **kwargs: Any) -> Any:
         variables = inputs.variables(args, kwargs)
         axes = _variable_axes(in_axes, args, kwargs)
-        mapped = jax.vmap(pure, in_axes=in_axes, out_axes=(out_axes, axes, None), **vmap_kwargs)
+        mapped = map_fn(pure, in_axes=in_axes, out_axes=(out_axes, axes, None), **vmap_kwargs)
         out, values, changed = mapped(*args, **kwargs)
         write_back(variables, values, changed)
         return out

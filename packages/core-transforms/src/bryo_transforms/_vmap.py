@@ -89,6 +89,22 @@ def vmap(
         options = {"out_axes": out_axes, "axis_name": axis_name, "axis_size": axis_size}
         options["spmd_axis_name"] = spmd_axis_name
         return simple_vmap(f, Inputs("vmap", tree_mode(graph)), in_axes, options)  # type: ignore[return-value]
+    options = {"axis_name": axis_name, "axis_size": axis_size, "spmd_axis_name": spmd_axis_name}
+    return lifted_map("vmap", f, in_axes, out_axes, axis_size, jax.vmap, options)  # type: ignore[return-value]
+
+
+def lifted_map(
+    name: str,
+    f: Callable,
+    in_axes: object,
+    out_axes: object,
+    axis_size: int | None,
+    map_fn: Callable[..., Callable],
+    map_options: dict[str, Any],
+) -> Callable:
+    """`f` mapped by `map_fn` (`jax.vmap`, `jax.pmap`) in graph mode: the axes expanded
+    per State leaf and array argument, checked, and handed to `map_fn` with
+    `map_options`; `name` is the transform as errors name it."""
     cache = PlanCache(size=16)
 
     @functools.wraps(f)
@@ -110,20 +126,20 @@ def vmap(
         check_sizes(sizes, "in_axes", axis_size)
         for axis in (*axes, *array_specs):
             if axis is Carry:
-                raise TransformError("`in_axes` of `vmap` cannot hold `Carry` (it is for `scan`).")
+                raise TransformError(
+                    f"`in_axes` of `{name}` cannot hold `Carry` (it is for `scan`)."
+                )
         group_axes = sorted_axes([*axes, *root_specs, out_axes])
         grouping = AxisGrouping(axes, root_specs, out_axes, group_axes)
         var_axes = [a for a, meta in zip(axes, plan.sig.metas, strict=False) if meta is not None]
         raw_axes = [a for a, meta in zip(axes, plan.sig.metas, strict=False) if meta is None]
 
         def transform(pure: Callable) -> Callable:
-            return jax.vmap(
+            return map_fn(
                 pure,
                 in_axes=(var_axes, raw_axes, list(array_specs)),
                 out_axes=(list(group_axes), None, None),
-                axis_name=axis_name,
-                axis_size=axis_size,
-                spmd_axis_name=spmd_axis_name,
+                **map_options,
             )
 
         try:
@@ -132,7 +148,7 @@ def vmap(
             text = str(error)
             if "out_axes" in text and "None" in text and not isinstance(error, TransformError):
                 raise TransformError(
-                    "`vmap`: a value that leaves the function unmapped (out_axes None, or "
+                    f"`{name}`: a value that leaves the function unmapped (out_axes None, or "
                     "state broadcast with in_axes None) depends on the mapped inputs. Map "
                     "that state (e.g. `StateAxes({'dropout': 0, ...: None})`) or give it an "
                     f"int out axis. JAX said: {error}"

@@ -172,6 +172,7 @@ from bryo_transforms import checkify as checkify
 from bryo_transforms import cond as cond
 from bryo_transforms import fori_loop as fori_loop
 from bryo_transforms import jit_partial as jit_partial
+from bryo_transforms import pmap as pmap
 from bryo_transforms import prefix as prefix
 from bryo_transforms import switch as switch
 from bryo_transforms import while_loop as while_loop
