@@ -32,6 +32,7 @@ from jax.tree_util import GetAttrKey, register_pytree_with_keys
 
 from bryo_pytree import safe_equal
 
+from ._eager_sharding import placed
 from ._tracking import WATCHES, structure_changed
 
 
@@ -162,6 +163,8 @@ class Variable(metaclass=_VariableType):
     __slots__ = ("__weakref__", WATCHES, "_metadata", "raw_value")
 
     def __init__(self, value: object, **metadata: object) -> None:
+        if metadata and isinstance(value, jax.Array):  # under `jax.set_mesh`: placed
+            value = placed(value, metadata, type(self).__name__)
         object.__setattr__(self, "raw_value", value)
         object.__setattr__(self, "_metadata", Metadata(metadata) if metadata else NO_METADATA)
 
