@@ -9,7 +9,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from bryo_filters import PathContains
-from bryo_graph import BatchStat, Dict, Object, Param
+from bryo_graph import BatchStat, Dict, Object, Param, Variable
 from bryo_transforms import Jitted, StateSharding, jit, jit_partial, prefix
 
 MODES = [{}, {"graph_updates": False}, {"graph": False}]
@@ -138,3 +138,18 @@ def test_grad_diff_state_picks_the_state_per_argument():
         grad(loss, argnums=DiffState(0, Param), graph_updates=False)
     with pytest.raises(TypeError, match="takes ints and `DiffState"):
         grad(loss, argnums=("m",))(model, other)
+
+
+def test_variables_holding_pytrees_of_arrays_come_back_from_jit():
+    model = Model()
+    model.seen = Variable(())
+
+    @jit
+    def step(m, x):
+        m.seen.set_value((*m.seen.get_value(), x * 2))
+        return m(x)
+
+    step(model, jnp.ones((1, 2)))
+    step(model, jnp.ones((1, 2)))
+    seen = model.seen.get_value()
+    assert len(seen) == 2 and float(seen[1].sum()) == 4.0

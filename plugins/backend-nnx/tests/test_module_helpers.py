@@ -127,3 +127,35 @@ def test_capture_sow_of_an_uncaptured_type_returns_false_and_bad_input_is_named(
         capture(probe, "intermediates")
     with pytest.raises(ValueError, match="not a Variable under one of the model's modules"):
         capture(probe, Intermediate, init=state(Block(Rngs(0))))()
+
+
+def test_perturb_gives_gradients_of_intermediates():
+    from bryo_nnx import Perturbation
+    from bryo_transforms import grad, jit
+
+    class Scaled(Module):
+        def __init__(self):
+            self.w = Param(jnp.array(2.0))
+
+        def __call__(self, x):
+            x = self.perturb("x_grad", x)
+            y = 3 * x * self.w
+            self.sow(Intermediate, "y", y)
+            return y
+
+    model = Scaled()
+    _, zeros = capture(model, Perturbation)(1.0)
+    assert float(dict(zeros.flat_state())[("x_grad",)].get_value()) == 0.0
+
+    def loss(m, perturbations, x):
+        return capture(m, Intermediate, init=perturbations)(x)
+
+    p_grads, sown = grad(loss, argnums=1, has_aux=True, wrt=...)(model, zeros, 1.0)
+    assert float(p_grads["x_grad"].get_value()) == 6.0
+    assert float(sown["y"].get_value()[0]) == 6.0
+    assert not hasattr(model, "x_grad")
+    # outside a capture, the perturbation lives on the module (zeros)
+    assert float(model(1.0)) == 6.0 and isinstance(model.x_grad, Perturbation)
+    # sow under jit keeps the tuple of values
+    jit(lambda m, x: m(x))(model, 1.0)
+    assert len(model.y.get_value()) == 2

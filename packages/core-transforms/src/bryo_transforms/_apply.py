@@ -35,7 +35,7 @@ def apply(plan: CallPlan, out_plan: OutPlan, groups: Sequence[Sequence], direct:
     for update in out_plan.sets:
         plan.write(update.k, groups[update.group][update.position])
     for update in out_plan.set_consts:
-        plan.write(update.k, update.value)
+        plan.write(update.k, update.resolved(groups))
     out_roots: tuple = ()
     if out_plan.graph is not None:
         out_roots = _Reconciler(plan, out_plan.graph, groups).run()

@@ -78,8 +78,19 @@ class OutRoot(NamedTuple):
         return out_roots[self.position]
 
 
-Place: TypeAlias = InGroup | Const
-OutLeaf: TypeAlias = InGroup | Const | OutRoot
+class InTree(NamedTuple):
+    """A pytree holding arrays (a Variable's tuple of sown values): its structure, and the
+    place of each of its leaves."""
+
+    treedef: Any
+    leaves: tuple[InGroup | Const, ...]
+
+    def resolve(self, groups: Sequence[Sequence], out_roots: Sequence) -> object:
+        return self.treedef.unflatten([leaf.resolve(groups, out_roots) for leaf in self.leaves])
+
+
+Place: TypeAlias = InGroup | Const | InTree
+OutLeaf: TypeAlias = InGroup | Const | InTree | OutRoot
 
 
 # What happened to each leaf of the graphs after the call -----------------------------------
@@ -112,10 +123,15 @@ class Update(NamedTuple):
 
 
 class ConstUpdate(NamedTuple):
-    """Input State leaf `k` takes the Python value `value`."""
+    """Input State leaf `k` takes the Python value `value` (or, for an `InTree`, the
+    pytree of arrays it places)."""
 
     k: int
     value: object
+
+    def resolved(self, groups: Sequence[Sequence]) -> object:
+        """The value to write, its arrays taken from `groups`."""
+        return self.value.resolve(groups, ()) if isinstance(self.value, InTree) else self.value
 
 
 class GraphPlan(NamedTuple):
@@ -216,10 +232,13 @@ class _Collector:
         self.groups: list[list] = [[] for _ in range(n_groups)]
 
     def place(self, group: int, value: object) -> Place:
-        if not is_array(value):
-            return Const(value)
-        self.groups[group].append(value)
-        return InGroup(group, len(self.groups[group]) - 1)
+        if is_array(value):
+            self.groups[group].append(value)
+            return InGroup(group, len(self.groups[group]) - 1)
+        leaves, treedef = jax.tree_util.tree_flatten(value)
+        if treedef.num_nodes == 1 or not any(isinstance(v, jax.Array) for v in leaves):
+            return Const(value)  # a Python value, or a pytree without traced arrays
+        return InTree(treedef, tuple(self.place(group, leaf) for leaf in leaves))  # type: ignore[misc]
 
 
 def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], object, OutPlan]:
@@ -264,6 +283,8 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
                 changed = place(grouping.input_group(k), value)
                 if isinstance(changed, Const):
                     set_consts.append(ConstUpdate(k, value))
+                elif isinstance(changed, InTree):
+                    set_consts.append(ConstUpdate(k, changed))
                 else:
                     sets.append(Update(k, changed.group, changed.position))
             leaf_plans.append(KeptLeaf(k, changed))

@@ -42,6 +42,7 @@ from ._attention import dot_product_attention as dot_product_attention
 from ._attention import dot_product_attention_weights as dot_product_attention_weights
 from ._attention import make_attention_mask as make_attention_mask
 from ._attention import make_causal_mask as make_causal_mask
+from ._capture import Perturbation as Perturbation
 from ._conv import Conv as Conv
 from ._conv import ConvTranspose as ConvTranspose
 from ._display import display as display

@@ -15,12 +15,20 @@ import contextvars
 from collections.abc import Callable
 from typing import Any
 
-from bryo_graph import State, Variable
+import jax
+import jax.numpy as jnp
+
+from bryo_graph import Intermediate, State, Variable
 from bryo_pytree import Path
 
 _ACTIVE: contextvars.ContextVar[Captures | None] = contextvars.ContextVar(
     "bryo_nnx_captures", default=None
 )
+
+
+class Perturbation(Intermediate):
+    """A value `Module.perturb` adds to an intermediate, to take gradients with respect to
+    that intermediate (capture the zeros first, then differentiate w.r.t. them)."""
 
 
 class Captures:
@@ -77,6 +85,22 @@ class Captures:
         store = self.values.setdefault(path, {}).setdefault(variable_type, {})
         store[name] = reduce_fn(store[name] if name in store else init_fn(), value)
         return True
+
+    def perturb(
+        self, module: object, variable_type: type[Variable], name: str, value: object
+    ) -> tuple[bool, object]:
+        """`(handled, value + perturbation)`: zeros are captured the first time; not
+        handled when `module` is not one of the session's modules."""
+        path = self.paths.get(id(module))
+        if path is None:
+            return False, value
+        known = self.values.get(path, {})
+        if variable_type not in self.var_types and variable_type not in known:
+            return True, value
+        store = self.values.setdefault(path, {}).setdefault(variable_type, {})
+        if name not in store:
+            store[name] = jax.tree.map(jnp.zeros_like, value)
+        return True, jax.tree.map(lambda p, v: p + v, store[name], value)
 
     def states(self) -> list[State]:
         """One State per captured type: `(*module path, name)` -> a Variable of that type."""

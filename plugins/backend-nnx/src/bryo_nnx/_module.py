@@ -9,13 +9,19 @@ shared submodules and cycles included.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import jax
+import jax.numpy as jnp
 
 from bryo_filters import Filter, to_predicate
 from bryo_graph import Object, Variable, iter_children, iter_graph
 from bryo_pytree import Key, Path, is_shaped
 
-from ._capture import active_captures
+from ._capture import Perturbation, active_captures
 from ._intercept import wrap_call
+
+A = TypeVar("A")
 
 
 class Module(Object):
@@ -90,6 +96,42 @@ class Module(Object):
         else:
             existing.set_value(reduce_fn(existing.get_value(), value))
         return True
+
+    def perturb(self, name: str, value: A, variable_type: type[Variable] = Perturbation) -> A:
+        """`value` plus the perturbation `name` (zeros at first): differentiate w.r.t. the
+        perturbations to get the gradient of the loss w.r.t. this intermediate value.
+
+        Inside `capture(fn, Perturbation)` the zeros are captured (the module is left
+        unchanged); run the model again under `capture(..., init=perturbations)` inside
+        `grad` and differentiate w.r.t. `perturbations`. Outside a capture the
+        perturbation is kept on the module as the `variable_type` Variable `name`.
+
+        Args:
+            name: the perturbation's name.
+            value: the intermediate value (use the returned one afterwards).
+            variable_type: the Variable type of the perturbation.
+
+        Returns:
+            `value` plus the perturbation.
+
+        Raises:
+            ValueError: `name` is an attribute that is not a `variable_type` Variable.
+        """
+        captures = active_captures()
+        if captures is not None:
+            handled, out = captures.perturb(self, variable_type, name, value)
+            if handled:
+                return out  # type: ignore[return-value]
+        existing = getattr(self, name, None)
+        if existing is None:
+            existing = variable_type(jax.tree.map(jnp.zeros_like, value))
+            setattr(self, name, existing)
+        elif not isinstance(existing, variable_type):
+            raise ValueError(
+                f"{type(self).__name__}.perturb: expected {name!r} to be of type "
+                f"{variable_type.__name__!r}, got {type(existing).__name__!r}."
+            )
+        return jax.tree.map(lambda p, v: p + v, existing.get_value(), value)
 
     def iter_modules(self) -> Iterator[tuple[Path, Module]]:
         """Every Module in this one's graph (itself included) with its path, children first."""

@@ -160,6 +160,7 @@ from bryo_graph import iter_children as iter_children
 from bryo_graph import map as map
 from bryo_graph import map_state as map_state
 from bryo_graph import recursive_map as recursive_map
+from bryo_nnx import Perturbation as Perturbation
 from bryo_nnx import capture as capture
 from bryo_nnx import iter_module_children as iter_module_children
 from bryo_nnx import iter_modules as iter_modules
