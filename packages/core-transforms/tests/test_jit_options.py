@@ -35,12 +35,12 @@ def test_donated_models_stay_readable_and_get_their_updates(mode):
     model = Model()
     f = jit(lambda m, x: m(x), donate_argnums=0, **mode)
     for step in (1, 2):
-        y = f(model, jnp.ones((1, 2)))
+        y = f(model, x=jnp.ones((1, 2)))
         np.testing.assert_array_equal(y, [[2.0, 2.0, 2.0]])
         assert int(model.count[...]) == step
         np.testing.assert_array_equal(model.w[...], np.ones((2, 3)))  # unchanged, readable
-    g = jit(lambda x, m: m(x), donate_argnames="x", **mode)
-    assert g(jnp.ones((1, 2)), model).shape == (1, 3)
+    g = jit(lambda x, m: m(x), donate_argnames="m", **mode)
+    assert g(jnp.ones((1, 2)), model).shape == (1, 3) and int(model.count[...]) == 3
 
 
 def test_in_shardings_place_the_callers_variables():
