@@ -209,3 +209,13 @@ def test_pmap_maps_over_devices_and_writes_state_back(mode):
     if not mode:
         y = pmap(lambda m, x: m(x), in_axes=(None, 0))(model, jnp.ones((n, 3)))
         assert y.shape == (n, 3) and int(model.calls[...]) == 1
+
+
+def test_transforms_refuse_methods_bound_to_graph_nodes():
+    from bryo_transforms import grad, pmap, remat, scan, value_and_grad
+
+    model = Scale()
+    for transform in (jit, vmap, grad, value_and_grad, remat, pmap, checkify, scan):
+        with pytest.raises(ValueError, match="does not take bound methods of graph nodes"):
+            transform(model.__call__)
+    assert jit(Scale.__call__)(model, jnp.ones(3)).shape == (3,)  # the unbound method is fine

@@ -20,6 +20,7 @@ from ._apply import apply
 from ._call import pure_function
 from ._collect import Grouping
 from ._layout import scan_args
+from ._options import refuse_bound_method
 from ._plan import PlanCache
 from ._simple import tree_mode
 
@@ -48,6 +49,7 @@ def checkify(
         >>> err, y = checkify(forward, errors=checkify.float_checks)(model, x)
     """
     del graph_updates
+    refuse_bound_method("checkify", f)
     grouping = Grouping()
     cache = PlanCache(size=16)
     checked: dict[object, Callable] = {}

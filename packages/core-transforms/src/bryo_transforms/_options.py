@@ -7,6 +7,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from bryo_graph import is_graph_node
+
 
 def decorator_or_none(transform: Callable, f: Callable | None, **options: Any) -> Any:
     """`transform` with `options` bound when used as `@transform(...)` (no `f`), else None.
@@ -16,12 +18,28 @@ def decorator_or_none(transform: Callable, f: Callable | None, **options: Any) -
     """
     if f is None:
         return functools.partial(transform, **options)
+    refuse_bound_method(transform.__name__, f)
     if not callable(f):
         raise TypeError(
             f"`{transform.__name__}` takes the function first; got {type(f).__name__}. Pass "
             f"options by keyword: `@{transform.__name__}(static_argnums=...)`."
         )
     return None
+
+
+def refuse_bound_method(name: str, f: Callable) -> None:
+    """Raise for a method bound to a graph node (`jit(model.method)`): the transform
+    would see the model as a constant closed over, not as an argument whose state it
+    lifts, as Flax NNX refuses it too."""
+    owner = getattr(f, "__self__", None)
+    if inspect.ismethod(f) and is_graph_node(owner):
+        method = f.__func__.__name__
+        raise ValueError(
+            f"`{name}` does not take bound methods of graph nodes (got `{method}` bound to a "
+            f"{type(owner).__name__}): the module would be a constant inside. Decorate the "
+            f"method (`@{name}` in the class body), or pass the module: "
+            f"`{name}({type(owner).__name__}.{method})(model, ...)`."
+        )
 
 
 def as_argnums(argnums: int | Sequence[int] | None, name: str = "argnums") -> tuple[int, ...]:

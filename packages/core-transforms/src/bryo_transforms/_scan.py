@@ -28,6 +28,7 @@ from ._axes import AxisGrouping, Carry, StateAxes, arg_specs, check_axis, check_
 from ._collect import Grouping, collect
 from ._errors import TransformError
 from ._layout import ArgLayout, is_graph_leaf, scan_args
+from ._options import refuse_bound_method
 from ._plan import CallPlan, PlanCache
 from ._rebuild import Inner, rebuild
 from ._simple import tree_mode
@@ -175,6 +176,7 @@ def scan(
             graph=graph,
             graph_updates=graph_updates,
         )
+    refuse_bound_method("scan", f)
     policy = ScanCheckpointPolicy.from_remat(remat)
     trees = tree_mode(graph)
     position = _carry_position(out_axes)
