@@ -38,6 +38,7 @@ def test_demo_runs_end_to_end(backend, tmp_path, capsys):
     assert "MoX queries:" in out and '//module_call[@type="Linear"]' in out
     assert "ReLU -> GELU: 0 relu left" in out
     assert "LoRA fine-tuning (only LoRAParams trained)" in out
+    assert "train: 4 steps, loss " in out and "finetune: 3 steps, loss " in out
     assert "all reloaded outputs match." in out
     for name in ("model.mox.xml", "model.mox.yson", "checkpoint.npz"):
         assert (tmp_path / name).stat().st_size > 0
@@ -185,3 +186,8 @@ def test_write_new_replaces_a_symlink_without_following_it(tmp_path):
     assert victim.read_text() == "precious"
     assert not link.is_symlink() and link.read_text() == "<mox/>"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.mox.xml", "victim.txt"]
+
+
+def test_quiet_flag_reaches_the_config():
+    assert config_from_args(parse("--quiet")).quiet is True
+    assert config_from_args(parse()).quiet is False

@@ -1,8 +1,8 @@
 """`bryo demo`: the whole stack doing real work on a small model, in about a minute.
 
 1. build a model with a `Stacked` trunk, dropout and a norm layer (NNX-style or Equinox);
-2. train it with optax on every JAX device (data parallel, or a `--mesh`), with a progress
-   bar showing loss and steps/s;
+2. train it with optax on every JAX device (data parallel, or a `--mesh`), with a `rich`
+   progress bar showing the loss, steps/s after compilation, and the ETA (`--quiet`: none);
 3. trace it to MoX and print a few XPath queries;
 4. swap its activation (ReLU -> GELU), wrap every Linear in a LoRA adapter and fine-tune
    only the LoRA parameters, selected with a filter;
@@ -35,6 +35,7 @@ from bryo_graph import Param, State, VariableState, merge, shard, split, state
 
 from ._demo_args import SAMPLES, TEST_SAMPLES, DemoConfig, DemoError, config_from_args
 from ._demo_models import BACKENDS, Backend, Sizes, teacher
+from ._demo_progress import TrainingProgress
 from ._mesh_spec import parse_mesh_spec
 
 SHARDING_RULES = {"embed": None, "mlp": "model", "layers": None}
@@ -42,30 +43,6 @@ SHARDING_RULES = {"embed": None, "mlp": "model", "layers": None}
 
 class LoRAParam(Param):
     """A low-rank adapter's parameter: the only state the fine-tuning step trains."""
-
-
-class Progress:
-    """A one-line progress bar with the loss and steps per second."""
-
-    def __init__(self, total: int, label: str, stream: TextIO) -> None:
-        self.total, self.label, self.stream = total, label, stream
-        self.start = time.perf_counter()
-        self.tty = stream.isatty()
-        self.last_shown = -1
-
-    def update(self, step: int, loss: float) -> None:
-        done = step + 1
-        if not self.tty and done != self.total and done * 10 // self.total == self.last_shown:
-            return
-        self.last_shown = done * 10 // self.total
-        rate = done / max(time.perf_counter() - self.start, 1e-9)
-        filled = done * 30 // self.total
-        bar = "#" * filled + "." * (30 - filled)
-        line = f"{self.label} [{bar}] {done:>4}/{self.total} loss {loss:.4f} {rate:6.1f} steps/s"
-        self.stream.write(("\r" if self.tty else "") + line + ("" if self.tty else "\n"))
-        if self.tty and done == self.total:
-            self.stream.write("\n")
-        self.stream.flush()
 
 
 def _mse(pred: jax.Array, target: jax.Array) -> jax.Array:
@@ -159,13 +136,14 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
         return float(_mse(pred, y_test))
 
     say(f"test loss before training: {evaluate(params, rest):.4f}")
-    progress = Progress(config.steps, "train   ", out)
     batches = _batches(x_train, y_train, config.batch, batch_key)
-    for step in range(config.steps):
-        xb, yb, step_key = next(batches)
-        xb, yb = jax.device_put((xb, yb), data_sharding)
-        params, rest, opt_state, loss = train_step(params, rest, opt_state, xb, yb, step_key)
-        progress.update(step, float(loss))
+    with TrainingProgress(config.steps, "train   ", out, quiet=config.quiet) as progress:
+        for _ in range(config.steps):
+            xb, yb, step_key = next(batches)
+            xb, yb = jax.device_put((xb, yb), data_sharding)
+            params, rest, opt_state, loss = train_step(params, rest, opt_state, xb, yb, step_key)
+            progress.advance(float(loss))
+    say(progress.summary())
     trained_loss = evaluate(params, rest)
     say(f"test loss after training:  {trained_loss:.4f}")
 
@@ -220,11 +198,12 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
 
     test_batch = (x_test[: config.batch], y_test[: config.batch])
     before = float(adapted_loss(trainable, frozen, *test_batch))
-    progress = Progress(config.finetune_steps, "finetune", out)
-    for step in range(config.finetune_steps):
-        xb, yb, _ = next(batches)
-        trainable, ft_state, loss = finetune_step(trainable, frozen, ft_state, xb, yb)
-        progress.update(step, float(loss))
+    with TrainingProgress(config.finetune_steps, "finetune", out, quiet=config.quiet) as progress:
+        for _ in range(config.finetune_steps):
+            xb, yb, _ = next(batches)
+            trainable, ft_state, loss = finetune_step(trainable, frozen, ft_state, xb, yb)
+            progress.advance(float(loss))
+    say(progress.summary())
     after = float(adapted_loss(trainable, frozen, *test_batch))
     say(f"LoRA fine-tuning (only {LoRAParam.__name__}s trained): loss {before:.4f} -> {after:.4f}")
 

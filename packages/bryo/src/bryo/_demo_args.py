@@ -41,6 +41,7 @@ class DemoConfig:
     out: Path = Path("bryo-demo-out")
     seed: int = 0
     mesh: str | None = None
+    quiet: bool = False
 
 
 class DemoError(ValueError):
@@ -109,6 +110,12 @@ def demo_arguments() -> tuple[Argument, ...]:
             help="device mesh, e.g. data=4,model=2 (default: all devices on data)",
         ),
     )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars (they are drawn only on a terminal anyway); the one-line "
+        "summaries stay",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> DemoConfig:
@@ -119,7 +126,13 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
             f"`--rank` ({numbers['rank']}) must not exceed `--width` ({numbers['width']})."
         )
     check_output_folder(Path(args.out))
-    return DemoConfig(backend=args.backend, out=Path(args.out), mesh=args.mesh, **numbers)
+    return DemoConfig(
+        backend=args.backend,
+        out=Path(args.out),
+        mesh=args.mesh,
+        quiet=bool(getattr(args, "quiet", False)),
+        **numbers,
+    )
 
 
 def _integer(name: str, value: object) -> int:
