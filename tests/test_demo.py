@@ -5,6 +5,7 @@ from typing import ClassVar
 
 import pytest
 
+from bryo import read_index
 from bryo._cli import main
 from bryo._demo_args import DemoError, config_from_args, demo_arguments
 
@@ -40,8 +41,10 @@ def test_demo_runs_end_to_end(backend, tmp_path, capsys):
     assert "LoRA fine-tuning (only LoRAParams trained)" in out
     assert "train: 4 steps, loss " in out and "finetune: 3 steps, loss " in out
     assert "all reloaded outputs match." in out
-    for name in ("model.mox.xml", "model.mox.yson", "checkpoint.npz"):
+    for name in ("model.mox.xml", "model.mox.yson"):
         assert (tmp_path / name).stat().st_size > 0
+    assert "restored into an abstract state: max difference" in out
+    assert read_index(tmp_path / "checkpoint")  # an orbax checkpoint with bryo's index
     assert results["difference.xml"] < 1e-4 and results["differencecheckpoint"] < 1e-4
 
 

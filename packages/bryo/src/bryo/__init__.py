@@ -60,6 +60,11 @@ from bryo_transforms import vmap as vmap  # noqa: E402
 from . import hax as hax  # noqa: E402
 from . import mox as mox  # noqa: E402
 from . import nnx as nnx  # noqa: E402
+from ._checkpoint import CheckpointError as CheckpointError  # noqa: E402
+from ._checkpoint import IndexEntry as IndexEntry  # noqa: E402
+from ._checkpoint import read_index as read_index  # noqa: E402
+from ._checkpoint import restore_state as restore_state  # noqa: E402
+from ._checkpoint import save_state as save_state  # noqa: E402
 from ._mesh_spec import parse_mesh_spec as parse_mesh_spec  # noqa: E402
 
 __version__ = "0.1.0"
@@ -68,7 +73,9 @@ __all__ = [
     "All",
     "Any",
     "BatchStat",
+    "CheckpointError",
     "GraphDef",
+    "IndexEntry",
     "Not",
     "OfType",
     "Param",
@@ -94,7 +101,10 @@ __all__ = [
     "nnx",
     "pytree",
     "query",
+    "read_index",
+    "restore_state",
     "scan",
+    "save_state",
     "split",
     "state",
     "sub",

@@ -6,15 +6,13 @@
 3. trace it to MoX and print a few XPath queries;
 4. swap its activation (ReLU -> GELU), wrap every Linear in a LoRA adapter and fine-tune
    only the LoRA parameters, selected with a filter;
-5. save the MoX as XML and YSON and the state as a checkpoint, reload all three and check
-   that the outputs match.
+5. save the MoX as XML and YSON and the whole state as an orbax checkpoint, reload the
+   three (the state into an abstract state) and check that the outputs match.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import os
 import sys
 import tempfile
@@ -33,6 +31,7 @@ import bryo_mox as mox
 from bryo_filters import Not
 from bryo_graph import Param, State, VariableState, merge, shard, split, state
 
+from ._checkpoint import restore_state, save_state
 from ._demo_args import SAMPLES, TEST_SAMPLES, DemoConfig, DemoError, config_from_args
 from ._demo_models import BACKENDS, Backend, Sizes, teacher
 from ._demo_progress import TrainingProgress
@@ -221,14 +220,21 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
             f"saved {path} ({path.stat().st_size:,} bytes), reloaded: max difference "
             f"{differences[suffix]:.2e}"
         )
-    checkpoint = config.out / "checkpoint.npz"
-    save_checkpoint(State.merge(trainable, frozen), checkpoint)
-    reloaded = load_checkpoint(checkpoint)
+    checkpoint = config.out / "checkpoint"
+    saved = State.merge(trainable, frozen)
+    _clear_for_checkpoint(checkpoint)
+    save_state(checkpoint, saved, force=True)
+    # Restore into an abstract state (shapes, dtypes, Variable types; no arrays), as a
+    # fresh process would after `eval_shape`.
+    reloaded = restore_state(checkpoint, jax.eval_shape(lambda: saved))
     again = reloaded.split(LoRAParam, ...)
     differences["checkpoint"] = float(
         jnp.max(jnp.abs(_eval_adapted(adapted, *again, sample) - expected))
     )
-    say(f"saved {checkpoint}, reloaded: max difference {differences['checkpoint']:.2e}")
+    say(
+        f"saved {checkpoint}/ (orbax, {len(saved.flat_state())} arrays), restored into an "
+        f"abstract state: max difference {differences['checkpoint']:.2e}"
+    )
     worst = max(differences.values())
     if worst > 1e-4:
         raise RuntimeError(f"reloaded outputs differ from the originals by {worst:.2e}")
@@ -364,36 +370,10 @@ def write_new(path: Path, data: str | bytes) -> None:
         raise
 
 
-def save_checkpoint(checkpoint_state: State, path: Path) -> None:
-    """Write a State's values and types to one `.npz` file (see `write_new`)."""
-    flat = checkpoint_state.flat_state()
-    index = [
-        {"path": list(p), "type": leaf.type.__name__, "metadata": leaf.metadata}
-        for p, leaf in flat.items()
-    ]
-    arrays = {f"a{i}": np.asarray(leaf.value) for i, leaf in enumerate(flat.values())}
-    buffer = io.BytesIO()
-    np.savez(buffer, __index__=np.array(json.dumps(index)), **arrays)
-    write_new(path, buffer.getvalue())
-
-
-def load_checkpoint(path: Path) -> State:
-    """Read a State written by `save_checkpoint`."""
-    types: dict[str, type[Param]] = {"Param": Param, "LoRAParam": LoRAParam}
-    with np.load(path) as data:
-        index = json.loads(str(data["__index__"]))
-        flat = {
-            tuple(entry["path"]): VariableState(
-                types[entry["type"]], jnp.asarray(data[f"a{i}"]), **_tuples(entry["metadata"])
-            )
-            for i, entry in enumerate(index)
-        }
-    return State.from_flat_path(flat)
-
-
-def _tuples(metadata: dict[str, Any]) -> dict[str, Any]:
-    """JSON turned the metadata's tuples (logical sharding axes) into lists: undo that."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in metadata.items()}
+def _clear_for_checkpoint(path: Path) -> None:
+    """A file or symlink where the checkpoint folder goes is removed, never followed."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
 
 
 def main(args: argparse.Namespace) -> int:

@@ -23,7 +23,9 @@ BACKEND_NAMES = ("equinox", "nnx")
 SAMPLES = 4096
 TEST_SAMPLES = 512
 #: The files `bryo demo` writes into `--out`.
-OUTPUT_FILES = ("model.mox.xml", "model.mox.yson", "checkpoint.npz")
+OUTPUT_FILES = ("model.mox.xml", "model.mox.yson")
+#: The orbax checkpoint folder `bryo demo` writes into `--out` (replaced when it exists).
+CHECKPOINT_FOLDER = "checkpoint"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,19 +104,20 @@ def demo_arguments() -> tuple[Argument, ...]:
             type=Path,
             default=defaults.out,
             help="folder for the MoX files and the checkpoint (created if missing; existing "
-            f"{', '.join(OUTPUT_FILES)} in it are replaced, symlinks among them are not followed)",
+            f"{', '.join(OUTPUT_FILES)} and {CHECKPOINT_FOLDER}/ in it are replaced, symlinks "
+            "among them are not followed)",
         ),
         Argument(
             "--mesh",
             default=None,
             help="device mesh, e.g. data=4,model=2 (default: all devices on data)",
         ),
-    )
-    parser.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bars (they are drawn only on a terminal anyway); the one-line "
-        "summaries stay",
+        Argument(
+            "--quiet",
+            flag=True,
+            help="no progress bars (they are drawn only on a terminal anyway); the one-line "
+            "summaries stay",
+        ),
     )
 
 

@@ -1,0 +1,167 @@
+"""Checkpoints through orbax: a whole model state, into an abstract state, never unpickled."""
+
+import pickle
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bryo
+from bryo import CheckpointError, nnx, read_index, restore_state, save_state
+
+
+class Model(nnx.Module):
+    def __init__(self, width: int, rngs: nnx.Rngs) -> None:
+        self.linear = nnx.Linear(3, width, rngs=rngs)
+        self.norm = nnx.BatchNorm(width, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.seed = nnx.Param(jax.random.key(7))  # a typed PRNG key as a parameter
+        self.sharded = nnx.Param(jnp.arange(4.0), sharding=("mlp",))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.drop(self.norm(self.linear(x)))
+
+
+def trained_state(width: int = 4) -> tuple[nnx.GraphDef, bryo.State]:
+    model = Model(width, nnx.Rngs(0, dropout=1))
+    model.train()
+    model(jnp.ones((2, 3)))  # moves the batch statistics and the dropout rng count
+    return nnx.split(model)
+
+
+def abstract_state(width: int = 4) -> bryo.State:
+    return nnx.split(nnx.eval_shape(lambda: Model(width, nnx.Rngs(0, dropout=1))))[1]
+
+
+def same(a: jax.Array, b: jax.Array) -> bool:
+    if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+        return a.dtype == b.dtype and bool(
+            jnp.all(jax.random.key_data(a) == jax.random.key_data(b))
+        )
+    return a.dtype == b.dtype and bool(jnp.all(a == b))
+
+
+def assert_same_state(restored: bryo.State, saved: bryo.State) -> None:
+    got, want = restored.flat_state(), saved.flat_state()
+    assert list(got) == list(want)
+    for path, leaf in want.items():
+        assert got[path].type is leaf.type, path
+        assert got[path].metadata == leaf.metadata, path
+        assert same(got[path].value, leaf.value), path
+
+
+def test_whole_state_round_trips_into_an_eval_shape_state(tmp_path):
+    graphdef, saved = trained_state()
+    save_state(tmp_path / "ckpt", saved)
+    restored = restore_state(tmp_path / "ckpt", abstract_state())
+    assert_same_state(restored, saved)
+    types = {leaf.type for leaf in restored.flat_state().values()}
+    assert {nnx.Param, nnx.BatchStat, nnx.RngKey, nnx.RngCount} <= types
+    model = nnx.merge(graphdef, restored)
+    assert int(model.drop.rngs.count.value) == 1  # the count advanced before saving
+
+
+def test_without_abstract_the_index_rebuilds_types_and_metadata(tmp_path):
+    _, saved = trained_state()
+    save_state(tmp_path / "ckpt", saved)
+    assert_same_state(restore_state(tmp_path / "ckpt"), saved)
+    entry = next(e for e in read_index(tmp_path / "ckpt") if e.path == ("sharded",))
+    assert entry.type.endswith(".Param") and entry.metadata["sharding"] == ("mlp",)
+
+
+def test_restore_places_arrays_on_a_mesh_by_logical_axes(tmp_path):
+    _, saved = trained_state()
+    save_state(tmp_path / "ckpt", saved)
+    mesh = (
+        bryo.parse_mesh_spec(f"data={len(jax.devices())}")
+        if hasattr(bryo, "parse_mesh_spec")
+        else None
+    )
+    mesh = mesh or jax.make_mesh((len(jax.devices()),), ("data",))
+    restored = restore_state(tmp_path / "ckpt", abstract_state(), mesh=mesh, rules={"mlp": "data"})
+    sharding = restored.flat_state()[("sharded",)].value.sharding
+    assert isinstance(sharding, jax.sharding.NamedSharding)
+    assert sharding.spec == jax.sharding.PartitionSpec("data")
+    assert_same_state(restored, saved)
+
+
+def test_loading_never_unpickles(tmp_path, monkeypatch):
+    _, saved = trained_state()
+    save_state(tmp_path / "ckpt", saved)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a checkpoint load unpickled something")
+
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    monkeypatch.setattr(np, "load", refuse)
+    assert_same_state(restore_state(tmp_path / "ckpt", abstract_state()), saved)
+    assert_same_state(restore_state(tmp_path / "ckpt"), saved)
+
+
+def test_a_different_shape_is_named_with_its_path(tmp_path):
+    _, saved = trained_state(width=4)
+    save_state(tmp_path / "ckpt", saved)
+    with pytest.raises(
+        CheckpointError,
+        match=r"state path linear/bias: the checkpoint holds a Param float32\[4\], "
+        r"the abstract state wants a Param float32\[5\]",
+    ):
+        restore_state(tmp_path / "ckpt", abstract_state(width=5))
+
+
+def test_missing_and_extra_paths_are_named(tmp_path):
+    _, saved = trained_state()
+    save_state(tmp_path / "ckpt", saved)
+    params = abstract_state().filter(nnx.Param)
+    with pytest.raises(
+        CheckpointError, match=r"holds \d+ path\(s\) the abstract state lacks \(drop/rngs/count"
+    ):
+        restore_state(tmp_path / "ckpt", params)
+    save_state(tmp_path / "params", saved.filter(nnx.Param))
+    with pytest.raises(
+        CheckpointError, match="state path drop/rngs/count is not in the checkpoint"
+    ):
+        restore_state(tmp_path / "params", abstract_state())
+
+
+def test_not_a_checkpoint_and_unknown_types_are_explained(tmp_path):
+    with pytest.raises(CheckpointError, match="is not a bryo checkpoint"):
+        restore_state(tmp_path)
+
+    class Private(nnx.Variable):
+        pass
+
+    state = bryo.State.from_flat_path({("x",): bryo.VariableState(Private, jnp.zeros(2))})
+    save_state(tmp_path / "ckpt", state)
+    with pytest.raises(CheckpointError, match="mesh=` needs `abstract="):
+        restore_state(tmp_path / "ckpt", mesh=jax.make_mesh((1,), ("data",)))
+    assert restore_state(tmp_path / "ckpt").flat_state()[("x",)].type is Private
+
+
+def test_non_array_values_are_refused_when_saving(tmp_path):
+    state = bryo.State.from_flat_path({("a", "b"): bryo.VariableState(nnx.Param, "text")})
+    with pytest.raises(CheckpointError, match="state path a/b: a str is not an array"):
+        save_state(tmp_path / "ckpt", state)
+    assert not (tmp_path / "ckpt").exists()
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    shapes=st.lists(st.lists(st.integers(1, 3), max_size=2), min_size=1, max_size=3),
+    dtype=st.sampled_from(["float32", "int32", "bool", "bfloat16"]),
+)
+def test_round_trip_of_any_shapes_and_dtypes(tmp_path_factory, shapes, dtype):
+    directory = tmp_path_factory.mktemp("ckpt") / "c"
+    flat = {
+        ("layers", i, "w"): bryo.VariableState(nnx.Param, jnp.ones(shape, dtype) * (i % 2))
+        for i, shape in enumerate(shapes)
+    }
+    state = bryo.State.from_flat_path(flat)
+    save_state(directory, state)
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state)
+    assert_same_state(restore_state(directory, abstract), state)
+    assert_same_state(restore_state(directory), state)
