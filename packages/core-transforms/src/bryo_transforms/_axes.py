@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.typing import ArrayLike
 
 from bryo_filters import Filter, filters_to_predicates
 from bryo_graph import VariableState
@@ -229,7 +230,7 @@ def leaf_axes(plan: CallPlan, root_specs: list, name: str = "in_axes") -> list:
     return axes
 
 
-def check_axis(value: object, axis: object, where: str, name: str) -> int | None:
+def check_axis(value: ArrayLike, axis: object, where: str, name: str) -> int | None:
     """The size of `axis` in `value`, or a TransformError naming `where`; None for None."""
     if axis is None or axis is Carry:
         return None

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
+import jax.core
 
 from bryo_graph import (
     Entry,

@@ -238,12 +238,13 @@ class _Scan:
             size = check_axis(value, axis, f"array argument #{i}", "in_axes")
             if size is not None:
                 sizes.append((size, f"the array argument #{i}"))
-        self.length = check_sizes(sizes, "in_axes", length)
-        if self.length is None:
+        length = check_sizes(sizes, "in_axes", length)
+        if length is None:
             raise TransformError(
                 "`scan` has nothing to scan over (no input has an int axis in `in_axes`); "
                 "pass `length=`."
             )
+        self.length: int = length
         self.carry_ks = [k for k, axis in enumerate(self.leaf_axes) if axis is Carry]
         self.carry_arrays = [i for i, axis in enumerate(array_specs) if axis is Carry]
         self.carry_roots = self._carry_roots(root_specs)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from lxml import etree
 
@@ -160,6 +160,13 @@ def _element_bound(raw: bytes) -> int:
     return raw.count(b"<") - raw.count(b"</") - raw.count(b"<!") - raw.count(b"<?")
 
 
+class _Where(TypedDict):
+    """Keyword arguments of an error raised at a byte offset (1-based)."""
+
+    line: int
+    position: int
+
+
 class _Text:
     """The raw file, with line lookups for error positions."""
 
@@ -172,7 +179,7 @@ class _Text:
             self._line_starts = [0, *(m.end() for m in re.finditer(rb"\n", self.raw))]
         return self._line_starts
 
-    def where(self, offset: int) -> dict[str, int]:
+    def where(self, offset: int) -> _Where:
         """`line` and `position` (1-based) of a byte offset."""
         starts = self.line_starts()
         line = bisect.bisect_right(starts, offset)
@@ -263,14 +270,15 @@ class _Reader:
                     getattr(doc, _PORTS[tag]).append(self.port(child))
                 else:
                     node = self.node(child)
-                    self.budget.check_depth(depth + 1, line=node.source.line)
+                    line = node.source.line if node.source is not None else None
+                    self.budget.check_depth(depth + 1, line=line)
                     doc.children.append(node)
                     stack.append((child, node, depth + 1))
         return top
 
     def node(self, element: etree._Element) -> DocNode:
         source = self.text.source(element)
-        items = element.items()
+        items = cast(list[tuple[str, str]], element.items())  # str: the text is parsed as UTF-8
         try:
             attrs = {k: self.attr(v) for k, v in items}
         except MoxError as error:

@@ -17,7 +17,7 @@ import bisect
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from bryo_mox import MoxLimitError, MoxSerializationError
 from bryo_mox.document import Budget, Source
@@ -121,7 +121,7 @@ class Reader:
         return MoxSerializationError(f"malformed YSON: {message}", **self.where(offset, stack))
 
     def scalar(self, match: re.Match[bytes], stack: list[_Frame]) -> Any:
-        kind = match.lastgroup
+        kind = _group(match)
         text = match.group(kind)
         if kind == "string":
             body = text[1:-1]
@@ -167,7 +167,7 @@ class Reader:
         while True:
             match = _TOKEN.match(raw, position)
             if match is None:
-                position = _SPACE.match(raw, position).end()
+                position = _SPACE.match(raw, position).end()  # type: ignore[union-attr]  # `\s*` always matches
                 if position >= end:
                     break
                 if raw[position] < 0x20 or raw[position] > 0x7E:
@@ -178,7 +178,7 @@ class Reader:
                     )
                 raise self.fail(f"unexpected {raw[position : position + 10]!r}", position, stack)
             position = match.end()
-            start = match.start(match.lastgroup)
+            start = match.start(_group(match))
             frame = stack[-1] if stack else None
             if match.lastgroup == "punct":
                 token = match.group("punct")
@@ -349,3 +349,8 @@ def scalar(value: bool | int | float | str | None) -> str:
         text = repr(value)
         return text if ("." in text or "e" in text) else text + "."
     return quote(value)
+
+
+def _group(match: re.Match[bytes]) -> str:
+    """The name of the token `match` found (every alternative of `_TOKEN` is a named group)."""
+    return cast(str, match.lastgroup)
