@@ -45,10 +45,11 @@ from lxml import etree
 from ._attrs import CUSTOM_ATTRS as CUSTOM_ATTRS
 from ._attrs import JIT_ATTRS as JIT_ATTRS
 from ._attrs import RESERVED_TAGS, equation_attrs, is_xml_name, module_attrs, tree_example
-from ._codec import Unencodable, encode
+from ._codec import Unencodable
 from ._codec import decode as decode
 from ._codec import decode_array as decode_array
 from ._codec import decode_attr as decode_attr
+from ._codec import encode as encode
 from ._codec import encode_array as encode_array
 from ._codec import encode_attr as encode_attr
 from ._errors import MoxError, MoxSerializationError
