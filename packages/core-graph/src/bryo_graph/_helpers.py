@@ -63,7 +63,7 @@ def map(f: Callable[[Path, Any], Any], node: A, /, *, graph: bool | None = None)
         The new graph (its nodes are new; its Variables are what `f` returned).
 
     Example:
-        >>> zeros = map(lambda path, v: v.replace(jnp.zeros_like(v)), model)
+        >>> zeros = map(lambda path, v: v.replace(jnp.zeros_like(v)), model)  # doctest: +SKIP
     """
     graphdef, state = split(node, graph=graph)
     if isinstance(state, State):

@@ -43,7 +43,8 @@ def cond(
         caller's objects).
 
     Example:
-        >>> cond(x > 0, lambda m: m.count.set_value(m.count + 1), lambda m: None, model)
+        >>> bump = lambda m: m.count.set_value(m.count + 1)  # doctest: +SKIP
+        >>> cond(x > 0, bump, lambda m: None, model)  # doctest: +SKIP
     """
     del graph_updates
     call = StateCall("cond", operands, tree=tree_mode(graph))

@@ -83,7 +83,7 @@ def with_attributes(
         The copy.
 
     Example:
-        >>> eval_model = with_attributes(model, deterministic=True)
+        >>> eval_model = with_attributes(model, deterministic=True)  # doctest: +SKIP
     """
     predicate = to_predicate(only)
     unused = set(attributes)
@@ -136,7 +136,7 @@ def view(
         The configured copy; `node` is unchanged.
 
     Example:
-        >>> eval_model = view(model, deterministic=True, use_running_average=True)
+        >>> eval_model = view(model, deterministic=True, use_running_average=True)  # doctest: +SKIP
     """
     predicate = to_predicate(only)
     unused = set(kwargs)
@@ -237,7 +237,7 @@ def capture(
         several (one State per type, nested by module path), or only the result for none.
 
     Example:
-        >>> y, intermediates = capture(model, Intermediate)(x)
+        >>> y, intermediates = capture(model, Intermediate)(x)  # doctest: +SKIP
     """
     if isinstance(fn, type) and issubclass(fn, Variable):
         types = (fn, *var_types)
