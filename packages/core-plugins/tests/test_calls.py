@@ -11,7 +11,9 @@ from bryo_plugins import (
     PluginResultError,
     PluginSource,
     answers,
+    callable_answer,
     first_answer,
+    first_answer_for,
     hookimpl,
     plugin_failures,
 )
@@ -135,3 +137,26 @@ def test_hook_wrappers_are_not_called(bryo_empty_plugin_manager):
     pm.register(Wrapper(), name="wrapper")
     pm.register(Doubles(), name="doubles")
     assert [a.value for a in answers("bryo_test_items", _is_int, value=1)] == [2]
+
+
+def test_first_answer_for_loads_the_family_keyed_by_the_arguments_classes(
+    bryo_empty_plugin_manager, monkeypatch
+):
+    pm = bryo_empty_plugin_manager
+    loaded = []
+    monkeypatch.setattr(pm, "load_family", lambda family, keys=None: loaded.append(keys))
+    pm.register(Passes(), name="passes")
+    pm.register(Doubles(), name="doubles")
+    assert first_answer_for("bryo_test_first", _is_int, family="test", value=4) == 8
+    assert loaded == [{"builtins"}]
+    assert first_answer_for("bryo_test_first", _is_int, family="test", value=-1) is None
+    assert loaded[-1] is None  # nobody answered: the whole family was loaded and asked
+
+
+def test_callable_answer_names_what_was_expected(bryo_empty_plugin_manager):
+    validate = callable_answer("a predicate `(path, value) -> bool`")
+    assert validate(len) is len
+    with pytest.raises(
+        PluginResultError, match=r"expected a predicate `\(path, value\) -> bool`, got 3"
+    ):
+        validate(3)

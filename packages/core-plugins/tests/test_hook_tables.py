@@ -1,11 +1,13 @@
 """hook_table and TypeTable: one precedence (the plugin called first wins), conflicts warned
-naming both plugins, garbage rejected where it is read, tables cached per epoch."""
+naming both plugins, garbage rejected where it is read, tables (and every `PerEpoch`
+value) cached per epoch."""
 
 from __future__ import annotations
 
 import pytest
 
 from bryo_plugins import (
+    PerEpoch,
     PluginConflictWarning,
     TypeTable,
     hook_table,
@@ -109,3 +111,25 @@ def test_garbage_disables_the_plugin_and_the_table_keeps_the_rest(
 def test_module_roots_are_the_top_level_modules_of_the_mro():
     assert module_roots(Child) == {__name__.partition(".")[0], "builtins"}
     assert module_roots(bool) == {"builtins"}
+
+
+def test_per_epoch_makes_its_value_once_per_registration_change(bryo_empty_plugin_manager):
+    pm = bryo_empty_plugin_manager
+    made = []
+
+    def make(pm):
+        made.append(pm.epoch)
+        return hook_table("bryo_test_table", LABELS, pm=pm)
+
+    table = PerEpoch(make)
+    assert table.epoch is None
+    assert table.get() == {} and table.get() is table.get()
+    assert table.epoch == pm.epoch and len(made) == 1
+    plugin = _table_plugin({int: "int"})
+    pm.register(plugin)
+    assert table.get() == {int: "int"} and len(made) == 2
+    table.reset()
+    assert table.epoch is None
+    assert table.get() == {int: "int"} and len(made) == 3
+    pm.unregister(plugin)
+    assert table.get() == {}

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bryo_plugins import PluginResultError, first_answer, module_roots
+from bryo_plugins import callable_answer, first_answer_for
 
 FAMILY = "filters"
 
 PluginPredicate = Callable[[tuple, object], bool]
+
+_predicate = callable_answer("a predicate `(path, value) -> bool` or None")
 
 
 def plugin_predicate(filter: object) -> PluginPredicate | None:
@@ -17,19 +19,4 @@ def plugin_predicate(filter: object) -> PluginPredicate | None:
     Loads the `filters` plugins keyed by the modules of the literal's class first, and
     the rest of the family only when none of those answers.
     """
-    answer = first_answer(
-        "bryo_filter_predicate",
-        _callable_predicate,
-        family=FAMILY,
-        keys=module_roots(type(filter)),
-        filter=filter,
-    )
-    return None if answer is None else answer.value
-
-
-def _callable_predicate(predicate: object) -> PluginPredicate:
-    if not callable(predicate):
-        raise PluginResultError(
-            f"expected a predicate `(path, value) -> bool` or None, got {predicate!r}"
-        )
-    return predicate  # type: ignore[return-value]
+    return first_answer_for("bryo_filter_predicate", _predicate, family=FAMILY, filter=filter)  # type: ignore[return-value]

@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 
+from bryo_plugins import PerEpoch
+
 from ._nodes import node_types
 from ._variables import MISSING, Variable
 
@@ -36,8 +38,7 @@ _ATOMIC = frozenset(
     {int, float, complex, bool, str, bytes, type(None), type(Ellipsis), type, types.FunctionType}
 )
 _registered: set[type] = set()
-_is_data_type: dict[type, bool] = {}
-_epoch: list[object] = [None]
+_is_data_type: PerEpoch[dict[type, bool]] = PerEpoch(lambda pm: {})  # plugins decide node types
 
 
 def _marker(value: object, status: bool, kwargs: dict[str, Any]) -> Any:
@@ -91,7 +92,7 @@ def class_statuses(cls: type) -> dict[str, bool]:
 def register_data_type(cls: T, /) -> T:
     """Make values of `cls` data when assigned to an Object attribute (usable as a decorator)."""
     _registered.add(cls)
-    _is_data_type.clear()
+    _is_data_type.reset()
     return cls
 
 
@@ -100,11 +101,9 @@ def is_data(value: object, /) -> bool:
     an `Rngs`, a `List`, ...), or a registered data type."""
     cls = type(value)
     registry = node_types()
-    if _epoch[0] is not registry.epoch:
-        _is_data_type.clear()
-        _epoch[0] = registry.epoch
+    memo = _is_data_type.get()
     try:
-        return _is_data_type[cls]
+        return memo[cls]
     except KeyError:
         pass
     node_type = registry.lookup(cls)
@@ -114,7 +113,7 @@ def is_data(value: object, /) -> bool:
         or cls in _registered
         or (node_type is not None and node_type.type not in _CONTAINERS)
     )
-    _is_data_type[cls] = found
+    memo[cls] = found
     return found
 
 

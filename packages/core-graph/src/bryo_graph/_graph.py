@@ -32,6 +32,7 @@ from typing import Any as _Any
 import jax
 
 from bryo_filters import Filter, filters_to_predicates, is_builtin_filter
+from bryo_plugins import Stamped
 from bryo_pytree import Key, Path, hashable, is_shaped, path_str
 
 from ._build import build_graph
@@ -87,7 +88,7 @@ class GraphDef:
         self._hash = hash(root)
         self._leaf_paths: frozenset[Path] | None = None
         self._leaf_order: tuple[Path, ...] | None = None
-        self._builder: tuple[int | None, Callable] | None = None
+        self._builder: Stamped[Callable[[list], object]] | None = None
         self._builds = 0
         self._depth = 0
 
@@ -132,11 +133,11 @@ class GraphDef:
         """
         registry = node_types()
         builder = self._builder
-        if builder is not None and builder[0] == registry.epoch:
-            return builder[1](leaves)
+        if builder is not None and builder.epoch == registry.epoch:
+            return builder.value(leaves)
         if self._builds >= _HOT_BUILDS and self._depth <= _COMPILE_MAX_DEPTH:
             function = compile_graphdef(self.root, registry, name=self._name())
-            self._builder = (registry.epoch, function)
+            self._builder = Stamped(registry.epoch, function)
             _compiled[id(self)] = self
             return function(leaves)
         built = build_graph(self.root, leaves, registry)

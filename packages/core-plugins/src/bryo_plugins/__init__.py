@@ -6,7 +6,8 @@ The lowest bryo package; it needs pluggy only and never imports JAX. It owns:
   `hookimpl` markers every package and plugin uses;
 - how owners declare hooks (`add_hookspecs`) and register their own built-in plugins
   (`add_builtin`), and how entry points are loaded lazily, per hook family;
-- how core code asks hooks (`answers`, `first_answer`, `hook_table`, `TypeTable`): one
+- how core code asks hooks (`answers`, `first_answer`, `hook_table`, `TypeTable`, and
+  `PerEpoch`, the one cache of values made from hook answers): one
   plugin at a time, each answer validated, a failing plugin named, disabled and listed by
   `plugin_failures()`, conflicts warned with one precedence;
 - the `CallRouter` backends wrap their module calls with, so that tools such as
@@ -20,7 +21,10 @@ from ._call_router import original_call as original_call
 from ._calls import Answer as Answer
 from ._calls import PerPlugin as PerPlugin
 from ._calls import answers as answers
+from ._calls import callable_answer as callable_answer
 from ._calls import first_answer as first_answer
+from ._calls import first_answer_for as first_answer_for
+from ._calls import module_roots as module_roots
 from ._describe import HookInfo as HookInfo
 from ._describe import PluginInfo as PluginInfo
 from ._describe import describe_hooks as describe_hooks
@@ -30,10 +34,11 @@ from ._failures import PluginConflictWarning as PluginConflictWarning
 from ._failures import PluginError as PluginError
 from ._failures import PluginFailure as PluginFailure
 from ._failures import PluginResultError as PluginResultError
+from ._hook_tables import PerEpoch as PerEpoch
+from ._hook_tables import Stamped as Stamped
 from ._hook_tables import TypeTable as TypeTable
 from ._hook_tables import hook_table as hook_table
 from ._hook_tables import merge_answers as merge_answers
-from ._hook_tables import module_roots as module_roots
 from ._hook_tables import type_mapping as type_mapping
 from ._manager import BryoPluginManager as BryoPluginManager
 from ._manager import PluginSource as PluginSource

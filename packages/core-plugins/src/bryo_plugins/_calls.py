@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 
 import pluggy
 
-from ._failures import PluginFailure
+from ._failures import PluginFailure, PluginResultError
 from ._manager import BryoPluginManager, get_plugin_manager
 
 T = TypeVar("T")
@@ -101,6 +101,52 @@ def first_answer(
     if answer is None and family is not None and pm.load_family(family):
         answer = _first(pm, hook_name, validate, kwargs)
     return answer
+
+
+def first_answer_for(
+    hook_name: str,
+    validate: Validate[T],
+    *,
+    family: str,
+    pm: BryoPluginManager | None = None,
+    **kwargs: object,
+) -> T | None:
+    """The first plugin's validated answer about the hook's arguments, or None.
+
+    `first_answer` for hooks asked about one kind of value (a filter literal, an axis
+    spec): the `family` plugins keyed by the modules of the arguments' classes load first
+    (see `module_roots`), the rest of the family only when none of those answers.
+
+    Args:
+        hook_name: the hook (`"bryo_filter_predicate"`).
+        validate: checks each answer (see `Validate`).
+        family: the hook family whose plugins may answer.
+        pm: the manager to ask; bryo's current one by default.
+        **kwargs: the hook's arguments, by name.
+    """
+    keys = frozenset().union(*(module_roots(type(value)) for value in kwargs.values()))
+    answer = first_answer(hook_name, validate, family=family, keys=keys, pm=pm, **kwargs)
+    return None if answer is None else answer.value
+
+
+def callable_answer(expected: str) -> Validate[Callable[..., object]]:
+    """A `Validate` accepting callables only; `expected` says which, for the error
+    (`"a predicate (path, value) -> bool"`)."""
+
+    def validate(answer: object) -> Callable[..., object]:
+        if not callable(answer):
+            raise PluginResultError(f"expected {expected}, got {answer!r}")
+        return answer
+
+    return validate
+
+
+def module_roots(cls: type) -> frozenset[str]:
+    """The top-level modules of every class in `cls`'s MRO: the keys of the plugins that
+    could know `cls` (`equinox` for any `eqx.Module` subclass)."""
+    return frozenset(
+        (getattr(base, "__module__", None) or "").partition(".")[0] for base in cls.__mro__
+    )
 
 
 def _first(

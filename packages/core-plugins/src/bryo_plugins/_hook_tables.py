@@ -12,6 +12,9 @@ plugins, then `trylast` ones). When two plugins claim the same key, a
 Hot paths (flattening a graph, scanning a tree) ask "how does a plugin handle this
 type?" once per node. `TypeTable` answers from a dict rebuilt only when a plugin is
 registered or unregistered, resolving subclasses along the MRO and memoising the answer.
+Every other value made from hook answers is kept in a `PerEpoch`, the one epoch-keyed
+cache: it is made again only when the manager's epoch changes (`TypeTable` keeps its
+tables in one).
 A table tied to a hook family loads the family's plugins keyed by the modules of a type's
 MRO the first time it meets that type, so a backend is imported exactly when one of its
 types shows up, whatever the import order.
@@ -21,14 +24,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ._calls import Answer, answers
+from ._calls import Answer, answers, module_roots
 from ._failures import PluginConflictWarning, PluginResultError
 from ._manager import BryoPluginManager, get_plugin_manager
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+T = TypeVar("T")
 
 Entries = Callable[[object], Iterable[tuple[K, V]]]
 """Turns one plugin's answer into `(key, value)` entries, raising `PluginResultError`
@@ -128,12 +133,68 @@ def type_mapping(check: Callable[[object], bool], expected: str) -> Entries[type
     return entries
 
 
-def module_roots(cls: type) -> frozenset[str]:
-    """The top-level modules of every class in `cls`'s MRO: the keys of the plugins that
-    could know `cls` (`equinox` for any `eqx.Module` subclass)."""
-    return frozenset(
-        (getattr(base, "__module__", None) or "").partition(".")[0] for base in cls.__mro__
-    )
+@dataclass(frozen=True, slots=True)
+class Stamped(Generic[T]):
+    """A value and the plugin-manager epoch it was made for (epochs never repeat).
+
+    Attributes:
+        epoch: the manager's `epoch` when the value was made (`TypeTable.epoch`).
+        value: what was made.
+    """
+
+    epoch: int | None
+    value: T
+
+
+class PerEpoch(Generic[T]):
+    """A value made from the plugin manager's hooks, made again only when its epoch changes.
+
+    The one epoch-keyed cache of bryo: hook tables, lists of interceptors and per-type
+    memos live in one, so pluggy is asked once per registration change. The value and its
+    epoch are swapped in as one `Stamped` record, so threads never see a value with the
+    wrong epoch (two threads may both make it once; the last one is kept).
+
+    Args:
+        make: `pm -> value`; may load plugins (the epoch is read after it returns).
+
+    >>> memo = PerEpoch(lambda pm: {})
+    >>> memo.get() is memo.get()
+    True
+    """
+
+    __slots__ = ("_make", "_stamped")
+
+    def __init__(self, make: Callable[[BryoPluginManager], T]) -> None:
+        self._make = make
+        self._stamped: Stamped[T] | None = None
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch the current value was made for; None before the first `get`."""
+        stamped = self._stamped
+        return None if stamped is None else stamped.epoch
+
+    def get(self, pm: BryoPluginManager | None = None) -> T:
+        """The value for `pm` (bryo's current manager by default), made if its epoch changed."""
+        pm = get_plugin_manager() if pm is None else pm
+        stamped = self._stamped
+        if stamped is None or stamped.epoch != pm.epoch:
+            value = self._make(pm)
+            stamped = Stamped(pm.epoch, value)
+            self._stamped = stamped
+        return stamped.value
+
+    def reset(self) -> None:
+        """Forget the value: the next `get` makes it again."""
+        self._stamped = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Tables(Generic[V]):
+    """A `TypeTable`'s contents for one epoch."""
+
+    declared: dict[type, V]
+    resolved: dict[type, V | None]
 
 
 class TypeTable(Generic[V]):
@@ -155,41 +216,43 @@ class TypeTable(Generic[V]):
     ) -> None:
         self._collect = collect
         self._family = family
-        self._epoch: int | None = None
-        self._declared: dict[type, V] = {}
-        self._resolved: dict[type, V | None] = {}
+        self._tables: PerEpoch[_Tables[V]] = PerEpoch(self._make)
+
+    def _make(self, pm: BryoPluginManager) -> _Tables[V]:
+        if self._family is not None:  # the family's unkeyed plugins load on first use
+            pm.load_family(self._family, ())
+        declared = dict(self._collect(pm))
+        return _Tables(declared, dict(declared))
 
     @property
     def epoch(self) -> int | None:
         """The plugin-manager epoch the table was built for (epochs never repeat)."""
-        return self._epoch
+        return self._tables.epoch
 
     def refresh(self) -> BryoPluginManager:
         """Rebuild the table if the plugins changed; returns the current manager."""
         pm = get_plugin_manager()
-        if pm.epoch != self._epoch:
-            if self._family is not None:  # the family's unkeyed plugins load on first use
-                pm.load_family(self._family, ())
-            declared = dict(self._collect(pm))
-            self._declared, self._resolved, self._epoch = declared, dict(declared), pm.epoch
+        self._tables.get(pm)
         return pm
 
     def lookup(self, cls: type) -> V | None:
         """The value for `cls` or its nearest declared base class, else None."""
-        pm = self.refresh()
+        pm = get_plugin_manager()
+        tables = self._tables.get(pm)
         try:
-            return self._resolved[cls]
+            return tables.resolved[cls]
         except KeyError:
             pass
         if self._family is not None and pm.load_family(self._family, module_roots(cls)):
-            self.refresh()
-        found = next((self._declared[b] for b in cls.__mro__ if b in self._declared), None)
-        self._resolved[cls] = found
+            tables = self._tables.get(pm)
+        declared = tables.declared
+        found = next((declared[b] for b in cls.__mro__ if b in declared), None)
+        tables.resolved[cls] = found
         return found
 
     def types(self) -> tuple[type, ...]:
         """The types the plugins declared, those of every imported module's plugins included."""
-        pm = self.refresh()
-        if self._family is not None and pm.load_family(self._family, sys.modules):
-            self.refresh()
-        return tuple(self._declared)
+        pm = get_plugin_manager()
+        if self._family is not None:
+            pm.load_family(self._family, sys.modules)
+        return tuple(self._tables.get(pm).declared)

@@ -15,9 +15,8 @@ from typing import TypeVar
 from bryo_plugins import (
     PluginResultError,
     TypeTable,
-    first_answer,
+    first_answer_for,
     hook_table,
-    module_roots,
     type_mapping,
 )
 
@@ -63,16 +62,10 @@ def resolve_axis(axis: object) -> AxisInfo:
     """The `AxisInfo` of an axis spec, or a `ScanAxisError` saying what specs work."""
     if isinstance(axis, AxisInfo):
         return axis
-    answer = first_answer(
-        "bryo_scan_resolve_axis",
-        _axis_info,
-        family=FAMILY,
-        keys=module_roots(type(axis)),
-        axis=axis,
-    )
-    if answer is None:
+    info = first_answer_for("bryo_scan_resolve_axis", _axis_info, family=FAMILY, axis=axis)
+    if info is None:
         raise ScanAxisError(f"`axis` {axis!r} is not an axis spec bryo understands. {_AXIS_HELP}")
-    return answer.value
+    return info
 
 
 def named_leaf_handler(leaf: object) -> NamedLeaf | None:

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bryo_plugins import (
-    BryoPluginManager,
+    PerEpoch,
     PluginResultError,
     answers,
+    callable_answer,
     get_plugin_manager,
     hook_table,
 )
@@ -63,25 +64,12 @@ class Serializer:
     loads: Callable[[str | bytes], Any]
 
 
-# name -> (plugin-manager epoch, value); epochs never repeat, not even across managers.
-_cache: dict[str, tuple[int, Any]] = {}
+_interceptor = callable_answer("an interceptor `(handler) -> context manager`")
 
 
-def _per_epoch(name: str, pm: BryoPluginManager, build: Callable[[], Any]) -> Any:
-    hit = _cache.get(name)
-    if hit is not None and hit[0] == pm.epoch:
-        return hit[1]
-    value = build()
-    _cache[name] = (pm.epoch, value)
-    return value
-
-
-def _interceptor(answer: object) -> Interceptor:
-    if not callable(answer):
-        raise PluginResultError(
-            f"expected an interceptor `(handler) -> context manager`, got {answer!r}"
-        )
-    return answer  # type: ignore[return-value]
+_interceptors: PerEpoch[list[Interceptor]] = PerEpoch(
+    lambda pm: [a.value for a in answers("bryo_mox_interceptor", _interceptor, pm=pm)]
+)
 
 
 def interceptors() -> list[Interceptor]:
@@ -92,11 +80,7 @@ def interceptors() -> list[Interceptor]:
     """
     pm = get_plugin_manager()
     pm.load_family(INTERCEPTORS, sys.modules)
-
-    def build() -> list[Interceptor]:
-        return [a.value for a in answers("bryo_mox_interceptor", _interceptor, pm=pm)]
-
-    return _per_epoch("interceptors", pm, build)
+    return _interceptors.get(pm)
 
 
 def _serializer_entries(answer: object) -> list[tuple[str, Serializer]]:
@@ -108,16 +92,17 @@ def _serializer_entries(answer: object) -> list[tuple[str, Serializer]]:
     return [(serializer.format, serializer) for serializer in answer]
 
 
+_serializers: PerEpoch[dict[str, Serializer]] = PerEpoch(
+    lambda pm: hook_table("bryo_mox_serializers", _serializer_entries, pm=pm)
+)
+
+
 def serializers(formats: Container[str] | None = None) -> dict[str, Serializer]:
     """Registered serializers by format name, after loading the `serializers` plugins
     keyed by `formats` (all of them when None)."""
     pm = get_plugin_manager()
     pm.load_family(SERIALIZERS, formats)
-
-    def build() -> dict[str, Serializer]:
-        return hook_table("bryo_mox_serializers", _serializer_entries, pm=pm)
-
-    return _per_epoch("serializers", pm, build)
+    return _serializers.get(pm)
 
 
 def serializer_for(format: str | None = None, path: str | None = None) -> Serializer:
