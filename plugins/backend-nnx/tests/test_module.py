@@ -1,10 +1,11 @@
 """The NNX-style Module as a graph node: attributes, containers, change tracking, modes."""
 
+import jax
 import numpy as np
 import pytest
 
 from bryo_graph import BatchStat, Dict, List, Param, Variable, graphdef, merge, split, state
-from bryo_nnx import Module
+from bryo_nnx import Module, render
 
 
 class Block(Module):
@@ -73,6 +74,13 @@ def test_set_attributes_names_missing_attributes():
 def test_repr_shows_attributes():
     text = repr(Block(2))
     assert text.startswith("Block(") and "w=Param(" in text and "width=2" in text
+
+
+def test_repr_leaves_out_pytree_bookkeeping():
+    block = Block(2)
+    jax.tree_util.tree_leaves(block)  # caches the treedef node on the module
+    for text in (repr(block), render(block)):
+        assert "_object__" not in text and "width=2" in text
 
 
 def test_modules_hold_generic_variables():

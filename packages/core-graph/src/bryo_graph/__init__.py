@@ -65,6 +65,7 @@ from ._object import Dict as Dict
 from ._object import List as List
 from ._object import Object as Object
 from ._object import Pytree as Pytree
+from ._object import object_attributes as object_attributes
 from ._object import object_node_type as object_node_type
 from ._placement import get_named_sharding as get_named_sharding
 from ._placement import make_mesh as make_mesh

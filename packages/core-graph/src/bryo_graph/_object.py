@@ -471,9 +471,15 @@ def object_flatten(node: Object) -> tuple[Children, Hashable]:
     if type(node)._object__pytree:
         treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
         return [(k, namespace[k]) for k in treedef.sorted_keys], None
-    items = [(k, v) for k, v in namespace.items() if not k.startswith(_PRIVATE_PREFIX)]
+    return object_attributes(node), None
+
+
+def object_attributes(node: Object) -> list[tuple[str, object]]:
+    """An Object's attributes, sorted by name, without its private `_object__*` bookkeeping
+    (what a repr shows)."""
+    items = [(k, v) for k, v in vars(node).items() if not k.startswith(_PRIVATE_PREFIX)]
     items.sort(key=_first)
-    return items, None
+    return items
 
 
 def _first(item: tuple[str, object]) -> str:

@@ -22,10 +22,28 @@ from ._nodes import node_type_of
 from ._state import State, group_flat
 from ._variables import Variable, VariableMeta
 
-_ADVICE = (
-    "Tree mode (graph=False) knows no shared references or cycles. Remove them, or use "
-    "graph mode: pass `graph=True` (the default unless `set_graph_mode(False)` is on)."
-)
+
+def _advice(fn_name: str, *, transform: bool) -> str:
+    """Flax NNX 0.12's advice after a tree-mode error: the ways out, naming `fn_name`."""
+    keywords = "graph=True, graph_updates=True" if transform else "graph=True"
+    return (
+        "Consider the following options:\n\n"
+        "1. Remove the duplicates and guarantee a tree structure.\n"
+        f"2. Use graph mode: pass {keywords} to {fn_name} e.g.\n\n"
+        f"  nnx.{fn_name}(..., {keywords})"
+    )
+
+
+def _found_twice(what: str, first: Path, second: Path, problem: str, advice: str) -> ValueError:
+    """Flax NNX 0.12's tree-mode error text: `what` found at two paths."""
+    return ValueError(
+        f"{what}\nfound at paths:\n\n  - {path_str(first)}\n  - {path_str(second)}\n\n"
+        f"{problem} {advice}"
+    )
+
+
+_SHARED = "Tree mode (graph=False) does not support shared references."
+_CYCLES = "Cycles are not supported with graph=False."
 
 
 class TreeDef:
@@ -69,48 +87,53 @@ def _is_variable(value: object) -> bool:
     return isinstance(value, Variable)
 
 
-def tree_flatten(node: object, fn_name: str) -> tuple[TreeDef, dict[Path, object]]:
-    """`node`'s TreeDef and `{path: leaf}` (Variables and raw leaves), checked."""
+def tree_flatten(
+    node: object, fn_name: str, *, transform: bool = False
+) -> tuple[TreeDef, dict[Path, object]]:
+    """`node`'s TreeDef and `{path: leaf}` (Variables and raw leaves), checked; the
+    errors name `fn_name` (a transform's when `transform`)."""
     try:
         keyed, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=_is_variable)
     except RecursionError:
         raise ValueError(
-            f"`{fn_name}` with graph=False met a cycle in {type(node).__name__}. {_ADVICE}"
+            f"Cycle detected in {type(node).__name__} by `{fn_name}`. {_CYCLES} "
+            + _advice(fn_name, transform=transform)
         ) from None
     flat: dict[Path, object] = {}
     seen: dict[int, Path] = {}
     metas = []
     for keypath, leaf in keyed:
         path = keypath_to_path(keypath)
-        _check_leaf(leaf, path, seen, fn_name)
+        _check_leaf(leaf, path, seen, fn_name, transform)
         flat[path] = leaf
         is_var = isinstance(leaf, Variable)
         metas.append(VariableMeta(type(leaf), leaf._metadata) if is_var else None)
     return TreeDef(treedef, tuple(flat), tuple(metas)), flat
 
 
-def _check_leaf(leaf: object, path: Path, seen: dict[int, Path], fn_name: str) -> None:
+def _check_leaf(
+    leaf: object, path: Path, seen: dict[int, Path], fn_name: str, transform: bool
+) -> None:
     if isinstance(leaf, Variable):
         first = seen.setdefault(id(leaf), path)
         if first is not path:
-            raise ValueError(
-                f"`{fn_name}` with graph=False found the same {type(leaf).__name__} at "
-                f"{path_str(first)} and at {path_str(path)}. {_ADVICE}"
-            )
+            advice = _advice(fn_name, transform=transform)
+            raise _found_twice(f"Duplicate {leaf!r}", first, path, _SHARED, advice)
         return
     node_type = node_type_of(leaf)
     if node_type is not None and node_type.mutable:
         raise ValueError(
-            f"Cannot use `{fn_name}` with graph=False on a '{type(leaf).__name__}' instance "
-            f"that has pytree=False (it is not a JAX pytree). Found at path: {path_str(path)}. "
-            "Use graph mode (`graph=True`), or make the class a pytree."
+            f"Cannot use '{fn_name}' with graph=False on a '{type(leaf).__name__}' instance "
+            f"that has pytree=False. Found at path: {path_str(path)}. Pytree subclasses with "
+            "pytree=False are not registered as JAX pytrees and cannot be used in tree mode. "
+            + _advice(fn_name, transform=transform)
         )
 
 
 def check_tree(node: object, /, *, name: str) -> None:
     """Raise the tree-mode error if `node` shares a Variable, has a cycle, or holds an
-    Object of a `pytree=False` class; `name` is the function reported (`'jit'`, ...)."""
-    tree_flatten(node, name)
+    Object of a `pytree=False` class; `name` is the transform reported (`'jit'`, ...)."""
+    tree_flatten(node, name, transform=True)
 
 
 def _state_of(flat: dict[Path, object]) -> Any:
@@ -185,14 +208,16 @@ def _iter_tree(
     children, treedef = jax.tree_util.tree_flatten_with_path(
         value, is_leaf=lambda x: x is not value
     )
-    if isinstance(value, Variable) or jax.tree_util.treedef_is_leaf(treedef):
-        _check_leaf(value, path, seen, "iter_graph")
+    is_leaf = treedef.num_nodes == 1 and treedef.num_leaves == 1  # not a pytree node
+    if isinstance(value, Variable) or is_leaf:
+        _check_leaf(value, path, seen, "iter_graph", False)
         yield path, value
         return
     if id(value) in in_progress:
-        raise ValueError(
-            f"`iter_graph` with graph=False met a cycle: {type(value).__name__} at "
-            f"{path_str(in_progress[id(value)])} is reached again at {path_str(path)}. {_ADVICE}"
+        first = in_progress[id(value)]
+        advice = _advice("iter_graph", transform=False)
+        raise _found_twice(
+            f"Cycle detected for {type(value).__name__}", first, path, _CYCLES, advice
         )
     in_progress[id(value)] = path
     for keypath, child in children:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import jax.numpy as jnp
 
-from bryo_graph import GraphError, Object, Param, State, Variable
+from bryo_graph import GraphError, Object, Param, State, Variable, object_attributes
 from bryo_pytree import describe_leaf, is_shaped
 
 _INDENT = "  "
@@ -80,7 +80,7 @@ def _render_object(node: Object, depth: int, seen: set[int]) -> str:
     if id(node) in seen:
         return f"{name}(...)  # shared, shown above"
     seen.add(id(node))
-    items = sorted(vars(node).items())
+    items = object_attributes(node)
     if not items:
         return f"{name}()"
     count, size = _param_totals(node)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from bryo_filters import Filter, to_predicate
-from bryo_graph import Object, Variable, iter_children, iter_graph
+from bryo_graph import Object, Variable, iter_children, iter_graph, object_attributes
 from bryo_pytree import Key, Path, is_shaped
 
 from ._capture import Perturbation, active_captures
@@ -198,7 +198,7 @@ class Module(Object):
         from bryo_pytree import describe_leaf
 
         fields = []
-        for name, value in sorted(vars(self).items()):
+        for name, value in object_attributes(self):
             if isinstance(value, Module):
                 text = f"{type(value).__name__}(...)"
             elif isinstance(value, Variable):
