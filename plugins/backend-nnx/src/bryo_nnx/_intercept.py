@@ -70,10 +70,15 @@ intercept = _router.active
 
 def static_attributes(module: object) -> dict[str, object]:
     """A module's attributes that MoX can record (scalars, strings, None, tuples of them),
-    and its Variables' sharding metadata (see `sharding_attributes`)."""
+    the aliases its class declares in `_mox_aliases` (`Linear` reports `features`, Flax
+    Linen's name for `out_features`), and its Variables' sharding metadata (see
+    `sharding_attributes`)."""
     from bryo_mox.interception import static_attributes as recordable
 
     attrs = recordable(vars(module).items())
+    for alias, attribute in getattr(type(module), "_mox_aliases", {}).items():
+        if attribute in attrs:
+            attrs.setdefault(alias, attrs[attribute])
     for key, value in sharding_attributes(module).items():
         attrs.setdefault(key, value)
     return attrs

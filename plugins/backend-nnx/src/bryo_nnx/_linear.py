@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -78,7 +79,13 @@ class Linear(Module):
         preferred_element_type: the dtype the contraction accumulates and returns.
         rngs: the `Rngs` whose `params` stream initialises the parameters.
         kernel_metadata, bias_metadata: metadata of the `kernel` / `bias` Params.
+
+    In MoX a Linear's call also reports `features` (the output size, Flax Linen's name
+    for it), so `//module_call[@features=10]` finds it as it finds a Linen `Dense`.
     """
+
+    #: MoX attribute aliases, alias -> attribute (see `_intercept.static_attributes`).
+    _mox_aliases: ClassVar[Mapping[str, str]] = {"features": "out_features"}
 
     def __init__(
         self,
