@@ -3,6 +3,8 @@ the axes, autoregressive decoding with the cache, and sowing the attention weigh
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,8 +21,7 @@ K = jax.random.normal(KEYS[1], (2, 6, 2, 3))
 V = jax.random.normal(KEYS[2], (2, 6, 2, 3))
 
 
-def close(a, b, atol=1e-5):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=1e-5)
+close = functools.partial(np.testing.assert_allclose, atol=1e-5, rtol=1e-5)
 
 
 def test_grouped_query_attention_shares_each_kv_head_among_its_query_heads():

@@ -4,6 +4,8 @@ re-normalising wrappers, `Module.sow`; and the errors for arguments that do not 
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,8 +46,7 @@ from bryo_rngs import Rngs
 X = jax.random.normal(jax.random.key(0), (2, 3, 4))
 
 
-def close(a, b, atol=1e-5):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=1e-5)
+close = functools.partial(np.testing.assert_allclose, atol=1e-5, rtol=1e-5)
 
 
 # Keywords -------------------------------------------------------------------------------

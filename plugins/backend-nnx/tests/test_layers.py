@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,8 +30,7 @@ from bryo_rngs import RngCount, RngKey, Rngs, RngState
 KEY = jax.random.key(42)
 
 
-def close(a, b, atol=1e-5):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=1e-5)
+close = functools.partial(np.testing.assert_allclose, atol=1e-5, rtol=1e-5)
 
 
 def params_keys(seed: int, n: int) -> list[jax.Array]:

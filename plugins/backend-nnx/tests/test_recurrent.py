@@ -4,6 +4,8 @@ cell's state is threaded through the steps and written back, and bad arguments a
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,8 +33,7 @@ from bryo_transforms import Carry
 X = jax.random.normal(jax.random.key(0), (2, 4, 3))
 
 
-def close(a, b, atol=1e-5):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=1e-5)
+close = functools.partial(np.testing.assert_allclose, atol=1e-5, rtol=1e-5)
 
 
 def unrolled(cell, carry, xs):

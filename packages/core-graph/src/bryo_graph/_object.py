@@ -22,7 +22,7 @@ node only, and plain lists and dicts assigned to it become tracked `List`/`Dict`
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey, register_pytree_with_keys
 
@@ -412,15 +412,29 @@ def _dict_treedef(node: Dict) -> ObjectTreeDef:
     return vars(node).get(_TREEDEF) or _container_treedef(node, dict_flatten(node)[0], DictKey)
 
 
-def _flatten_list(node: List) -> tuple[list, ObjectTreeDef]:
-    treedef = _list_treedef(node)
-    return [node[i] for i in treedef.data_keys], treedef
+class _ContainerFlatteners(NamedTuple):
+    """A List's or Dict's pytree flatteners (without and with jax keys), which read the
+    container's data children in the order of its cached treedef."""
+
+    flatten: Callable[[Any], tuple[list, ObjectTreeDef]]
+    flatten_with_keys: Callable[[Any], tuple[list, ObjectTreeDef]]
 
 
-def _flatten_list_with_keys(node: List) -> tuple[list, ObjectTreeDef]:
-    treedef = _list_treedef(node)
-    keyed = zip(treedef.jax_keys, treedef.data_keys, strict=True)
-    return [(k, node[i]) for k, i in keyed], treedef
+def _container_flatteners(treedef_of: Callable[[Any], ObjectTreeDef]) -> _ContainerFlatteners:
+    def flatten(node: Any) -> tuple[list, ObjectTreeDef]:
+        treedef = treedef_of(node)
+        return [node[k] for k in treedef.data_keys], treedef
+
+    def flatten_with_keys(node: Any) -> tuple[list, ObjectTreeDef]:
+        treedef = treedef_of(node)
+        keyed = zip(treedef.jax_keys, treedef.data_keys, strict=True)
+        return [(jax_key, node[k]) for jax_key, k in keyed], treedef
+
+    return _ContainerFlatteners(flatten, flatten_with_keys)
+
+
+_list_flatteners = _container_flatteners(_list_treedef)
+_dict_flatteners = _container_flatteners(_dict_treedef)
 
 
 def _unflatten_list(treedef: ObjectTreeDef, children: Iterable) -> List:
@@ -430,17 +444,6 @@ def _unflatten_list(treedef: ObjectTreeDef, children: Iterable) -> List:
     list.extend(node, [items[i] for i in range(len(items))])
     vars(node)[_TREEDEF] = treedef
     return node
-
-
-def _flatten_dict(node: Dict) -> tuple[list, ObjectTreeDef]:
-    treedef = _dict_treedef(node)
-    return [node[k] for k in treedef.data_keys], treedef
-
-
-def _flatten_dict_with_keys(node: Dict) -> tuple[list, ObjectTreeDef]:
-    treedef = _dict_treedef(node)
-    keyed = zip(treedef.jax_keys, treedef.data_keys, strict=True)
-    return [(key, node[k]) for key, k in keyed], treedef
 
 
 def _unflatten_dict(treedef: ObjectTreeDef, children: Iterable) -> Dict:
@@ -457,8 +460,12 @@ def _container_getstate(node: object) -> dict[str, object]:
 
 List.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]
 Dict.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]
-register_pytree_with_keys(List, _flatten_list_with_keys, _unflatten_list, _flatten_list)  # type: ignore[arg-type]
-register_pytree_with_keys(Dict, _flatten_dict_with_keys, _unflatten_dict, _flatten_dict)  # type: ignore[arg-type]
+register_pytree_with_keys(
+    List, _list_flatteners.flatten_with_keys, _unflatten_list, _list_flatteners.flatten
+)
+register_pytree_with_keys(
+    Dict, _dict_flatteners.flatten_with_keys, _unflatten_dict, _dict_flatteners.flatten
+)
 register_object_pytree(Object)
 
 

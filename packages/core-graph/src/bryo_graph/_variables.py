@@ -21,7 +21,6 @@ Variable is an instance of `VariableState`, as Flax 0.12 aliases the two.
 from __future__ import annotations
 
 import builtins
-import operator
 import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any as _Any
@@ -30,7 +29,14 @@ import jax
 import numpy as np
 from jax.tree_util import GetAttrKey, register_pytree_with_keys
 
-from bryo_pytree import safe_equal
+from bryo_pytree import (
+    ARITHMETIC_OPERATORS,
+    COMPARISON_OPERATORS,
+    CONVERSION_OPERATORS,
+    UNARY_OPERATORS,
+    forward_operators,
+    safe_equal,
+)
 
 from ._eager_sharding import placed
 from ._tracking import WATCHES, structure_changed
@@ -432,82 +438,41 @@ def _value_of(other: object) -> object:
     return other.get_value() if isinstance(other, Variable) else other
 
 
-def _binary(name: str, op: Callable[[object, object], object]) -> None:
+def _forward(name: str, op: Callable[[object, object], object]) -> Callable:
     def forward(self: Variable, other: object) -> _Any:
         return op(self.get_value(), _value_of(other))
 
+    return forward
+
+
+def _reflected(name: str, op: Callable[[object, object], object]) -> Callable:
     def reflected(self: Variable, other: object) -> _Any:
         return op(_value_of(other), self.get_value())
 
+    return reflected
+
+
+def _in_place(name: str, op: Callable[[object, object], object]) -> Callable:
     def in_place(self: Variable, other: object) -> Variable:
         self.set_value(op(self.get_value(), _value_of(other)))
         return self
 
-    forward.__name__ = f"__{name}__"
-    reflected.__name__ = f"__r{name}__"
-    in_place.__name__ = f"__i{name}__"
-    setattr(Variable, forward.__name__, forward)
-    setattr(Variable, reflected.__name__, reflected)
-    setattr(Variable, in_place.__name__, in_place)
+    return in_place
 
 
-def _comparison(name: str, op: Callable[[object, object], object]) -> None:
-    def compare(self: Variable, other: object) -> _Any:
-        return op(self.get_value(), _value_of(other))
-
-    compare.__name__ = f"__{name}__"
-    setattr(Variable, compare.__name__, compare)
-
-
-def _unary(name: str, op: Callable[[object], object]) -> None:
+def _unary(name: str, op: Callable[[object], object]) -> Callable:
     def forward(self: Variable) -> _Any:
         return op(self.get_value())
 
-    forward.__name__ = f"__{name}__"
-    setattr(Variable, forward.__name__, forward)
+    return forward
 
 
-_BINARY = {
-    "add": operator.add,
-    "sub": operator.sub,
-    "mul": operator.mul,
-    "matmul": operator.matmul,
-    "truediv": operator.truediv,
-    "floordiv": operator.floordiv,
-    "mod": operator.mod,
-    "pow": operator.pow,
-    "lshift": operator.lshift,
-    "rshift": operator.rshift,
-    "and": operator.and_,
-    "or": operator.or_,
-    "xor": operator.xor,
-}
-for _name, _op in _BINARY.items():
-    _binary(_name, _op)
-for _name, _op in {
-    "lt": operator.lt,
-    "le": operator.le,
-    "gt": operator.gt,
-    "ge": operator.ge,
-    "eq": operator.eq,
-    "ne": operator.ne,
-}.items():
-    _comparison(_name, _op)
+forward_operators(Variable, _forward, ARITHMETIC_OPERATORS)
+forward_operators(Variable, _reflected, ARITHMETIC_OPERATORS, prefix="r")
+forward_operators(Variable, _in_place, ARITHMETIC_OPERATORS, prefix="i")
+forward_operators(Variable, _forward, COMPARISON_OPERATORS)
+forward_operators(Variable, _unary, {**UNARY_OPERATORS, **CONVERSION_OPERATORS})
 Variable.__divmod__ = lambda self, other: divmod(self.get_value(), _value_of(other))  # type: ignore[method-assign]
-for _name, _op in {
-    "neg": operator.neg,
-    "pos": operator.pos,
-    "abs": operator.abs,
-    "invert": operator.invert,
-    "int": int,
-    "float": float,
-    "complex": complex,
-    "index": operator.index,
-    "trunc": lambda v: v.__trunc__(),
-    "floor": lambda v: v.__floor__(),
-    "ceil": lambda v: v.__ceil__(),
-}.items():
-    _unary(_name, _op)
 
 
 class Param(Variable):

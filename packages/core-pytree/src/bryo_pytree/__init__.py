@@ -3,8 +3,9 @@
 Paths are plain tuples of keys (`('layers', 0, 'kernel')`) converted from jax key paths,
 prefix trees broadcast the way `vmap`'s `in_axes` do, and `pytree_dataclass` registers
 classes whose unflatten never calls `__init__`. `is_array` (with `is_array_like` and
-`is_shaped`) is the one test for arrays and `safe_equal` the one equality that never
-raises, for every bryo package. bryo's plugin system lives in
+`is_shaped`) is the one test for arrays, `safe_equal` the one equality that never
+raises and `forward_operators` the one way wrappers of arrays (a `Variable`, a
+`NamedArray`) forward Python's operators, for every bryo package. bryo's plugin system lives in
 `bryo_plugins`; `bryo_pytree.hookimpl` and `bryo_pytree.hookspec` remain as deprecated
 aliases of its markers, so that plugins written for bryo 0.1's first layout keep loading.
 """
@@ -22,6 +23,11 @@ from ._hashable import ByIdentity as ByIdentity
 from ._hashable import ByValue as ByValue
 from ._hashable import hashable as hashable
 from ._hashable import unwrap_hashable as unwrap_hashable
+from ._operators import ARITHMETIC_OPERATORS as ARITHMETIC_OPERATORS
+from ._operators import COMPARISON_OPERATORS as COMPARISON_OPERATORS
+from ._operators import CONVERSION_OPERATORS as CONVERSION_OPERATORS
+from ._operators import UNARY_OPERATORS as UNARY_OPERATORS
+from ._operators import forward_operators as forward_operators
 from ._paths import Key as Key
 from ._paths import Path as Path
 from ._paths import flatten_to_paths as flatten_to_paths

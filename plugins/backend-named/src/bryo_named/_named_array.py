@@ -8,7 +8,6 @@ arrays mix freely with NamedArrays; other unnamed arrays must be named first (`n
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,7 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey, register_pytree_with_keys
 
-from bryo_pytree import is_array
+from bryo_pytree import (
+    ARITHMETIC_OPERATORS,
+    COMPARISON_OPERATORS,
+    UNARY_OPERATORS,
+    forward_operators,
+    is_array,
+)
 
 from ._axis import Axis, AxisError, AxisSelector, Shape, axes_of, check_unique, format_axes, name_of
 
@@ -296,43 +301,19 @@ def _is_unnamed(value: object) -> bool:
     return is_array(value)
 
 
-for _name, _fn in {
-    "add": operator.add,
-    "sub": operator.sub,
-    "mul": operator.mul,
-    "truediv": operator.truediv,
-    "floordiv": operator.floordiv,
-    "mod": operator.mod,
-    "pow": operator.pow,
-    "and": operator.and_,
-    "or": operator.or_,
-    "xor": operator.xor,
-}.items():
-    _fwd, _rev = _binary(_fn, _name)
-    setattr(NamedArray, f"__{_name}__", _fwd)
-    setattr(NamedArray, f"__r{_name}__", _rev)
-
-for _name, _fn in {
-    "lt": operator.lt,
-    "le": operator.le,
-    "gt": operator.gt,
-    "ge": operator.ge,
-    "eq": operator.eq,
-    "ne": operator.ne,
-}.items():
-    setattr(NamedArray, f"__{_name}__", _binary(_fn, _name)[0])
-
-for _name, _fn in {
-    "neg": operator.neg,
-    "pos": operator.pos,
-    "abs": abs,
-    "invert": operator.invert,
-}.items():
-    setattr(
-        NamedArray,
-        f"__{_name}__",
-        lambda self, _fn=_fn: NamedArray._wrap(_fn(self.array), self.axes),
-    )
+_ARITHMETIC = {  # NamedArrays have no matmul and shifts: contract with `dot` over named axes
+    name: op
+    for name, op in ARITHMETIC_OPERATORS.items()
+    if name not in ("matmul", "lshift", "rshift")
+}
+forward_operators(NamedArray, lambda name, fn: _binary(fn, name)[0], _ARITHMETIC)
+forward_operators(NamedArray, lambda name, fn: _binary(fn, name)[1], _ARITHMETIC, prefix="r")
+forward_operators(NamedArray, lambda name, fn: _binary(fn, name)[0], COMPARISON_OPERATORS)
+forward_operators(
+    NamedArray,
+    lambda name, fn: lambda self: NamedArray._wrap(fn(self.array), self.axes),
+    UNARY_OPERATORS,
+)
 
 
 # -- indexing ---------------------------------------------------------------------------

@@ -77,12 +77,13 @@ class LoRA(Module):
         self.lora_param_type = lora_param_type
         self.base_module = base_module
         self.promote_dtype = promote_dtype
-        shape_a, shape_b = (in_features, lora_rank), (lora_rank, out_features)
-        self.lora_a = init_param(
-            a_initializer, rngs, "LoRA", shape_a, param_dtype, a_metadata, lora_param_type
+        factors = (
+            (a_initializer, (in_features, lora_rank), a_metadata),
+            (b_initializer, (lora_rank, out_features), b_metadata),
         )
-        self.lora_b = init_param(
-            b_initializer, rngs, "LoRA", shape_b, param_dtype, b_metadata, lora_param_type
+        self.lora_a, self.lora_b = (  # drawn in this order from `params`
+            init_param(init, rngs, "LoRA", shape, param_dtype, metadata, lora_param_type)
+            for init, shape, metadata in factors
         )
 
     def __call__(self, x: jax.Array, **kwargs: object) -> jax.Array:

@@ -168,6 +168,53 @@ def _axes_attr(axes: Axes | None) -> int | tuple[int, ...] | None:
     return axes if axes is None or isinstance(axes, int) else tuple(axes)
 
 
+def _set_options(
+    layer: Module,
+    name: str,
+    num_features: int,
+    *,
+    epsilon: float,
+    dtype: jnp.dtype | None,
+    param_dtype: jnp.dtype,
+    use_bias: bool,
+    use_scale: bool,
+    bias_init: initializers.Initializer,
+    scale_init: initializers.Initializer,
+    axis_name: str | None,
+    axis_index_groups: object,
+    use_fast_variance: bool,
+    promote_dtype: dtypes.PromoteDtypeFn,
+    rngs: RngsArg | None,
+    bias_metadata: Metadata,
+    scale_metadata: Metadata,
+) -> None:
+    """Give `layer` (a LayerNorm, BatchNorm, GroupNorm or InstanceNorm, named `name` in
+    errors) its `scale` and `bias` Params and the options these layers share, as their
+    arguments of those names."""
+    layer.scale, layer.bias = scale_and_bias(
+        name,
+        num_features,
+        use_scale=use_scale,
+        use_bias=use_bias,
+        scale_init=scale_init,
+        bias_init=bias_init,
+        param_dtype=param_dtype,
+        rngs=rngs,
+        scale_metadata=scale_metadata,
+        bias_metadata=bias_metadata,
+    )
+    layer.num_features = num_features
+    layer.epsilon = epsilon
+    layer.dtype = dtype
+    layer.param_dtype = param_dtype
+    layer.use_bias = use_bias
+    layer.use_scale = use_scale
+    layer.axis_name = axis_name
+    layer.axis_index_groups = axis_index_groups
+    layer.use_fast_variance = use_fast_variance
+    layer.promote_dtype = promote_dtype
+
+
 class LayerNorm(Module):
     """Normalise each example over its feature axes: `(x - mean) / sqrt(var + eps) * scale + bias`.
 
@@ -208,30 +255,27 @@ class LayerNorm(Module):
         bias_metadata: Metadata = NO_METADATA,
         scale_metadata: Metadata = NO_METADATA,
     ) -> None:
-        self.scale, self.bias = scale_and_bias(
+        _set_options(
+            self,
             "LayerNorm",
             num_features,
-            use_scale=use_scale,
-            use_bias=use_bias,
-            scale_init=scale_init,
-            bias_init=bias_init,
+            epsilon=epsilon,
+            dtype=dtype,
             param_dtype=param_dtype,
+            use_bias=use_bias,
+            use_scale=use_scale,
+            bias_init=bias_init,
+            scale_init=scale_init,
+            axis_name=axis_name,
+            axis_index_groups=axis_index_groups,
+            use_fast_variance=use_fast_variance,
+            promote_dtype=promote_dtype,
             rngs=rngs,
-            scale_metadata=scale_metadata,
             bias_metadata=bias_metadata,
+            scale_metadata=scale_metadata,
         )
-        self.num_features = num_features
-        self.epsilon = epsilon
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.use_bias = use_bias
-        self.use_scale = use_scale
         self.reduction_axes = _axes_attr(reduction_axes)
         self.feature_axes = _axes_attr(feature_axes)
-        self.axis_name = axis_name
-        self.axis_index_groups = axis_index_groups
-        self.use_fast_variance = use_fast_variance
-        self.promote_dtype = promote_dtype
 
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         check_features(x, canonical_axes(x.ndim, self.feature_axes), self.num_features, "LayerNorm")
@@ -378,31 +422,28 @@ class BatchNorm(Module):
     ) -> None:
         self.mean = BatchStat(jnp.zeros((num_features,), jnp.float32))
         self.var = BatchStat(jnp.ones((num_features,), jnp.float32))
-        self.scale, self.bias = scale_and_bias(
+        _set_options(
+            self,
             "BatchNorm",
             num_features,
-            use_scale=use_scale,
-            use_bias=use_bias,
-            scale_init=scale_init,
-            bias_init=bias_init,
+            epsilon=epsilon,
+            dtype=dtype,
             param_dtype=param_dtype,
+            use_bias=use_bias,
+            use_scale=use_scale,
+            bias_init=bias_init,
+            scale_init=scale_init,
+            axis_name=axis_name,
+            axis_index_groups=axis_index_groups,
+            use_fast_variance=use_fast_variance,
+            promote_dtype=promote_dtype,
             rngs=rngs,
-            scale_metadata=scale_metadata,
             bias_metadata=bias_metadata,
+            scale_metadata=scale_metadata,
         )
-        self.num_features = num_features
         self.use_running_average = use_running_average
         self.axis = axis
         self.momentum = momentum
-        self.epsilon = epsilon
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.use_bias = use_bias
-        self.use_scale = use_scale
-        self.axis_name = axis_name
-        self.axis_index_groups = axis_index_groups
-        self.use_fast_variance = use_fast_variance
-        self.promote_dtype = promote_dtype
 
     def set_view(self, use_running_average: bool | None = None) -> None:
         """Used by `nnx.view`.
@@ -492,30 +533,27 @@ class GroupNorm(Module):
         scale_metadata: Metadata = NO_METADATA,
     ) -> None:
         self.num_groups, self.group_size = _groups(num_features, num_groups, group_size)
-        self.scale, self.bias = scale_and_bias(
+        _set_options(
+            self,
             "GroupNorm",
             num_features,
-            use_scale=use_scale,
-            use_bias=use_bias,
-            scale_init=scale_init,
-            bias_init=bias_init,
+            epsilon=epsilon,
+            dtype=dtype,
             param_dtype=param_dtype,
+            use_bias=use_bias,
+            use_scale=use_scale,
+            bias_init=bias_init,
+            scale_init=scale_init,
+            axis_name=axis_name,
+            axis_index_groups=axis_index_groups,
+            use_fast_variance=use_fast_variance,
+            promote_dtype=promote_dtype,
             rngs=rngs,
-            scale_metadata=scale_metadata,
             bias_metadata=bias_metadata,
+            scale_metadata=scale_metadata,
         )
-        self.num_features = num_features
         self.feature_axis = -1
-        self.epsilon = epsilon
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.use_bias = use_bias
-        self.use_scale = use_scale
         self.reduction_axes = _axes_attr(reduction_axes)
-        self.axis_name = axis_name
-        self.axis_index_groups = axis_index_groups
-        self.use_fast_variance = use_fast_variance
-        self.promote_dtype = promote_dtype
 
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         check_features(x, (x.ndim - 1,), self.num_features, "GroupNorm")
@@ -611,29 +649,26 @@ class InstanceNorm(Module):
         bias_metadata: Metadata = NO_METADATA,
         scale_metadata: Metadata = NO_METADATA,
     ) -> None:
-        self.scale, self.bias = scale_and_bias(
+        _set_options(
+            self,
             "InstanceNorm",
             num_features,
-            use_scale=use_scale,
-            use_bias=use_bias,
-            scale_init=scale_init,
-            bias_init=bias_init,
+            epsilon=epsilon,
+            dtype=dtype,
             param_dtype=param_dtype,
+            use_bias=use_bias,
+            use_scale=use_scale,
+            bias_init=bias_init,
+            scale_init=scale_init,
+            axis_name=axis_name,
+            axis_index_groups=axis_index_groups,
+            use_fast_variance=use_fast_variance,
+            promote_dtype=promote_dtype,
             rngs=rngs,
-            scale_metadata=scale_metadata,
             bias_metadata=bias_metadata,
+            scale_metadata=scale_metadata,
         )
-        self.num_features = num_features
-        self.epsilon = epsilon
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.use_bias = use_bias
-        self.use_scale = use_scale
         self.feature_axes = _axes_attr(feature_axes)
-        self.axis_name = axis_name
-        self.axis_index_groups = axis_index_groups
-        self.use_fast_variance = use_fast_variance
-        self.promote_dtype = promote_dtype
 
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         feature_axes = canonical_axes(x.ndim, self.feature_axes)

@@ -13,9 +13,10 @@ call and held fixed over the steps, so e.g. a dropout mask is the same at every 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +60,58 @@ def _carry_stream(rngs: RngsArg | None, stored: RngStream | None) -> RngStream:
     return rngs
 
 
+class _Inits(NamedTuple):
+    """A cell's initializers and Param metadata, as its arguments of the same names."""
+
+    kernel_init: initializers.Initializer
+    recurrent_kernel_init: initializers.Initializer
+    bias_init: initializers.Initializer
+    kernel_metadata: Metadata
+    recurrent_kernel_metadata: Metadata
+    bias_metadata: Metadata
+
+
+@dataclasses.dataclass(frozen=True)
+class _GateLinears:
+    """Makes a cell's `Linear`s: input-side ones (`in_features -> gates * hidden`, with the
+    input kernel's init and metadata) and hidden-side ones (`hidden -> gates * hidden`,
+    with the recurrent kernel's), each with or without the bias. Call order is rng order."""
+
+    in_features: int
+    hidden_features: int
+    inits: _Inits
+    dtype: jnp.dtype | None
+    param_dtype: jnp.dtype
+    promote_dtype: dtypes.PromoteDtypeFn
+    rngs: RngsArg
+
+    def input(self, gates: int, *, use_bias: bool) -> Linear:
+        """The Linear from a step's input to `gates` gates."""
+        return self._linear(self.in_features, gates, use_bias, recurrent=False)
+
+    def hidden(self, gates: int, *, use_bias: bool) -> Linear:
+        """The Linear from the hidden state to `gates` gates."""
+        return self._linear(self.hidden_features, gates, use_bias, recurrent=True)
+
+    def _linear(self, features: int, gates: int, use_bias: bool, *, recurrent: bool) -> Linear:
+        inits = self.inits
+        bias = (
+            dict(bias_init=inits.bias_init, bias_metadata=inits.bias_metadata) if use_bias else {}
+        )
+        return Linear(
+            features,
+            gates * self.hidden_features,
+            use_bias=use_bias,
+            kernel_init=inits.recurrent_kernel_init if recurrent else inits.kernel_init,
+            kernel_metadata=inits.recurrent_kernel_metadata if recurrent else inits.kernel_metadata,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            promote_dtype=self.promote_dtype,
+            rngs=self.rngs,
+            **bias,
+        )
+
+
 class RNNCellBase(Module):
     """The base of recurrent cells, which define `__call__(carry, x) -> (carry, y)`; it gives
     them `initialize_carry` and `num_feature_axes` (the trailing feature axes of `x`, 1).
@@ -83,7 +136,9 @@ class RNNCellBase(Module):
         promote_dtype: dtypes.PromoteDtypeFn,
         keep_rngs: bool,
         rngs: RngsArg,
-    ) -> None:
+        inits: _Inits,
+    ) -> _GateLinears:
+        """Store the options every cell has; returns the maker of the cell's Linears."""
         self.in_features = in_features
         self.hidden_features = hidden_features
         self.dtype = dtype
@@ -91,6 +146,9 @@ class RNNCellBase(Module):
         self.carry_init = carry_init
         self.promote_dtype = promote_dtype
         self.rngs = fork_stream(rngs, "carry", type(self).__name__) if keep_rngs else None
+        return _GateLinears(
+            in_features, hidden_features, inits, dtype, param_dtype, promote_dtype, rngs
+        )
 
     def initialize_carry(
         self,
@@ -159,7 +217,7 @@ class LSTMCell(RNNCellBase):
         recurrent_kernel_metadata: Metadata = NO_METADATA,
         bias_metadata: Metadata = NO_METADATA,
     ) -> None:
-        self._setup(
+        make = self._setup(
             in_features,
             hidden_features,
             dtype,
@@ -168,34 +226,19 @@ class LSTMCell(RNNCellBase):
             promote_dtype,
             keep_rngs,
             rngs,
+            _Inits(
+                kernel_init,
+                recurrent_kernel_init,
+                bias_init,
+                kernel_metadata,
+                recurrent_kernel_metadata,
+                bias_metadata,
+            ),
         )
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
-        common = dict(dtype=dtype, param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs)
-
-        def dense_i() -> Linear:
-            return Linear(
-                in_features,
-                hidden_features,
-                use_bias=False,
-                kernel_init=kernel_init,
-                kernel_metadata=kernel_metadata,
-                **common,
-            )
-
-        def dense_h() -> Linear:
-            return Linear(
-                hidden_features,
-                hidden_features,
-                kernel_init=recurrent_kernel_init,
-                bias_init=bias_init,
-                kernel_metadata=recurrent_kernel_metadata,
-                bias_metadata=bias_metadata,
-                **common,
-            )
-
-        self.ii, self.if_, self.ig, self.io = dense_i(), dense_i(), dense_i(), dense_i()
-        self.hi, self.hf, self.hg, self.ho = dense_h(), dense_h(), dense_h(), dense_h()
+        self.ii, self.if_, self.ig, self.io = (make.input(1, use_bias=False) for _ in range(4))
+        self.hi, self.hf, self.hg, self.ho = (make.hidden(1, use_bias=True) for _ in range(4))
 
     def __call__(
         self, carry: tuple[jax.Array, jax.Array], inputs: jax.Array
@@ -251,7 +294,7 @@ class OptimizedLSTMCell(RNNCellBase):
         recurrent_kernel_metadata: Metadata = NO_METADATA,
         bias_metadata: Metadata = NO_METADATA,
     ) -> None:
-        self._setup(
+        make = self._setup(
             in_features,
             hidden_features,
             dtype,
@@ -260,27 +303,19 @@ class OptimizedLSTMCell(RNNCellBase):
             promote_dtype,
             keep_rngs,
             rngs,
+            _Inits(
+                kernel_init,
+                recurrent_kernel_init,
+                bias_init,
+                kernel_metadata,
+                recurrent_kernel_metadata,
+                bias_metadata,
+            ),
         )
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
-        common = dict(dtype=dtype, param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs)
-        self.dense_i = Linear(
-            in_features,
-            4 * hidden_features,
-            use_bias=False,
-            kernel_init=kernel_init,
-            kernel_metadata=kernel_metadata,
-            **common,
-        )
-        self.dense_h = Linear(
-            hidden_features,
-            4 * hidden_features,
-            kernel_init=recurrent_kernel_init,
-            bias_init=bias_init,
-            kernel_metadata=recurrent_kernel_metadata,
-            bias_metadata=bias_metadata,
-            **common,
-        )
+        self.dense_i = make.input(4, use_bias=False)
+        self.dense_h = make.hidden(4, use_bias=True)
 
     def __call__(
         self, carry: tuple[jax.Array, jax.Array], inputs: jax.Array
@@ -325,7 +360,7 @@ class SimpleCell(RNNCellBase):
         recurrent_kernel_metadata: Metadata = NO_METADATA,
         bias_metadata: Metadata = NO_METADATA,
     ) -> None:
-        self._setup(
+        make = self._setup(
             in_features,
             hidden_features,
             dtype,
@@ -334,27 +369,19 @@ class SimpleCell(RNNCellBase):
             promote_dtype,
             keep_rngs,
             rngs,
+            _Inits(
+                kernel_init,
+                recurrent_kernel_init,
+                bias_init,
+                kernel_metadata,
+                recurrent_kernel_metadata,
+                bias_metadata,
+            ),
         )
         self.residual = residual
         self.activation_fn = activation_fn
-        common = dict(dtype=dtype, param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs)
-        self.dense_h = Linear(
-            hidden_features,
-            hidden_features,
-            use_bias=False,
-            kernel_init=recurrent_kernel_init,
-            kernel_metadata=recurrent_kernel_metadata,
-            **common,
-        )
-        self.dense_i = Linear(
-            in_features,
-            hidden_features,
-            kernel_init=kernel_init,
-            bias_init=bias_init,
-            kernel_metadata=kernel_metadata,
-            bias_metadata=bias_metadata,
-            **common,
-        )
+        self.dense_h = make.hidden(1, use_bias=False)
+        self.dense_i = make.input(1, use_bias=True)
 
     def __call__(self, carry: jax.Array, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
         new_carry = self.dense_i(inputs) + self.dense_h(carry)
@@ -392,7 +419,7 @@ class GRUCell(RNNCellBase):
         recurrent_kernel_metadata: Metadata = NO_METADATA,
         bias_metadata: Metadata = NO_METADATA,
     ) -> None:
-        self._setup(
+        make = self._setup(
             in_features,
             hidden_features,
             dtype,
@@ -401,27 +428,19 @@ class GRUCell(RNNCellBase):
             promote_dtype,
             keep_rngs,
             rngs,
+            _Inits(
+                kernel_init,
+                recurrent_kernel_init,
+                bias_init,
+                kernel_metadata,
+                recurrent_kernel_metadata,
+                bias_metadata,
+            ),
         )
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
-        common = dict(dtype=dtype, param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs)
-        self.dense_i = Linear(
-            in_features,
-            3 * hidden_features,
-            kernel_init=kernel_init,
-            bias_init=bias_init,
-            kernel_metadata=kernel_metadata,
-            bias_metadata=bias_metadata,
-            **common,
-        )
-        self.dense_h = Linear(
-            hidden_features,
-            3 * hidden_features,
-            use_bias=False,
-            kernel_init=recurrent_kernel_init,
-            kernel_metadata=recurrent_kernel_metadata,
-            **common,
-        )
+        self.dense_i = make.input(3, use_bias=True)
+        self.dense_h = make.hidden(3, use_bias=False)
 
     def __call__(self, carry: jax.Array, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
         h = carry
