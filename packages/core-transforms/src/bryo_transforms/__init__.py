@@ -36,6 +36,7 @@ from ._checkify import checkify as checkify
 from ._cond import cond as cond
 from ._cond import switch as switch
 from ._errors import TransformError as TransformError
+from ._eval_shape import eval_shape as eval_shape
 from ._grad import DiffState as DiffState
 from ._grad import grad as grad
 from ._grad import value_and_grad as value_and_grad

@@ -50,6 +50,30 @@ def variables_of(tree: object) -> list[Variable]:
     return [leaf for leaf in jax.tree.leaves(tree, is_leaf=_is_variable) if _is_variable(leaf)]
 
 
+def check_no_aliases(name: str, groups: dict[str, object], *, tree: bool = False) -> None:
+    """Raise if a Variable is reached twice in `groups` (`{'args': ..., 'out': ...}`),
+    naming both paths: simple mode (`graph_updates=False`) has no shared references. With
+    `tree`, also the other tree-mode errors (cycles, `pytree=False` objects)."""
+    seen: dict[int, str] = {}
+    for label, tree_ in groups.items():
+        for keypath, leaf in jax.tree_util.tree_leaves_with_path(tree_, is_leaf=_is_variable):
+            if not _is_variable(leaf):
+                continue
+            where = label + jax.tree_util.keystr(keypath)
+            first = seen.setdefault(id(leaf), where)
+            if first != where:
+                raise ValueError(
+                    f"Duplicate {type(leaf).__name__}\nfound at paths:\n\n  - {first}\n"
+                    f"  - {where}\n\n`{name}` with graph_updates=False (or graph=False) "
+                    "does not support Variable aliasing (an argument passed twice, or a "
+                    "Variable of the arguments returned). Pass it once, return a copy "
+                    "(`clone`), or use graph mode with updates (`graph=True, "
+                    "graph_updates=True`)."
+                )
+    if tree:
+        check_tree(tuple(groups.values()), name=name)
+
+
 class Inputs:
     """How one simple-mode transform reads a call's inputs: which arguments are static
     (left out of the Variable scan) and whether they must be trees."""

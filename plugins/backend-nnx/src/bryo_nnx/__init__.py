@@ -7,6 +7,8 @@ initialisation order, same numbers for the same `Rngs`). `bryo.nnx` is the facad
 gathers this backend and the core packages under Flax NNX's names.
 """
 
+from bryo_transforms import eval_shape as eval_shape
+
 from . import dtypes as dtypes
 from . import initializers as initializers
 from ._activations import PReLU as PReLU
@@ -49,7 +51,6 @@ from ._display import display as display
 from ._display import render as render
 from ._dropout import Dropout as Dropout
 from ._embed import Embed as Embed
-from ._eval_shape import eval_shape as eval_shape
 from ._linear import Einsum as Einsum
 from ._linear import Linear as Linear
 from ._linear import LinearGeneral as LinearGeneral
