@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 
+import jax.numpy as jnp
 import pytest
 
 from bryo import nnx
@@ -40,3 +41,27 @@ def test_initializers_metrics_and_containers_are_one_namespace():
     assert nnx.metrics is nnx.training.metrics and nnx.optimizer is nnx.training.optimizer
     assert nnx.List([1]) == [1] and nnx.Dict({"a": 1}) == {"a": 1}
     assert nnx.Initializer is not None
+
+
+def test_compat_defaults_to_graph_mode_with_updates():
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    with nnx.set_graph_mode(False):
+        graphdef, _ = nnx.compat.split(model)
+        assert isinstance(graphdef, nnx.GraphDef)  # tree mode would give a TreeDef
+
+        @nnx.compat.jit
+        def grow(m):
+            m.extra = nnx.Param(jnp.zeros(1))  # a structural update: graph mode only
+
+        grow(model)
+    assert isinstance(model.extra, nnx.Param)
+    with nnx.set_graph_mode(False):
+        treedef, _ = nnx.compat.split(model, graph=False)  # explicit keywords win
+    assert not isinstance(treedef, nnx.GraphDef)
+
+
+def test_merge_state_joins_states_later_ones_win():
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    params, rest = nnx.state(model, nnx.Param, ...)
+    merged = nnx.merge_state(params, rest)
+    assert set(merged.flat_state()) == {("kernel",), ("bias",)}

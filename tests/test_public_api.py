@@ -43,6 +43,7 @@ NNX_SUBMODULES = [
     "bryo.nnx.training",
     "bryo.nnx.training.metrics",
     "bryo.nnx.training.optimizer",
+    "bryo.nnx.compat",
 ]
 
 

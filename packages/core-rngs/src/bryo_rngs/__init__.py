@@ -29,5 +29,6 @@ from ._split import split_rngs_in_place as split_rngs_in_place
 from ._variables import RngCount as RngCount
 from ._variables import RngKey as RngKey
 from ._variables import RngState as RngState
+from ._with_rngs import with_rngs as with_rngs
 
 __version__ = "0.1.0"

@@ -135,7 +135,6 @@ from bryo_nnx import Sequential as Sequential
 from bryo_nnx import SimpleCell as SimpleCell
 from bryo_nnx import SpectralNorm as SpectralNorm
 from bryo_nnx import WeightNorm as WeightNorm
-from bryo_nnx import eval_shape as eval_shape
 from bryo_nnx import tabulate as tabulate
 from bryo_nnx.initializers import Initializer as Initializer
 from bryo_training import Metric as Metric
@@ -155,6 +154,9 @@ from .training import optimizer as optimizer
 
 # isort: split
 # Control flow, transforms and module helpers (issue 13.3; owner: nnxapi).
+from typing import TypeVar as _TypeVar
+
+from bryo_graph import State as _State
 from bryo_graph import dataclass as dataclass
 from bryo_graph import iter_children as iter_children
 from bryo_graph import map as map
@@ -167,13 +169,21 @@ from bryo_nnx import iter_modules as iter_modules
 from bryo_nnx import view as view
 from bryo_nnx import view_info as view_info
 from bryo_nnx import with_attributes as with_attributes
+from bryo_rngs import with_rngs as with_rngs
 from bryo_transforms import DiffState as DiffState
 from bryo_transforms import StateSharding as StateSharding
 from bryo_transforms import checkify as checkify
 from bryo_transforms import cond as cond
+from bryo_transforms import eval_shape as eval_shape
 from bryo_transforms import fori_loop as fori_loop
 from bryo_transforms import jit_partial as jit_partial
 from bryo_transforms import pmap as pmap
 from bryo_transforms import prefix as prefix
 from bryo_transforms import switch as switch
 from bryo_transforms import while_loop as while_loop
+
+from . import compat as compat
+
+merge_state = _State.merge
+A = _TypeVar("A")
+M = _TypeVar("M", bound=Module)
