@@ -155,6 +155,12 @@ class Object:
         if restore is not None:
             restore(self)
 
+    def __treescope_repr__(self, path: str | None, subtree_renderer: object) -> object:
+        """Rich display in notebooks (treescope, optional): see `_treescope`."""
+        from ._treescope import render_object
+
+        return render_object(self, path, subtree_renderer)
+
 
 Pytree = Object
 """Flax NNX 0.12's name for a pytree-registered Object."""

@@ -97,6 +97,12 @@ class State(Mapping[Key, _Any]):
     def __iter__(self) -> Iterator[Key]:
         return iter(self._top_keys())
 
+    def __treescope_repr__(self, path: str | None, subtree_renderer: object) -> object:
+        """Rich display in notebooks (treescope, optional): see `_treescope`."""
+        from ._treescope import render_state
+
+        return render_state(self, path, subtree_renderer)
+
     def __len__(self) -> int:
         return len(self._top_keys())
 

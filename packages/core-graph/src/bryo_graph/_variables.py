@@ -368,6 +368,12 @@ class Variable(metaclass=_VariableType):
         fields += [f"{k}={v!r}" for k, v in self._metadata.items()]
         return f"{type(self).__name__}({', '.join(fields)})"
 
+    def __treescope_repr__(self, path: str | None, subtree_renderer: object) -> object:
+        """Rich display in notebooks (treescope, optional): see `_treescope`."""
+        from ._treescope import render_variable
+
+        return render_variable(self, path, subtree_renderer)
+
     # The value's protocols, so `x @ kernel` and `jnp.sum(param)` work on Variables --------
     def __jax_array__(self) -> jax.Array:
         return self.get_value()

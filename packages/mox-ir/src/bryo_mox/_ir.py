@@ -138,6 +138,12 @@ class Equation(Node):
     eqn: jex.JaxprEqn
     regions: tuple[Region, ...] = ()
 
+    def __treescope_repr__(self, path: str | None, subtree_renderer: object) -> object:
+        """Rich display in notebooks (treescope, optional): see `_treescope`."""
+        from ._treescope import render_equation
+
+        return render_equation(self, path, subtree_renderer)
+
     @property
     def primitive(self) -> jex.Primitive:
         return self.eqn.primitive
@@ -178,6 +184,12 @@ class ModuleCall(Node):
     body: Block
     n_state: int = 0
     n_state_out: int = 0
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: object) -> object:
+        """Rich display in notebooks (treescope, optional): see `_treescope`."""
+        from ._treescope import render_module_call
+
+        return render_module_call(self, path, subtree_renderer)
 
     @property
     def type(self) -> str:
@@ -232,6 +244,12 @@ class Mox(Node):
     static_kwargs: tuple[tuple[str, object], ...] = ()
     static_leaves: tuple[tuple[int, object], ...] = ()
     _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: object) -> object:
+        """Rich display in notebooks (treescope, optional): see `_treescope`."""
+        from ._treescope import render_mox
+
+        return render_mox(self, path, subtree_renderer)
 
     @property
     def invars(self) -> tuple[Atom, ...]:  # type: ignore[override]

@@ -1,12 +1,17 @@
-"""`display`: print Modules, `Rngs`, States and Variables as readable indented trees.
+"""`display`: show Modules, `Rngs`, States and Variables as readable trees.
 
-Arrays show as `f32[20,10]` (scalars with their value), typed keys as `key<fry>[]`, and a
-module's heading counts its parameters, so `display(model)` fits on a screen.
+In a notebook (IPython) with treescope installed, `display` hands each node to
+`treescope.display`, which draws a foldable tree through the nodes' `__treescope_repr__`
+(as Flax NNX's `nnx.display` does). Elsewhere it prints indented text: arrays show as
+`f32[20,10]` (scalars with their value), typed keys as `key<fry>[]`, and a module's
+heading counts its parameters, so `display(model)` fits on a screen.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
+from types import ModuleType
 
 import jax.numpy as jnp
 
@@ -17,9 +22,26 @@ _INDENT = "  "
 
 
 def display(*nodes: object) -> None:
-    """Print each of `nodes` as an indented tree (Modules, Rngs, States, Variables, ...)."""
+    """Show each of `nodes` (Modules, Rngs, States, Variables, ...): with treescope in a
+    notebook, as treescope's foldable tree; otherwise printed as an indented text tree."""
+    treescope = _notebook_treescope()
     for node in nodes:
-        print(render(node))
+        if treescope is not None:
+            treescope.display(node, ignore_exceptions=True)
+        else:
+            print(render(node))
+
+
+def _notebook_treescope() -> ModuleType | None:
+    """treescope, when it is installed and this runs inside IPython; None otherwise."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None or getattr(ipython, "get_ipython", lambda: None)() is None:
+        return None
+    try:
+        import treescope
+    except ImportError:
+        return None
+    return treescope
 
 
 def render(node: object) -> str:
