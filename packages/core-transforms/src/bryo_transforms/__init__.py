@@ -52,6 +52,8 @@ from ._remat import remat as remat
 from ._scan import scan as scan
 from ._shardings import StateSharding as StateSharding
 from ._shardings import prefix as prefix
+from ._vjp import jvp as jvp
+from ._vjp import vjp as vjp
 from ._vmap import vmap as vmap
 
 __version__ = "0.1.0"

@@ -214,7 +214,7 @@ def simple_grad(
     jax_kwargs: dict[str, Any],
 ) -> Callable:
     """`grad`/`value_and_grad` in simple mode: gradients shaped like the arguments."""
-    pure = inputs.with_updates(f if has_aux else _with_empty_aux(f), split_aux=True)
+    pure = inputs.with_updates(f if has_aux else with_empty_aux(f), split_aux=True)
     transformed = jax.value_and_grad(pure, argnums=argnums, has_aux=True, **jax_kwargs)
 
     @functools.wraps(f)
@@ -229,7 +229,7 @@ def simple_grad(
     return call
 
 
-def _with_empty_aux(f: Callable) -> Callable:
+def with_empty_aux(f: Callable) -> Callable:
     @functools.wraps(f)
     def with_aux(*args: Any, **kwargs: Any) -> tuple:
         return f(*args, **kwargs), None

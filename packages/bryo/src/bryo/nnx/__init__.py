@@ -177,9 +177,11 @@ from bryo_transforms import cond as cond
 from bryo_transforms import eval_shape as eval_shape
 from bryo_transforms import fori_loop as fori_loop
 from bryo_transforms import jit_partial as jit_partial
+from bryo_transforms import jvp as jvp
 from bryo_transforms import pmap as pmap
 from bryo_transforms import prefix as prefix
 from bryo_transforms import switch as switch
+from bryo_transforms import vjp as vjp
 from bryo_transforms import while_loop as while_loop
 
 from . import compat as compat
