@@ -17,7 +17,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from bryo_filters import Filter, filters_to_predicates
-from bryo_graph import VariableState
+from bryo_graph import Variable, VariableState, flat_graph
 from bryo_pytree import Path, PrefixError, broadcast_prefix
 
 from ._collect import Grouping
@@ -228,6 +228,52 @@ def leaf_axes(plan: CallPlan, root_specs: list, name: str = "in_axes") -> list:
                 ) from None
         axes.append(spec)
     return axes
+
+
+def check_consistent_aliasing(plan: CallPlan, root_specs: list, name: str = "in_axes") -> None:
+    """Raise if a Variable reached through several graph roots gets different axes from
+    their specs (`vmap(in_axes=(0, 1))(m, m)`): one Variable has one axis."""
+    roots = plan.roots
+    if len(roots) < 2:
+        return
+    reached: dict[int, list[tuple[str, object]]] = {}
+    kinds: dict[int, str] = {}
+    for j, (root, spec) in enumerate(zip(roots, root_specs, strict=True)):
+        where = plan.sig.root_places[j].argument
+        if isinstance(root, Variable):
+            entries = [((), root)]
+        else:
+            flat = flat_graph(root)
+            entries = [
+                (path, s.variable)
+                for path, s in zip(flat.paths, flat.sources, strict=True)
+                if s.variable is not None
+            ]
+        for path, variable in entries:
+            axis = spec.axis_of(path, variable) if isinstance(spec, StateAxes) else spec
+            place = "/".join(map(str, (where, *path)))
+            reached.setdefault(id(variable), []).append((place, axis))
+            kinds[id(variable)] = type(variable).__name__
+    raise_inconsistent_aliasing(reached, kinds, name)
+
+
+def raise_inconsistent_aliasing(
+    reached: dict[int, list[tuple[str, object]]], kinds: dict[int, str], name: str
+) -> None:
+    """Raise if a Variable (by id) was `reached` at several places with different axes;
+    `kinds` names each Variable's class."""
+    clashes = [
+        f"Node: {kinds[key]}\n"
+        + "\n".join(f"  {place}: {_axis_repr(axis)}" for place, axis in seen)
+        for key, seen in reached.items()
+        if len({_axis_repr(axis) for _, axis in seen}) > 1
+    ]
+    if clashes:
+        raise TransformError(
+            f"Inconsistent aliasing detected: a Variable reached through several arguments "
+            f"gets one axis, but these get different `{name}`:\n" + "\n".join(clashes) + "\n"
+            "Give the arguments sharing it the same axis, or pass the shared state once."
+        )
 
 
 def check_axis(value: ArrayLike, axis: object, where: str, name: str) -> int | None:

@@ -24,7 +24,16 @@ from bryo_pytree import is_array_like
 from bryo_scan import Remat, ScanCheckpointPolicy, checkpointed_scan
 
 from ._apply import apply
-from ._axes import AxisGrouping, Carry, StateAxes, arg_specs, check_axis, check_sizes, leaf_axes
+from ._axes import (
+    AxisGrouping,
+    Carry,
+    StateAxes,
+    arg_specs,
+    check_axis,
+    check_consistent_aliasing,
+    check_sizes,
+    leaf_axes,
+)
 from ._collect import Grouping, collect
 from ._errors import TransformError
 from ._layout import ArgLayout, is_graph_leaf, scan_args
@@ -227,6 +236,7 @@ class _Scan:
         self.carry_arg = in_carry_args[0] if in_carry_args else None
         root_specs, array_specs = arg_specs(sig, in_axes, kwargs_axis=None)
         self.leaf_axes = leaf_axes(plan, root_specs)
+        check_consistent_aliasing(plan, root_specs)
         self.array_axes = array_specs
         self.values = plan.leaf_values()
         sizes = []

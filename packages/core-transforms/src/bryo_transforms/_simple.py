@@ -22,6 +22,7 @@ import jax
 from bryo_graph import Variable, check_tree, set_graph_mode, set_graph_updates
 from bryo_pytree import broadcast_prefix
 
+from ._axes import raise_inconsistent_aliasing
 from ._collect import Static
 from ._options import Prepared
 
@@ -196,11 +197,19 @@ def _variable_axes(in_axes: object, args: tuple, kwargs: dict) -> list[object]:
             "give one axis (or prefix) per argument."
         )
     axes: list[object] = []
-    for axis, arg in zip(prefix, args, strict=True):
+    reached: dict[int, list[tuple[str, object]]] = {}
+    kinds: dict[int, str] = {}
+    for i, (axis, arg) in enumerate(zip(prefix, args, strict=True)):
         full = broadcast_prefix(axis, arg, is_leaf=_is_variable, name="in_axes")
         leaves = jax.tree_util.tree_structure(arg, is_leaf=_is_variable).flatten_up_to(full)
-        flat_args = jax.tree.leaves(arg, is_leaf=_is_variable)
-        axes += [ax for ax, leaf in zip(leaves, flat_args, strict=True) if _is_variable(leaf)]
+        flat_args = jax.tree_util.tree_leaves_with_path(arg, is_leaf=_is_variable)
+        for ax, (keypath, leaf) in zip(leaves, flat_args, strict=True):
+            if _is_variable(leaf):
+                axes.append(ax)
+                place = f"{i}{jax.tree_util.keystr(keypath)}"
+                reached.setdefault(id(leaf), []).append((place, ax))
+                kinds[id(leaf)] = type(leaf).__name__
+    raise_inconsistent_aliasing(reached, kinds, "in_axes")
     axes += [0] * len(variables_of(kwargs))
     return axes
 

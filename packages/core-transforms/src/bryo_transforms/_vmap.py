@@ -20,6 +20,7 @@ from ._axes import (
     Carry,
     arg_specs,
     check_axis,
+    check_consistent_aliasing,
     check_sizes,
     leaf_axes,
     sorted_axes,
@@ -113,6 +114,7 @@ def lifted_map(
         plan = cache.plan(key, roots)
         root_specs, array_specs = arg_specs(plan.sig, in_axes)
         axes = leaf_axes(plan, root_specs)
+        check_consistent_aliasing(plan, root_specs)
         sizes = [
             (size, plan.sig.describe_leaf(k))
             for k, (value, axis) in enumerate(zip(plan.leaf_values(), axes, strict=False))
