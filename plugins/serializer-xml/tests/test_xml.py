@@ -8,7 +8,7 @@ from lxml import etree
 
 import bryo_mox as yax
 from bryo_mox import MoxSerializationError
-from bryo_mox.testing import MLP, Linear, LoRA, ResBlock, assert_round_trip
+from bryo_mox.testing import MLP, Linear, LoRA, Module, ResBlock, assert_round_trip
 
 X = jnp.linspace(-1.0, 1.0, 8).reshape(2, 4)
 
@@ -243,3 +243,30 @@ def test_comments_and_cdata_are_not_declarations(bryo_plugin_manager):
     mox = yax.make_mox(jnp.sin)(X)
     text = yax.dumps(mox).replace("<mox ", "<!-- a comment --><mox ", 1)
     assert yax.query("//sin", yax.loads(text))
+
+
+class _Nest(Module):
+    """`sin(inner(x))`: module calls nest as deep as the modules do."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def forward(self, x):
+        return jnp.sin(x if self.inner is None else self.inner(x))
+
+
+def test_indentation_stops_at_max_indent_so_deep_files_stay_linear(toy):
+    from bryo_xml._xml import MAX_INDENT
+
+    model = None
+    for _ in range(40):
+        model = _Nest(model)
+    mox = yax.make_mox(model)(X)
+    text = yax.dumps(mox, format="xml")
+    pads = [len(line) - len(line.lstrip(" ")) for line in text.splitlines()]
+    assert max(pads) == 2 * MAX_INDENT + 2  # the ports of the deepest indented element
+    assert pads[:3] == [0, 2, 2]  # shallow levels: two spaces per level, as before
+    back = yax.loads(text)
+    np.testing.assert_allclose(yax.eval_mox(back, X), model(X), rtol=1e-6)
+    assert yax.dumps(back, format="xml") == text
+

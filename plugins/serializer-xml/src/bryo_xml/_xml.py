@@ -4,7 +4,10 @@ The schema is the one `bryo_mox.query` searches (see `docs/mox.md`): a root `<mo
 `<module_call>` and one element per primitive, `<input type=...>`/`<output>`/`<outputs>`
 children, `<const type=... data=base64>`, `<region param=...>` for sub-jaxprs. Files are
 written as text directly (element names and port attributes from `bryo_mox.document`,
-as the query view names them), one element per line.
+as the query view names them), one element per line, indented two spaces per level of
+nesting down to `MAX_INDENT` levels; deeper elements share that indentation, so that a
+file's size stays linear in its depth (a 1,000-deep model would otherwise spend 1 MB of
+spaces per 1,000 lines).
 
 Reading checks, before lxml parses anything: the size, that the text is UTF-8 (a UTF-16
 file or an `encoding="..."` declaration of another charset is refused, so the checks
@@ -42,6 +45,8 @@ from bryo_mox.document import (
 
 #: Files larger than this are refused before parsing (see `Limits.max_bytes`).
 MAX_BYTES = Limits().max_bytes
+#: Nesting levels that get their own indentation (two spaces each) in written files.
+MAX_INDENT = 24
 _PORTS = {"input": "inputs", "output": "outputs", "outputs": "results"}
 _DECLARATION = re.compile(rb"<!")
 _ENCODING = re.compile(rb"""^\s*<\?xml[^>]*?encoding\s*=\s*["']([^"']*)["']""")
@@ -88,13 +93,13 @@ def _port(kind: str, port: Port, pad: str) -> str:
 
 
 def dumps(doc: DocNode) -> str:
-    """The XML text of a document (one element per line, indented), written directly:
-    the same schema `build_element` gives queries."""
+    """The XML text of a document (one element per line, indented down to `MAX_INDENT`
+    levels), written directly: the same schema `build_element` gives queries."""
     out: list[str] = []
     stack: list[tuple[DocNode, int, str | None]] = [(doc, 0, None)]
     while stack:
         node, depth, closing = stack.pop()
-        pad = "  " * depth
+        pad = "  " * min(depth, MAX_INDENT)
         if closing is not None:
             inner = pad + "  "
             out.extend(_port("outputs", p, inner) for p in node.results)
