@@ -270,3 +270,16 @@ def test_indentation_stops_at_max_indent_so_deep_files_stay_linear(toy):
     np.testing.assert_allclose(yax.eval_mox(back, X), model(X), rtol=1e-6)
     assert yax.dumps(back, format="xml") == text
 
+
+def test_derivative_rules_are_traced_once_per_mox(bryo_plugin_manager, monkeypatch):
+    from bryo_mox import _rules
+
+    calls = []
+    trace = _rules.derivative_rule_regions
+    monkeypatch.setattr(_rules, "derivative_rule_regions", lambda n: calls.append(n) or trace(n))
+    mox = yax.make_mox(lambda v: jax.nn.relu(jnp.sin(v)) + jax.nn.relu(v))(X)
+    first = yax.dumps(mox)
+    assert yax.dumps(mox) == first and yax.dumps(mox, format="yson")
+    assert [len(nodes) for nodes in calls] == [2]  # both ReLUs, traced together, once
+    assert yax.dumps(yax.loads(first)) == first
+    assert len(calls) == 2  # a loaded MoX traces its own rules

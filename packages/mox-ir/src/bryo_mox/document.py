@@ -293,7 +293,7 @@ def to_document(
         The root `DocNode`, tag `mox`.
     """
     writer = _Writer(
-        mox.block, strict=strict, rules=strict if rules is None else rules, ports=ports
+        mox.block, strict=strict, rules=strict if rules is None else rules, ports=ports, mox=mox
     )
     root = DocNode("mox", node=mox, location=())
     _run(writer.block(root, mox.block, ()))
@@ -343,13 +343,23 @@ def _run(step: _Step) -> Any:
 
 
 class _Writer:
-    def __init__(self, root: Block, *, strict: bool, rules: bool, ports: bool = True) -> None:
+    def __init__(
+        self,
+        root: Block,
+        *,
+        strict: bool,
+        rules: bool,
+        ports: bool = True,
+        mox: Mox | None = None,
+    ) -> None:
         self.root = root
+        self.mox = mox
         self.strict = strict
         self.rules = rules
         self.ports = ports
         self.namer = Namer()
         self.rule_regions: dict[int, tuple[str, Block]] | None = None
+        self.other_rule_regions: dict[int, tuple[str, Block]] = {}
 
     def port(self, atom: Any) -> Port:
         if isinstance(atom, Literal):
@@ -414,23 +424,17 @@ class _Writer:
 
     def rule_region(self, node: Equation) -> tuple[str, Block]:
         """The derivative rule of a custom derivative equation. The first call traces the
-        rules of every such equation in the MoX together (see `derivative_rule_regions`)."""
+        rules of every such equation in the MoX together (see `derivative_rule_regions`);
+        they are kept with the MoX (`Mox.memo`, keyed by the equations it holds), so
+        writing it again does not trace them again."""
         if self.rule_regions is None:
-            from ._ir import iter_nodes
-            from ._rules import derivative_rule_regions
-
-            customs = [
-                n
-                for n in iter_nodes(self.root)
-                if isinstance(n, Equation) and n.primitive.name in CUSTOM_DERIVATIVE_NAMES
-            ]
-            regions = derivative_rule_regions(customs)
-            self.rule_regions = {id(n): r for n, r in zip(customs, regions, strict=True)}
-        found = self.rule_regions.get(id(node))
+            build = lambda: _rule_regions(self.root)
+            self.rule_regions = build() if self.mox is None else self.mox.memo(_RULES, build)
+        found = self.rule_regions.get(id(node)) or self.other_rule_regions.get(id(node))
         if found is None:  # an equation the walk did not see: trace its rule alone
             from ._rules import derivative_rule_region
 
-            found = self.rule_regions[id(node)] = derivative_rule_region(node)
+            found = self.other_rule_regions[id(node)] = derivative_rule_region(node)
         return found
 
     def region(
@@ -497,6 +501,24 @@ class _Writer:
         """A treedef of tuples/lists/dicts/None as a value whose leaves number the flat
         values from `first` (`(0, {'a': 1})`), or None."""
         return tree_example(treedef, first)
+
+
+_RULES = "derivative_rule_regions"
+
+
+def _rule_regions(root: Block) -> dict[int, tuple[str, Block]]:
+    """The derivative rule region of every custom derivative equation under `root`, by
+    the equation's id (the MoX holding `root` keeps the equations alive)."""
+    from ._ir import iter_nodes
+    from ._rules import derivative_rule_regions
+
+    customs = [
+        n
+        for n in iter_nodes(root)
+        if isinstance(n, Equation) and n.primitive.name in CUSTOM_DERIVATIVE_NAMES
+    ]
+    regions = derivative_rule_regions(customs)
+    return {id(n): r for n, r in zip(customs, regions, strict=True)}
 
 
 def _scalar(value: Any) -> Any:
