@@ -94,7 +94,7 @@ def transformer(blocks: int, width: int = 32, heads: int = 4) -> object:
 
     class Transformer(nnx.Module):
         def __init__(self, rngs: nnx.Rngs) -> None:
-            self.blocks = [Block(rngs) for _ in range(blocks)]
+            self.blocks = nnx.List([Block(rngs) for _ in range(blocks)])
 
         def __call__(self, x: jax.Array) -> jax.Array:
             for block in self.blocks:
