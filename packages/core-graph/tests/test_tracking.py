@@ -221,3 +221,32 @@ def test_clear_caches_empties_every_cache_and_calls_registered_ones():
     assert flat_graph(model) is not flat
     assert len(_cleared) == calls + 1
     assert merge(graphdef, params).head.size == 2
+
+
+def _own_leaves(flat, node):
+    return [flat.sources[i].variable for i in flat.leaves_of(node)]
+
+
+def test_leaves_of_a_nested_node_are_its_own_flattenings_leaves():
+    model = Model()
+    flat = flat_graph(model)
+    for node in (model, model.layers, model.layers[1], model.table, model.table["a"], model.head):
+        assert _own_leaves(flat, node) == [s.variable for s in flat_graph(node).sources]
+    assert flat.leaves_of(model) == range(len(flat.sources))
+
+
+def test_leaves_of_refuses_nodes_sharing_with_an_earlier_part():
+    model = Model()
+    model.head = model.layers[0]  # shared module, walked first as `head` (keys are sorted)
+    model.table["a"].w = model.layers[1].w  # a Variable met before `table`
+    flat = flat_graph(model)
+    assert flat.leaves_of(model.layers) is None  # it refers to `head`, walked before it
+    assert flat.leaves_of(model.table) is None and flat.leaves_of(model.table["a"]) is None
+    assert _own_leaves(flat, model.head) == [model.layers[0].w]
+    assert _own_leaves(flat, model.layers[1]) == [model.layers[1].w]
+
+
+def test_leaves_of_a_node_outside_the_graph_or_a_leaf_is_none():
+    model = Model()
+    flat = flat_graph(model)
+    assert flat.leaves_of(Leaf()) is None and flat.leaves_of(model.head.w) is None

@@ -234,7 +234,7 @@ class FlatGraph:
     valid (metadata changes count as structural).
     """
 
-    __slots__ = ("_groups", "_index", "graphdef", "nodes", "paths", "sources", "watch")
+    __slots__ = ("_groups", "_index", "_spans", "graphdef", "nodes", "paths", "sources", "watch")
 
     def __init__(
         self,
@@ -251,12 +251,29 @@ class FlatGraph:
         self.watch = watch
         self._index: dict[Path, LeafSource] | None = None
         self._groups: dict[tuple, tuple[list[int], ...]] = {}
+        self._spans: dict[int, tuple[object, range | None]] | None = None
 
     @property
     def index(self) -> dict[Path, LeafSource]:
         if self._index is None:
             self._index = dict(zip(self.paths, self.sources, strict=True))
         return self._index
+
+    def leaves_of(self, node: object) -> range | None:
+        """The positions in `paths`/`sources` of the State leaves of `flat_graph(node)`, for
+        a mutable `node` of this graph, in the same order; `None` when `node` is not one of
+        this graph's mutable nodes or its own flattening would differ from its part of
+        this one (it shares a node or Variable with a part walked before it).
+
+        A node's subgraph is flattened contiguously, so its leaves form one range; tools
+        that look at many nested nodes of one model read them from the root's flattening
+        instead of flattening each node (`make_mox` does, per module call).
+        """
+        spans = self._spans
+        if spans is None:
+            spans = self._spans = _node_spans(self.graphdef.root, dict(self.nodes))
+        found = spans.get(id(node))
+        return found[1] if found is not None and found[0] is node else None
 
     def flat_state(self) -> dict[Path, Variable]:
         return {
@@ -291,6 +308,40 @@ class FlatGraph:
             else:
                 groups[-1].append(i)  # matched by no filter
         return tuple(groups)
+
+
+def _node_spans(root: Entry, nodes: dict[Path, object]) -> dict[int, tuple[object, range | None]]:
+    """`id(node) -> (node, leaf positions)` for the mutable nodes (`nodes`, by path) under
+    `root`: the range of each node's leaves, or None when its subgraph refers to a node or
+    Variable numbered before it (its own flattening would then hold that one's leaves)."""
+    spans: dict[int, tuple[object, range | None]] = {}
+    # open nodes: [index, path, first leaf position, self-contained]; items to visit are
+    # (entry, path), or None to close the innermost open node
+    open_nodes: list[list] = []
+    stack: list[tuple[Entry, Path] | None] = [(root, ())]
+    position = 0
+    while stack:
+        item = stack.pop()
+        if item is None:
+            _, path, start, contained = open_nodes.pop()
+            node = nodes.get(path)
+            if node is not None:
+                spans[id(node)] = (node, range(start, position) if contained else None)
+            continue
+        entry, path = item
+        cls = type(entry)
+        if cls is VariableEntry or cls is LeafEntry:
+            position += 1
+        elif cls is RefEntry:
+            for frame in reversed(open_nodes):  # indices grow inwards
+                if frame[0] <= entry.index:  # type: ignore[union-attr]
+                    break
+                frame[3] = False
+        elif cls is NodeEntry:
+            open_nodes.append([entry.index, path, position, True])  # type: ignore[union-attr]
+            stack.append(None)
+            stack.extend((child, (*path, key)) for key, child in reversed(entry.children))  # type: ignore[union-attr]
+    return spans
 
 
 class _Frame:

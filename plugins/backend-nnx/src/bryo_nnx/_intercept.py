@@ -4,22 +4,34 @@
 get their `__call__` wrapped once, at class creation; the wrapper costs one context-variable
 read when no handler is active. While one is, the call is described to the handler (type,
 path in the model, static attributes, state) together with a pure version of it, as the
-`bryo_mox_interceptor` hook's contract says. Paths, attributes and `ModuleInfo` come from
+`bryo_mox_interceptor` hook's contract says. The state handed over is the list of the
+module's Variable values: the model is flattened once per trace, and a nested module reads
+its Variables from that flattening (`FlatGraph.leaves_of`) instead of being flattened,
+split and updated per call. Paths, attributes and `ModuleInfo` come from
 `bryo_mox.interception` (shared with the Equinox backend), imported only while a call is
 routed, so this backend loads without bryo-mox-ir.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 
-from bryo_graph import iter_graph, state, update
+from bryo_graph import FlatGraph, Variable, flat_graph, iter_graph, state, update
 from bryo_plugins import CallRouter
 
 Handler = Callable[..., Any]
+
+# The flattenings of the models whose modules a trace calls: a nested call reads its
+# module's Variables from its model's flattening instead of flattening it again.
+_KEPT_FLATTENINGS = 8
+_flattenings: contextvars.ContextVar[list[FlatGraph] | None] = contextvars.ContextVar(
+    "bryo_nnx_mox_flattenings", default=None
+)
 
 
 def _route(
@@ -34,6 +46,73 @@ def _route(
 
     name = module_path(module, parent, iter_graph)
     info = module_info(module, name, static_attributes(module))
+    found = own_variables(module)
+    if found is None:
+        return _route_state(handler, call, module, name, info, args, kwargs)
+    flat, variables = found
+    before = [v.raw_value for v in variables]  # the handler's `state`: one leaf per Variable
+
+    def pure(new_values: list[Any], *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
+        _write(variables, new_values)
+        try:
+            with _router.running(module, name):
+                out = call(module, *call_args, **call_kwargs)
+            if flat.watch is not None and flat.watch.is_valid():
+                return [v.raw_value for v in variables], out
+            return snapshot(module), out  # the call changed the model's structure
+        finally:
+            _write(variables, before)
+
+    def write_back(new_state: Any) -> None:
+        if isinstance(new_state, list):
+            _write(variables, new_state)
+        else:
+            update(module, new_state)
+
+    return handler(info, before, pure, write_back, args, kwargs)
+
+
+def own_variables(module: object) -> tuple[FlatGraph, list[Variable]] | None:
+    """A flattening that stays valid while `module`'s structure does not change, and
+    `module`'s Variables in `state(module)` order; `None` when its State has raw array
+    leaves or its structure cannot be watched (then the call is routed with States)."""
+    flattenings = _flattenings.get()
+    if flattenings is None:
+        flattenings = []
+    leaves = None
+    for flat in reversed(flattenings):
+        if flat.watch is not None and flat.watch.is_valid():
+            leaves = flat.leaves_of(module)
+            if leaves is not None:
+                break
+    else:
+        flat = flat_graph(module)
+        if flat.watch is None or not flat.watch.is_valid():
+            return None
+        leaves = range(len(flat.sources))
+        flattenings.append(flat)
+        del flattenings[:-_KEPT_FLATTENINGS]
+    variables = [source.variable for source in flat.sources[leaves.start : leaves.stop]]
+    if not all(isinstance(v, Variable) for v in variables):
+        return None
+    return flat, variables  # type: ignore[return-value]
+
+
+def _write(variables: list[Variable], values: list[Any]) -> None:
+    for variable, value in zip(variables, values, strict=True):
+        variable.set_raw_value(value)
+
+
+def _route_state(
+    handler: Handler,
+    call: Callable[..., Any],
+    module: object,
+    name: str,
+    info: Any,
+    args: tuple,
+    kwargs: dict,
+) -> Any:
+    """Route a call with the module's States (for models with raw array leaves)."""
     before = snapshot(module)  # what `pure` restores: nothing changes the module until then
 
     def pure(new_state: Any, *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
@@ -64,8 +143,17 @@ def _same(value: object) -> object:
 _router = CallRouter("bryo_nnx_mox", _route)
 wrap_call = _router.wrap
 """`call` (a Module's `__call__`), routed to the active handler when there is one."""
-intercept = _router.active
-"""Route every Module call to `handler` inside the block (see `bryo_mox_interceptor`)."""
+
+
+@contextlib.contextmanager
+def intercept(handler: Handler) -> Iterator[None]:
+    """Route every Module call to `handler` inside the block (see `bryo_mox_interceptor`)."""
+    token = _flattenings.set([])
+    try:
+        with _router.active(handler):
+            yield
+    finally:
+        _flattenings.reset(token)
 
 
 def static_attributes(module: object) -> dict[str, object]:
