@@ -8,7 +8,7 @@ caller's output.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from bryo_graph import (
@@ -30,8 +30,22 @@ from ._collect import GraphPlan, KeptLeaf, LeafPlan, OutPlan
 from ._plan import CallPlan
 
 
-def apply(plan: CallPlan, out_plan: OutPlan, groups: Sequence[Sequence], direct: object) -> Any:
-    """Write the updates into the caller's graph and build the caller's output."""
+def apply(
+    plan: CallPlan,
+    out_plan: OutPlan,
+    groups: Sequence[Sequence],
+    direct: object,
+    name: str = "transform",
+) -> Any:
+    """Write the updates into the caller's graph and build the caller's output (atomically,
+    checked against other threads' updates: see `CallPlan.writing`; `name` is the
+    transform's, for the error)."""
+    written = [u.k for u in out_plan.sets] + [u.k for u in out_plan.set_consts]
+    with plan.writing(written, name):
+        return _apply(plan, out_plan, groups, direct)
+
+
+def _apply(plan: CallPlan, out_plan: OutPlan, groups: Sequence[Sequence], direct: object) -> Any:
     for update in out_plan.sets:
         plan.write(update.k, groups[update.group][update.position])
     for update in out_plan.set_consts:
@@ -85,6 +99,28 @@ class _Reconciler:
         return leaf_plan.place.resolve(self.groups, ())
 
     def build(self, entry: Entry) -> object:
+        """The object for `entry`, its nodes built with an explicit stack of `build_node`
+        generators (each yields a child's entry and receives the child): any depth."""
+        if not isinstance(entry, NodeEntry):
+            return self.build_leaf(entry)
+        stack = [self.build_node(entry)]
+        sent: object = None
+        while True:
+            try:
+                child = stack[-1].send(sent)
+            except StopIteration as done:
+                stack.pop()
+                if not stack:
+                    return done.value
+                sent = done.value
+                continue
+            if isinstance(child, NodeEntry):
+                stack.append(self.build_node(child))
+                sent = None
+            else:
+                sent = self.build_leaf(child)
+
+    def build_leaf(self, entry: Entry) -> object:
         if isinstance(entry, RefEntry):
             return self.built[entry.index]
         if isinstance(entry, StaticEntry):
@@ -98,18 +134,19 @@ class _Reconciler:
                 variable = meta.type.from_metadata(self.leaf_value(leaf_plan), meta.metadata)  # type: ignore[union-attr]
             self.built[entry.index] = variable
             return variable
-        if isinstance(entry, LeafEntry):
-            return self.leaf_value(self.next_leaf())
-        return self.build_node(entry)
+        assert isinstance(entry, LeafEntry)
+        return self.leaf_value(self.next_leaf())
 
-    def build_node(self, entry: NodeEntry) -> object:
+    def build_node(self, entry: NodeEntry) -> Generator[Entry, object, object]:
         node_type = self.registry.lookup(entry.type)
         assert node_type is not None  # the entry came from flattening a live node
         source = self.graph.node_map.get(entry.index)
         if source is not None:
             node = self.plan.objects[source]
             self.built[entry.index] = node
-            built = [(key, self.build(child)) for key, child in entry.children]
+            built = []
+            for key, child in entry.children:
+                built.append((key, (yield child)))
             if node_type.create is not None:
                 _set_children(node, node_type, built)
             return node
@@ -118,9 +155,11 @@ class _Reconciler:
             self.built[entry.index] = node
             init_key = node_type.init_key or node_type.set_key
             for key, child in entry.children:
-                init_key(node, key, self.build(child))  # type: ignore[misc]
+                init_key(node, key, (yield child))  # type: ignore[misc]
             return node
-        built = [(key, self.build(child)) for key, child in entry.children]
+        built = []
+        for key, child in entry.children:
+            built.append((key, (yield child)))
         node = node_type.unflatten(entry.type, entry.aux, built)  # type: ignore[misc]
         self.built[entry.index] = node
         return node

@@ -214,11 +214,15 @@ class Grouping:
 
 def _indices_under(entry: Entry) -> list[int]:
     """The GraphDef indices of the nodes and Variables under `entry`, itself included."""
-    if isinstance(entry, VariableEntry):
-        return [entry.index]
-    if isinstance(entry, NodeEntry):
-        return [entry.index, *(i for _, child in entry.children for i in _indices_under(child))]
-    return []
+    indices: list[int] = []
+    stack = [entry]
+    while stack:  # its own stack: a model of any depth
+        entry = stack.pop()
+        if isinstance(entry, VariableEntry | NodeEntry):
+            indices.append(entry.index)
+        if isinstance(entry, NodeEntry):
+            stack.extend(child for _, child in entry.children)
+    return indices
 
 
 def _is_jax_value(value: object) -> bool:
@@ -299,7 +303,9 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
         leaf_plans.append(NewLeaf(place(group, value), meta))
 
     inputs_before = sig.graphdef.root.child(0)
-    inputs_unchanged = post.graphdef.root.child(0) == inputs_before and all(
+    # compared as GraphDefs: their `==` walks entries of any depth (tuples' stops at ~1000)
+    same_structure = GraphDef(post.graphdef.root.child(0)) == GraphDef(inputs_before)
+    inputs_unchanged = same_structure and all(
         post_objects.get(index) is inner.built[index] for index in _indices_under(inputs_before)
     )
     graph = None

@@ -29,7 +29,7 @@ from ._options import (
     named_positions,
     static_args,
 )
-from ._plan import CallPlan, PlanCache, Signature, raw_value
+from ._plan import CallPlan, PlanCache, Signature
 from ._shardings import LeafOptions, check_prefix
 from ._simple import Inputs, graph_updates_on, simple_jit, tree_mode
 
@@ -156,10 +156,10 @@ class _GraphJit:
         plan = self.cache.plan(key, roots)
         fn, optioned = self.compiled.get(plan.sig) or self.compile_for(plan, args, kwargs)
         if optioned is None:
-            flat: tuple = (list(map(raw_value, plan.variables)), plan.raw_values, arrays)
+            flat: tuple = (plan.variable_values(), plan.raw_values, arrays)
         else:
             _place_inputs(plan, optioned.options)
-            flat = optioned.flat(list(map(raw_value, plan.variables)), plan.raw_values, arrays)
+            flat = optioned.flat(plan.variable_values(), plan.raw_values, arrays)
 
         def finish(result: tuple) -> Any:
             groups, direct, static = result
@@ -173,11 +173,12 @@ class _GraphJit:
             if out_plan.graph is None and out_plan.out is None and not out_plan.set_consts:
                 write = plan.write
                 group = groups[0]
-                for update in out_plan.sets:
-                    write(update.k, group[update.position])
+                with plan.writing([update.k for update in out_plan.sets], "jit"):
+                    for update in out_plan.sets:
+                        write(update.k, group[update.position])
                 out = direct
             else:
-                out = apply(plan, out_plan, groups, direct)
+                out = apply(plan, out_plan, groups, direct, "jit")
             if optioned is not None and self.in_shardings is not None:
                 _place_inputs(plan, optioned.options)
             return out

@@ -10,10 +10,11 @@ written after it. `PlanCache` keeps both per transformed function, keyed by `Cal
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import jax
@@ -35,9 +36,23 @@ from bryo_graph import (
 )
 from bryo_pytree import Key, Path, path_str
 
+from ._errors import ConcurrentUpdateError
 from ._layout import ROOT, ArgLayout, CallKey
 
 raw_value = operator.attrgetter("raw_value")
+
+# A call's read of its Variables and its write-back are each atomic under this lock; the
+# values a thread read are kept per plan until its write-back checks them.
+_write_lock = threading.RLock()
+_reads = threading.local()
+
+
+def _reads_of_thread() -> dict[int, tuple[list, bool]]:
+    try:
+        return _reads.by_plan
+    except AttributeError:
+        _reads.by_plan = {}
+        return _reads.by_plan
 
 
 class PairPath(NamedTuple):
@@ -117,7 +132,7 @@ class Signature:
         self.n_vars = sum(meta is not None for meta in metas)
         self.leaf_of_variable: dict[int, int] = {}
         self.leaf_of_raw: dict[tuple[int, Key], int] = {}
-        _index_leaves(graphdef.root, None, None, self.leaf_of_variable, self.leaf_of_raw)
+        _index_leaves(graphdef.root, self.leaf_of_variable, self.leaf_of_raw)
         self.root_places = _root_places(layouts, kw_layouts)
         self._hash = hash((graphdef, layouts, kw_layouts, metas))
 
@@ -146,20 +161,19 @@ class Signature:
 
 
 def _index_leaves(
-    entry: Entry,
-    parent: int | None,
-    key: Key | None,
-    of_variable: dict[int, int],
-    of_raw: dict[tuple[int, Key], int],
+    root: Entry, of_variable: dict[int, int], of_raw: dict[tuple[int, Key], int]
 ) -> None:
-    """Number the State leaves under `entry` in order, by Variable index or parent/key."""
-    if isinstance(entry, VariableEntry):
-        of_variable[entry.index] = len(of_variable) + len(of_raw)
-    elif isinstance(entry, LeafEntry):
-        of_raw[(parent, key)] = len(of_variable) + len(of_raw)  # type: ignore[index]
-    elif isinstance(entry, NodeEntry):
-        for child_key, child in entry.children:
-            _index_leaves(child, entry.index, child_key, of_variable, of_raw)
+    """Number the State leaves under `root` in order, by Variable index or parent/key
+    (a walk with its own stack: a model of any depth)."""
+    stack: list[tuple[Entry, int | None, Key | None]] = [(root, None, None)]
+    while stack:
+        entry, parent, key = stack.pop()
+        if isinstance(entry, VariableEntry):
+            of_variable[entry.index] = len(of_variable) + len(of_raw)
+        elif isinstance(entry, LeafEntry):
+            of_raw[(parent, key)] = len(of_variable) + len(of_raw)  # type: ignore[index]
+        elif isinstance(entry, NodeEntry):
+            stack.extend((child, entry.index, k) for k, child in reversed(entry.children))
 
 
 def _root_places(
@@ -188,6 +202,7 @@ class CallPlan:
         "raw_values",
         "sig",
         "sources",
+        "variable_position",
         "variables",
     )
 
@@ -197,15 +212,62 @@ class CallPlan:
         self.sources = sources
         self.variables = [s.variable for s in sources if s.variable is not None]
         self.raw_values = [s.value for s in sources if s.variable is None]
+        ks = [k for k, s in enumerate(sources) if s.variable is not None]
+        self.variable_position = {k: position for position, k in enumerate(ks)}
         self._objects: dict[int, object] | None = None
 
+    def variable_values(self) -> list:
+        """The Variables' current values, read at once; this thread's write-back checks
+        that no other thread wrote them in between (see `writing`)."""
+        with _write_lock:
+            values = list(map(raw_value, self.variables))
+        _reads_of_thread()[id(self)] = (values, True)
+        return values
+
     def values(self) -> tuple[list, list]:
-        """The current `(variable values, raw leaves)`."""
-        return list(map(raw_value, self.variables)), self.raw_values
+        """The current `(variable values, raw leaves)` (the Variables' as `variable_values`)."""
+        return self.variable_values(), self.raw_values
 
     def leaf_values(self) -> list:
-        """The current value of every State leaf, in order."""
-        return [s.variable.raw_value if s.variable is not None else s.value for s in self.sources]
+        """The current value of every State leaf, in order, read at once (see `writing`)."""
+        with _write_lock:
+            leaves = [
+                s.variable.raw_value if s.variable is not None else s.value for s in self.sources
+            ]
+        _reads_of_thread()[id(self)] = (leaves, False)
+        return leaves
+
+    @contextlib.contextmanager
+    def writing(self, ks: Iterable[int], name: str) -> Iterator[None]:
+        """Write back State leaves `ks` atomically, after checking that no other thread
+        wrote one of their Variables since this thread read them.
+
+        Raises:
+            ConcurrentUpdateError: another thread's lifted call (`name` is this one's
+                transform) updated the same Variables meanwhile; nothing is written.
+        """
+        with _write_lock:
+            read = _reads_of_thread().pop(id(self), None)
+            if read is not None:
+                self._check_unread(ks, read, name)
+            yield
+
+    def _check_unread(self, ks: Iterable[int], read: tuple[list, bool], name: str) -> None:
+        values, by_variable = read
+        for k in ks:
+            variable = self.sources[k].variable
+            if variable is None:
+                continue
+            before = values[self.variable_position[k]] if by_variable else values[k]
+            if variable.raw_value is not before:
+                raise ConcurrentUpdateError(
+                    f"`{name}`: another call updated {self.sig.describe_leaf(k)} while this "
+                    "call ran on the same model (another thread's, or a lifted call on the "
+                    "caller's model from inside this one); this call's updates were not "
+                    "written (the other call's are kept). Lifted transforms on one model from "
+                    "several threads must take turns: hold a lock of yours around each call, "
+                    "or give each thread its own model (`nnx.clone(model)`)."
+                )
 
     def write(self, k: int, value: object) -> None:
         """Write `value` into State leaf `k` of the caller's graph."""
@@ -250,18 +312,16 @@ def index_objects(graphdef: GraphDef, root: object) -> dict[int, object]:
     """Walk `graphdef` along the live graph `root`: GraphDef index -> node or Variable."""
     registry = node_types()
     objects: dict[int, object] = {}
-
-    def walk(entry: Entry, value: object) -> None:
+    stack: list[tuple[Entry, object]] = [(graphdef.root, root)]
+    while stack:  # its own stack: a model of any depth
+        entry, value = stack.pop()
         if isinstance(entry, VariableEntry):
             objects[entry.index] = value
         elif isinstance(entry, NodeEntry):
             objects[entry.index] = value
             node_type = registry.lookup(type(value))
             children = dict(node_type.flatten(value)[0])  # type: ignore[union-attr]
-            for key, child in entry.children:
-                walk(child, children[key])
-
-    walk(graphdef.root, root)
+            stack.extend((child, children[key]) for key, child in reversed(entry.children))
     return objects
 
 

@@ -103,8 +103,9 @@ class StateCall:
 
     def write(self, leaves: Sequence) -> None:
         """Outside: store the final value of every State leaf into the caller's graphs."""
-        for k, value in enumerate(leaves):
-            self.plan.write(k, value)
+        with self.plan.writing(range(len(leaves)), self.name):
+            for k, value in enumerate(leaves):
+                self.plan.write(k, value)
 
     # Branch outputs --------------------------------------------------------------------
 
