@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 from xml.sax.saxutils import quoteattr
@@ -54,7 +55,8 @@ class ElementView:
     elements named `tag`, in document order."""
 
     def __init__(self, mox: Mox) -> None:
-        self._root_attrs = _root_attrs(mox)
+        self._trees = (mox.in_tree, mox.out_tree, mox.extra_params)  # not the MoX: no cycle
+        self._root_attrs: dict[str, Any] | None = None
         text, self.objects, self.lines = _write(mox)
         self.root = etree.fromstring(text, _PARSER)
         self.lock = threading.RLock()
@@ -86,7 +88,7 @@ class ElementView:
         for element, line in zip(self.root.iter(tag), lines, strict=True):
             obj = self.objects[line]
             for key in keys:
-                value = self._root_attrs.get(key, _MISSING) if obj is None else attr(obj, key)
+                value = self.root_attrs().get(key, _MISSING) if obj is None else attr(obj, key)
                 if value is not _MISSING:
                     element.set(key, encode_attr(value, strict=False))
 
@@ -94,21 +96,25 @@ class ElementView:
         """The attribute names elements named `tag` may have (a superset for equations)."""
         names = self._names.get(tag)
         if names is None:
+            objects = [self.objects[line] for line in self.lines[tag]]
+            kind = type(objects[0])  # a tag names one kind of object (see `_write`)
             found: set[str] = set()
-            for line in self.lines[tag]:
-                obj = self.objects[line]
-                if obj is None:
-                    found.update(self._root_attrs)
-                elif type(obj) is ModuleCall:
-                    found.update(MODULE_KEYS)
-                    found.update(obj.info.attrs)
-                elif type(obj) is Region:
-                    found.update(("param", "index", "closed"))
-                else:
-                    found.update(obj.params)
-                    found.update(SPECIAL_EQUATION_KEYS)
+            if kind is type(None):
+                found.update(self.root_attrs())
+            elif kind is ModuleCall:
+                found.update(MODULE_KEYS, *[obj.info.attrs for obj in objects])
+            elif kind is Region:
+                found.update(("param", "index", "closed"))
+            else:  # one `update` over every equation's params: the loop runs in C
+                found.update(SPECIAL_EQUATION_KEYS, *[obj.eqn.params for obj in objects])
             names = self._names[tag] = frozenset(k for k in found if is_xml_name(k))
         return names
+
+    def root_attrs(self) -> dict[str, Any]:
+        """The attributes of the root element (its trees), computed on first use."""
+        if self._root_attrs is None:
+            self._root_attrs = _root_attrs(*self._trees)
+        return self._root_attrs
 
     def location_of(self, node: Node, mox: Mox) -> Location | None:
         """Where `node` is in `mox` (this view's MoX), or `None` when it is not there."""
@@ -148,20 +154,22 @@ _ATTR_OF: dict[type, Callable[[Any, str], Any]] = {
 }
 
 
-def _root_attrs(mox: Mox) -> dict[str, Any]:
+def _root_attrs(in_tree: Any, out_tree: Any, extra_params: Any) -> dict[str, Any]:
     return {
-        "in_tree": tree_example(mox.in_tree),
-        "out_tree": tree_example(mox.out_tree),
-        "extra": tuple(k for k, _ in mox.extra_params),
+        "in_tree": tree_example(in_tree),
+        "out_tree": tree_example(out_tree),
+        "extra": tuple(k for k, _ in extra_params),
     }
 
 
 def _write(mox: Mox) -> tuple[str, list[Any], dict[str, list[int]]]:
     """The view as XML text with one start tag per line (after the end tags of what
-    closes before it), the object of each line, and the lines of each tag."""
+    closes before it), the object of each line, and the lines of each tag. An element
+    without children (most equations) is closed on its own line, without a stack entry."""
     parts: list[str] = ["<mox>"]
     objects: list[Any] = [None]
-    lines: dict[str, list[int]] = {"mox": [0]}
+    lines: defaultdict[str, list[int]] = defaultdict(list)
+    lines["mox"].append(0)
     pending: list[str] = []  # end tags to write before the next start tag
     stack: list[tuple[Iterator[Any], str]] = [(iter(mox.block.nodes), "</mox>")]
     tags = _EquationTags()
@@ -171,27 +179,27 @@ def _write(mox: Mox) -> tuple[str, list[Any], dict[str, list[int]]]:
             pending.append(stack.pop()[1])
             continue
         kind = type(item)
-        if kind is ModuleCall:
-            tag, start, end, children = (
-                "module_call",
-                "<module_call>",
-                "</module_call>",
-                item.body.nodes,
-            )
-        elif kind is Region:
-            tag, start, end, children = "region", "<region>", "</region>", item.block.nodes
-        else:
-            tag, start, end = tags[item.primitive.name]
+        if kind is Equation:
+            tag, start, end = tags[item.eqn.primitive.name]
             children = item.regions
+        elif kind is ModuleCall:
+            tag, start, end = _MODULE_TAGS
+            children = item.body.nodes
+        else:
+            tag, start, end = _REGION_TAGS
+            children = item.block.nodes
         if pending:
             start = "".join(pending) + start
             pending.clear()
-        lines.setdefault(tag, []).append(len(parts))
-        parts.append(start)
+        lines[tag].append(len(parts))
         objects.append(item)
-        stack.append((iter(children), end))
+        if children:
+            parts.append(start)
+            stack.append((iter(children), end))
+        else:
+            parts.append(start + end)
     parts[-1] += "".join(pending)
-    return "\n".join(parts), objects, lines
+    return "\n".join(parts), objects, dict(lines)
 
 
 _MODULE_TAGS = ("module_call", "<module_call>", "</module_call>")
