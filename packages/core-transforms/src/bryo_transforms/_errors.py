@@ -10,3 +10,15 @@ class TransformError(ValueError):
 class ConcurrentUpdateError(TransformError):
     """Another thread's lifted call wrote a Variable of the same model while this call
     ran; this call's updates were not written (the other thread's are kept)."""
+
+
+def concurrent_update(name: str, where: str) -> ConcurrentUpdateError:
+    """The error of a call (of transform `name`) whose write-back would overwrite `where`
+    (a Variable another call wrote since this one read it)."""
+    return ConcurrentUpdateError(
+        f"`{name}`: another call updated {where} while this call ran on the same model "
+        "(another thread's, or a lifted call on the caller's model from inside this one); "
+        "this call's updates were not written (the other call's are kept). Lifted "
+        "transforms on one model from several threads must take turns: hold a lock of "
+        "yours around each call, or give each thread its own model (`nnx.clone(model)`)."
+    )

@@ -36,14 +36,14 @@ from bryo_graph import (
 )
 from bryo_pytree import Key, Path, path_str
 
-from ._errors import ConcurrentUpdateError
+from ._errors import concurrent_update
 from ._layout import ROOT, ArgLayout, CallKey
 
 raw_value = operator.attrgetter("raw_value")
 
 # A call's read of its Variables and its write-back are each atomic under this lock; the
 # values a thread read are kept per plan until its write-back checks them.
-_write_lock = threading.RLock()
+WRITE_LOCK = threading.RLock()
 _reads = threading.local()
 
 
@@ -219,7 +219,7 @@ class CallPlan:
     def variable_values(self) -> list:
         """The Variables' current values, read at once; this thread's write-back checks
         that no other thread wrote them in between (see `writing`)."""
-        with _write_lock:
+        with WRITE_LOCK:
             values = list(map(raw_value, self.variables))
         _reads_of_thread()[id(self)] = (values, True)
         return values
@@ -230,7 +230,7 @@ class CallPlan:
 
     def leaf_values(self) -> list:
         """The current value of every State leaf, in order, read at once (see `writing`)."""
-        with _write_lock:
+        with WRITE_LOCK:
             leaves = [
                 s.variable.raw_value if s.variable is not None else s.value for s in self.sources
             ]
@@ -246,7 +246,7 @@ class CallPlan:
             ConcurrentUpdateError: another thread's lifted call (`name` is this one's
                 transform) updated the same Variables meanwhile; nothing is written.
         """
-        with _write_lock:
+        with WRITE_LOCK:
             read = _reads_of_thread().pop(id(self), None)
             if read is not None:
                 self._check_unread(ks, read, name)
@@ -260,14 +260,7 @@ class CallPlan:
                 continue
             before = values[self.variable_position[k]] if by_variable else values[k]
             if variable.raw_value is not before:
-                raise ConcurrentUpdateError(
-                    f"`{name}`: another call updated {self.sig.describe_leaf(k)} while this "
-                    "call ran on the same model (another thread's, or a lifted call on the "
-                    "caller's model from inside this one); this call's updates were not "
-                    "written (the other call's are kept). Lifted transforms on one model from "
-                    "several threads must take turns: hold a lock of yours around each call, "
-                    "or give each thread its own model (`nnx.clone(model)`)."
-                )
+                raise concurrent_update(name, self.sig.describe_leaf(k))
 
     def write(self, k: int, value: object) -> None:
         """Write `value` into State leaf `k` of the caller's graph."""

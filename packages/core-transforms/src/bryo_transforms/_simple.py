@@ -24,7 +24,9 @@ from bryo_pytree import broadcast_prefix
 
 from ._axes import raise_inconsistent_aliasing
 from ._collect import Static
+from ._errors import concurrent_update
 from ._options import Prepared
+from ._plan import WRITE_LOCK
 
 Pure = Callable[..., tuple]
 
@@ -75,6 +77,18 @@ def check_no_aliases(name: str, groups: dict[str, object], *, tree: bool = False
         check_tree(tuple(groups.values()), name=name)
 
 
+class ReadVariables(list):
+    """The caller's Variables of one simple-mode call (a list), with the values they held
+    when the call read them and the transform's name (for `ConcurrentUpdateError`)."""
+
+    __slots__ = ("before", "name")
+
+    def __init__(self, variables: list[Variable], before: list, name: str) -> None:
+        super().__init__(variables)
+        self.before = before
+        self.name = name
+
+
 class Inputs:
     """How one simple-mode transform reads a call's inputs: which arguments are static
     (left out of the Variable scan) and whether they must be trees."""
@@ -96,12 +110,16 @@ class Inputs:
         dyn_args = tuple(None if i in static else a for i, a in enumerate(args))
         return dyn_args, {k: v for k, v in kwargs.items() if k not in self.static_argnames}
 
-    def variables(self, args: tuple, kwargs: dict) -> list[Variable]:
-        """The caller's Variables of a call, checked to be a tree in tree mode."""
+    def variables(self, args: tuple, kwargs: dict) -> ReadVariables:
+        """The caller's Variables of a call, checked to be a tree in tree mode, with the
+        values they hold now (`write_back` checks that nobody wrote them meanwhile)."""
         dynamic = self.dynamic(args, kwargs)
         if self.tree:
             check_tree(dynamic, name=self.name)
-        return variables_of(dynamic)
+        variables = variables_of(dynamic)
+        with WRITE_LOCK:
+            before = [v.raw_value for v in variables]
+        return ReadVariables(variables, before, self.name)
 
     def with_updates(self, f: Callable, split_aux: bool = False, every: bool = False) -> Pure:
         """`f` returning also the new values of the Variables it changed (of all its
@@ -128,11 +146,25 @@ def write_back(
     holds those, or one per Variable); `every` stores all of them (their buffers were
     donated)."""
     all_values = len(values) == len(variables)
-    it = iter(values)
-    for variable, was_changed in zip(variables, changed.value, strict=True):
-        value = next(it) if all_values or was_changed else None
-        if was_changed or every:
-            variable.set_raw_value(value)
+    with WRITE_LOCK:  # checked, then written, at once
+        if isinstance(variables, ReadVariables):
+            _check_unwritten(variables, changed, every)
+        it = iter(values)
+        for variable, was_changed in zip(variables, changed.value, strict=True):
+            value = next(it) if all_values or was_changed else None
+            if was_changed or every:
+                variable.set_raw_value(value)
+
+
+def _check_unwritten(variables: ReadVariables, changed: Static, every: bool) -> None:
+    """Raise `ConcurrentUpdateError` if a Variable about to be written changed since the
+    call read it (another thread's call wrote it)."""
+    for variable, before, was_changed in zip(
+        variables, variables.before, changed.value, strict=True
+    ):
+        if (was_changed or every) and variable.raw_value is not before:
+            where = f"a {type(variable).__name__} of shape {getattr(before, 'shape', ())}"
+            raise concurrent_update(variables.name, where)
 
 
 def simple_jit(
