@@ -20,8 +20,10 @@ from bryo_graph import (
     Object,
     Param,
     data,
+    dataclass,
     graphdef,
     is_data,
+    merge,
     register_data_type,
     split,
     static,
@@ -135,6 +137,86 @@ def test_data_and_static_markers():
         holder.config = [jnp.ones(1)]
     with pytest.raises(TypeError, match="either a value"):
         data(1, default=2)
+
+
+def test_static_attributes_keep_their_status_and_refuse_data_as_flax_does():
+    class Foo(Object):
+        def __init__(self, a, b, c):
+            self.a, self.b, self.c = data(a), static(b), c
+
+    foo = Foo(a=1, b=2, c=jnp.array(3))
+    assert len(jax.tree.leaves(foo)) == 2
+    foo.a = static(3)
+    foo.b = data(4)
+    foo.c = static(5)
+    assert jax.tree.leaves(foo) == [4]
+    with pytest.raises(ValueError, match=r"Found data on value of type 'list' assigned to static"):
+        foo.a = ["hi", jnp.array(6)]  # static since `static(3)`: data needs `data(...)`
+    with pytest.raises(ValueError, match=r"Cannot assign data value of type '\w+' to static attr"):
+        foo.c = jnp.array(4)
+    assert foo.a == 3 and foo.c == 5  # nothing was set
+
+
+def test_data_hidden_in_a_static_attribute_during_init_is_refused_after_init():
+    class Foo(Object):
+        def __init__(self):
+            self.items = []
+            self.items.append(jnp.array(1))
+
+    with pytest.raises(ValueError, match=r"Found unexpected data on value of type 'list' in stat"):
+        Foo()
+
+    class Base(Object):
+        def __init__(self):
+            self.items = []
+            self.items.append(jnp.array(1))
+
+    class Fixed(Base):  # only the outermost __init__ checks: the subclass fixes it in time
+        def __init__(self):
+            super().__init__()
+            self.items = List(self.items)
+
+    assert len(jax.tree.leaves(Fixed())) == 1
+
+    @dataclass
+    class Declared(Object):
+        a: jax.Array = static()
+
+    with pytest.raises(ValueError, match=r"Found unexpected data on value of type '\w+' in static"):
+        Declared(a=jnp.array(3))
+
+
+def test_list_and_dict_items_take_data_and_static_marks():
+    items = List([data(jnp.array(1)), static(100), data(2), static(200)])
+    assert type(items[0]) is not type(data(1)) and items[1] == 100
+    leaves, treedef = jax.tree.flatten(items)
+    assert len(leaves) == 2 and leaves[1] == 2
+    rebuilt = jax.tree.unflatten(treedef, [x * 2 for x in leaves])
+    assert list(rebuilt)[1:] == [100, 4, 200]
+    rebuilt.append(3)  # the marks stay with their positions after an unflatten
+    assert jax.tree.leaves(rebuilt) == [2, 4]
+    doubled = jax.jit(lambda t: jax.tree.map(lambda x: x * 2, t))(items)
+    assert doubled[1] == 100 and int(doubled[2]) == 4
+    table = Dict(a=data(1), b=2)
+    assert jax.tree.leaves(table) == [1]
+    assert split(table)[1].flat_state() == {("a",): 1}  # graph mode sees the mark too
+    with pytest.raises(ValueError, match=r"annotated with nnx.static"):
+        List([static([jnp.ones(1)])])
+
+
+def test_graph_mode_keeps_data_marked_values_and_raw_arrays_raw_in_states():
+    class Foo(Object):
+        def __init__(self):
+            self.scale = data(1)
+            self.name = static("x")
+            self.array = jnp.ones(2)
+
+    foo = Foo()
+    graph, leaves = split(foo)
+    assert set(leaves.flat_state()) == {("scale",), ("array",)}
+    assert type(leaves["scale"]) is int and isinstance(leaves["array"], jax.Array)
+    again = merge(graph, jax.tree.map(lambda x: x + 1, leaves))
+    assert again.scale == 2 and again.name == "x" and float(again.array[0]) == 2.0
 
 
 def test_registered_data_types_are_children():

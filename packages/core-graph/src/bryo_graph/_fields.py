@@ -34,7 +34,7 @@ _VALUE = "bryo_value"  # field metadata: the value `data(value)` / `static(value
 
 _CONTAINERS = (dict, list, tuple)
 # Values of these types never hold data: skip the scan of their pytree leaves.
-_ATOMIC = frozenset(
+ATOMIC = frozenset(
     {int, float, complex, bool, str, bytes, type(None), type(Ellipsis), type, types.FunctionType}
 )
 _registered: set[type] = set()
@@ -120,7 +120,7 @@ def is_data(value: object, /) -> bool:
 def has_data(value: object, /) -> list[object]:
     """The data found in `value`'s pytree: itself if it is data, else its data leaves
     (empty for static values)."""
-    if type(value) in _ATOMIC:
+    if type(value) in ATOMIC:
         return []
     if is_data(value):
         return [value]
@@ -128,13 +128,33 @@ def has_data(value: object, /) -> list[object]:
     return [leaf for leaf in leaves if is_data(leaf)]
 
 
-def check_static(owner: object, name: str, value: object, explicit: bool) -> None:
-    """Refuse a static attribute value that holds data, naming the attribute and the fixes."""
+def check_static(
+    owner: object, name: str, value: object, explicit: bool, *, declared: bool = False
+) -> None:
+    """Refuse a static attribute value that holds data, naming the attribute and the fixes.
+
+    Args:
+        owner: the Object whose attribute is set.
+        name: the attribute.
+        value: its new value.
+        explicit: whether the value came wrapped in `static(...)`.
+        declared: whether the class declared the attribute static (`x = static()`), or
+            the check runs after `__init__` (Flax's "unexpected data" error).
+    """
     found = has_data(value)
     if not found:
         return
     kinds = ", ".join(sorted({type(leaf).__name__ for leaf in found}))
     cls, container = type(owner).__name__, type(value).__name__
+    if declared:
+        raise ValueError(
+            f"Found unexpected data on value of type '{container}' in static attribute "
+            f"'{name}' of Pytree type '{cls}': it holds {kinds}. Static attributes live in "
+            "the treedef and cannot hold arrays, Variables or modules. Remove the data, or "
+            f"make the attribute data: `self.{name} = nnx.data(...)` or `{name}: "
+            f"{container} = nnx.data()` on the class (for a list or dict, `nnx.List(...)` / "
+            "`nnx.Dict(...)`)."
+        )
     if explicit:
         raise ValueError(
             f"Found data in value of type '{container}' annotated with nnx.static(...) when "

@@ -209,12 +209,15 @@ class LeafSource:
         parent = self._parent
         return parent() if type(parent) is weakref.ref else parent
 
-    def snapshot(self) -> Variable:
-        """The State leaf: the live Variable, or a new `leaf_type` Variable around a raw
-        array."""
+    def snapshot(self) -> object:
+        """The State leaf: the live Variable; a raw array as it is (Flax NNX 0.12), or
+        in a new `leaf_type` Variable where the parent's node type names one (Equinox
+        modules' arrays are Params)."""
         variable = self.variable
         if variable is not None:
             return variable
+        if self.leaf_type is Variable:
+            return self.value
         return self.leaf_type.from_metadata(self.value, NO_METADATA)
 
 
@@ -371,8 +374,9 @@ class _Frame:
         self.leaf_type = node_type.leaf_type or leaf_type  # the leaf type of its children
         children, self.aux = node_type.flatten(node)
         self.children = iter(children)
-        # the keys of static children, kept whole in the GraphDef (an Object's static attributes)
-        self.static = node_type.static_keys(node) if node_type.static_keys is not None else ()
+        # the keys of static children, kept whole in the GraphDef (an Object's static
+        # attributes); None when the node type does not tell data from static
+        self.static = node_type.static_keys(node) if node_type.static_keys is not None else None
         self.entries: list[tuple[Key, Entry]] = []
 
 
@@ -404,7 +408,7 @@ class _Flattener:
             )
             static = frame.static
             for key, child in frame.children:
-                if static and key in static:
+                if static is not None and key in static:
                     entries.append((key, StaticEntry(hashable(child))))
                     continue
                 if isinstance(child, Variable):
@@ -427,7 +431,9 @@ class _Flattener:
                     path = (*frame.path, key)
                     stack.append(self.open(child, child_type, path, key, leaf_type))
                     break
-                if is_shaped(child):  # arrays, abstract arrays, a backend's array type
+                # arrays, abstract arrays, a backend's array type; and what a node type
+                # that tells data from static did not call static (`data(1)`)
+                if static is not None or is_shaped(child):
                     paths.append((*frame.path, key))
                     sources.append(LeafSource(None, child, leaf_type, node, parent_type, key))
                     entries.append((key, LeafEntry(leaf_type)))
@@ -463,6 +469,11 @@ class _Flattener:
         elif node_type.tracks_structure:
             self.tracked.append(node)
         return _Frame(node, node_type, position, path, key, leaf_type)
+
+
+def _is_leaf(value: object) -> bool:
+    """Whether `value` is a JAX pytree leaf (a scalar, any unregistered object)."""
+    return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(value)) and value is not None
 
 
 _CACHE = "_object__flat"  # where an Object (or List, Dict) root keeps its flattening
@@ -505,14 +516,15 @@ def flat_graph(node: object, /) -> FlatGraph:
     writes = write_count()
     flattener = _Flattener()
     node_type = flattener.registry.lookup(type(node))
-    if node_type is None and (isinstance(node, Variable) or is_shaped(node)):
-        root = flattener.flatten_leaf(node)  # a graph of one leaf
+    if node_type is None and (isinstance(node, Variable) or is_shaped(node) or _is_leaf(node)):
+        root = flattener.flatten_leaf(node)  # a graph of one leaf (Flax: any non-node)
         return FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
     if node_type is None:
         raise GraphError(
             f"`node` must be a graph node (a module of a registered backend, a dict, list or "
-            f"tuple), a Variable or an array; got {type(node).__name__}: {node!r:.80}. Install "
-            "or import the backend that defines it, or wrap arrays in a Variable."
+            f"tuple) or a leaf (a Variable, an array, a scalar); got {type(node).__name__}, a "
+            f"JAX pytree that is no graph node: {node!r:.80}. Install or import the backend "
+            "that defines it, or pass its leaves."
         )
     root = flattener.flatten(node, node_type)
     flat = FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)

@@ -17,6 +17,7 @@ from bryo_pytree import Key, Path, path_str
 
 from ._graph import clone, merge, split
 from ._nodes import node_types
+from ._object import Object, checks_after_init
 from ._state import State
 from ._variables import Variable
 
@@ -41,8 +42,15 @@ def dataclass(cls: type[A] | None = None, /, **options: Any) -> Any:
             "`dataclasses.dataclass` directly for a generated one)."
         )
     if cls is None:
-        return lambda c: dataclasses.dataclass(c, repr=False, **options)
-    return dataclasses.dataclass(cls, repr=False, **options)
+        return lambda c: _dataclass(c, options)
+    return _dataclass(cls, options)
+
+
+def _dataclass(cls: type[A], options: dict[str, Any]) -> type[A]:
+    cls = dataclasses.dataclass(cls, repr=False, **options)
+    if isinstance(cls, type) and issubclass(cls, Object) and cls._object__pytree:
+        checks_after_init(cls)  # the generated `__init__` checks static attributes too
+    return cls
 
 
 def map_state(f: Callable[[Path, Any], Any], state: State, /) -> State:

@@ -47,9 +47,11 @@ class NodeType:
             graph made only of such and immutable nodes can be cached. The node must
             have a `__dict__` (bryo keeps its watches there, see `_tracking`), or call
             `structure_changed()` without a node, which expires every cached flattening.
-        static_keys: optional, `node -> container of keys` whose children are static
-            values kept in the GraphDef as they are, never walked into (an `Object`'s
-            static attributes, such as a plain list of ints).
+        static_keys: optional, `node -> container of keys or None`: the keys whose
+            children are static values kept in the GraphDef as they are, never walked
+            into (an `Object`'s static attributes, such as a plain list of ints). Every
+            other child that is not a Variable or a node is then data, a State leaf even
+            when it is not an array (`data(1)`); None: arrays are leaves, the rest static.
     """
 
     type: type
@@ -62,7 +64,7 @@ class NodeType:
     pop_key: Callable[[object, Key], None] | None = None
     leaf_type: type | None = None
     tracks_structure: bool = False
-    static_keys: Callable[[object], Container[Key]] | None = None
+    static_keys: Callable[[object], Container[Key] | None] | None = None
 
     @property
     def mutable(self) -> bool:

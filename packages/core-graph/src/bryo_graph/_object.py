@@ -21,6 +21,8 @@ node only, and plain lists and dicts assigned to it become tracked `List`/`Dict`
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, ClassVar, NamedTuple
 
@@ -28,6 +30,7 @@ from jax.tree_util import DictKey, GetAttrKey, SequenceKey, register_pytree_with
 
 from bryo_pytree import Key, safe_equal
 
+from ._fields import ATOMIC as _ATOMIC
 from ._fields import check_static, class_statuses, is_data, unmark
 from ._nodes import Children, NodeType, dict_flatten
 from ._tracking import TREEDEF, WATCHES, changed_in
@@ -127,6 +130,8 @@ class Object:
         cls._object__class_statuses = class_statuses(cls)
         if pytree:
             register_object_pytree(cls)
+            if "__init__" in vars(cls):
+                checks_after_init(cls)
 
     def __setattr__(self, name: str, value: object) -> None:
         value, status = unmark(value)
@@ -166,6 +171,30 @@ Pytree = Object
 """Flax NNX 0.12's name for a pytree-registered Object."""
 
 
+def checks_after_init(cls: type[Object]) -> None:
+    """Make `cls.__init__` check, once the outermost `__init__` returns, that no static
+    attribute gained data meanwhile (`self.items = []` then `self.items.append(array)`),
+    as Flax NNX 0.12 does; `Object` subclasses get it on their own `__init__`."""
+    init = vars(cls)["__init__"]
+
+    @functools.wraps(init)
+    def __init__(self: Object, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)
+        if type(self).__init__ is __init__:  # the outermost one
+            check_static_attributes(self)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+
+
+def check_static_attributes(node: Object) -> None:
+    """Raise Flax's "unexpected data" error if a static attribute of `node` holds data."""
+    namespace = vars(node)
+    treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
+    for name, value in zip(treedef.static_keys, treedef.static_values, strict=True):
+        if type(value) not in _ATOMIC:
+            check_static(node, name, value, explicit=False, declared=True)
+
+
 def _check_assignment(node: Object, name: str, value: object, status: bool | None) -> None:
     """Record an explicit `data`/`static` status, and refuse data in static attributes."""
     namespace = vars(node)
@@ -182,7 +211,17 @@ def _check_assignment(node: Object, name: str, value: object, status: bool | Non
         if not is_data(value):
             check_static(node, name, value, explicit=False)
     elif not declared:
-        check_static(node, name, value, explicit=True)
+        if name not in namespace:  # a class-declared static attribute, first assigned
+            check_static(node, name, value, explicit=False, declared=True)
+        elif is_data(value):
+            raise ValueError(
+                f"Cannot assign data value of type '{type(value).__name__}' to static "
+                f"attribute '{name}' of Pytree type '{type(node).__name__}'. To override the "
+                f"status explicitly wrap the value with nnx.data on assignment: "
+                f"`self.{name} = nnx.data(...)`."
+            )
+        else:
+            check_static(node, name, value, explicit=False)
 
 
 def _declared_status(node: Object, namespace: dict, name: str) -> bool | None:
@@ -283,10 +322,11 @@ def register_object_pytree(cls: type) -> None:
 
 class List(list):
     """A list that reports structural changes (items set, added or removed); a pytree
-    whose data items are its children."""
+    whose data items are its children. Items may come marked `data(...)`/`static(...)`:
+    the mark sticks to the position."""
 
     def __init__(self, items: Iterable[object] = ()) -> None:
-        super().__init__(track(item) for item in items)
+        super().__init__(_item(self, i, item) for i, item in enumerate(items))
 
 
 class Dict(dict):
@@ -297,7 +337,7 @@ class Dict(dict):
     def __init__(self, items: object = (), /, **kwargs: object) -> None:
         super().__init__(items, **kwargs)  # type: ignore[call-overload]
         for key, value in self.items():
-            dict.__setitem__(self, key, track(value))
+            dict.__setitem__(self, key, _item(self, key, value))
 
     def __getattr__(self, name: str) -> object:
         if not name.startswith("__") and name in self:
@@ -321,6 +361,20 @@ def _changed(node: object) -> None:
     changed_in(vars(node))
 
 
+def _item(node: list | dict, key: object, value: object) -> object:
+    """`value` to store at `key` of a List or Dict: a `data`/`static` mark taken off and
+    recorded for `key`, a plain list or dict tracked."""
+    value, status = unmark(value)
+    if status is not None:
+        statuses = vars(node).get(_STATUSES)
+        if statuses is None:
+            statuses = vars(node)[_STATUSES] = {}
+        statuses[key] = status
+        if not status:
+            check_static(node, f"[{key!r}]", value, explicit=True)
+    return track(value)
+
+
 def _tracked(cls: type, method_name: str) -> None:
     method = getattr(cls.__mro__[1], method_name)
 
@@ -338,7 +392,6 @@ for _name in (
     "__iadd__",
     "__imul__",
     "clear",
-    "insert",
     "pop",
     "remove",
     "reverse",
@@ -351,30 +404,38 @@ for _name in ("__delitem__", "clear", "pop", "popitem"):
 
 def _list_setitem(self: List, index: object, value: object) -> None:
     if isinstance(index, slice):
-        list.__setitem__(self, index, [track(v) for v in value])  # type: ignore[attr-defined]
+        list.__setitem__(self, index, [track(unmark(v)[0]) for v in value])  # type: ignore[attr-defined]
     else:
-        list.__setitem__(self, index, track(value))  # type: ignore[call-overload]
+        position = operator.index(index) % len(self) if len(self) else index  # type: ignore[arg-type]
+        list.__setitem__(self, index, _item(self, position, value))  # type: ignore[call-overload]
     _changed(self)
 
 
 def _list_append(self: List, value: object) -> None:
-    list.append(self, track(value))
+    list.append(self, _item(self, len(self), value))
+    _changed(self)
+
+
+def _list_insert(self: List, index: object, value: object) -> None:
+    position = min(max(operator.index(index) % (len(self) + 1), 0), len(self))  # type: ignore[arg-type]
+    list.insert(self, position, _item(self, position, value))
     _changed(self)
 
 
 def _list_extend(self: List, values: Iterable[object]) -> None:
-    list.extend(self, (track(v) for v in values))
+    for value in values:
+        list.append(self, _item(self, len(self), value))
     _changed(self)
 
 
 def _dict_setitem(self: Dict, key: object, value: object) -> None:
-    dict.__setitem__(self, key, track(value))
+    dict.__setitem__(self, key, _item(self, key, value))
     _changed(self)
 
 
 def _dict_update(self: Dict, *args: object, **kwargs: object) -> None:
     for key, value in dict(*args, **kwargs).items():
-        dict.__setitem__(self, key, track(value))
+        dict.__setitem__(self, key, _item(self, key, value))
     _changed(self)
 
 
@@ -386,6 +447,7 @@ def _dict_setdefault(self: Dict, key: object, default: object = None) -> object:
 
 List.__setitem__ = _list_setitem  # type: ignore[method-assign, assignment]
 List.append = _list_append  # type: ignore[method-assign]
+List.insert = _list_insert  # type: ignore[method-assign]
 List.extend = _list_extend  # type: ignore[method-assign]
 Dict.__setitem__ = _dict_setitem  # type: ignore[method-assign]
 Dict.update = _dict_update  # type: ignore[method-assign]
@@ -395,15 +457,21 @@ Dict.setdefault = _dict_setdefault  # type: ignore[method-assign]
 def _container_treedef(
     node: list | dict, items: list[tuple[Key, object]], key: type
 ) -> ObjectTreeDef:
+    statuses = vars(node).get(_STATUSES) or {}
     data_keys, static_keys, static_values = [], [], []
     for k, value in items:
-        if is_data(value):
+        status = statuses.get(k)
+        if status if status is not None else is_data(value):
             data_keys.append(k)
         else:
             static_keys.append(k)
             static_values.append(value)
     treedef = ObjectTreeDef(
-        tuple(data_keys), tuple(map(key, data_keys)), tuple(static_keys), tuple(static_values)
+        tuple(data_keys),
+        tuple(map(key, data_keys)),
+        tuple(static_keys),
+        tuple(static_values),
+        tuple(sorted(statuses.items(), key=_repr_key)) if statuses else (),
     )
     vars(node)[_TREEDEF] = treedef
     return treedef
@@ -448,7 +516,7 @@ def _unflatten_list(treedef: ObjectTreeDef, children: Iterable) -> List:
     items.update(zip(treedef.static_keys, treedef.static_values, strict=True))
     node = List.__new__(List)
     list.extend(node, [items[i] for i in range(len(items))])
-    vars(node)[_TREEDEF] = treedef
+    _restore_container(node, treedef)
     return node
 
 
@@ -456,8 +524,19 @@ def _unflatten_dict(treedef: ObjectTreeDef, children: Iterable) -> Dict:
     node = Dict.__new__(Dict)
     dict.update(node, zip(treedef.data_keys, children, strict=True))
     dict.update(node, zip(treedef.static_keys, treedef.static_values, strict=True))
-    vars(node)[_TREEDEF] = treedef
+    _restore_container(node, treedef)
     return node
+
+
+def _restore_container(node: list | dict, treedef: ObjectTreeDef) -> None:
+    namespace = vars(node)
+    namespace[_TREEDEF] = treedef
+    if treedef.statuses:
+        namespace[_STATUSES] = dict(treedef.statuses)
+
+
+def _repr_key(item: tuple[object, bool]) -> str:
+    return repr(item[0])  # Dict keys of mixed types sort too
 
 
 def _container_getstate(node: object) -> dict[str, object]:
@@ -499,10 +578,11 @@ def _first(item: tuple[str, object]) -> str:
     return item[0]
 
 
-def object_static_keys(node: Object) -> frozenset[str]:
-    """The names of an Object's static attributes (kept in the GraphDef as they are)."""
+def object_static_keys(node: Object) -> frozenset[str] | None:
+    """The names of an Object's static attributes (kept in the GraphDef as they are);
+    None for a `pytree=False` Object, which does not tell data from static."""
     if not type(node)._object__pytree:
-        return frozenset()
+        return None
     namespace = vars(node)
     treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
     return treedef.static_set
@@ -596,6 +676,7 @@ def tracked_container_node_types() -> tuple[NodeType, ...]:
             init_items=_list_init_items,
             set_key=_setitem,
             tracks_structure=True,
+            static_keys=_list_static_keys,
         ),
         NodeType(
             Dict,
@@ -606,5 +687,14 @@ def tracked_container_node_types() -> tuple[NodeType, ...]:
             set_key=_setitem,
             pop_key=_delitem,
             tracks_structure=True,
+            static_keys=_dict_static_keys,
         ),
     )
+
+
+def _list_static_keys(node: object) -> frozenset:
+    return _list_treedef(node).static_set  # type: ignore[arg-type]
+
+
+def _dict_static_keys(node: object) -> frozenset:
+    return _dict_treedef(node).static_set  # type: ignore[arg-type]
