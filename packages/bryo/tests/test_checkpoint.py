@@ -165,3 +165,21 @@ def test_round_trip_of_any_shapes_and_dtypes(tmp_path_factory, shapes, dtype):
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state)
     assert_same_state(restore_state(directory, abstract), state)
     assert_same_state(restore_state(directory), state)
+
+
+def test_raw_array_attributes_round_trip_as_raw_leaves(tmp_path):
+    class Raw(nnx.Module):
+        def __init__(self) -> None:
+            self.scale = jnp.arange(3.0)  # a raw array stays raw in States (Flax NNX 0.12)
+            self.bias = nnx.Param(jnp.ones(2))
+
+    graphdef, saved = nnx.split(Raw())
+    save_state(tmp_path / "ckpt", saved)
+    assert {entry.type for entry in read_index(tmp_path / "ckpt")} >= {"array"}
+    for restored in (
+        restore_state(tmp_path / "ckpt"),
+        restore_state(tmp_path / "ckpt", nnx.split(nnx.eval_shape(Raw))[1]),
+    ):
+        assert isinstance(restored["scale"], jax.Array) and same(restored["scale"], saved["scale"])
+        assert restored["bias"].type is nnx.Param
+        assert float(nnx.merge(graphdef, restored).scale[2]) == 2.0

@@ -31,6 +31,7 @@ from bryo_graph import State, Variable, VariableState, get_named_sharding
 ARRAYS_ITEM = "arrays"
 INDEX_ITEM = "variables"
 INDEX_VERSION = 1
+RAW_ARRAY = "array"  # the index type of a raw array State leaf (not in a Variable)
 
 StatePath = tuple[str | int, ...]
 
@@ -73,7 +74,7 @@ def save_state(directory: str | Path, state: State, *, force: bool = False) -> P
     directory = Path(directory).absolute()
     flat = state.flat_state()
     index = [_index_entry(path, leaf) for path, leaf in flat.items()]
-    arrays = _nested({path: leaf.value for path, leaf in flat.items()})
+    arrays = _nested({path: _value(leaf) for path, leaf in flat.items()})
     document = {"version": INDEX_VERSION, "variables": [e.to_json() for e in index]}
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
         checkpointer.save(
@@ -122,7 +123,7 @@ def restore_state(
     targets = _targets(abstract, mesh, rules)
     arrays = _restore_arrays(directory, _nested(targets))
     return State.from_flat_path(
-        {path: leaf.replace(_lookup(arrays, path)) for path, leaf in flat.items()}
+        {path: _with_value(leaf, _lookup(arrays, path)) for path, leaf in flat.items()}
     )
 
 
@@ -147,15 +148,34 @@ def read_index(directory: str | Path) -> list[IndexEntry]:
     return [IndexEntry.from_json(entry) for entry in document["variables"]]
 
 
+def _value(leaf: object) -> Any:
+    """A State leaf's array: a Variable's value, or the leaf itself (a raw array
+    attribute stays raw in States, as in Flax NNX 0.12)."""
+    return leaf.value if isinstance(leaf, Variable) else leaf
+
+
+def _with_value(leaf: object, value: object) -> object:
+    return leaf.replace(value) if isinstance(leaf, Variable) else value
+
+
+def _kind(leaf: object) -> str:
+    """The index's type of a State leaf: its Variable class, or `RAW_ARRAY`."""
+    return _type_name(type(leaf)) if isinstance(leaf, Variable) else RAW_ARRAY
+
+
 def _index_entry(path: StatePath, leaf: VariableState) -> IndexEntry:
-    value = leaf.value
+    value = _value(leaf)
     if not hasattr(value, "shape") or not hasattr(value, "dtype"):
         raise CheckpointError(
             f"state path {'/'.join(map(str, path))}: a {type(value).__name__} is not an "
             "array; checkpoints hold arrays only (split such values out of the state first)."
         )
-    metadata = {k: v for k, v in leaf.metadata.items() if _is_json(v)}
-    return IndexEntry(path, _type_name(leaf.type), tuple(value.shape), str(value.dtype), metadata)
+    metadata = (
+        {k: v for k, v in leaf.metadata.items() if _is_json(v)}
+        if isinstance(leaf, Variable)
+        else {}
+    )
+    return IndexEntry(path, _kind(leaf), tuple(value.shape), str(value.dtype), metadata)
 
 
 def _type_name(variable_type: type) -> str:
@@ -173,8 +193,8 @@ def _check_fits(directory: Path, index: list[IndexEntry], flat: Mapping[StatePat
                 "was saved (same structure), or filter it out of `abstract` first."
             )
         found = (entry.type, entry.shape, entry.dtype)
-        value = leaf.value
-        wanted = (_type_name(leaf.type), tuple(value.shape), str(value.dtype))
+        value = _value(leaf)
+        wanted = (_kind(leaf), tuple(value.shape), str(value.dtype))
         if found != wanted:
             raise CheckpointError(
                 f"{where}: the checkpoint holds a {_describe(found)}, the abstract state "
@@ -200,7 +220,7 @@ def _targets(abstract: State, mesh: Any, rules: Any) -> dict[StatePath, Any]:
     shardings = get_named_sharding(abstract, mesh, rules).flat_state() if mesh is not None else {}
     targets = {}
     for path, leaf in flat.items():
-        value = leaf.value
+        value = _value(leaf)
         sharding = shardings[path].value if path in shardings else getattr(value, "sharding", None)
         targets[path] = jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding)
     return targets
@@ -217,6 +237,9 @@ def _restore_from_index(directory: Path, index: list[IndexEntry]) -> State:
     arrays = _restore_arrays(directory, None)
     flat = {}
     for entry in index:
+        if entry.type == RAW_ARRAY:
+            flat[entry.path] = _lookup(arrays, entry.path)
+            continue
         variable_type = types.get(entry.type)
         if variable_type is None:
             raise CheckpointError(

@@ -57,7 +57,8 @@ class VariableEntry(NamedTuple):
 
 
 class LeafEntry(NamedTuple):
-    """A raw array in a node; its value is a State leaf, shown there as a `type` Variable."""
+    """A raw leaf in a node (an array, a `data(...)` value); its value is a State leaf, in a
+    `type` Variable when the node type names one (else `type` is `Variable`, the leaf raw)."""
 
     type: type
     kind: str = "leaf"

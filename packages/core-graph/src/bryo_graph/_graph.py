@@ -14,8 +14,9 @@ immutable root in a bounded table that holds the root weakly, so a cache never k
 model alive; a cached flattening expires when one of *its* nodes changes (`_tracking`).
 `merge` walks the GraphDef (`_build`) and compiles it only once it proved hot (`_compile`).
 
-As in Flax NNX 0.12, the States hold the graph's live Variables (a raw array leaf is
-wrapped in a new Variable of its node's leaf type), `merge` puts the Variables it is given
+As in Flax NNX 0.12, the States hold the graph's live Variables and raw leaves as they
+are (arrays, `data(...)` values; a backend's node type may name a Variable class for its
+raw arrays, as Equinox's does: `Param`), `merge` puts the Variables it is given
 into the new graph (`copy=True` copies them), `update` adds paths the graph lacks under
 existing nodes, and a bare Variable or array is a graph of its own. `graph=False` runs the
 functions in tree mode (`_tree_mode`); `set_graph_mode` changes the default.
@@ -408,7 +409,8 @@ class _Flattener:
             )
             static = frame.static
             for key, child in frame.children:
-                if static is not None and key in static:
+                # (an abstract array, not data for JAX, is a State leaf all the same)
+                if static is not None and key in static and not is_shaped(child):
                     entries.append((key, StaticEntry(hashable(child))))
                     continue
                 if isinstance(child, Variable):
