@@ -85,7 +85,15 @@ def test_the_fence_check_catches_text_xml_and_indented_blocks() -> None:
     ]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
+# Pages whose examples train or trace for a while run with the slow tests.
+SLOW_PAGES = {"flax"}
+
+
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_PAGES else p for p in PAGES],
+    ids=[p.stem for p in PAGES],
+)
 def test_docs_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}

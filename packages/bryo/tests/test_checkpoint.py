@@ -53,6 +53,7 @@ def assert_same_state(restored: bryo.State, saved: bryo.State) -> None:
         assert same(got[path].value, leaf.value), path
 
 
+@pytest.mark.slow
 def test_whole_state_round_trips_into_an_eval_shape_state(tmp_path):
     graphdef, saved = trained_state()
     save_state(tmp_path / "ckpt", saved)

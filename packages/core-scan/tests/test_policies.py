@@ -239,6 +239,7 @@ def test_offload_works_or_says_the_device_cannot(remat):
         _assert_trees_close(run(INIT, LAYERS), _want(False))
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(
     length=st.integers(1, 9),

@@ -75,6 +75,7 @@ def traced(model):
     return params, mox, new
 
 
+@pytest.mark.slow
 def test_names_follow_the_model_path(traced):
     _, mox, _ = traced
     names = [n.name for n in yax.query("//module_call", mox)]
@@ -91,6 +92,7 @@ def test_names_follow_the_model_path(traced):
     assert up.attrs["in_features"] == 4
 
 
+@pytest.mark.slow
 def test_lora_on_every_linear_inside_the_scan(model, traced):
     params, _, new = traced
     keys = [k for k, _ in new.extra_params]

@@ -93,6 +93,7 @@ def deep():
     return mox, closed, x, expected
 
 
+@pytest.mark.slow
 def test_deep_model_converts_prints_evaluates_and_queries(deep):
     mox, closed, x, expected = deep
     with recursion_limit(1000):
@@ -107,6 +108,7 @@ def test_deep_model_converts_prints_evaluates_and_queries(deep):
         assert query("count(//module_call//module_call)", mox) == DEPTH - 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["xml", "yson"])
 def test_deep_model_is_written_to_files(deep, fmt):
     mox, _, x, expected = deep

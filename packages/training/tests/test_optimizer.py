@@ -100,6 +100,7 @@ def test_the_optimizer_is_a_graph_node_that_jit_and_split_carry():
     assert int(optimizer2.step[...]) == 3 and int(optimizer.step[...]) == 2
 
 
+@pytest.mark.slow
 def test_extra_update_arguments_reach_optax():
     model = Model()
     optimizer = Optimizer(model, optax.lbfgs(), wrt=Param)

@@ -263,6 +263,7 @@ class JitAndVmap(nn.Module):
         return vmapped(4, name="per_row")(xs)
 
 
+@pytest.mark.slow
 def test_init_and_other_lifted_transforms():
     model = JitAndVmap()
     mox = yax.make_mox(model.init)(jax.random.key(0), X)  # `init` traces too

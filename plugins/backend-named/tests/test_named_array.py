@@ -200,6 +200,7 @@ def test_axis_sizes_context():
     assert resolve_axis(Axis("Time", 3)).size == 3
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(
     perm=st.permutations([0, 1, 2]),

@@ -139,6 +139,7 @@ def _loop(model, x):
     return x
 
 
+@pytest.mark.slow
 def test_stacked_layout(model):
     stacked = model.blocks.stacked
     assert stacked.scale.axes == (Layers,)
@@ -153,6 +154,7 @@ def test_stacked_layout(model):
     assert not np.allclose(model.blocks.get_layer(0).mlp.w_in.array, layer.mlp.w_in.array)
 
 
+@pytest.mark.slow
 def test_fold_equals_loop_and_blockseq(model, x):
     out = jax.jit(lambda m, x: m(x))(model, x)
     assert out.axes == (CONFIG.Pos, CONFIG.Hidden)
@@ -179,6 +181,7 @@ def test_blockseq_init_builds_the_same_layers(model, x):
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "remat",
     [
@@ -198,6 +201,7 @@ def test_gradients_equal_loop(remat, model, x):
     assert grads.blocks.stacked.attention.wq.axes == (Layers, CONFIG.Hidden, CONFIG.Head)
 
 
+@pytest.mark.slow
 def test_vmap_applies_every_block_to_the_same_input(model, x):
     y = eqx.filter_jit(Stacked.vmap)(model.blocks, x)
     assert y.axes == (Layers, CONFIG.Pos, CONFIG.Hidden)

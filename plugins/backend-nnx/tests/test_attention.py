@@ -24,6 +24,7 @@ V = jax.random.normal(KEYS[2], (2, 6, 2, 3))
 close = functools.partial(np.testing.assert_allclose, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_grouped_query_attention_shares_each_kv_head_among_its_query_heads():
     repeated = dot_product_attention(Q, jnp.repeat(K, 2, axis=-2), jnp.repeat(V, 2, axis=-2))
     close(dot_product_attention(Q, K, V), repeated)
@@ -36,6 +37,7 @@ class _Sink:
         return True
 
 
+@pytest.mark.slow
 def test_is_causal_equals_a_causal_mask():
     q, k, v = Q, jnp.repeat(K, 2, -2)[:, :5], jnp.repeat(V, 2, -2)[:, :5]
     mask = make_causal_mask(jnp.ones((2, 5)))
@@ -57,6 +59,7 @@ def test_shape_errors_name_the_axes(k_shape, v_shape, message):
         dot_product_attention(Q, jnp.ones(k_shape), jnp.ones(v_shape))
 
 
+@pytest.mark.slow
 def test_multi_head_attention_with_fewer_kv_heads():
     mha = MultiHeadAttention(4, 6, qkv_features=8, num_kv_heads=2, rngs=Rngs(0))
     assert mha.key.kernel.shape == (6, 2, 2) and mha.query.kernel.shape == (6, 4, 2)
@@ -65,6 +68,7 @@ def test_multi_head_attention_with_fewer_kv_heads():
         MultiHeadAttention(4, 6, qkv_features=8, num_kv_heads=3, rngs=Rngs(0))
 
 
+@pytest.mark.slow
 def test_decoding_one_position_at_a_time_equals_a_causal_pass():
     mha = MultiHeadAttention(2, 4, decode=True, rngs=Rngs(0))
     x = jax.random.normal(KEYS[0], (3, 5, 4))
@@ -79,6 +83,7 @@ def test_decoding_one_position_at_a_time_equals_a_causal_pass():
         mha(x[:, :2])
 
 
+@pytest.mark.slow
 def test_decoding_steps_under_jit_carry_the_cache():
     mha = MultiHeadAttention(2, 4, decode=True, rngs=Rngs(0))
     x = jax.random.normal(KEYS[1], (1, 4, 4))
@@ -99,6 +104,7 @@ def test_decoding_steps_under_jit_carry_the_cache():
     close(jnp.concatenate(outputs, 1), mha(x, decode=False, is_causal=True))
 
 
+@pytest.mark.slow
 def test_sow_weights_keeps_the_attention_weights():
     mha = MultiHeadAttention(2, 4, rngs=Rngs(0))
     x = jax.random.normal(KEYS[2], (1, 3, 4))

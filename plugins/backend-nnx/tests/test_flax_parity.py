@@ -178,6 +178,7 @@ CONV = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", cases(CONV))
 def test_conv_matches_flax(case):
     options = {"out_features": 4, **CONV[case]}
@@ -337,6 +338,7 @@ def test_multi_head_attention_matches_flax(case):
     check(*ATTENTION[case])
 
 
+@pytest.mark.slow
 def test_decoding_with_the_cache_matches_flax_and_a_causal_pass():
     def build(nnx):
         layer = nnx.MultiHeadAttention(4, 6, num_kv_heads=2, qkv_features=8, rngs=nnx.Rngs(0))
@@ -462,6 +464,7 @@ def test_bidirectional_matches_flax():
     check(build, on(SEQUENCE, seq_lengths=jnp.array([3, 4])))
 
 
+@pytest.mark.slow
 def test_rnn_with_broadcast_dropout_rngs_matches_flax():
     def build(nnx):
         base = nnx.RNNCellBase

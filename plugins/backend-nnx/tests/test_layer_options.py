@@ -120,6 +120,7 @@ def test_linear_general_batch_axis_keeps_a_kernel_per_batch_entry():
         LinearGeneral(4, 5, batch_axis={1: 2}, rngs=Rngs(0))
 
 
+@pytest.mark.slow
 def test_einsum_adds_the_bias_along_the_kernels_output_axes():
     layer = Einsum(
         "nta,hab->nthb", (3, 4, 5), (3, 5), bias_init=initializers.normal(), rngs=Rngs(0)
@@ -157,6 +158,7 @@ def test_einsum_equations_are_checked():
 # Convolutions ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_conv_paddings_and_their_errors():
     x = jax.random.normal(jax.random.key(1), (2, 6, 4))
     circular = Conv(4, 3, 3, padding="circular", rngs=Rngs(0))
@@ -180,6 +182,7 @@ def test_conv_mask_multiplies_the_kernel():
         Conv(4, 3, 2, mask=jnp.ones((2, 3)), rngs=Rngs(0))
 
 
+@pytest.mark.slow
 def test_circular_conv_transpose_output_is_input_times_stride():
     layer = ConvTranspose(4, 2, (3, 3), strides=(2, 1), padding="CIRCULAR", rngs=Rngs(0))
     assert layer(jnp.ones((1, 5, 3, 4))).shape == (1, 10, 3, 2)
@@ -188,6 +191,7 @@ def test_circular_conv_transpose_output_is_input_times_stride():
 # Normalization --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_group_norm_with_one_group_is_layer_norm_over_every_non_batch_axis():
     x = jax.random.normal(jax.random.key(2), (2, 3, 4))
     close(GroupNorm(4, 1)(x), LayerNorm(4, reduction_axes=(1, 2), feature_axes=-1)(x))
@@ -212,6 +216,7 @@ def test_instance_norm_normalizes_each_example_and_channel():
     close(y.var(1), jnp.ones((2, 4)), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_slow_variance_and_masks_follow_the_formula():
     mask = jnp.array([True, True, False, True])
     y = LayerNorm(4, use_fast_variance=False)(X, mask=jnp.broadcast_to(mask, X.shape))
@@ -270,6 +275,7 @@ def test_prelu_learns_the_negative_slope():
     assert set(dict(graph.state(act, Param).flat_state())) == {("negative_slope",)}
 
 
+@pytest.mark.slow
 def test_sequential_pipes_outputs_and_passes_rngs():
     def split_pair(x):
         return x, 2 * x

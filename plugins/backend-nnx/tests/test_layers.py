@@ -81,6 +81,7 @@ def test_linear_general_contracts_several_axes():
 # Conv ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_conv_1d_valid_matches_a_hand_written_convolution():
     conv = Conv(2, 3, kernel_size=3, padding="VALID", rngs=Rngs(0), bias_init=initializers.normal())
     x = jax.random.normal(KEY, (4, 7, 2))
@@ -164,6 +165,7 @@ def test_rms_norm_matches_the_formula():
     close(norm(x), x / jnp.sqrt((x**2).mean(-1, keepdims=True) + 1e-6))
 
 
+@pytest.mark.slow
 def test_batch_norm_updates_running_stats_in_place_and_uses_them_in_eval():
     norm = BatchNorm(3, momentum=0.9)
     x = jax.random.normal(KEY, (16, 3)) * 2.0 + 1.0

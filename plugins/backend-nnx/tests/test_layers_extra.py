@@ -7,6 +7,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ class Stack(Module):
         return self.drop(x)
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None)
 @given(sizes=st.lists(st.integers(1, 4), min_size=2, max_size=4), seed=st.integers(0, 2**16))
 def test_split_merge_round_trip_gives_the_same_outputs_and_keys(sizes, seed):

@@ -83,6 +83,7 @@ def test_reverse_keeps_padding_at_the_end_and_seq_lengths_pick_the_last_carry():
     close(back[1, :2], expected[0, ::-1])
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(
     lengths=st.lists(st.integers(1, 5), min_size=1, max_size=3),
