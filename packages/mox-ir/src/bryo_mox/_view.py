@@ -306,7 +306,7 @@ def query(xpath: str, mox: Mox) -> Any:
         MoxError: `xpath` is not valid XPath 1.0, or calls an unknown function.
 
     Example:
-        >>> dense = query('//module_call[@type="Linear"][@features=10]', mox)  # doctest: +SKIP
+        >>> dense = query('//module_call[@type="Linear" and @features=10]', mox)  # doctest: +SKIP
     """
     if not isinstance(mox, Mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")

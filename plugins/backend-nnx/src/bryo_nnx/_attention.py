@@ -287,9 +287,10 @@ class MultiHeadAttention(Module):
             `keep_rngs` the layer also keeps a stream forked from `rngs['dropout']` for
             calls without `rngs=`.
         keep_rngs: keep that stream (default True).
-        kernel_metadata, bias_metadata, out_kernel_metadata, out_bias_metadata,
-        query_ln_scale_metadata, key_ln_scale_metadata: metadata of the Params (the
-        output's default to the projections').
+
+    `kernel_metadata`, `bias_metadata`, `out_kernel_metadata`, `out_bias_metadata`,
+    `query_ln_scale_metadata`, `key_ln_scale_metadata`: metadata of the Params (the
+    output's default to the projections').
     """
 
     def __init__(

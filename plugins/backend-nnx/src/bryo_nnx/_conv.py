@@ -121,8 +121,9 @@ class Conv(Module):
         feature_group_count: grouped convolution (`in_features` must divide evenly).
         mask: an array of the kernel's shape multiplying the kernel.
         conv_general_dilated: the convolution (default `jax.lax.conv_general_dilated`).
-        use_bias, dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
-        preferred_element_type, rngs, kernel_metadata, bias_metadata: as `Linear`.
+
+    `use_bias`, `dtype`, `param_dtype`, `precision`, `kernel_init`, `bias_init`, `promote_dtype`,
+    `preferred_element_type`, `rngs`, `kernel_metadata`, `bias_metadata`: as `Linear`.
     """
 
     def __init__(
@@ -218,12 +219,13 @@ class ConvTranspose(Module):
     `transpose_kernel`), initialised from the `params` stream.
 
     Args:
-        in_features, out_features, kernel_size, strides, kernel_dilation, mask, use_bias,
-        dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
-        preferred_element_type, rngs, kernel_metadata, bias_metadata: as `Conv`.
         padding: 'SAME', 'VALID', 'CIRCULAR', an int, or an int or `(low, high)` per axis.
         transpose_kernel: flip the spatial axes and swap the feature axes of the kernel,
             giving the exact gradient of a `Conv` with the same kernel.
+
+    `in_features`, `out_features`, `kernel_size`, `strides`, `kernel_dilation`, `mask`, `use_bias`,
+    `dtype`, `param_dtype`, `precision`, `kernel_init`, `bias_init`, `promote_dtype`,
+    `preferred_element_type`, `rngs`, `kernel_metadata`, `bias_metadata`: as `Conv`.
     """
 
     def __init__(

@@ -158,8 +158,9 @@ class LinearGeneral(Module):
             (consecutive from 0).
         dot_general, dot_general_cls: the contraction function, or a class whose instances
             are one (default `jax.lax.dot_general`).
-        use_bias, dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
-        preferred_element_type, rngs, kernel_metadata, bias_metadata: as `Linear`.
+
+    `use_bias`, `dtype`, `param_dtype`, `precision`, `kernel_init`, `bias_init`, `promote_dtype`,
+    `preferred_element_type`, `rngs`, `kernel_metadata`, `bias_metadata`: as `Linear`.
     """
 
     def __init__(
@@ -293,8 +294,9 @@ class Einsum(Module):
         kernel_shape: the kernel's shape.
         bias_shape: the bias's shape (the kernel's output axes); None for no bias.
         einsum_op: the einsum function (default `jnp.einsum`).
-        dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
-        preferred_element_type, rngs, kernel_metadata, bias_metadata: as `Linear`.
+
+    `dtype`, `param_dtype`, `precision`, `kernel_init`, `bias_init`, `promote_dtype`,
+    `preferred_element_type`, `rngs`, `kernel_metadata`, `bias_metadata`: as `Linear`.
     """
 
     def __init__(

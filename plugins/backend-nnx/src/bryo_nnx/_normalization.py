@@ -392,10 +392,11 @@ class BatchNorm(Module):
         axis: the feature axis.
         momentum: the decay of the running statistics.
         epsilon: added to the variance.
-        dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-        axis_index_groups, use_fast_variance, rngs, bias_metadata, scale_metadata: as
-        `LayerNorm`.
         promote_dtype: casts `(x, mean, var, scale, bias)` to the computation dtype.
+
+    `dtype`, `param_dtype`, `use_bias`, `use_scale`, `bias_init`, `scale_init`, `axis_name`,
+    `axis_index_groups`, `use_fast_variance`, `rngs`, `bias_metadata`, `scale_metadata`: as
+    `LayerNorm`.
     """
 
     def __init__(
@@ -505,9 +506,10 @@ class GroupNorm(Module):
         group_size: the number of channels per group, instead of `num_groups`.
         reduction_axes: the axes statistics are taken over, which must end with the last
             (default: every axis but the first, the batch).
-        epsilon, dtype, param_dtype, use_bias, use_scale, bias_init, scale_init,
-        axis_name, axis_index_groups, use_fast_variance, promote_dtype, rngs,
-        bias_metadata, scale_metadata: as `LayerNorm`.
+
+    `epsilon`, `dtype`, `param_dtype`, `use_bias`, `use_scale`, `bias_init`, `scale_init`,
+    `axis_name`, `axis_index_groups`, `use_fast_variance`, `promote_dtype`, `rngs`, `bias_metadata`,
+    `scale_metadata`: as `LayerNorm`.
     """
 
     def __init__(
@@ -624,9 +626,10 @@ class InstanceNorm(Module):
     Args:
         num_features: the number of channels.
         feature_axes: the channel axes (never the first).
-        epsilon, dtype, param_dtype, use_bias, use_scale, bias_init, scale_init,
-        axis_name, axis_index_groups, use_fast_variance, promote_dtype, rngs,
-        bias_metadata, scale_metadata: as `LayerNorm`.
+
+    `epsilon`, `dtype`, `param_dtype`, `use_bias`, `use_scale`, `bias_init`, `scale_init`,
+    `axis_name`, `axis_index_groups`, `use_fast_variance`, `promote_dtype`, `rngs`, `bias_metadata`,
+    `scale_metadata`: as `LayerNorm`.
     """
 
     def __init__(

@@ -335,9 +335,10 @@ class SimpleCell(RNNCellBase):
         residual: add the previous carry before the activation.
         activation_fn: the activation (tanh).
         dtype: the computation dtype (float32 by default, as in Flax).
-        param_dtype, carry_init, kernel_init, recurrent_kernel_init, bias_init,
-        promote_dtype, keep_rngs, rngs, kernel_metadata, recurrent_kernel_metadata,
-        bias_metadata: as `LSTMCell` (`dense_i` has the bias, `dense_h` none).
+
+    `param_dtype`, `carry_init`, `kernel_init`, `recurrent_kernel_init`, `bias_init`,
+    `promote_dtype`, `keep_rngs`, `rngs`, `kernel_metadata`, `recurrent_kernel_metadata`,
+    `bias_metadata`: as `LSTMCell` (`dense_i` has the bias, `dense_h` none).
     """
 
     def __init__(
