@@ -9,6 +9,7 @@ Regenerate them with `BRYO_WRITE_API_PAGES=1 python -m pytest tests/test_api_ref
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import os
@@ -34,7 +35,8 @@ DISTRIBUTIONS = (
     Distribution(
         "packages/bryo",
         "bryo",
-        "The meta-package: the most used names at top level, checkpoints, the `bryo` command, and the facades `bryo.nnx`, `bryo.hax`, `bryo.mox`.",
+        "The meta-package: the most used names at top level, checkpoints, the `bryo` "
+        "command, and the facades `bryo.nnx`, `bryo.hax`, `bryo.mox`.",
     ),
     Distribution(
         "packages/core-plugins",
@@ -86,11 +88,26 @@ PAGE_OF = {d.package: Path(d.folder).name for d in DISTRIBUTIONS}
 
 
 def public_names(module: ModuleType) -> list[str]:
-    """`__all__`, or every name of the module not starting with `_`."""
+    """`__all__`, or every name the package's `__init__.py` binds that does not start with
+    `_` (read from its source, so submodules other code imported later do not count)."""
     names = getattr(module, "__all__", None)
     if names is None:
-        names = [n for n in vars(module) if not n.startswith("_")]
+        tree = ast.parse(Path(module.__file__ or "").read_text())
+        names = [n for n in _bound_names(tree) if not n.startswith("_")]
     return sorted(set(names), key=lambda n: (n.lower(), n))
+
+
+def _bound_names(tree: ast.Module) -> list[str]:
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names += [(a.asname or a.name).split(".")[0] for a in node.names]
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return names
 
 
 def defining_module(value: object) -> str | None:

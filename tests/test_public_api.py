@@ -7,7 +7,11 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-REFERENCES = re.findall(r"^::: ([\w.]+)$", (DOCS / "api.md").read_text(), re.MULTILINE)
+REFERENCES = [
+    name
+    for page in sorted((DOCS / "api").glob("*.md"))
+    for name in re.findall(r"^::: (\w+\.[\w.]+)$", page.read_text(), re.MULTILINE)
+]
 
 
 def resolve(dotted: str) -> object:
