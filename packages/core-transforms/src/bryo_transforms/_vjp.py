@@ -57,8 +57,9 @@ def vjp(
         >>> import jax.numpy as jnp
         >>> out, vjp_fn = vjp(lambda w, x: jnp.sum(w * x), jnp.ones(2), jnp.arange(2.0),
         ...                   graph_updates=False)
-        >>> [g.tolist() for g in vjp_fn(jnp.ones(()))]
-        [[0.0, 1.0], [1.0, 1.0]]
+        >>> grad_w, grad_x = vjp_fn(jnp.ones(()))
+        >>> grad_w.tolist(), grad_x.tolist()
+        ([0.0, 1.0], [1.0, 1.0])
     """
     options = {"has_aux": has_aux, "graph": graph, "graph_updates": graph_updates}
     if f is _MISSING:
