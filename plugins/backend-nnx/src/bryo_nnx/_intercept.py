@@ -161,13 +161,15 @@ def static_attributes(module: object) -> dict[str, object]:
     the aliases its class declares in `_mox_aliases` (`Linear` reports `features`, Flax
     Linen's name for `out_features`), and its Variables' sharding metadata (see
     `sharding_attributes`)."""
+    from bryo_graph import Variable
     from bryo_mox.interception import static_attributes as recordable
 
-    attrs = recordable(vars(module).items())
+    public = [(k, v) for k, v in vars(module).items() if not k.startswith("_")]
+    attrs = recordable((k, v) for k, v in public if not isinstance(v, Variable))
     for alias, attribute in getattr(type(module), "_mox_aliases", {}).items():
         if attribute in attrs:
             attrs.setdefault(alias, attrs[attribute])
-    for key, value in sharding_attributes(module).items():
+    for key, value in _sharding_attributes(public).items():
         attrs.setdefault(key, value)
     return attrs
 
@@ -176,12 +178,16 @@ def sharding_attributes(module: object) -> dict[str, tuple[str | None, ...]]:
     """The `sharding` metadata of a module's own Variables as `<name>_sharding` attributes,
     so MoX documents (and their files) keep it: `kernel_sharding=('embed', 'mlp')`. A
     dimension with several logical names is written as one string, `'batch+seq'`."""
+    return _sharding_attributes([(k, v) for k, v in vars(module).items() if not k.startswith("_")])
+
+
+def _sharding_attributes(items: list[tuple[str, object]]) -> dict[str, tuple[str | None, ...]]:
     from bryo_graph import Variable
 
     attrs: dict[str, tuple[str | None, ...]] = {}
-    for key, value in sorted(vars(module).items()):
+    for key, value in sorted(items, key=lambda item: item[0]):
         axes = value.get_metadata("sharding", None) if isinstance(value, Variable) else None
-        if axes is not None and not key.startswith("_"):
+        if axes is not None:
             entries = (axes,) if isinstance(axes, str) else tuple(axes)
             attrs[f"{key}_sharding"] = tuple(
                 e if e is None or isinstance(e, str) else "+".join(e) for e in entries
