@@ -219,6 +219,24 @@ class DocNode:
     #: A hashable key of `attrs` a reader may set (the attributes' text): equal keys
     #: mean equal attrs, so the loader need not compare the values themselves.
     attrs_key: Any = field(default=None, repr=False, compare=False)
+    #: `name -> (value, text)`: `attrs` as `encode_attr` wrote them when `to_document`
+    #: checked that they can be written; read them with `attr_texts`.
+    texts: dict[str, tuple[Any, str]] | None = field(default=None, repr=False, compare=False)
+
+
+def attr_texts(doc: DocNode) -> dict[str, str]:
+    """The attributes of `doc` as text (`encode_attr`), reusing what `to_document` encoded
+    for the values `attrs` still holds."""
+    texts = doc.texts or {}
+    out = {}
+    for key, value in doc.attrs.items():
+        known = texts.get(key)
+        out[key] = (
+            known[1]
+            if known is not None and known[0] is value
+            else encode_attr(value, strict=False)
+        )
+    return out
 
 
 def element_tag(doc: DocNode) -> tuple[str, dict[str, Any]]:
@@ -249,8 +267,7 @@ def build_element(
     """The lxml element tree of a document, in the schema `query` sees (see `_attrs`);
     `on_element(element, doc_or_port)` sees each element."""
     tag, extra = element_tag(doc)
-    attrs = {k: encode_attr(v, strict=False) for k, v in doc.attrs.items()}
-    attrs.update(extra)
+    attrs = {**attr_texts(doc), **extra}
     element = etree.Element(tag, attrs) if parent is None else etree.SubElement(parent, tag, attrs)
     if on_element is not None:
         on_element(element, doc)
@@ -360,11 +377,23 @@ class _Writer:
         self.namer = Namer()
         self.rule_regions: dict[int, tuple[str, Block]] | None = None
         self.other_rule_regions: dict[int, tuple[str, Block]] = {}
+        self.types: dict[int, tuple[Any, str]] = {}
+        self.encoded: list[str] = []  # what `checked` encoded for the node being written
 
     def port(self, atom: Any) -> Port:
         if isinstance(atom, Literal):
-            return Port(None, type_str(atom.aval, weak=True), _scalar(atom.val))
-        return Port(self.namer(atom), type_str(atom.aval, weak=True))
+            return Port(None, self.type_of(atom.aval), _scalar(atom.val))
+        return Port(self.namer(atom), self.type_of(atom.aval))
+
+    def type_of(self, aval: Any) -> str:
+        """`type_str(aval, weak=True)`, once per aval object: jax shares one aval between
+        many variables (an MLP's hundreds of ports have a handful)."""
+        hit = self.types.get(id(aval))
+        if hit is not None and hit[0] is aval:
+            return hit[1]
+        text = type_str(aval, weak=True)
+        self.types[id(aval)] = (aval, text)  # holding the aval keeps its id unique
+        return text
 
     def block(self, doc: DocNode, block: Block, location: tuple[Any, ...]) -> _Step:
         if not self.ports:
@@ -373,7 +402,7 @@ class _Writer:
             return
         for var, value in zip(block.constvars, block.consts, strict=False):
             doc.consts.append(
-                Const(self.namer(var), type_str(var.aval, weak=True), self.const_data(var, value))
+                Const(self.namer(var), self.type_of(var.aval), self.const_data(var, value))
             )
         if not doc.inputs:
             doc.inputs = [self.port(v) for v in block.invars]
@@ -404,6 +433,7 @@ class _Writer:
     def node(self, node: Node, location: tuple[Any, ...]) -> _Step:
         if isinstance(node, ModuleCall):
             doc = DocNode("module_call", self.module_attrs(node), node=node, location=location)
+            doc.texts = self.texts(doc.attrs)
             if self.ports:
                 self.bind_inputs(doc, node.invars, node.body.invars)
                 doc.outputs = [self.port(v) for v in node.outvars]
@@ -411,6 +441,7 @@ class _Writer:
             return doc
         assert isinstance(node, Equation)
         doc = DocNode(node.primitive.name, self.params(node), node=node, location=location)
+        doc.texts = self.texts(doc.attrs)
         if self.ports:
             doc.inputs = [self.port(v) for v in node.invars]
             doc.outputs = [self.port(v) for v in node.outvars]
@@ -482,13 +513,20 @@ class _Writer:
         if not self.strict:
             return value  # the element view writes it with `encode(strict=False)`
         try:
-            encode(value)
+            self.encoded.append(encode_attr(value))
         except Unencodable as error:
             raise MoxSerializationError(
                 f"{what} cannot be serialized: {error}. Replace the equation (`sub`) "
                 "or keep this MoX in memory."
             ) from None
         return value
+
+    def texts(self, attrs: dict[str, Any]) -> dict[str, tuple[Any, str]] | None:
+        """The texts `checked` encoded for `attrs` (in order), for `attr_texts`."""
+        if not self.strict:
+            return None
+        encoded, self.encoded = self.encoded, []
+        return {k: (v, text) for (k, v), text in zip(attrs.items(), encoded, strict=True)}
 
     def encodable(self, value: Any) -> bool:
         try:

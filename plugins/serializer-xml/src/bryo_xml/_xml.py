@@ -21,6 +21,7 @@ line and position, under the load's budgets (`bryo_mox.document.Limits`).
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from typing import Any, TypedDict, cast
 
@@ -34,10 +35,10 @@ from bryo_mox.document import (
     Limits,
     Port,
     Source,
+    attr_texts,
     const_text,
     current_budget,
     element_tag,
-    encode_attr,
     located,
     port_attrs,
     read_const,
@@ -86,10 +87,18 @@ def _start(tag: str, attrs: dict[str, Any]) -> str:
 
 
 def _port(kind: str, port: Port, pad: str) -> str:
+    if port.name is not None and port.bind is None:  # most ports: one type, one name
+        return f'{pad}<{kind} type="{_escape_type(port.type)}">{_escape(port.name)}</{kind}>\n'
     start = _start(kind, port_attrs(port))
     if port.name is None:
         return f"{pad}{start}/>\n"
     return f"{pad}{start}>{_escape(port.name)}</{kind}>\n"
+
+
+@functools.lru_cache(maxsize=1024)
+def _escape_type(text: str) -> str:
+    """`_escape` for type strings: a file repeats a few of them (`key<fry>[]` needs it)."""
+    return _escape(text)
 
 
 def dumps(doc: DocNode) -> str:
@@ -106,8 +115,9 @@ def dumps(doc: DocNode) -> str:
             out.append(f"{pad}</{closing}>\n")
             continue
         tag, extra = element_tag(node)
-        attrs = {k: encode_attr(v, strict=False) for k, v in node.attrs.items()}
-        attrs.update(extra)
+        attrs = attr_texts(node)
+        if extra:
+            attrs = {**attrs, **extra}
         start = _start(tag, attrs)
         if not (node.consts or node.inputs or node.outputs or node.children or node.results):
             out.append(f"{pad}{start}/>\n")
