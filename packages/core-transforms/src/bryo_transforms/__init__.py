@@ -51,6 +51,7 @@ from ._loops import while_loop as while_loop
 from ._pmap import pmap as pmap
 from ._remat import remat as remat
 from ._scan import scan as scan
+from ._shard_map import shard_map as shard_map
 from ._shardings import StateSharding as StateSharding
 from ._shardings import prefix as prefix
 from ._vjp import jvp as jvp

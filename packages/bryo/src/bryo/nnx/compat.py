@@ -60,6 +60,7 @@ reseed = _graph_defaults(bryo_rngs.reseed)
 
 # transforms
 jit = _graph_defaults(bryo_transforms.jit)
+shard_map = _graph_defaults(bryo_transforms.shard_map)
 grad = _graph_defaults(bryo_transforms.grad)
 value_and_grad = _graph_defaults(bryo_transforms.value_and_grad)
 remat = _graph_defaults(bryo_transforms.remat)
