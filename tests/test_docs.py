@@ -45,15 +45,27 @@ def python_blocks(page: Path) -> list[tuple[int, str]]:
     return [(text.count("\n", 0, m.start()) + 2, m.group(1)) for m in BLOCK.finditer(text)]
 
 
+ALIAS = re.compile(r"^\s*import\s+bryo\w*(?:\.\w+)*\s+as\s+(\w+)", re.MULTILINE)
+
+
+def bryo_calls(markdown: str) -> re.Pattern[str]:
+    """Calls of bryo, including through the aliases the page imports it under (`bg.`)."""
+    aliases = "".join(f"|{re.escape(alias)}" for alias in sorted(set(ALIAS.findall(markdown))))
+    if not aliases:
+        return BRYO_CALL
+    return re.compile(BRYO_CALL.pattern + rf"|\b(?:{aliases[1:]})(?:\.\w+)+\s*\(", re.MULTILINE)
+
+
 def untested_fences_calling_bryo(markdown: str) -> list[tuple[int, str]]:
     """`(line, first call)` of each fence that calls bryo but that the docs test does not run."""
+    calls = bryo_calls(markdown)
     found = []
     for fence in FENCE.finditer(markdown):
         language = fence["info"].strip().split(" ")[0]
         tested = language == "python" and fence["indent"] == ""
         if tested or language in SHELL_LANGUAGES:
             continue
-        call = BRYO_CALL.search(fence["body"])
+        call = calls.search(fence["body"])
         if call:
             found.append((markdown.count("\n", 0, fence.start()) + 1, call.group(0).strip()))
     return found
@@ -77,11 +89,14 @@ def test_the_fence_check_catches_text_xml_and_indented_blocks() -> None:
         "```python\nbryo.split(model)\n```\n"
         "```bash\nbryo demo --quiet\n```\n"
         "```\nfrom bryo import nnx\n```\n"
+        "```python\nimport bryo_graph as bg\n```\n"
+        "```text\nmesh = bg.make_mesh({'data': 2})\n```\n"
     )
     assert untested_fences_calling_bryo(page) == [
         (1, "yax.make_mox("),
         (8, "import bryo"),
         (17, "from bryo"),
+        (23, "bg.make_mesh("),
     ]
 
 
