@@ -7,7 +7,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bryo_graph import BatchStat, Param, State, Variable, VariableState
+from bryo_graph import (
+    BatchStat,
+    Param,
+    State,
+    Variable,
+    VariableState,
+    clone,
+    graphdef,
+    merge,
+    split,
+)
 
 
 def test_variable_value_and_metadata():
@@ -124,3 +134,16 @@ def test_from_flat_path_round_trip(flat):
     assert again.flat_state() == state.flat_state()
     leaves, treedef = jax.tree.flatten(state)
     assert jax.tree.unflatten(treedef, leaves).flat_state().keys() == state.flat_state().keys()
+
+
+def test_a_state_is_a_graph_node_clone_split_and_merge_take():
+    shared = Param(jnp.ones(2))
+    state = State({"a": {"w": shared, "n": 3}, "b": shared})
+    graphdef_, leaves = split(state)
+    other = Param(jnp.zeros(2))
+    assert graphdef_ == graphdef(State({"a": {"w": other, "n": 4}, "b": other}))
+    again = merge(graphdef_, leaves)
+    assert type(again) is State and again["a"]["w"] is shared and again["a"]["n"] == 3
+    copied = clone(state)
+    assert copied["a"]["w"] is copied["b"] and copied["b"] is not shared  # sharing kept
+    np.testing.assert_array_equal(copied["b"].value, shared.value)

@@ -16,6 +16,8 @@ from typing import NamedTuple, TypeAlias
 
 from bryo_pytree import Key, Path
 
+from ._variables import Variable
+
 
 class NodeEntry(NamedTuple):
     """A graph node: its class, its GraphDef index, its static aux data and its children.
@@ -144,6 +146,6 @@ def _render_leaf(entry: Entry) -> str:
         return f"<ref #{entry.index}>"
     if isinstance(entry, VariableEntry):
         return f"{entry.type.__name__}#{entry.index}"
-    if isinstance(entry, LeafEntry):
-        return f"<array as {entry.type.__name__}>"
+    if isinstance(entry, LeafEntry):  # raw in States unless its node type names a Variable
+        return "<leaf>" if entry.type is Variable else f"<array as {entry.type.__name__}>"
     return repr(entry.value)  # type: ignore[union-attr]

@@ -12,8 +12,14 @@ from bryo_plugins import hookimpl
 
 from ._nodes import NodeType, builtin_node_types
 from ._object import Object, object_node_type, tracked_container_node_types
+from ._state import state_node_type
 
 
 @hookimpl
 def bryo_graph_node_types() -> Sequence[NodeType]:
-    return (*builtin_node_types(), *tracked_container_node_types(), object_node_type(Object))
+    return (
+        *builtin_node_types(),
+        *tracked_container_node_types(),
+        object_node_type(Object),
+        state_node_type(),
+    )

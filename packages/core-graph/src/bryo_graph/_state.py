@@ -16,6 +16,7 @@ from jax.tree_util import DictKey, register_pytree_with_keys
 from bryo_filters import Filter, filters_to_predicates
 from bryo_pytree import Key, Path, path_str, unflatten_paths
 
+from ._nodes import NodeType
 from ._variables import VariableState
 
 
@@ -317,3 +318,41 @@ register_pytree_with_keys(State, _state_flatten_with_keys, _state_unflatten, _st
 
 GraphState = State
 """Flax's name for the State of a graph node."""
+
+
+# A State is also a graph node (as in Flax NNX 0.12): `clone`, `split`, `state` take one ---
+
+
+def state_flatten(state: State) -> tuple[list[tuple[Key, object]], None]:
+    """A State's children: per top key, its leaf or its sub-State."""
+    return [(key, state[key]) for key in state._top_keys()], None
+
+
+def state_unflatten(cls: type, aux: object, children: list[tuple[Key, object]]) -> State:
+    """A State from its children (leaves and sub-States)."""
+    flat: dict[Path, object] = {}
+    for key, child in children:
+        if isinstance(child, State):
+            flat.update(((key, *path), leaf) for path, leaf in child._flat.items())
+        else:
+            flat[(key,)] = child
+    return cls._from_flat(flat)  # type: ignore[attr-defined]
+
+
+def _state_set_key(state: object, key: Key, child: object) -> None:
+    state[key] = child  # type: ignore[index]
+
+
+def _no_static_keys(state: object) -> frozenset:
+    return frozenset()  # every child of a State is state: none is static
+
+
+def state_node_type() -> NodeType:
+    """The NodeType of `State` (immutable: `update` writes leaves into it in place)."""
+    return NodeType(
+        State,
+        flatten=state_flatten,  # type: ignore[arg-type]
+        unflatten=state_unflatten,
+        set_key=_state_set_key,
+        static_keys=_no_static_keys,
+    )
