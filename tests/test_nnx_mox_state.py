@@ -120,9 +120,33 @@ def test_nested_calls_read_the_models_flattening(monkeypatch):
 
     flattened = []
     original = _intercept.flat_graph
-    monkeypatch.setattr(_intercept, "flat_graph", lambda n: flattened.append(n) or original(n))
+    monkeypatch.setattr(
+        _intercept, "flat_graph", lambda n, **kw: flattened.append(n) or original(n, **kw)
+    )
     model = Wrapper(Wrapper(Shared(nnx.Rngs(0))))
     yax.make_mox(lambda x: model(x))(X)
     # once for the outermost call; `other` shares `first`'s bias, met before it, so its
     # own flattening differs from its part of the model's
     assert flattened == [model, model.inner.inner.other]
+
+
+def test_a_model_merged_inside_the_trace_is_freed_without_the_garbage_collector():
+    import gc
+    import weakref
+
+    graphdef, state = nnx.split(Wrapper(Shared(nnx.Rngs(0))))
+    merged = []
+
+    def apply(s, x):
+        module = nnx.merge(graphdef, s)
+        merged.append(weakref.ref(module))
+        return module(x)
+
+    gc.collect()
+    gc.disable()
+    try:
+        mox = yax.make_mox(apply)(state, X)
+        assert merged[0]() is None  # no reference cycle keeps it (and its tracers) alive
+    finally:
+        gc.enable()
+    assert len(yax.query("//module_call", mox)) == 5

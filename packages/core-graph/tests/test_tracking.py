@@ -250,3 +250,12 @@ def test_leaves_of_a_node_outside_the_graph_or_a_leaf_is_none():
     model = Model()
     flat = flat_graph(model)
     assert flat.leaves_of(Leaf()) is None and flat.leaves_of(model.head.w) is None
+
+
+def test_a_flattening_not_kept_is_watched_but_not_reused():
+    model = Model()
+    first, second = flat_graph(model, keep=False), flat_graph(model, keep=False)
+    assert first is not second and first.watch.is_valid() and second.watch.is_valid()
+    assert flat_graph(model) is not first  # nothing was stored on the model
+    model.head.size = 5
+    assert not first.watch.is_valid() and not second.watch.is_valid()

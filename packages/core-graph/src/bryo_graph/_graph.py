@@ -499,12 +499,16 @@ _table_lock = threading.Lock()
 _owners: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
 
 
-def flat_graph(node: object, /) -> FlatGraph:
+def flat_graph(node: object, /, *, keep: bool = True) -> FlatGraph:
     """`node` flattened: its GraphDef and, per State leaf, its path and live source.
 
     The flattening is reused while none of `node`'s nodes changed: the same `FlatGraph`
     object comes back, so its identity can key caches of work done per structure (the
     lifted transforms' call plans do). Read values through its `sources`; never mutate it.
+    With `keep=False` a new flattening is not stored for reuse (an `Object` root storing
+    its own would make a reference cycle, which only the garbage collector frees): its
+    `watch` still tells whether it is valid. Tools flattening short-lived models (a model
+    merged inside a traced function) pass it.
     """
     own = isinstance(node, _OWN_CACHE)
     if own:
@@ -531,15 +535,20 @@ def flat_graph(node: object, /) -> FlatGraph:
     root = flattener.flatten(node, node_type)
     flat = FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
     if flattener.cacheable and (own or not node_type.mutable):
-        _remember(node, flat, flattener.tracked, writes, own)
+        _remember(node, flat, flattener.tracked, writes, own, keep)
     return flat
 
 
-def _remember(node: object, flat: FlatGraph, tracked: list, writes: int, own: bool) -> None:
-    """Cache `flat` if nothing changed while it was made, on the root or in the table."""
+def _remember(
+    node: object, flat: FlatGraph, tracked: list, writes: int, own: bool, keep: bool
+) -> None:
+    """Watch `flat`'s nodes and, with `keep`, cache it on the root or in the table, if
+    nothing changed while it was made."""
     watch = flat.watch = Watch()
     if not watch_all(watch, tracked) or write_count() != writes + 1:
         watch.expire()  # a node cannot keep watches, or a write raced the walk
+        return
+    if not keep:
         return
     if own:
         node.__dict__[_CACHE] = flat

@@ -86,7 +86,7 @@ def own_variables(module: object) -> tuple[FlatGraph, list[Variable]] | None:
             if leaves is not None:
                 break
     else:
-        flat = flat_graph(module)
+        flat = flat_graph(module, keep=False)  # kept here, for this trace only
         if flat.watch is None or not flat.watch.is_valid():
             return None
         leaves = range(len(flat.sources))
@@ -148,12 +148,16 @@ wrap_call = _router.wrap
 @contextlib.contextmanager
 def intercept(handler: Handler) -> Iterator[None]:
     """Route every Module call to `handler` inside the block (see `bryo_mox_interceptor`)."""
-    token = _flattenings.set([])
+    flattenings: list[FlatGraph] = []
+    token = _flattenings.set(flattenings)
     try:
         with _router.active(handler):
             yield
     finally:
         _flattenings.reset(token)
+        for flat in flattenings:  # their watches must not pile up on a long-lived model
+            if flat.watch is not None:
+                flat.watch.expire()
 
 
 def static_attributes(module: object) -> dict[str, object]:
