@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import cast
 
 import numpy as np
 
 from bryo_graph import NodeType
 from bryo_plugins import hookimpl
+from bryo_pytree import Key
 
 from ._stacked import BlockSeq, Stacked
 from ._types import AxisInfo
@@ -29,12 +31,12 @@ def _dataclass_node_type(cls: type, data: tuple[str, ...], static: tuple[str, ..
         children = [(name, getattr(node, name)) for name in data]
         return children, tuple(getattr(node, name) for name in static)
 
-    def unflatten(cls: type, aux: tuple, children: list[tuple[str, object]]) -> object:
+    def unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
         node = object.__new__(cls)
-        for name, value in zip(static, aux, strict=True):
+        for name, value in zip(static, cast(tuple, aux), strict=True):
             object.__setattr__(node, name, value)
-        for name, value in children:
-            object.__setattr__(node, name, value)
+        for name, value in children:  # the keys `flatten` gave: field names
+            object.__setattr__(node, cast(str, name), value)
         return node
 
     return NodeType(cls, flatten=flatten, unflatten=unflatten)

@@ -21,7 +21,7 @@ import dataclasses
 import inspect
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import jax
 import numpy as np
@@ -227,7 +227,8 @@ class Stacked(Generic[M]):
         return make
 
     def _split(self) -> tuple[PyTree, Callable[[PyTree], M]]:
-        return block_splitter(self.stacked)(self.stacked)
+        tree, rebuild = block_splitter(self.stacked)(self.stacked)
+        return tree, cast("Callable[[PyTree], M]", rebuild)  # it rebuilds the block's type
 
     def _rules(self, args: tuple, is_scanned: IsScanned, shared: int = 0) -> Rules:
         """Every array of the stacked block is scanned, the first `shared` arguments never,
@@ -354,7 +355,7 @@ def _vmapped_blocks(build: Callable[..., M], info: AxisInfo, args: tuple, kwargs
         block = build(*step.args, **step.kwargs)
         tree, rebuild = block_splitter(block)(block)
         _check_is_pytree(block, tree)
-        rebuilds.append(rebuild)
+        rebuilds.append(cast("Callable[[PyTree], M]", rebuild))  # rebuilds the block's type
         return outputs.flatten(tree)
 
     stacked = jax.vmap(one, axis_size=info.size)(inputs.arrays)

@@ -16,7 +16,7 @@ import dataclasses
 import inspect
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -177,7 +177,7 @@ class Unbound:
         )
 
 
-def _describe(leaf: object) -> str:
+def _describe(leaf: Any) -> str:
     handler = named_leaf_handler(leaf)
     if handler is not None:
         return handler.describe(leaf)
@@ -187,7 +187,7 @@ def _describe(leaf: object) -> str:
 def _leaf_predicates(rules: Rules, tree: PyTree) -> Iterator[ScanPredicate]:
     """One predicate per leaf of `tree` (in flattening order) from a prefix of `tree`."""
     if callable(rules):
-        return itertools.repeat(rules)
+        return itertools.repeat(cast(ScanPredicate, rules))
     per_subtree = jax.tree_util.tree_map(
         lambda rule, subtree: [rule] * len(jax.tree_util.tree_leaves(subtree, is_named_leaf)),
         rules,
@@ -260,7 +260,7 @@ def unbind_inputs(
     leaves, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_named_leaf)
     predicates = _leaf_predicates(rules, tree)
     arrays: list[jax.Array] = []
-    plans: list[tuple[str, object]] = []
+    plans: list[tuple[str, Any]] = []  # ("mapped", rebuild) or ("static", leaf)
     scanned: list[_Leaf] = []
     lacking: list[_Leaf] = []
     # `predicates` may be endless (one rule for every leaf): zip stops with the leaves.
@@ -362,7 +362,7 @@ class OutputStacker:
 
     def __init__(self, *, static_nonarrays: bool) -> None:
         self._static_nonarrays = static_nonarrays
-        self._treedef: jax.tree_util.PyTreeDef | None = None
+        self._treedef: Any = None  # a jax.tree_util.PyTreeDef (jax declares it as a variable)
         self._plans: list[tuple[str, object]] = []
 
     def flatten(self, tree: PyTree) -> list[jax.Array]:

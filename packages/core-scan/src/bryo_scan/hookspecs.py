@@ -38,6 +38,7 @@ def bryo_scan_named_leaves() -> Mapping[type, NamedLeaf]:
     Called once per plugin-manager epoch; the mappings of all plugins are merged and
     subclasses find their base class's handler. Example: `{NamedArray: NamedArrayLeaf()}`.
     """
+    ...
 
 
 @hookspec
@@ -49,3 +50,4 @@ def bryo_scan_block_splitters() -> Mapping[type, BlockSplitter]:
     any other type are pytrees themselves (Equinox modules, dataclasses) and are stacked
     as they are. Called once per plugin-manager epoch, merged like `bryo_scan_named_leaves`.
     """
+    ...
