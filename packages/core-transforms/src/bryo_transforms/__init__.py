@@ -48,6 +48,7 @@ from ._jit import jit as jit
 from ._jit import jit_partial as jit_partial
 from ._loops import fori_loop as fori_loop
 from ._loops import while_loop as while_loop
+from ._make_jaxpr import make_jaxpr as make_jaxpr
 from ._pmap import pmap as pmap
 from ._remat import remat as remat
 from ._scan import scan as scan

@@ -178,6 +178,7 @@ from bryo_transforms import eval_shape as eval_shape
 from bryo_transforms import fori_loop as fori_loop
 from bryo_transforms import jit_partial as jit_partial
 from bryo_transforms import jvp as jvp
+from bryo_transforms import make_jaxpr as make_jaxpr
 from bryo_transforms import pmap as pmap
 from bryo_transforms import prefix as prefix
 from bryo_transforms import shard_map as shard_map
