@@ -43,11 +43,12 @@ def as_numbers(value: object) -> np.ndarray:
 
 
 def bryo_state(module: object) -> dict:
-    """`path: (kind, numbers)`; a bare array attribute (state of the base `Variable` type)
-    is of kind 'array', as Flax keeps it."""
-    kinds = {graph.Variable: "array"}
+    """`path: (kind, numbers)`; a bare array attribute is a raw State leaf of kind 'array',
+    as Flax keeps it."""
     return {
-        path: (kinds.get(state.type, state.type.__name__), as_numbers(state.value))
+        path: (state.type.__name__, as_numbers(state.value))
+        if isinstance(state, graph.VariableState)
+        else ("array", as_numbers(state))
         for path, state in dict(graph.state(module).flat_state()).items()
     }
 
