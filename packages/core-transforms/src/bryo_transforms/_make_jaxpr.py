@@ -41,8 +41,8 @@ def make_jaxpr(
     Example:
         >>> import jax.numpy as jnp
         >>> jaxpr = make_jaxpr(jnp.sin, graph_updates=False)(1.0)
-        >>> [eqn.primitive.name for eqn in jaxpr.eqns]
-        ['sin']
+        >>> print(*[eqn.primitive.name for eqn in jaxpr.eqns])
+        sin
     """
     options = {"static_argnums": static_argnums, "graph": graph, "graph_updates": graph_updates}
     if f is _MISSING:
