@@ -9,7 +9,7 @@ not fit. `vmap` and the graph-level `scan` share them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
@@ -193,12 +193,7 @@ def _expand(spec: object, layout: ArgLayout, where: str) -> list[tuple[object, o
         return [(layout, spec)]
     if isinstance(layout, StaticLayout):
         return []
-    skeleton = layout.treedef.unflatten([_Slot(kind) for kind in layout.kinds])
-    try:
-        full = broadcast_prefix(spec, skeleton, is_leaf=lambda x: isinstance(x, _Slot), name=where)
-    except PrefixError as error:
-        raise TransformError(str(error)) from None
-    specs = layout.treedef.flatten_up_to(full)
+    specs = _broadcast(spec, layout.treedef, list(layout.kinds), where)
     return list(zip(layout.kinds, specs, strict=True))
 
 
@@ -338,16 +333,29 @@ class AxisGrouping(Grouping):
         return self.group_of(spec, path, leaf, "out_axes")
 
     def output_specs(self, out: object, treedef: Any) -> list:
-        if is_axis_leaf(self.out_axes):
-            return [self.out_axes] * treedef.num_leaves
-        skeleton = treedef.unflatten([_Slot(None)] * treedef.num_leaves)
-        try:
-            full = broadcast_prefix(
-                self.out_axes, skeleton, is_leaf=lambda x: isinstance(x, _Slot), name="out_axes"
-            )
-        except PrefixError as error:
-            raise TransformError(str(error)) from None
-        return treedef.flatten_up_to(full)
+        return prefix_per_leaf(self.out_axes, treedef, is_axis_leaf, "out_axes")
+
+
+def prefix_per_leaf(
+    prefix: object, treedef: Any, is_spec_leaf: Callable[[object], bool], name: str
+) -> list:
+    """The entry of `prefix` (an `out_axes`/`out_specs` prefix of an output) for each
+    leaf of the output `treedef`, or a `TransformError` naming `name` and the path where
+    the prefix does not fit."""
+    if is_spec_leaf(prefix):
+        return [prefix] * treedef.num_leaves
+    return _broadcast(prefix, treedef, [None] * treedef.num_leaves, name)
+
+
+def _broadcast(prefix: object, treedef: Any, kinds: list, name: str) -> list:
+    """`prefix` broadcast over a tree of `treedef` whose leaves are of `kinds` (for the
+    error text): one entry per leaf, or a `TransformError` saying where it does not fit."""
+    skeleton = treedef.unflatten([_Slot(kind) for kind in kinds])
+    try:
+        full = broadcast_prefix(prefix, skeleton, is_leaf=lambda x: isinstance(x, _Slot), name=name)
+    except PrefixError as error:
+        raise TransformError(str(error)) from None
+    return treedef.flatten_up_to(full)
 
 
 def _axes_in(spec: object) -> list:

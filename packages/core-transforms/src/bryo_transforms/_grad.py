@@ -206,6 +206,44 @@ def _refuse_diff_state(argnums: object) -> None:
         )
 
 
+def _grad_transform(
+    transform: Callable,
+    f: Callable | None,
+    *,
+    with_value: bool,
+    argnums: int | DiffState | Sequence[int | DiffState],
+    has_aux: bool,
+    wrt: Filter,
+    holomorphic: bool,
+    allow_int: bool,
+    graph: bool | None,
+    graph_updates: bool | None,
+) -> Callable[..., Any]:
+    """`grad` (or, `with_value`, `value_and_grad`) of `f`; `transform` is the public
+    function (for decorator use and errors), the keywords are its own."""
+    options = {"argnums": argnums, "has_aux": has_aux, "wrt": wrt, "graph": graph}
+    options |= {"holomorphic": holomorphic, "allow_int": allow_int, "graph_updates": graph_updates}
+    partial = decorator_or_none(transform, f, **options)
+    if partial is not None:
+        return partial
+    assert f is not None
+    jax_kwargs = {"holomorphic": holomorphic, "allow_int": allow_int}
+    if not graph_updates_on(graph, graph_updates):
+        _refuse_diff_state(argnums)
+        inputs = Inputs("grad", tree_mode(graph))
+        return simple_grad(f, inputs, argnums, has_aux, with_value, jax_kwargs)
+    run = _grad_core(f, argnums, has_aux, wrt, jax_kwargs)
+
+    @functools.wraps(f)
+    def grad_f(*args: Any, **kwargs: Any) -> Any:
+        loss, aux, grads = run(*args, **kwargs)
+        if with_value:
+            return ((loss, aux), grads) if has_aux else (loss, grads)
+        return (grads, aux) if has_aux else grads
+
+    return grad_f
+
+
 def grad(
     f: F | None = None,
     /,
@@ -244,9 +282,10 @@ def grad(
         >>> grads = grad(lambda model, x: model(x).sum())(model, x)   # doctest: +SKIP
         >>> grads.linear.kernel.value.shape                           # doctest: +SKIP
     """
-    partial = decorator_or_none(
+    return _grad_transform(
         grad,
         f,
+        with_value=False,
         argnums=argnums,
         has_aux=has_aux,
         wrt=wrt,
@@ -255,22 +294,6 @@ def grad(
         graph=graph,
         graph_updates=graph_updates,
     )
-    if partial is not None:
-        return partial
-    assert f is not None
-    jax_kwargs = {"holomorphic": holomorphic, "allow_int": allow_int}
-    if not graph_updates_on(graph, graph_updates):
-        _refuse_diff_state(argnums)
-        inputs = Inputs("grad", tree_mode(graph))
-        return simple_grad(f, inputs, argnums, has_aux, False, jax_kwargs)
-    run = _grad_core(f, argnums, has_aux, wrt, jax_kwargs)
-
-    @functools.wraps(f)
-    def grad_f(*args: Any, **kwargs: Any) -> Any:
-        _, aux, grads = run(*args, **kwargs)
-        return (grads, aux) if has_aux else grads
-
-    return grad_f
 
 
 def value_and_grad(
@@ -290,9 +313,10 @@ def value_and_grad(
     Example:
         >>> loss, grads = value_and_grad(loss_fn)(model, x, y)    # doctest: +SKIP
     """
-    partial = decorator_or_none(
+    return _grad_transform(
         value_and_grad,
         f,
+        with_value=True,
         argnums=argnums,
         has_aux=has_aux,
         wrt=wrt,
@@ -301,19 +325,3 @@ def value_and_grad(
         graph=graph,
         graph_updates=graph_updates,
     )
-    if partial is not None:
-        return partial
-    assert f is not None
-    jax_kwargs = {"holomorphic": holomorphic, "allow_int": allow_int}
-    if not graph_updates_on(graph, graph_updates):
-        _refuse_diff_state(argnums)
-        inputs = Inputs("grad", tree_mode(graph))
-        return simple_grad(f, inputs, argnums, has_aux, True, jax_kwargs)
-    run = _grad_core(f, argnums, has_aux, wrt, jax_kwargs)
-
-    @functools.wraps(f)
-    def value_and_grad_f(*args: Any, **kwargs: Any) -> Any:
-        loss, aux, grads = run(*args, **kwargs)
-        return ((loss, aux), grads) if has_aux else (loss, grads)
-
-    return value_and_grad_f

@@ -25,14 +25,15 @@ from bryo_scan import Remat, ScanCheckpointPolicy, checkpointed_scan
 
 from ._apply import apply
 from ._axes import (
-    AxisGrouping,
     Carry,
     StateAxes,
     arg_specs,
     check_axis,
     check_consistent_aliasing,
     check_sizes,
+    is_axis_leaf,
     leaf_axes,
+    prefix_per_leaf,
 )
 from ._collect import Grouping, collect
 from ._errors import TransformError
@@ -81,11 +82,7 @@ class _ScanGrouping(Grouping):
         return self.index[spec]
 
     def output_specs(self, out: object, treedef: Any) -> list:
-        return _output_specs(self.y_axes, treedef)
-
-
-def _output_specs(y_axes: object, treedef: Any) -> list:
-    return AxisGrouping([], [], y_axes, []).output_specs(None, treedef)
+        return prefix_per_leaf(self.y_axes, treedef, is_axis_leaf, "out_axes")
 
 
 def _carry_position(out_axes: object) -> object:

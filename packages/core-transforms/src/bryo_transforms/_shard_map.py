@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 import jax
 from jax.sharding import PartitionSpec
 
-from bryo_pytree import Path, PrefixError, broadcast_prefix
+from bryo_pytree import Path
 
+from ._axes import prefix_per_leaf
 from ._call import lifted_call
 from ._collect import Grouping
 from ._errors import TransformError
@@ -95,20 +96,7 @@ class _SpecGrouping(Grouping):
         return self._group(spec)
 
     def output_specs(self, out: object, treedef: Any) -> list:
-        if _is_spec_leaf(self.out_specs):
-            return [self.out_specs] * treedef.num_leaves
-        skeleton = treedef.unflatten([_Slot()] * treedef.num_leaves)
-        try:
-            full = broadcast_prefix(
-                self.out_specs, skeleton, is_leaf=lambda x: isinstance(x, _Slot), name="out_specs"
-            )
-        except PrefixError as error:
-            raise TransformError(str(error)) from None
-        return treedef.flatten_up_to(full)
-
-
-class _Slot:
-    """A stand-in output leaf for expanding `out_specs`."""
+        return prefix_per_leaf(self.out_specs, treedef, _is_spec_leaf, "out_specs")
 
 
 def _without_static(pure: Callable[..., tuple]) -> tuple[Callable[..., tuple], list]:
