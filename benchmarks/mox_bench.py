@@ -6,8 +6,7 @@ Prints, measured in one run on this machine:
   8, 32 and 128 blocks against `jax.make_jaxpr` of the same function (the anchor; target
   <= 1.5x at every size), and the first `query('//module_call[@type="Linear"]')` on each
   MoX, element view included (target: < 50 ms at 128 blocks). Both traces get a fresh
-  function object each time, since `jax.make_jaxpr` caches traces by function; times
-  are CPU seconds of this process (steadier than wall time on a shared machine);
+  function object each time, since `jax.make_jaxpr` caches traces by function;
 - `make_mox` of a toy MLP against `jax.make_jaxpr`;
 - the jitted `eval_mox` against the jitted original function (target: equal within
   noise), per call after compilation, and whether both compile to the same HLO;
@@ -19,10 +18,14 @@ Prints, measured in one run on this machine:
   `jax.make_jaxpr(mod.apply)` (target: <= 1.5x), and the jitted `eval_mox` against the
   jitted `mod.apply` (target: equal within noise).
 
+Every ratio compares the two sides in one run the same way (`interleaved_best`): CPU
+seconds of this process (steadier than wall time on a shared machine), the two sides run
+alternately, best of `--repeat` rounds each.
+
 The transformer comes from `bryo.nnx` (bryo-backend-nnx); the other models from
 `bryo_mox.testing` (the toy backend); the Linen rows need flax and bryo-backend-flax, and
 are skipped without them. Run: `python benchmarks/mox_bench.py [--blocks 8 32 128]
-[--layers 1000]`.
+[--layers 1000] [--repeat 7]`.
 """
 
 from __future__ import annotations
@@ -64,9 +67,28 @@ def hlo_ops(jitted: object, *args: object) -> list[tuple[str, str]]:
 
 
 def cpu_time(fn: Callable[[], object]) -> float:
+    """CPU seconds (this process) of one call of `fn`."""
     start = time.process_time()
     fn()
     return time.process_time() - start
+
+
+def interleaved_best(
+    anchor: Callable[[], object], ours: Callable[[], object], repeat: int
+) -> tuple[float, float]:
+    """Best-of-`repeat` CPU seconds of `anchor()` and of `ours()`, after one warm-up of each.
+
+    The runs alternate (anchor, ours, anchor, ...), so both sides see the same machine
+    load; CPU time of this process ignores the time other processes take the cores, and
+    the minimum drops the rounds a garbage collection or a descheduling inflated. Both
+    sides pay their own collections: the minimum is over whole calls."""
+    anchor()
+    ours()
+    anchor_s, ours_s = [], []
+    for _ in range(repeat):
+        anchor_s.append(cpu_time(anchor))
+        ours_s.append(cpu_time(ours))
+    return min(anchor_s), min(ours_s)
 
 
 def transformer(blocks: int, width: int = 32, heads: int = 4) -> object:
@@ -114,12 +136,11 @@ def bench_transformer(blocks: int, repeat: int) -> None:
     def fresh() -> Callable[..., jax.Array]:  # a new function: no trace cache hit
         return lambda s, v: nnx.merge(graphdef, s)(v)
 
-    jax.make_jaxpr(fresh())(state, x)  # warm jax's caches of jnp internals
-    anchor, ours = [], []
-    for _ in range(repeat):  # interleaved: both see the same machine load
-        anchor.append(cpu_time(lambda: jax.make_jaxpr(fresh())(state, x)))
-        ours.append(cpu_time(lambda: mox_lib.make_mox(fresh())(state, x)))
-    a, b = min(anchor), min(ours)
+    a, b = interleaved_best(
+        lambda: jax.make_jaxpr(fresh())(state, x),
+        lambda: mox_lib.make_mox(fresh())(state, x),
+        repeat,
+    )
     mox = mox_lib.make_mox(fresh())(state, x)
     xpath = '//module_call[@type="Linear"]'
     wall = time.perf_counter()
@@ -138,9 +159,11 @@ def bench_trace(layers: int, width: int) -> None:
     model = MLP((width,) * (layers + 1), key=jax.random.key(0))
     x = jnp.ones((8, width))
     fresh = lambda: lambda m, v: m(v)  # a new function: no trace cache hit
-    jax.make_jaxpr(fresh())(model, x)
-    anchor = timeit(lambda: jax.make_jaxpr(fresh())(model, x), repeat=5)
-    ours = timeit(lambda: mox_lib.make_mox(fresh())(model, x), repeat=5)
+    anchor, ours = interleaved_best(
+        lambda: jax.make_jaxpr(fresh())(model, x),
+        lambda: mox_lib.make_mox(fresh())(model, x),
+        repeat=7,
+    )
     print(
         f"trace   {layers:5d} layers: make_jaxpr {anchor * 1e3:8.2f} ms | "
         f"make_mox {ours * 1e3:8.2f} ms | ratio {ours / anchor:6.2f}x"
@@ -163,17 +186,22 @@ def bench_eval_transformer(blocks: int) -> None:
 
 
 def compare_eval(label: str, apply: Callable[..., jax.Array], model: object, x: jax.Array) -> None:
+    """Jitted `apply` against the jitted `eval_mox` of its MoX: CPU time per call (best
+    of interleaved rounds of 50 calls; dispatch and this small model's run are CPU work of
+    this process), and whether both compile to the same optimized HLO."""
     mox = mox_lib.make_mox(apply)(model, x)
     original = jax.jit(apply)
     via_mox = jax.jit(lambda m, v: mox_lib.eval_mox(mox, m, v))
-    original(model, x).block_until_ready()
-    via_mox(model, x).block_until_ready()
-    run = lambda f: lambda: f(model, x).block_until_ready()
-    times = {"original": [], "mox": []}
-    for _ in range(5):  # interleave to share the machine's noise
-        times["original"].append(timeit(run(original), repeat=3, number=50))
-        times["mox"].append(timeit(run(via_mox), repeat=3, number=50))
-    a, b = statistics.median(times["original"]), statistics.median(times["mox"])
+
+    def calls(f: Callable[..., jax.Array]) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(50):
+                f(model, x).block_until_ready()
+
+        return run
+
+    a, b = interleaved_best(calls(original), calls(via_mox), repeat=9)
+    a, b = a / 50, b / 50
     same = hlo_ops(original, model, x) == hlo_ops(via_mox, model, x)
     print(
         f"{label}: jit(original) {a * 1e6:8.1f} us | "
@@ -285,7 +313,13 @@ def linen_mlp(layers: int, width: int) -> object:
     return MLP()
 
 
-def bench_linen(layers: int, width: int, batch: int) -> None:
+def fresh_apply(mod: object) -> Callable[..., object]:
+    """`mod.apply` as a new function object: `jax.make_jaxpr` caches traces by function,
+    and a bound method is a new object only by accident of its lifetime."""
+    return lambda params, x: mod.apply(params, x)  # type: ignore[attr-defined]
+
+
+def bench_linen(layers: int, width: int, batch: int, repeat: int) -> None:
     """Linen rows: tracing against `jax.make_jaxpr`, jitted evaluation against `jax.jit`.
 
     Runs with the installed plugins (entry points), as a user's `make_mox` does."""
@@ -298,29 +332,17 @@ def bench_linen(layers: int, width: int, batch: int) -> None:
     x = jnp.ones((batch, width))
     params = jax.jit(mod.init)(jax.random.key(0), x)
     with use_plugin_manager(new_plugin_manager()):
-        anchor = timeit(lambda: jax.make_jaxpr(mod.apply)(params, x), repeat=5)
-        ours = timeit(lambda: mox_lib.make_mox(mod.apply)(params, x), repeat=5)
+        anchor, ours = interleaved_best(
+            lambda: jax.make_jaxpr(fresh_apply(mod))(params, x),
+            lambda: mox_lib.make_mox(fresh_apply(mod))(params, x),
+            repeat,
+        )
         print(
             f"linen trace {layers:4d} Dense: make_jaxpr(apply) {anchor * 1e3:8.2f} ms | "
             f"make_mox(apply) {ours * 1e3:8.2f} ms | ratio {ours / anchor:6.2f}x "
             f"(target <= 1.5x: {'ok' if ours / anchor <= 1.5 else 'MISSED'})"
         )
-        mox = mox_lib.make_mox(mod.apply)(params, x)
-    original = jax.jit(mod.apply)
-    via_mox = jax.jit(lambda p, v: mox_lib.eval_mox(mox, p, v))
-    original(params, x).block_until_ready()
-    via_mox(params, x).block_until_ready()
-    run = lambda f: lambda: f(params, x).block_until_ready()
-    times = {"original": [], "mox": []}
-    for _ in range(5):  # interleave to share the machine's noise
-        times["original"].append(timeit(run(original), repeat=3, number=50))
-        times["mox"].append(timeit(run(via_mox), repeat=3, number=50))
-    a, b = statistics.median(times["original"]), statistics.median(times["mox"])
-    same = hlo_ops(original, params, x) == hlo_ops(via_mox, params, x)
-    print(
-        f"linen eval  {layers:4d} Dense x {width}: jit(apply) {a * 1e6:8.1f} us | "
-        f"jit(eval_mox) {b * 1e6:8.1f} us | ratio {b / a:6.3f}x | same optimized HLO: {same}"
-    )
+        compare_eval(f"linen eval  {layers:4d} Dense x {width}", fresh_apply(mod), params, x)
 
 
 def main() -> None:
@@ -332,7 +354,9 @@ def main() -> None:
     parser.add_argument(
         "--blocks", type=int, nargs="*", default=[8, 32, 128], help="transformer sizes"
     )
-    parser.add_argument("--repeat", type=int, default=3, help="traces per measurement")
+    parser.add_argument(
+        "--repeat", type=int, default=7, help="traces of each side per measurement (best of)"
+    )
     args = parser.parse_args()
     for blocks in args.blocks:  # the installed backends (bryo.nnx)
         bench_transformer(blocks, args.repeat)
@@ -348,7 +372,7 @@ def main() -> None:
         bench_query(args.layers)
         bench_files(args.file_layers, width=16)
     for layers in (4, 32):
-        bench_linen(layers, width=64, batch=16)
+        bench_linen(layers, width=64, batch=16, repeat=args.repeat)
 
 
 if __name__ == "__main__":
