@@ -5,9 +5,11 @@ prefix trees broadcast the way `vmap`'s `in_axes` do, and `pytree_dataclass` reg
 classes whose unflatten never calls `__init__`. `is_array` (with `is_array_like` and
 `is_shaped`) is the one test for arrays, `safe_equal` the one equality that never
 raises and `forward_operators` the one way wrappers of arrays (a `Variable`, a
-`NamedArray`) forward Python's operators, for every bryo package. bryo's plugin system lives in
-`bryo_plugins`; `bryo_pytree.hookimpl` and `bryo_pytree.hookspec` remain as deprecated
-aliases of its markers, so that plugins written for bryo 0.1's first layout keep loading.
+`NamedArray`) forward Python's operators, for every bryo package; `run_frames` walks
+nested structures of any depth without recursing (a building block of bryo's packages).
+bryo's plugin system lives in `bryo_plugins`; `bryo_pytree.hookimpl` and
+`bryo_pytree.hookspec` remain as deprecated aliases of its markers, so that plugins
+written for bryo 0.1's first layout keep loading.
 """
 
 from ._arrays import is_array as is_array
@@ -19,6 +21,7 @@ from ._dataclass import static_field as static_field
 from ._display import describe_leaf as describe_leaf
 from ._display import tree_display as tree_display
 from ._equality import safe_equal as safe_equal
+from ._frames import run_frames as run_frames
 from ._hashable import ByIdentity as ByIdentity
 from ._hashable import ByValue as ByValue
 from ._hashable import hashable as hashable

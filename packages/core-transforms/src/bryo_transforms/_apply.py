@@ -24,7 +24,7 @@ from bryo_graph import (
     node_types,
     structure_changed,
 )
-from bryo_pytree import is_array_like, safe_equal, unwrap_hashable
+from bryo_pytree import is_array_like, run_frames, safe_equal, unwrap_hashable
 
 from ._collect import GraphPlan, KeptLeaf, LeafPlan, OutPlan
 from ._plan import CallPlan
@@ -103,22 +103,9 @@ class _Reconciler:
         generators (each yields a child's entry and receives the child): any depth."""
         if not isinstance(entry, NodeEntry):
             return self.build_leaf(entry)
-        stack = [self.build_node(entry)]
-        sent: object = None
-        while True:
-            try:
-                child = stack[-1].send(sent)
-            except StopIteration as done:
-                stack.pop()
-                if not stack:
-                    return done.value
-                sent = done.value
-                continue
-            if isinstance(child, NodeEntry):
-                stack.append(self.build_node(child))
-                sent = None
-            else:
-                sent = self.build_leaf(child)
+        return run_frames(
+            self.build_node(entry), self.build_node, frame_type=NodeEntry, resolve=self.build_leaf
+        )
 
     def build_leaf(self, entry: Entry) -> object:
         if isinstance(entry, RefEntry):

@@ -33,6 +33,8 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jex
 
+from bryo_pytree import run_frames
+
 from ._compat import (
     DebugInfo,
     DropVar,
@@ -215,10 +217,12 @@ def _at(source: Source | None, message: str) -> MoxSerializationError:
 class _Scope(NamedTuple):
     """A request from a scope being built to the driver: build `doc`'s scope first.
 
-    `doc` is a module call (its body) or a region; the built `ClosedJaxpr` is sent back.
+    `doc` is a module call (its body) or a region, `depth` its scope's nesting (the
+    root's is 1); the built `ClosedJaxpr` is sent back.
     """
 
     doc: DocNode
+    depth: int
 
 
 class _JitTemplate(NamedTuple):
@@ -247,32 +251,24 @@ class _Builder:
 
     def run(self, root: DocNode) -> jex.ClosedJaxpr:
         """Build the root scope, and every scope it asks for, without recursing."""
-        stack: list[_Building] = [self.scope(root, root=True)]
-        sent: Any = None
-        while True:
-            try:
-                request = stack[-1].send(sent)
-            except StopIteration as done:
-                stack.pop()
-                if not stack:
-                    return done.value
-                sent = done.value
-                continue
-            except MoxError as error:
-                raise located(error, self.at) from None
-            except RecursionError:
-                raise _at(self.at, "the document nests too deeply for jax to rebuild.") from None
-            except Exception as error:
-                raise _at(
-                    self.at, f"cannot rebuild the node: {type(error).__name__}: {error}"
-                ) from None
-            self.budget.check_depth(len(stack) + 1, **_where(request.doc.source))
-            stack.append(self.scope(request.doc))
-            sent = None
+        return run_frames(self.scope(root, root=True), self.enter, on_error=self.locate_error)
+
+    def enter(self, request: _Scope) -> _Building:
+        """The scope a request asks for, within the load's depth budget."""
+        self.budget.check_depth(request.depth, **_where(request.doc.source))
+        return self.scope(request.doc, depth=request.depth)
+
+    def locate_error(self, error: Exception) -> MoxSerializationError:
+        """An error raised while building a scope, located at the node being built."""
+        if isinstance(error, MoxError):
+            return located(error, self.at)
+        if isinstance(error, RecursionError):
+            return _at(self.at, "the document nests too deeply for jax to rebuild.")
+        return _at(self.at, f"cannot rebuild the node: {type(error).__name__}: {error}")
 
     # -- one scope: a root, a module body or a region -----------------------------------
 
-    def scope(self, doc: DocNode, *, root: bool = False) -> _Building:
+    def scope(self, doc: DocNode, *, root: bool = False, depth: int = 1) -> _Building:
         """Build `doc`'s scope into a closed jaxpr, asking the driver for inner scopes."""
         self.at = doc.source
         _check_attr_names(doc, self.attr_names)
@@ -305,12 +301,12 @@ class _Builder:
             if child.tag == "region":
                 raise MoxSerializationError(f"a <region> may not appear directly in <{doc.tag}>.")
             if child.tag == "module_call":
-                body = yield _Scope(child)
+                body = yield _Scope(child, depth + 1)
                 self.at = child.source
                 outs = self.module_call(child, ins, body, eqns, constvars, consts)
             elif child.tag in JIT_ALIASES:
                 region = _regions(child, expected={("jaxpr", None)})[("jaxpr", None)]
-                body = yield _Scope(region)
+                body = yield _Scope(region, depth + 1)
                 self.at = child.source
                 outs = self.jit(child, ins, body, eqns)
             elif child.children or child.tag in CUSTOM_DERIVATIVE_NAMES:
@@ -319,7 +315,7 @@ class _Builder:
                 if traced is None:
                     regions = {}
                     for region_key, region in _regions(child).items():
-                        regions[region_key] = yield _Scope(region)
+                        regions[region_key] = yield _Scope(region, depth + 1)
                     self.at = child.source
                     traced = _prepared(self.trace_with_regions(child, ins, regions))
                     self.traced[key] = traced
