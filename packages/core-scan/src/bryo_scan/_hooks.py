@@ -10,7 +10,7 @@ when those do not resolve it (a name such as `'Time'` is a `str`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from bryo_plugins import (
     PluginResultError,
@@ -36,7 +36,7 @@ def _is_named_leaf(handler: object) -> bool:
     return all(callable(getattr(handler, name, None)) for name in ("unbind", "bind", "describe"))
 
 
-_named_leaves: TypeTable[NamedLeaf] = TypeTable(
+_named_leaves: TypeTable[NamedLeaf[Any]] = TypeTable(
     lambda pm: hook_table(
         "bryo_scan_named_leaves",
         type_mapping(_is_named_leaf, "a `NamedLeaf` (unbind, bind, describe)"),
@@ -68,7 +68,7 @@ def resolve_axis(axis: object) -> AxisInfo:
     return info
 
 
-def named_leaf_handler(leaf: object) -> NamedLeaf | None:
+def named_leaf_handler(leaf: object) -> NamedLeaf[Any] | None:
     """The `NamedLeaf` handling `leaf`'s type, or None for every other leaf."""
     return _named_leaves.lookup(type(leaf))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import jax
 
@@ -56,16 +56,19 @@ class AxisInfo:
 
 Rebuild = Callable[[jax.Array], object]
 
+LeafT = TypeVar("LeafT", contravariant=True)
+"""The leaf type a `NamedLeaf` handles (core-scan only passes it leaves of its registered type)."""
+
 
 @runtime_checkable
-class NamedLeaf(Protocol):
+class NamedLeaf(Protocol[LeafT]):
     """How core-scan takes apart and puts together a backend leaf that carries axes.
 
     Registered per leaf type through the `bryo_scan_named_leaves` hook. Such leaves are
     treated as single leaves when core-scan flattens inputs and outputs.
     """
 
-    def unbind(self, leaf: object, axis: AxisInfo | None) -> tuple[jax.Array, int | None, Rebuild]:
+    def unbind(self, leaf: LeafT, axis: AxisInfo | None) -> tuple[jax.Array, int | None, Rebuild]:
         """Split `leaf` into its raw array, the position of `axis` in it, and a rebuild.
 
         The position is None when `axis` is None or the leaf lacks that axis; the
@@ -75,7 +78,7 @@ class NamedLeaf(Protocol):
         """
         ...
 
-    def bind(self, element: object, axis: AxisInfo, stacked: jax.Array) -> object:
+    def bind(self, element: LeafT, axis: AxisInfo, stacked: jax.Array) -> object:
         """Wrap `stacked`, copies of `element`'s array stacked on a new leading axis.
 
         Only `element`'s static description may be used (its array can be a tracer of
@@ -83,7 +86,7 @@ class NamedLeaf(Protocol):
         """
         ...
 
-    def describe(self, leaf: object) -> str:
+    def describe(self, leaf: LeafT) -> str:
         """A short description naming the leaf's axes, for error messages."""
         ...
 

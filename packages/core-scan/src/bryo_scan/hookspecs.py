@@ -15,6 +15,7 @@ spec is not resolved otherwise (a name such as `'Time'`). Mapping answers are me
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from bryo_plugins import hookspec
 
@@ -32,7 +33,7 @@ def bryo_scan_resolve_axis(axis: object) -> AxisInfo | None:
 
 
 @hookspec
-def bryo_scan_named_leaves() -> Mapping[type, NamedLeaf]:
+def bryo_scan_named_leaves() -> Mapping[type, NamedLeaf[Any]]:
     """Leaf types that carry their own axes, each with the `NamedLeaf` that handles it.
 
     Called once per plugin-manager epoch; the mappings of all plugins are merged and

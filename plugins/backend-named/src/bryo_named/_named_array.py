@@ -8,7 +8,7 @@ arrays mix freely with NamedArrays; other unnamed arrays must be named first (`n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -199,7 +199,8 @@ class NamedArray:
         return _index(self, _index_pairs(index))
 
 
-def _flatten_with_keys(x: NamedArray) -> tuple[list[tuple[GetAttrKey, Any]], tuple[Axis, ...]]:
+# The keys are `GetAttrKey`s, which jax declares as an `Any`-typed variable (not a type).
+def _flatten_with_keys(x: NamedArray) -> tuple[list[tuple[Any, Any]], tuple[Axis, ...]]:
     return [(GetAttrKey("array"), x.array)], x.axes
 
 
@@ -207,8 +208,9 @@ def _flatten(x: NamedArray) -> tuple[list[Any], tuple[Axis, ...]]:
     return [x.array], x.axes
 
 
-def _unflatten(axes: tuple[Axis, ...], children: Sequence[Any]) -> NamedArray:
-    return NamedArray._wrap(children[0], axes)
+def _unflatten(axes: tuple[Axis, ...], children: Iterable[Any]) -> NamedArray:
+    (array,) = children
+    return NamedArray._wrap(array, axes)
 
 
 register_pytree_with_keys(NamedArray, _flatten_with_keys, _unflatten, _flatten)
@@ -259,7 +261,8 @@ def raw_operand(value: object, axes: Sequence[Axis], what: str) -> Any:
         return aligned(value, axes)
     if is_scalar_like(value) or value is None:
         return value
-    shape = tuple(np.shape(value)) if hasattr(value, "shape") else type(value).__name__
+    value_shape = getattr(value, "shape", None)
+    shape = tuple(value_shape) if value_shape is not None else type(value).__name__
     raise AxisError(
         f"`{what}`: cannot combine a NamedArray with an unnamed value of shape {shape}; "
         "name its axes first, e.g. hax.named(array, ('Time', ...)) or NamedArray(array, axes)."

@@ -27,7 +27,7 @@ class NamedArrayLeaf:
 
     def unbind(
         self, leaf: NamedArray, axis: AxisInfo | None
-    ) -> tuple[jax.Array, int | None, object]:
+    ) -> tuple[jax.Array, int | None, Callable[[jax.Array], NamedArray]]:
         position = self._position(leaf, axis)
         if position is None:
             return leaf.array, None, lambda array: NamedArray._wrap(array, leaf.axes)
@@ -61,11 +61,11 @@ class NamedArrayLeaf:
         return f"NamedArray with axes {format_axes(leaf.axes)}"
 
 
-_LEAF: NamedLeaf = NamedArrayLeaf()
+_LEAF: NamedLeaf[NamedArray] = NamedArrayLeaf()
 
 
 @hookimpl
-def bryo_scan_named_leaves() -> Mapping[type, NamedLeaf]:
+def bryo_scan_named_leaves() -> Mapping[type, NamedLeaf[NamedArray]]:
     return {NamedArray: _LEAF}
 
 
