@@ -22,6 +22,8 @@ from ._axis_rules import add_sharding_axis as add_sharding_axis
 from ._axis_rules import get_partition_spec as get_partition_spec
 from ._axis_rules import logical_to_mesh as logical_to_mesh
 from ._caches import register_cache as register_cache
+from ._eager_sharding import use_eager_sharding as use_eager_sharding
+from ._eager_sharding import using_eager_sharding as using_eager_sharding
 from ._entries import Entry as Entry
 from ._entries import LeafEntry as LeafEntry
 from ._entries import NodeEntry as NodeEntry
@@ -71,6 +73,12 @@ from ._placement import get_named_sharding as get_named_sharding
 from ._placement import make_mesh as make_mesh
 from ._placement import shard as shard
 from ._placement import sharded_init as sharded_init
+from ._spmd import PARTITION_NAME as PARTITION_NAME
+from ._spmd import add_axis as add_axis
+from ._spmd import as_abstract as as_abstract
+from ._spmd import get_abstract_model as get_abstract_model
+from ._spmd import remove_axis as remove_axis
+from ._spmd import with_partitioning as with_partitioning
 from ._state import GraphState as GraphState
 from ._state import State as State
 from ._tracking import structure_changed as structure_changed
@@ -82,7 +90,9 @@ from ._variables import Intermediate as Intermediate
 from ._variables import Param as Param
 from ._variables import Variable as Variable
 from ._variables import VariableMeta as VariableMeta
+from ._variables import VariableMetadata as VariableMetadata
 from ._variables import VariableState as VariableState
+from ._variables import with_metadata as with_metadata
 
 _add_hookspecs(_hookspecs)
 _add_builtin(_builtin_plugin, name="core-graph", distribution="bryo-core-graph")

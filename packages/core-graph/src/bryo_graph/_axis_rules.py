@@ -19,11 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import jax
-from jax.sharding import PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
 from bryo_plugins import TypeTable, hook_table, type_mapping
 from bryo_pytree import Path, key_to_plain, path_str
 
+from ._eager_sharding import sharding_key
 from ._graph import iter_graph, state
 from ._nodes import node_type_of
 from ._variables import Variable, VariableState
@@ -87,7 +88,7 @@ def _path_of(keypath: tuple) -> Path:
     return tuple(path)
 
 
-def _describe(unit: object, keypath: tuple) -> str:
+def describe(unit: object, keypath: tuple) -> str:
     kind = unit.type.__name__ if isinstance(unit, VariableState | Variable) else "the value"
     return f"{kind} at {path_str(_path_of(keypath))}"
 
@@ -108,13 +109,32 @@ def _check_axes(axes: object, where: str) -> tuple[LogicalAxis, ...]:
     return tuple(entries)  # type: ignore[arg-type]
 
 
+def variable_axes(variable: Variable, where: str) -> tuple[LogicalAxis, ...] | None:
+    """The axes a Variable's sharding metadata names (`out_sharding`, or the older
+    `sharding`/`sharding_names`), its own `sharding_rules` applied; None without any."""
+    metadata = variable._metadata
+    key = sharding_key(metadata)
+    if key is None:
+        return None
+    axes = metadata[key]
+    if isinstance(axes, NamedSharding):
+        axes = axes.spec
+    axes = _check_axes(tuple(axes) if isinstance(axes, PartitionSpec) else axes, where)
+    local = metadata.get("sharding_rules")
+    if local:
+        table = rules_dict(local)  # type: ignore[arg-type]
+        assert table is not None
+        axes = tuple(table.get(a, a) if isinstance(a, str) else a for a in axes)  # type: ignore[misc]
+    return axes
+
+
 def _logical_axes(unit: object, where: str) -> tuple[tuple[LogicalAxis, ...] | None, object]:
     """`(logical axes or None, value)` of one unit of the walk."""
-    if isinstance(unit, VariableState | Variable):
-        axes = unit.get_metadata(SHARDING_KEY, None)
+    if isinstance(unit, Variable):
+        axes = variable_axes(unit, where)
         value = unit.value
         if axes is not None:
-            return _check_axes(axes, where), value
+            return axes, value
     else:
         value = unit
     reader = _value_axes.lookup(type(value))
@@ -142,7 +162,7 @@ def map_units(
         tree = state(tree)
 
     def one(keypath: tuple, unit: object) -> object:
-        where = _describe(unit, keypath)
+        where = describe(unit, keypath)
         axes, value = _logical_axes(unit, where)
         result = fn(where, axes, value)
         return unit.replace(result) if isinstance(unit, VariableState) else result
@@ -267,7 +287,7 @@ def logical_to_mesh(spec_tree: T, rules: Rules) -> T:
     table = rules_dict(rules)
 
     def one(keypath: tuple, node: object) -> object:
-        where = _describe(node, keypath)
+        where = describe(node, keypath)
         if isinstance(node, VariableState):
             value = node.value
             return (
@@ -305,24 +325,23 @@ def add_sharding_axis(tree: T, index: int, name: LogicalAxis = None) -> T:
         position = index if index >= 0 else len(axes) + 1 + index
         return (*axes[:position], name, *axes[position:])
 
+    def insert_into(variable: Variable, where: str) -> None:
+        key = sharding_key(variable._metadata)
+        if key is not None:
+            axes = variable._metadata[key]
+            variable.set_metadata(
+                key, insert(tuple(axes) if isinstance(axes, PartitionSpec) else axes, where)
+            )
+
     if is_object_graph(tree):
         for path, node in list(iter_graph(tree)):
-            if isinstance(node, Variable) and node.get_metadata(SHARDING_KEY, None) is not None:
-                node.sharding = insert(
-                    node.get_metadata(SHARDING_KEY), f"{node.type.__name__} at {path_str(path)}"
-                )
+            if isinstance(node, Variable):
+                insert_into(node, f"{node.type.__name__} at {path_str(path)}")
         return tree
 
     def one(keypath: tuple, leaf: object) -> object:
-        if (
-            isinstance(leaf, VariableState | Variable)
-            and leaf.get_metadata(SHARDING_KEY, None) is not None
-        ):
-            axes = insert(leaf.get_metadata(SHARDING_KEY), _describe(leaf, keypath))
-            if isinstance(leaf, Variable):
-                leaf.sharding = axes
-                return leaf
-            return leaf.replace(**{SHARDING_KEY: axes})
+        if isinstance(leaf, Variable):
+            insert_into(leaf, describe(leaf, keypath))
         return leaf
 
     is_leaf = lambda x: isinstance(x, VariableState | Variable)

@@ -21,6 +21,8 @@ Variable is an instance of `VariableState`, as Flax 0.12 aliases the two.
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import functools
 import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any as _Any
@@ -169,7 +171,10 @@ class Variable(metaclass=_VariableType):
     __slots__ = ("__weakref__", WATCHES, "_metadata", "raw_value")
 
     def __init__(self, value: object, **metadata: object) -> None:
-        if metadata and isinstance(value, jax.Array):  # under `jax.set_mesh`: placed
+        if type(value) is VariableMetadata:  # from an initializer `with_metadata` wrapped
+            metadata = {**metadata, **value.metadata}
+            value = value.raw_value
+        if metadata and isinstance(value, jax.Array):  # under a mesh: placed
             value = placed(value, metadata, type(self).__name__)
         object.__setattr__(self, "raw_value", value)
         object.__setattr__(self, "_metadata", Metadata(metadata) if metadata else NO_METADATA)
@@ -328,6 +333,16 @@ class Variable(metaclass=_VariableType):
         else:
             object.__delattr__(self, name)
 
+    # Transforms that add or remove an axis ---------------------------------------------
+    def add_axis(self, axis_index: int, axis_name: object) -> None:
+        """Called after a transform (`vmap`, `scan` with `transform_metadata`) gave the
+        value a new axis at `axis_index` named `axis_name`, once the sharding metadata is
+        updated; does nothing here. Subclasses override it to adjust their own metadata."""
+
+    def remove_axis(self, axis_index: int, axis_name: object) -> None:
+        """Called when a transform takes the axis `axis_index` named `axis_name` off the
+        value; does nothing here. Subclasses override it, as `add_axis`."""
+
     # Copies -----------------------------------------------------------------------------
     @classmethod
     def from_metadata(cls, value: object, metadata: Mapping[str, object]) -> Variable:
@@ -479,6 +494,53 @@ forward_operators(Variable, _in_place, ARITHMETIC_OPERATORS, prefix="i")
 forward_operators(Variable, _forward, COMPARISON_OPERATORS)
 forward_operators(Variable, _unary, {**UNARY_OPERATORS, **CONVERSION_OPERATORS})
 Variable.__divmod__ = lambda self, other: divmod(self.get_value(), _value_of(other))  # type: ignore[method-assign]
+
+
+@dataclasses.dataclass(frozen=True)
+class VariableMetadata:
+    """A value on its way into a Variable, with metadata the Variable takes on.
+
+    Initializers wrapped by `with_metadata` (or `with_partitioning`) return one;
+    `Variable(VariableMetadata(value, {...}))` builds the Variable of `value` with that
+    metadata added to its keywords (the wrapped metadata wins on a clash).
+    """
+
+    raw_value: _Any
+    metadata: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+
+def with_metadata(initializer: Callable[..., _Any], **metadata: object) -> Callable[..., _Any]:
+    """`initializer` whose result carries `metadata` into the Variable built from it.
+
+    >>> import jax.numpy as jnp
+    >>> init = with_metadata(lambda: jnp.zeros(2), tag="frozen")
+    >>> Param(init()).tag
+    'frozen'
+
+    Args:
+        initializer: any function returning a value (an array initializer).
+        **metadata: the Variable metadata to attach (e.g. `out_sharding=('embed', None)`).
+
+    Returns:
+        A function with `initializer`'s arguments returning a `VariableMetadata`.
+    """
+    if not callable(initializer):
+        raise TypeError(
+            "`with_metadata` wraps an initializer (a function returning the value), e.g. "
+            f"`with_metadata(nnx.initializers.lecun_normal(), tag='x')`; got {initializer!r}."
+        )
+    hooks = sorted(k for k in metadata if k.startswith("on_") and k.endswith("_value"))
+    if hooks:
+        raise TypeError(
+            f"`with_metadata` does not take the Variable hooks {hooks} (deprecated in Flax "
+            "0.12): subclass the Variable and override `get_value`/`set_value` instead."
+        )
+
+    @functools.wraps(initializer)
+    def wrapped(*args: object, **kwargs: object) -> VariableMetadata:
+        return VariableMetadata(initializer(*args, **kwargs), metadata)
+
+    return wrapped
 
 
 class Param(Variable):

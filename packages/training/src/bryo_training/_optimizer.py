@@ -76,7 +76,9 @@ def _to_opt_state(leaf: object) -> OptState:
         return OptArray(leaf)
     metadata = dict(leaf.metadata)  # type: ignore[attr-defined]
     if "optimizer_sharding" in metadata:  # Flax's annotation for a differently sharded state
-        metadata["sharding"] = metadata.pop("optimizer_sharding")
+        for key in ("sharding", "sharding_names"):  # the older spellings of `out_sharding`
+            metadata.pop(key, None)
+        metadata["out_sharding"] = metadata.pop("optimizer_sharding")
     return OptVariable(leaf.value, **metadata)  # type: ignore[attr-defined]
 
 

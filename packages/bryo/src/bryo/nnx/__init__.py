@@ -188,6 +188,19 @@ from bryo_transforms import while_loop as while_loop
 
 from . import compat as compat
 
+# isort: split
+# Variable metadata, sharding metadata and State helpers (issue 13; owner: vars).
+from bryo_graph import PARTITION_NAME as PARTITION_NAME
+from bryo_graph import VariableMetadata as VariableMetadata
+from bryo_graph import as_abstract as as_abstract
+from bryo_graph import get_abstract_model as get_abstract_model
+from bryo_graph import use_eager_sharding as use_eager_sharding
+from bryo_graph import using_eager_sharding as using_eager_sharding
+from bryo_graph import with_metadata as with_metadata
+from bryo_graph import with_partitioning as with_partitioning
+
+from . import spmd as spmd
+
 merge_state = _State.merge
 A = _TypeVar("A")
 M = _TypeVar("M", bound=Module)

@@ -73,3 +73,6 @@ eval_shape = _graph_defaults(bryo_transforms.eval_shape)
 cond = _graph_defaults(bryo_transforms.cond)
 switch = _graph_defaults(bryo_transforms.switch)
 checkify = _graph_defaults(bryo_transforms.checkify)
+
+# sharding
+get_abstract_model = _graph_defaults(bryo_graph.get_abstract_model)
