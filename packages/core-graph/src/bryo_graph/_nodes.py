@@ -10,8 +10,10 @@ type loads the `graph` plugins keyed by the modules of its MRO (a backend's entr
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from collections.abc import Callable, Container, Hashable, Iterable, Sequence
+from typing import Generic, TypeVar
 
 from bryo_plugins import BryoPluginManager, PluginResultError, TypeTable, hook_table
 from bryo_pytree import Key
@@ -20,9 +22,12 @@ from ._tracking import structure_changed as structure_changed  # the backends' s
 
 Children = Iterable[tuple[Key, object]]
 
+N = TypeVar("N")
+"""The node class a `NodeType` describes: its functions only ever get nodes of that class."""
+
 
 @dataclasses.dataclass(frozen=True)
-class NodeType:
+class NodeType(Generic[N]):
     """How bryo's graph functions treat one type of node.
 
     Attributes:
@@ -54,17 +59,19 @@ class NodeType:
             when it is not an array (`data(1)`); None: arrays are leaves, the rest static.
     """
 
-    type: type
-    flatten: Callable[[object], tuple[Children, Hashable]]
-    unflatten: Callable[[type, Hashable, list[tuple[Key, object]]], object] | None = None
-    create: Callable[[type, Hashable], object] | None = None
-    init_key: Callable[[object, Key, object], None] | None = None
-    init_items: Callable[[object, list[tuple[Key, object]]], None] | None = None
-    set_key: Callable[[object, Key, object], None] | None = None
-    pop_key: Callable[[object, Key], None] | None = None
-    leaf_type: type | None = None
+    type: builtins.type[N]
+    flatten: Callable[[N], tuple[Children, Hashable]]
+    unflatten: Callable[[builtins.type[N], Hashable, list[tuple[Key, object]]], object] | None = (
+        None
+    )
+    create: Callable[[builtins.type[N], Hashable], object] | None = None
+    init_key: Callable[[N, Key, object], None] | None = None
+    init_items: Callable[[N, list[tuple[Key, object]]], None] | None = None
+    set_key: Callable[[N, Key, object], None] | None = None
+    pop_key: Callable[[N, Key], None] | None = None
+    leaf_type: builtins.type | None = None
     tracks_structure: bool = False
-    static_keys: Callable[[object], Container[Key] | None] | None = None
+    static_keys: Callable[[N], Container[Key] | None] | None = None
 
     @property
     def mutable(self) -> bool:

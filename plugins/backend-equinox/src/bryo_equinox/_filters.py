@@ -17,7 +17,7 @@ import jax.tree_util as jtu
 
 from bryo_filters import Any as AnyOf
 from bryo_filters import Filter, Predicate, to_predicate
-from bryo_graph import State, VariableState, merge, split
+from bryo_graph import State, Variable, merge, split
 
 T = TypeVar("T")
 
@@ -60,7 +60,7 @@ def filter_spec(model: T, /, *filters: Filter) -> T:
     graphdef, state = split(model)
     marks = {
         path: leaf.replace(_YES if predicate(path, leaf) else _NO)
-        if isinstance(leaf, VariableState)
+        if isinstance(leaf, Variable)
         else (_YES if predicate(path, leaf) else _NO)
         for path, leaf in state.flat_state().items()
     }

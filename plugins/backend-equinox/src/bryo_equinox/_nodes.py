@@ -19,6 +19,7 @@ import dataclasses
 import inspect
 import operator
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import cast
 
 import equinox as eqx
 import jax.tree_util as jtu
@@ -126,7 +127,8 @@ def _module_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object
         if layout.direct or name not in layout.names:  # extras live in `__dict__` as-is
             object.__getattribute__(module, "__dict__")[name] = _unwrap(value)
         else:
-            object.__setattr__(module, name, _unwrap(value))
+            # a module's keys are its attribute names (`_module_flatten`)
+            object.__setattr__(module, cast(str, name), _unwrap(value))
     return module
 
 
