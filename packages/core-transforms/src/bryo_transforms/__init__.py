@@ -35,6 +35,8 @@ from ._axes import StateAxes as StateAxes
 from ._checkify import checkify as checkify
 from ._cond import cond as cond
 from ._cond import switch as switch
+from ._custom_vjp import CustomVjp as CustomVjp
+from ._custom_vjp import custom_vjp as custom_vjp
 from ._errors import ConcurrentUpdateError as ConcurrentUpdateError
 from ._errors import TransformError as TransformError
 from ._eval_shape import eval_shape as eval_shape

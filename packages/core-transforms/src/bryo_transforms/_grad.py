@@ -61,7 +61,7 @@ def _argnum_filters(
     return (nums[0] if single else nums), filters
 
 
-def _diff_leaves(
+def diff_state_leaves(
     plan: CallPlan, argnums: tuple[int, ...], filters: dict[int, Filter]
 ) -> tuple[list, dict]:
     """State leaves to differentiate, and per root of a differentiated argument its
@@ -92,7 +92,7 @@ def _diff_leaves(
     return sorted(chosen), per_root
 
 
-def _array_places(sig: Signature) -> list[int | str]:
+def array_places(sig: Signature) -> list[int | str]:
     """Per array argument leaf, the argument it is in (position or keyword name)."""
     return [
         argument
@@ -102,7 +102,7 @@ def _array_places(sig: Signature) -> list[int | str]:
     ]
 
 
-def _grad_state(plan: CallPlan, entries: list[tuple[Path, int]], grads: dict[int, Any]) -> Any:
+def grad_state(plan: CallPlan, entries: list[tuple[Path, int]], grads: dict[int, Any]) -> Any:
     flat = {}
     for path, k in entries:
         meta = plan.sig.metas[k]
@@ -119,7 +119,7 @@ def _assemble_grads(
 ) -> tuple:
     """Per differentiated argument, its gradients shaped like it (None for statics)."""
     root_grads = (
-        _grad_state(plan, per_root.get(j, []), leaf_grads) for j in range(len(plan.sig.root_places))
+        grad_state(plan, per_root.get(j, []), leaf_grads) for j in range(len(plan.sig.root_places))
     )
     arrays = iter(array_grads)
     per_arg = [layout.rebuild(root_grads, arrays, statics=False) for layout in plan.sig.layouts]
@@ -146,8 +146,8 @@ def _grad_core(
         key, roots, arrays = scan_args(args, kwargs)
         plan = cache.plan(key, roots)
         sig = plan.sig
-        diff_ks, per_root = _diff_leaves(plan, nums, filters)
-        places = _array_places(sig)
+        diff_ks, per_root = diff_state_leaves(plan, nums, filters)
+        places = array_places(sig)
         diff_arrays = [i for i, place in enumerate(places) if place in nums]
         leaves = plan.leaf_values()
         diff_values = [leaves[k] for k in diff_ks] + [arrays[i] for i in diff_arrays]

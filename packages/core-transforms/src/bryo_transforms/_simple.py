@@ -258,8 +258,12 @@ def simple_grad(
     pure = inputs.with_updates(f if has_aux else with_empty_aux(f), split_aux=True)
     transformed = jax.value_and_grad(pure, argnums=argnums, has_aux=True, **jax_kwargs)
 
+    nums = {argnums} if isinstance(argnums, int) else set(argnums)
+
     @functools.wraps(f)
     def call(*args: Any, **kwargs: Any) -> Any:
+        if not inputs.tree:
+            _check_diff_aliasing(args, nums)
         variables = inputs.variables(args, kwargs)
         (loss, (aux, values, changed)), grads = transformed(*args, **kwargs)
         write_back(variables, values, changed)
@@ -268,6 +272,22 @@ def simple_grad(
         return (grads, aux) if has_aux else grads
 
     return call
+
+
+def _check_diff_aliasing(args: tuple, argnums: set[int]) -> None:
+    """Raise if a Variable is reached both in a differentiated argument and in another
+    one: it cannot be differentiated and held constant at once."""
+    reached: dict[int, list[tuple[str, object]]] = {}
+    kinds: dict[int, str] = {}
+    for i, arg in enumerate(args):
+        role = "differentiated" if i in argnums else "not differentiated"
+        for keypath, leaf in jax.tree_util.tree_leaves_with_path(arg, is_leaf=_is_variable):
+            if _is_variable(leaf):
+                reached.setdefault(id(leaf), []).append(
+                    (f"args[{i}]{jax.tree_util.keystr(keypath)}", role)
+                )
+                kinds[id(leaf)] = type(leaf).__name__
+    raise_inconsistent_aliasing(reached, kinds, "argnums")
 
 
 def with_empty_aux(f: Callable) -> Callable:

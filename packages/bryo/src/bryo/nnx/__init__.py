@@ -174,6 +174,7 @@ from bryo_transforms import DiffState as DiffState
 from bryo_transforms import StateSharding as StateSharding
 from bryo_transforms import checkify as checkify
 from bryo_transforms import cond as cond
+from bryo_transforms import custom_vjp as custom_vjp
 from bryo_transforms import eval_shape as eval_shape
 from bryo_transforms import fori_loop as fori_loop
 from bryo_transforms import jit_partial as jit_partial
