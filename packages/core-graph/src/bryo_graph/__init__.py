@@ -52,11 +52,13 @@ from ._graph import state as state
 from ._graph import unflatten as unflatten
 from ._graph import update as update
 from ._graph import variables as variables
+from ._helpers import as_pure as as_pure
 from ._helpers import dataclass as dataclass
 from ._helpers import iter_children as iter_children
 from ._helpers import map as map
 from ._helpers import map_state as map_state
 from ._helpers import recursive_map as recursive_map
+from ._helpers import set_metadata as set_metadata
 from ._modes import set_graph_mode as set_graph_mode
 from ._modes import set_graph_updates as set_graph_updates
 from ._nodes import NodeType as NodeType
@@ -81,6 +83,13 @@ from ._spmd import remove_axis as remove_axis
 from ._spmd import with_partitioning as with_partitioning
 from ._state import GraphState as GraphState
 from ._state import State as State
+from ._state import filter_state as filter_state
+from ._state import from_flat_state as from_flat_state
+from ._state import replace_by_pure_dict as replace_by_pure_dict
+from ._state import restore_int_paths as restore_int_paths
+from ._state import split_state as split_state
+from ._state import to_flat_state as to_flat_state
+from ._state import to_pure_dict as to_pure_dict
 from ._tracking import structure_changed as structure_changed
 from ._tree_mode import TreeDef as TreeDef
 from ._tree_mode import check_tree as check_tree

@@ -1,5 +1,5 @@
 """Small graph utilities of Flax NNX 0.12: `dataclass`, `map`, `map_state`,
-`recursive_map` and `iter_children`.
+`recursive_map`, `iter_children`, `as_pure` and `set_metadata`.
 
 They are thin layers over `split`/`merge`/`clone` and the node types: `map` maps a
 function over a graph's State and merges the result, `recursive_map` rebuilds a copy of
@@ -13,9 +13,12 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+import jax
+
+from bryo_filters import Filter
 from bryo_pytree import Key, Path, path_str
 
-from ._graph import clone, merge, split
+from ._graph import clone, merge, split, state
 from ._nodes import node_types
 from ._object import Object, checks_after_init
 from ._state import State
@@ -139,3 +142,35 @@ def iter_children(node: object, /, *, graph: bool | None = None) -> Iterator[tup
         child_type = registry.lookup(type(child))
         if child_type is not None and child_type.type not in (dict, list, tuple):
             yield key, child
+
+
+def as_pure(tree: A) -> A:
+    """`tree` with every Variable replaced by its raw value (for export or serialization).
+
+    >>> as_pure({"w": Variable(1.0), "n": 2})
+    {'n': 2, 'w': 1.0}
+    """
+
+    def pure(leaf: object) -> object:
+        return as_pure(leaf.get_raw_value()) if isinstance(leaf, Variable) else leaf
+
+    return jax.tree.map(pure, tree, is_leaf=lambda x: isinstance(x, Variable))
+
+
+def set_metadata(node: object, /, *, only: Filter = Variable, **metadata: object) -> None:
+    """Set `metadata` on every Variable of `node` that `only` selects, in place.
+
+    Args:
+        node: a graph node (a module).
+        only: a filter of the Variables to change (default: all of them).
+        **metadata: the entries to set (`set_metadata(model, tag='frozen')`).
+    """
+    if not metadata:
+        raise TypeError(
+            "`set_metadata(node, **metadata)` needs at least one metadata keyword, e.g. "
+            "`set_metadata(model, only=nnx.Param, sharding_rules=...)`."
+        )
+    selected = state(node, only)
+    for leaf in selected.flat_state().values():
+        if isinstance(leaf, Variable):
+            leaf.set_metadata(**metadata)

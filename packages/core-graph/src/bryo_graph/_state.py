@@ -8,7 +8,7 @@ whose children are its leaves (usually `VariableState`s), in path order of inser
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any as _Any
 
 from jax.tree_util import DictKey, register_pytree_with_keys
@@ -356,3 +356,102 @@ def state_node_type() -> NodeType:
         set_key=_state_set_key,
         static_keys=_no_static_keys,
     )
+
+
+# Flax NNX's module-level State functions ----------------------------------------------------
+
+
+def to_flat_state(state: State) -> list[tuple[Path, _Any]]:
+    """The `(path, leaf)` pairs of `state`, in its order (Flax's `FlatState` as a list).
+
+    >>> to_flat_state(State({"a": {"b": 1}, "c": 2}))
+    [(('a', 'b'), 1), (('c',), 2)]
+    """
+    return list(_as_state(state, "to_flat_state")._flat.items())
+
+
+def from_flat_state(flat: Mapping[Path, object] | object) -> State:
+    """The State of `(path, leaf)` pairs (a dict, a list, or `to_flat_state`'s result)."""
+    return State.from_flat_path(flat)
+
+
+def filter_state(state: State, first: Filter, /, *filters: Filter) -> State | tuple[State, ...]:
+    """`state.filter(first, *filters)`: the sub-States matching each filter."""
+    return _as_state(state, "filter_state").filter(first, *filters)
+
+
+def split_state(state: State, first: Filter, /, *filters: Filter) -> State | tuple[State, ...]:
+    """`state.split(first, *filters)`: every leaf grouped by the first filter matching it."""
+    return _as_state(state, "split_state").split(first, *filters)
+
+
+def to_pure_dict(state: State, extract_fn: Callable[[_Any], _Any] | None = None) -> dict:
+    """Nested plain dicts of `state`'s values (`extract_fn(leaf)` when given).
+
+    >>> from bryo_graph import Param
+    >>> to_pure_dict(State({"w": Param(1.0)}))
+    {'w': 1.0}
+    """
+    state = _as_state(state, "to_pure_dict")
+    if extract_fn is None:
+        return state.to_pure_dict()
+    return unflatten_paths({path: extract_fn(leaf) for path, leaf in state._flat.items()})
+
+
+def restore_int_paths(pure_dict: Mapping) -> dict:
+    """`pure_dict` with keys that spell integers (`'0'`, as checkpoints store list
+    indices) turned back into integers, at every level."""
+    return {
+        _int_key(key): restore_int_paths(value) if isinstance(value, Mapping) else value
+        for key, value in pure_dict.items()
+    }
+
+
+def replace_by_pure_dict(
+    state: State, pure_dict: Mapping, replace_fn: Callable[[_Any, _Any], _Any] | None = None
+) -> None:
+    """Write the values of nested plain dicts into `state`, in place (Flax 0.12).
+
+    Each leaf at a path of `pure_dict` becomes `leaf.replace(value)` (a Variable keeps its
+    type and metadata) or `replace_fn(leaf, value)`; string keys that spell integers also
+    match integer keys (checkpoints store list indices as strings).
+
+    Raises:
+        ValueError: a path of `pure_dict` that `state` does not have; the message names it.
+    """
+    state = _as_state(state, "replace_by_pure_dict")
+    flat = state._flat
+    flat_pure: dict[Path, object] = {}
+    _flatten_nested(pure_dict, (), flat_pure)
+    updates: dict[Path, object] = {}
+    for path, value in flat_pure.items():
+        match = path if path in flat else tuple(_int_key(key) for key in path)
+        if match not in flat:
+            raise ValueError(
+                f"`replace_by_pure_dict`: the path {path_str(path)} of `pure_dict` is not in the "
+                f"State (its paths include {', '.join(map(path_str, list(flat)[:5]))}). Build "
+                "`pure_dict` with `to_pure_dict` of a State of the same model."
+            )
+        leaf = flat[match]
+        if replace_fn is not None:
+            updates[match] = replace_fn(leaf, value)
+        else:
+            updates[match] = leaf.replace(value) if isinstance(leaf, VariableState) else value
+    prefix = state._prefix
+    for path, leaf in updates.items():
+        state._root[prefix + path] = leaf
+
+
+def _int_key(key: object) -> object:
+    if isinstance(key, str) and key.lstrip("-").isdigit():
+        return int(key)
+    return key
+
+
+def _as_state(state: object, function: str) -> State:
+    if not isinstance(state, State):
+        raise TypeError(
+            f"`{function}` takes a State (from `nnx.state(model)` or `nnx.split`); got "
+            f"{type(state).__name__}."
+        )
+    return state

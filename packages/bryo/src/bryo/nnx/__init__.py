@@ -194,11 +194,21 @@ from . import compat as compat
 from bryo_graph import PARTITION_NAME as PARTITION_NAME
 from bryo_graph import VariableMetadata as VariableMetadata
 from bryo_graph import as_abstract as as_abstract
+from bryo_graph import as_pure as as_pure
+from bryo_graph import filter_state as filter_state
+from bryo_graph import from_flat_state as from_flat_state
 from bryo_graph import get_abstract_model as get_abstract_model
+from bryo_graph import replace_by_pure_dict as replace_by_pure_dict
+from bryo_graph import restore_int_paths as restore_int_paths
+from bryo_graph import set_metadata as set_metadata
+from bryo_graph import split_state as split_state
+from bryo_graph import to_flat_state as to_flat_state
+from bryo_graph import to_pure_dict as to_pure_dict
 from bryo_graph import use_eager_sharding as use_eager_sharding
 from bryo_graph import using_eager_sharding as using_eager_sharding
 from bryo_graph import with_metadata as with_metadata
 from bryo_graph import with_partitioning as with_partitioning
+from bryo_training import EMA as EMA
 
 from . import spmd as spmd
 
