@@ -283,3 +283,22 @@ def test_derivative_rules_are_traced_once_per_mox(bryo_plugin_manager, monkeypat
     assert [len(nodes) for nodes in calls] == [2]  # both ReLUs, traced together, once
     assert yax.dumps(yax.loads(first)) == first
     assert len(calls) == 2  # a loaded MoX traces its own rules
+
+
+def test_dumps_and_loads_leave_the_garbage_collector_as_they_found_it(bryo_plugin_manager):
+    import gc
+
+    mox = yax.make_mox(jnp.sin)(1.0)
+    text = yax.dumps(mox)
+    assert gc.isenabled()
+    yax.loads(text)
+    assert gc.isenabled()
+    with pytest.raises(MoxSerializationError):
+        yax.loads(text.replace("<sin", "<sin oops"))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        yax.loads(yax.dumps(mox))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
