@@ -16,6 +16,7 @@ first child). Files written by `yt.yson` (its pretty format) read the same.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bryo_mox import MoxError, MoxSerializationError
@@ -33,6 +34,7 @@ from bryo_mox.document import (
     read_const,
 )
 
+from ._fast import read_fast
 from ._text import Attributed, Reader, quote, scalar
 
 #: Files larger than this are refused before parsing (see `Limits.max_bytes`).
@@ -129,20 +131,44 @@ def loads(data: str | bytes) -> DocNode:
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     budget = current_budget(len(raw))
     budget.check_size()
-    reader = Reader(raw, budget, LEVELS_PER_NODE * budget.limits.max_depth + 16)
-    tree = reader.parse()
-    return _Builder(reader).document(tree)
+    max_nesting = LEVELS_PER_NODE * budget.limits.max_depth + 16
+    reader = Reader(raw, budget, max_nesting)
+    tree = read_fast(raw, budget, max_nesting)
+    if tree is None:
+        return _Builder(reader.locate).document(reader.parse())
+    return _Builder(_ByPath(reader)).document(tree)
+
+
+class _ByPath:
+    """Locates a source by its YSON path: the fast reader keeps no offsets, so the first
+    error reads the text again with the exact reader, which records them."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+        self.tree: Any = None
+
+    def __call__(self, source: Source) -> Source:
+        if self.tree is None:
+            self.tree = self.reader.parse()
+        value = self.tree
+        try:
+            for index in filter(None, (source.path or "/").split("/@")[0].split("/")):
+                value = value.value[int(index)]
+        except (AttributeError, IndexError, TypeError, ValueError):  # pragma: no cover
+            return source  # not a node path: the builder makes only node paths
+        offset = value.offset if isinstance(value, Attributed) else 0
+        return self.reader.locate(source._replace(hint=offset))
 
 
 class _Builder:
     """Builds the document from the parsed YSON tree, iteratively."""
 
-    def __init__(self, reader: Reader) -> None:
-        self.reader = reader
+    def __init__(self, locate: Callable[[Source], Source]) -> None:
+        self.locate = locate
 
     def source(self, value: Any, path: str) -> Source:
         offset = value.offset if isinstance(value, Attributed) else 0
-        return Source(None, None, path, offset, self.reader.locate)
+        return Source(None, None, path, offset, self.locate)
 
     def document(self, tree: Any) -> DocNode:
         root = self.node(tree, "/")

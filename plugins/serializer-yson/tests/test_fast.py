@@ -1,0 +1,194 @@
+"""The fast (JSON) reader of text YSON: whatever it reads, the exact reader reads the
+same; everything else (and every error) is left to the exact reader."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bryo_mox as yax
+from bryo_mox import MoxLimitError, MoxSerializationError
+from bryo_mox.document import Budget, Limits
+from bryo_mox.testing import MLP
+from bryo_yson._fast import read_fast
+from bryo_yson._text import Attributed, Reader, quote, scalar
+
+MAX_NESTING = 100
+DEFAULT = Limits()
+
+
+def exact(raw: bytes, limits: Limits = DEFAULT) -> Any:
+    return Reader(raw, Budget(limits, len(raw)), MAX_NESTING).parse()
+
+
+def fast(raw: bytes, limits: Limits = DEFAULT) -> Any:
+    return read_fast(raw, Budget(limits, len(raw)), MAX_NESTING)
+
+
+def plain(value: Any) -> Any:
+    """`value` without offsets, NaN comparable: what the two readers must agree on."""
+    if isinstance(value, Attributed):
+        return ("attributed", plain(value.value), plain(value.attributes))
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return (type(value).__name__, value)
+
+
+def agree(raw: bytes, limits: Limits = DEFAULT) -> bool:
+    """`read_fast` declined, or read what `Reader` reads; True when it read it."""
+    got = fast(raw, limits)
+    try:
+        want = exact(raw, limits)
+    except MoxSerializationError:
+        assert got is None, raw
+        return False
+    assert got is None or plain(got) == plain(want), raw
+    return got is not None
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**64), 2**64)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=6)
+)
+
+
+def _values(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.recursive(
+        leaves,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        ),
+        max_leaves=12,
+    )
+
+
+@st.composite
+def _texts(draw: st.DrawFn) -> str:
+    """YSON in the syntax `dumps` writes and more: nodes with attributes, `py` tags on
+    map values, attributes elsewhere, trailing `;`, whitespace."""
+    space = lambda: draw(st.sampled_from(["", " ", "\n  "]))
+
+    def write(value: Any, depth: int) -> str:
+        if isinstance(value, list):
+            items = [write(v, depth + 1) for v in value]
+            tail = ";" if items and draw(st.booleans()) else ""
+            return "[" + space() + ";".join(items) + tail + "]"
+        if isinstance(value, dict):
+            items = [f"{quote(k)}{space()}={write(v, depth + 1)}" for k, v in value.items()]
+            return "{" + ";".join(items) + "}"
+        text = scalar(value)
+        kind = draw(st.sampled_from(["plain", "plain", "py", "attributes"]))
+        if kind == "py" and isinstance(value, str):
+            return f'<"py"=%true>{text}'
+        if kind == "attributes":
+            return f'<"a"={scalar(1)}>{text}'
+        return text
+
+    def node(depth: int) -> str:
+        attributes = draw(st.dictionaries(st.text(max_size=3), _values(_SCALARS), max_size=3))
+        inner = ";".join(f"{quote(k)}={write(v, 0)}" for k, v in attributes.items())
+        children = draw(st.integers(0, 2)) if depth < 3 else 0
+        body = "[" + ";".join(node(depth + 1) for _ in range(children)) + "]" if children else "#"
+        return f"<{inner}>{space()}{body}"
+
+    return node(0) if draw(st.booleans()) else write(draw(_values(_SCALARS)), 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_texts())
+def test_what_the_fast_reader_reads_the_exact_reader_reads_the_same(text):
+    agree(text.encode("utf-8", "surrogatepass"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_texts(), st.data())
+def test_mutated_texts_are_read_the_same_or_left_to_the_exact_reader(text, data):
+    raw = bytearray(text.encode("utf-8", "surrogatepass"))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(raw)))
+        what = data.draw(
+            st.sampled_from(
+                [
+                    b";",
+                    b"=",
+                    b"#",
+                    b"<",
+                    b">",
+                    b"[",
+                    b"]",
+                    b"{",
+                    b"}",
+                    b'"',
+                    b",",
+                    b":",
+                    b"u",
+                    b"x",
+                    b"%",
+                    b"-",
+                    b"1",
+                    b".",
+                ]
+            )
+        )
+        if data.draw(st.booleans()) and at < len(raw):
+            raw[at : at + 1] = what
+        else:
+            raw[at:at] = what
+    agree(bytes(raw))
+
+
+def test_the_files_dumps_writes_take_the_fast_path(toy):
+    model = MLP((4, 4, 4), key=jax.random.key(0))
+    mox = yax.make_mox(lambda m, v: jnp.tanh(m(v)).sum(axis=(1,)))(model, jnp.ones((2, 4)))
+    assert agree(yax.dumps(mox, "yson").encode())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"[a;b]",  # unquoted words
+        b'["a\\x41"]',  # escapes
+        b"[1u]",  # unsigned
+        b"[1,2]",  # JSON punctuation
+        b'{"k"=<"a"=1>2}',  # attributes on a map value other than a py tag
+        b'[<"a"=1>[<"b"=1>#]]',  # attributes inside a list that is not a node's
+        b'{"a"=1;"a"=2}',  # a duplicate key
+        b"[%true;true]",
+    ],
+)
+def test_texts_outside_the_subset_are_left_to_the_exact_reader(text):
+    assert fast(text) is None
+
+
+def test_limits_are_checked_before_parsing():
+    many = b"[" + b"1;" * 5_000 + b"]"
+    assert fast(many, Limits(max_nodes=1_000)) is None
+    with pytest.raises(MoxLimitError):
+        exact(many, Limits(max_nodes=1_000))
+    deep = b"[" * (MAX_NESTING + 1) + b"]" * (MAX_NESTING + 1)
+    assert fast(deep) is None
+    assert fast(b"[" * MAX_NESTING + b"]" * MAX_NESTING) is not None
+
+
+def test_errors_after_the_fast_path_name_line_and_path(toy):
+    model = MLP((4, 4), key=jax.random.key(0))
+    text = yax.dumps(yax.make_mox(lambda m, v: m(v))(model, jnp.ones((2, 4))), "yson")
+    bad = text.replace('"type"="f32[2,4]"', '"type"="f32[9]"')
+    assert fast(bad.encode()) is not None
+    with pytest.raises(MoxSerializationError) as info:
+        yax.loads(bad, "yson")
+    assert info.value.line is not None and info.value.line > 1
+    assert info.value.path is not None and info.value.path.startswith("/0")
