@@ -141,6 +141,22 @@ def test_embed_looks_up_rows_and_attends():
         embed(jnp.ones(2))
 
 
+@pytest.mark.skipif(not hasattr(jax, "set_mesh"), reason="needs jax.set_mesh")
+def test_embed_out_sharding_places_lookups_and_attention():
+    from jax.sharding import AxisType
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((1,), ("X",), axis_types=(AxisType.Explicit,), devices=jax.devices()[:1])
+    embed = Embed(10, 4, rngs=Rngs(params=3))
+    ids = jnp.array([1, 9])
+    with jax.set_mesh(mesh):
+        rows = embed(ids, out_sharding=P("X"))
+        scores = embed.attend(rows, out_sharding=P("X", None))
+    assert rows.sharding.spec[0] == "X" and scores.sharding.spec == P("X", None)
+    close(rows, embed(ids))
+    close(scores, embed.attend(embed(ids)))
+
+
 # Normalization ------------------------------------------------------------------------
 
 
@@ -237,6 +253,21 @@ def test_dropout_implicit_rngs_keep_a_forked_stream():
     assert drop.rngs.tag == "dropout"
     # explicit rngs at the call win over the stored stream
     close(drop(x, rngs=Rngs(dropout=1)), Dropout(0.5)(x, rngs=Rngs(dropout=1)))
+
+
+@pytest.mark.skipif(not hasattr(jax, "set_mesh"), reason="needs jax.set_mesh")
+@pytest.mark.parametrize("broadcast_dims", [(), (1,)])
+def test_dropout_keeps_the_sharding_of_explicitly_sharded_inputs(broadcast_dims):
+    from jax.sharding import AxisType
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((1,), ("X",), axis_types=(AxisType.Explicit,), devices=jax.devices()[:1])
+    layer = Dropout(0.5, broadcast_dims=broadcast_dims, deterministic=False, rngs=Rngs(0))
+    with jax.set_mesh(mesh):
+        x = jax.sharding.reshard(jnp.ones((2, 4)), P("X", None))
+        y = layer(x)
+    assert y.sharding.spec == P("X", None)
+    assert set(np.unique(np.asarray(y)).tolist()) <= {0.0, 2.0}
 
 
 def test_dropout_modes_broadcast_and_collections():

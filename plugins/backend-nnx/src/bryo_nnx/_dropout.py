@@ -31,7 +31,11 @@ def dropout(
     shape = list(inputs.shape)
     for dim in broadcast_dims:
         shape[dim] = 1
-    mask = jnp.broadcast_to(jax.random.bernoulli(key, keep, tuple(shape)), inputs.shape)
+    # The mask takes the inputs' sharding: `select` refuses differently sharded operands
+    # under a mesh of Explicit axes.
+    sharding = jax.typeof(inputs).sharding
+    mask = jax.random.bernoulli(key, keep, tuple(shape), out_sharding=sharding)
+    mask = jnp.broadcast_to(mask, inputs.shape)
     return lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
 
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from . import dtypes, initializers
 from ._common import NO_METADATA, Metadata, RngsArg, init_param
+from ._linear import contraction_kwargs
 from ._module import Module
 
 default_embed_init = initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
@@ -57,7 +58,9 @@ class Embed(Module):
         self.param_dtype = param_dtype
         self.promote_dtype = promote_dtype
 
-    def __call__(self, inputs: jax.Array) -> jax.Array:
+    def __call__(self, inputs: jax.Array, out_sharding: object = None) -> jax.Array:
+        """The rows of `inputs` (integer indices); `out_sharding` (a `PartitionSpec`, under
+        a mesh of Explicit axes) is the sharding of the result."""
         if not jnp.issubdtype(jnp.asarray(inputs).dtype, jnp.integer):
             raise ValueError(
                 f"Embed takes integer indices; got dtype {jnp.asarray(inputs).dtype}. Cast "
@@ -66,9 +69,17 @@ class Embed(Module):
         (table,) = self.promote_dtype((self.embedding[...],), dtype=self.dtype, inexact=False)
         if self.num_embeddings == 1:
             return jnp.broadcast_to(table, (*inputs.shape, self.features))
-        return jnp.take(table, inputs, axis=0)
+        if out_sharding is not None:  # `jnp.take` has no `out_sharding`: run it in auto mode
+            take = jax.sharding.auto_axes(_take_rows, out_sharding=out_sharding)
+            return take(table, inputs)
+        return _take_rows(table, inputs)
 
-    def attend(self, query: jax.Array) -> jax.Array:
-        """`query @ embedding.T`: similarities to every row (tied output projections)."""
+    def attend(self, query: jax.Array, out_sharding: object = None) -> jax.Array:
+        """`query @ embedding.T`: similarities to every row (tied output projections);
+        `out_sharding` as in `__call__`."""
         query, table = self.promote_dtype((query, self.embedding[...]), dtype=self.dtype)
-        return jnp.dot(query, table.T)
+        return jnp.dot(query, table.T, **contraction_kwargs(None, out_sharding))
+
+
+def _take_rows(table: jax.Array, indices: jax.Array) -> jax.Array:
+    return jnp.take(table, indices, axis=0)
