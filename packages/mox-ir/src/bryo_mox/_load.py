@@ -223,6 +223,18 @@ class _Scope(NamedTuple):
 
     doc: DocNode
     depth: int
+    into: _Into | None = None
+
+
+class _Into(NamedTuple):
+    """Where a module body is built: straight into its caller's scope (`eqns`,
+    `constvars`, `consts`), on the variables `ins` (the begin marker's outputs), so that
+    an equation is made once, not once more per module around it."""
+
+    ins: list[jex.Var]
+    eqns: list[jex.JaxprEqn]
+    constvars: list[jex.Var]
+    consts: list[Any]
 
 
 class _JitTemplate(NamedTuple):
@@ -256,7 +268,7 @@ class _Builder:
     def enter(self, request: _Scope) -> _Building:
         """The scope a request asks for, within the load's depth budget."""
         self.budget.check_depth(request.depth, **_where(request.doc.source))
-        return self.scope(request.doc, depth=request.depth)
+        return self.scope(request.doc, depth=request.depth, into=request.into)
 
     def locate_error(self, error: Exception) -> MoxSerializationError:
         """An error raised while building a scope, located at the node being built."""
@@ -268,13 +280,16 @@ class _Builder:
 
     # -- one scope: a root, a module body or a region -----------------------------------
 
-    def scope(self, doc: DocNode, *, root: bool = False, depth: int = 1) -> _Building:
-        """Build `doc`'s scope into a closed jaxpr, asking the driver for inner scopes."""
+    def scope(
+        self, doc: DocNode, *, root: bool = False, depth: int = 1, into: _Into | None = None
+    ) -> _Building:
+        """Build `doc`'s scope into a closed jaxpr (`into` a caller's scope: its results),
+        asking the driver for inner scopes."""
         self.at = doc.source
         _check_attr_names(doc, self.attr_names)
         env: dict[str, Atom] = {}
-        constvars: list[jex.Var] = []
-        consts: list[Any] = []
+        constvars: list[jex.Var] = [] if into is None else into.constvars
+        consts: list[Any] = [] if into is None else into.consts
         for const in doc.consts:
             self.at = const.source or doc.source
             aval = self.aval(const.type)
@@ -283,16 +298,15 @@ class _Builder:
             self.define(env, const.name, var, doc, "a constant")
             constvars.append(var)
             consts.append(value)
-        invars = []
-        for port in doc.inputs:
+        invars = [self.input(port, doc) for port in doc.inputs]
+        if into is not None:
+            self.at = doc.source
+            self.check_body(doc, into.ins, invars)
+        for port, var in zip(doc.inputs, invars if into is None else into.ins, strict=True):
             self.at = port.source or doc.source
             name = port.bind or port.name
-            if name is None:
-                raise MoxSerializationError(f"an input of <{doc.tag}> has no variable name.")
-            var = jex.Var(self.aval(port.type))
             self.define(env, name, var, doc, "a root input" if root else "an input")
-            invars.append(var)
-        eqns: list[jex.JaxprEqn] = []
+        eqns: list[jex.JaxprEqn] = [] if into is None else into.eqns
         for child in doc.children:
             self.at = child.source
             _check_attr_names(child, self.attr_names)
@@ -301,9 +315,11 @@ class _Builder:
             if child.tag == "region":
                 raise MoxSerializationError(f"a <region> may not appear directly in <{doc.tag}>.")
             if child.tag == "module_call":
-                body = yield _Scope(child, depth + 1)
+                marker, body_ins = self.module_begin(child, ins, eqns)
+                inline = _Into(body_ins, eqns, constvars, consts)
+                body_outs = yield _Scope(child, depth + 1, inline)
                 self.at = child.source
-                outs = self.module_call(child, ins, body, eqns, constvars, consts)
+                outs = self.module_end(child, marker, body_outs, eqns)
             elif child.tag in JIT_ALIASES:
                 region = _regions(child, expected={("jaxpr", None)})[("jaxpr", None)]
                 body = yield _Scope(region, depth + 1)
@@ -325,12 +341,21 @@ class _Builder:
             self.bind_outputs(env, child, outs)
         self.at = doc.source
         outvars = [self.read(env, port, doc) for port in doc.results]
+        if into is not None:
+            return outvars
         effects: set[Any] = set()
         for eqn in eqns:
             effects.update(eqn.effects)
         debug = DebugInfo("bryo_mox.loads", str(doc.attrs.get("name") or doc.tag), None, None)
         jaxpr = jex.Jaxpr(constvars, invars, outvars, eqns, effects, debug)
         return jex.ClosedJaxpr(jaxpr, consts)
+
+    def input(self, port: Port, doc: DocNode) -> jex.Var:
+        """A variable for an input of a scope, of its declared type."""
+        self.at = port.source or doc.source
+        if (port.bind or port.name) is None:
+            raise MoxSerializationError(f"an input of <{doc.tag}> has no variable name.")
+        return jex.Var(self.aval(port.type))
 
     def aval(self, text: Any) -> Any:
         """The abstract value of a type string, with its size bounded."""
@@ -481,18 +506,13 @@ class _Builder:
                 ) from None
         return traced
 
-    def module_call(
-        self,
-        node: DocNode,
-        ins: list[Atom],
-        body: jex.ClosedJaxpr,
-        eqns: list[jex.JaxprEqn],
-        constvars: list[jex.Var],
-        consts: list[Any],
-    ) -> list[Atom]:
+    def module_begin(
+        self, node: DocNode, ins: list[Atom], eqns: list[jex.JaxprEqn]
+    ) -> tuple[CallMarker, list[jex.Var]]:
+        """A module call's begin marker equation; returns the marker and the variables
+        its body reads."""
         attrs = node.attrs
         n_state = _count(node, "state_inputs", len(ins))
-        n_state_out = _count(node, "state_outputs", len(body.jaxpr.outvars))
         for key in ("type", "qualtype", "name"):
             if not isinstance(attrs.get(key, ""), str):
                 raise MoxSerializationError(f"<module_call> attr `{key}` must be a string.")
@@ -501,11 +521,17 @@ class _Builder:
             str(attrs.get("name", "")),
             {k: v for k, v in attrs.items() if k not in MODULE_ATTRS},
         )
-        self.check_body(node, ins, body)
         marker = CallMarker(info, n_state)
         begin, body_ins = marker_equation(begin_p, ins, {"call": marker})
         eqns.append(begin)
-        body_outs = _inline(_Traced(body), body_ins, eqns, constvars, consts)
+        return marker, body_ins
+
+    def module_end(
+        self, node: DocNode, marker: CallMarker, body_outs: list[Atom], eqns: list[jex.JaxprEqn]
+    ) -> list[Atom]:
+        """A module call's end marker equation on what its body returns; returns the
+        call's outputs."""
+        n_state_out = _count(node, "state_outputs", len(body_outs))
         end, outs = marker_equation(end_p, body_outs, {"call": marker, "n_state_out": n_state_out})
         eqns.append(end)
         return outs
@@ -533,7 +559,7 @@ class _Builder:
         **params: Any,
     ) -> list[Atom]:
         """A `jit` equation calling `body` on `ins`, with the params `jax.jit` gives it."""
-        self.check_body(node, ins, body)
+        self.check_body(node, ins, body.jaxpr.invars)
         template = self.jit_template(len(ins), len(body.jaxpr.outvars))
         outvars = [jex.Var(a.aval) for a in body.jaxpr.outvars]
         eqns.append(
@@ -549,9 +575,9 @@ class _Builder:
         )
         return outvars
 
-    def check_body(self, node: DocNode, ins: list[Atom], body: jex.ClosedJaxpr) -> None:
-        """`body` takes values of the types of `ins`."""
-        body_avals = [v.aval for v in body.jaxpr.invars]
+    def check_body(self, node: DocNode, ins: Sequence[Atom], invars: Sequence[jex.Var]) -> None:
+        """A body with inputs `invars` takes values of the types of `ins`."""
+        body_avals = [v.aval for v in invars]
         if len(body_avals) != len(ins) or not all(
             same_type(a, b.aval) for a, b in zip(body_avals, ins, strict=True)
         ):
