@@ -3,6 +3,9 @@ uses the Variables it is given, `update` adds paths, bare Variables and arrays a
 graphs, static attributes stay in the GraphDef; tree mode (`graph=False`) and
 `set_graph_mode`."""
 
+import copy
+import pickle
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +21,9 @@ from bryo_graph import (
     State,
     StaticEntry,
     Variable,
+    check_tree,
     clone,
+    data,
     graphdef,
     iter_graph,
     merge,
@@ -178,6 +183,84 @@ def test_tree_mode_refuses_sharing_cycles_and_graph_only_objects():
         match=r"Cycle detected for MLP\nfound at paths:\n\n  - <root>\n  - layers\[2\]\n",
     ):
         list(iter_graph(looped, graph=False))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda g: split(g, graph=False),
+        lambda g: state(g, graph=False),
+        lambda g: graphdef(g, graph=False),
+        lambda g: clone(g, graph=False),
+        lambda g: check_tree((g, 1), name="jit"),
+    ],
+    ids=["split", "state", "graphdef", "clone", "check_tree"],
+)
+def test_tree_mode_finds_cycles_before_jax_flattens(call):
+    looped = MLP()
+    looped.layers[1].back = looped  # JAX's recursive flatten would never return
+    with pytest.raises(ValueError, match=r"Cycle detected for MLP\nfound at paths:\n\n  - "):
+        call(looped)
+    assert jax.tree.leaves([[1], (2,)]) == [1, 2]  # the interpreter still flattens
+
+
+def test_tree_mode_cycle_error_names_both_paths():
+    a = List([1])
+    b = List([2, a])
+    a.append(b)
+    match = r"Cycle detected for List\nfound at paths:\n\n  - <root>\n  - \[1\]\[1\]\n"
+    with pytest.raises(ValueError, match=match + r"(.|\n)*graph=True to split"):
+        split(a, graph=False)
+    held = MLP()
+    held.extra = data([held])  # through a plain list: checked, never cached
+    with pytest.raises(ValueError, match=r"  - <root>\n  - extra\[0\]\n"):
+        state(held, graph=False)
+
+
+def test_tree_mode_cycle_check_sees_changes_after_a_check():
+    model = MLP()
+    inner = model.layers[0]
+    split(inner, graph=False)  # proven acyclic, cached on inner
+    split(model, graph=False)  # reuses inner's proof
+    assert "_object__acyclic" in vars(inner) and "_object__acyclic" in vars(model)
+    inner.back = model  # a change below both proofs
+    with pytest.raises(ValueError, match=r"  - <root>\n  - layers\[0\]\.back\n"):
+        split(model, graph=False)
+    del inner.back
+    assert len(state(model, graph=False).flat_state()) == 5
+    plain = MLP()
+    plain.extra = data([jnp.ones(1)])
+    split(plain, graph=False)
+    plain.extra.append(plain)  # untracked: the earlier check was not cached
+    with pytest.raises(ValueError, match="Cycle detected for MLP"):
+        split(plain, graph=False)
+
+
+def test_tree_mode_allows_a_node_without_variables_twice():
+    class Static(Object):
+        def __init__(self):
+            self.rate = 0.5
+
+    twice = Static()
+    treedef, flat = split([twice, twice], graph=False)  # not a cycle: JAX copies it
+    assert len(flat) == 0
+    rebuilt = merge(treedef, flat)
+    assert rebuilt[0].rate == rebuilt[1].rate == 0.5
+
+
+def test_tree_mode_refuses_a_shared_mutable_array():
+    ref = jax.new_ref(jnp.ones(2))
+    with pytest.raises(ValueError, match=r"Duplicate Ref(.|\n)*  - \[0\]\n  - \[1\]\n"):
+        split([ref, ref], graph=False)
+    _, flat = split([ref, jax.new_ref(jnp.ones(2))], graph=False)
+    assert flat[0] is ref
+
+
+def test_tree_mode_proofs_are_not_copied():
+    model = MLP()
+    split(model, graph=False)
+    assert "_object__acyclic" not in vars(copy.deepcopy(model))
+    assert "_object__acyclic" not in vars(pickle.loads(pickle.dumps(model.layers)))
 
 
 def test_tree_mode_iter_graph_goes_children_first():

@@ -40,8 +40,9 @@ _PRIVATE_PREFIX = "_object__"
 _STATUSES = "_object__statuses"  # {name: is_data} set by `data(...)` / `static(...)`
 _TREEDEF = TREEDEF  # the cached pytree node data (an `ObjectTreeDef`); changes drop it
 _FLAT = "_object__flat"  # the cached flattening of a graph this node is the root of
+_ACYCLIC = "_object__acyclic"  # the cached proof that tree mode meets no cycle (`_cycles`)
 # Bookkeeping a List or Dict drops when copied or pickled (an Object: `_object__transient`)
-_CONTAINER_TRANSIENT = frozenset({_TREEDEF, _FLAT, WATCHES})
+_CONTAINER_TRANSIENT = frozenset({_TREEDEF, _FLAT, _ACYCLIC, WATCHES})
 
 
 class ObjectTreeDef:
@@ -116,7 +117,7 @@ class Object:
 
     _object__pytree: ClassVar[bool] = True
     _object__class_statuses: ClassVar[dict[str, bool]] = {}
-    _object__transient: ClassVar[frozenset[str]] = frozenset({_TREEDEF, _FLAT, WATCHES})
+    _object__transient: ClassVar[frozenset[str]] = _CONTAINER_TRANSIENT
     _object__restore: ClassVar[Callable[[Object], None] | None] = None
 
     def __init_subclass__(cls, *, pytree: bool = True, **kwargs: object) -> None:
@@ -246,32 +247,53 @@ def track(value: object) -> object:
 
 def _object_treedef(node: Object, namespace: dict) -> ObjectTreeDef:
     """Build (and cache on `node`) the treedef node of an Object."""
-    statuses = namespace.get(_STATUSES) or {}
-    class_statuses = type(node)._object__class_statuses
+    items = [(k, namespace[k]) for k in sorted(namespace) if not k.startswith(_PRIVATE_PREFIX)]
+    return _partition(namespace, items, type(node)._object__class_statuses, GetAttrKey)
+
+
+_UNDECLARED: dict = {}  # a List's or Dict's class statuses: none
+
+
+def _partition(
+    namespace: dict,
+    items: Iterable[tuple[Key, object]],
+    declared: dict,
+    jax_key: Callable[[Any], Any],
+) -> ObjectTreeDef:
+    """The treedef node (cached in `namespace`) of an Object, List or Dict with these
+    `items`: each is data or static by its recorded status, else its `declared` (class)
+    status, else its value (`is_data`)."""
+    statuses = namespace.get(_STATUSES) or _UNDECLARED
     data_keys, static_keys, static_values = [], [], []
-    for name in sorted(namespace):
-        if name.startswith(_PRIVATE_PREFIX):
-            continue
-        value = namespace[name]
-        status = statuses.get(name)
+    for k, value in items:
+        status = statuses.get(k)
         if status is None:
-            status = class_statuses.get(name)
-        if status is None:
-            status = is_data(value)
-        if status:
-            data_keys.append(name)
+            status = declared.get(k)
+        if status if status is not None else is_data(value):
+            data_keys.append(k)
         else:
-            static_keys.append(name)
+            static_keys.append(k)
             static_values.append(value)
     treedef = ObjectTreeDef(
         tuple(data_keys),
-        tuple(GetAttrKey(name) for name in data_keys),
+        tuple(map(jax_key, data_keys)),
         tuple(static_keys),
         tuple(static_values),
-        tuple(sorted(statuses.items())),
+        tuple(sorted(statuses.items(), key=_repr_key)) if statuses else (),
     )
     namespace[_TREEDEF] = treedef
     return treedef
+
+
+def data_items(node: Object | List | Dict) -> list[tuple[Key, object]]:
+    """The pytree children of an Object (of a pytree class), a List or a Dict, with their
+    keys, in flattening order."""
+    if isinstance(node, Object):
+        namespace = vars(node)
+        treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
+        return [(k, namespace[k]) for k in treedef.data_keys]
+    treedef = _list_treedef(node) if isinstance(node, List) else _dict_treedef(node)
+    return [(k, node[k]) for k in treedef.data_keys]  # type: ignore[index]
 
 
 def _flatten_object(node: Object) -> tuple[list, ObjectTreeDef]:
@@ -454,36 +476,16 @@ Dict.update = _dict_update  # type: ignore[method-assign]
 Dict.setdefault = _dict_setdefault  # type: ignore[method-assign]
 
 
-def _container_treedef(
-    node: list | dict, items: list[tuple[Key, object]], key: type
-) -> ObjectTreeDef:
-    statuses = vars(node).get(_STATUSES) or {}
-    data_keys, static_keys, static_values = [], [], []
-    for k, value in items:
-        status = statuses.get(k)
-        if status if status is not None else is_data(value):
-            data_keys.append(k)
-        else:
-            static_keys.append(k)
-            static_values.append(value)
-    treedef = ObjectTreeDef(
-        tuple(data_keys),
-        tuple(map(key, data_keys)),
-        tuple(static_keys),
-        tuple(static_values),
-        tuple(sorted(statuses.items(), key=_repr_key)) if statuses else (),
-    )
-    vars(node)[_TREEDEF] = treedef
-    return treedef
-
-
 def _list_treedef(node: List) -> ObjectTreeDef:
     treedef = vars(node).get(_TREEDEF)
-    return treedef or _container_treedef(node, list(enumerate(node)), SequenceKey)
+    return treedef or _partition(vars(node), enumerate(node), _UNDECLARED, SequenceKey)
 
 
 def _dict_treedef(node: Dict) -> ObjectTreeDef:
-    return vars(node).get(_TREEDEF) or _container_treedef(node, dict_flatten(node)[0], DictKey)
+    namespace = vars(node)
+    return namespace.get(_TREEDEF) or _partition(
+        namespace, dict_flatten(node)[0], _UNDECLARED, DictKey
+    )
 
 
 class _ContainerFlatteners(NamedTuple):

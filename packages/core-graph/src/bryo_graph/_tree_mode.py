@@ -3,7 +3,8 @@
 Modules, `Rngs`, `List`s and `Dict`s are pytrees (`_object`), so `split(model,
 graph=False)` is `jax.tree_util` with Variables as leaves: its `TreeDef` wraps the pytree
 structure, its States map the key paths to the live Variables and raw leaves. Tree mode
-is cheaper to think about but knows no sharing: a Variable met twice, a cycle, or an
+is cheaper to think about but knows no sharing: a Variable or a `jax.new_ref` array met
+twice, a cycle (found by `_cycles` before JAX's recursive flatten meets it), or an
 Object of a `pytree=False` class is an error naming the paths, as in Flax NNX 0.12.
 """
 
@@ -17,6 +18,8 @@ import jax
 from bryo_filters import Filter
 from bryo_pytree import Path, keypath_to_path, path_str
 
+from ._compat import is_ref
+from ._cycles import CycleFound, check_acyclic
 from ._errors import GraphError
 from ._nodes import node_type_of
 from ._state import State, group_flat
@@ -93,12 +96,10 @@ def tree_flatten(
     """`node`'s TreeDef and `{path: leaf}` (Variables and raw leaves), checked; the
     errors name `fn_name` (a transform's when `transform`)."""
     try:
-        keyed, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=_is_variable)
-    except RecursionError:
-        raise ValueError(
-            f"Cycle detected in {type(node).__name__} by `{fn_name}`. {_CYCLES} "
-            + _advice(fn_name, transform=transform)
-        ) from None
+        check_acyclic(node)  # JAX's recursive flatten would not survive a cycle
+    except CycleFound as cycle:
+        raise _cycle_error(cycle, fn_name, transform) from None
+    keyed, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=_is_variable)
     flat: dict[Path, object] = {}
     seen: dict[int, Path] = {}
     metas = []
@@ -111,10 +112,16 @@ def tree_flatten(
     return TreeDef(treedef, tuple(flat), tuple(metas)), flat
 
 
+def _cycle_error(cycle: CycleFound, fn_name: str, transform: bool) -> ValueError:
+    what = f"Cycle detected for {type(cycle.node).__name__}"
+    advice = _advice(fn_name, transform=transform)
+    return _found_twice(what, cycle.first, cycle.second, _CYCLES, advice)
+
+
 def _check_leaf(
     leaf: object, path: Path, seen: dict[int, Path], fn_name: str, transform: bool
 ) -> None:
-    if isinstance(leaf, Variable):
+    if isinstance(leaf, Variable) or is_ref(leaf):  # a mutable leaf: no sharing
         first = seen.setdefault(id(leaf), path)
         if first is not path:
             advice = _advice(fn_name, transform=transform)

@@ -1,0 +1,151 @@
+"""Tree mode's cycle check: an iterative walk before JAX's recursive flatten.
+
+`jax.tree_util` flattens recursively in C++: a graph with a cycle (`a.append(b)` where
+`b` holds `a`) exhausts the recursion limit, and on JAX 0.10 the `RecursionError` leaves
+the interpreter unable to flatten anything afterwards. So tree mode walks the pytree
+first, without recursion, along the same children JAX would flatten, and raises Flax NNX
+0.12's "Cycle detected ... found at paths" error naming both paths.
+
+The walk is cached: a tracked node (`Object`, `List`, `Dict`) at the top of a walk keeps
+the proof that it is acyclic until one of the tracked nodes below it changes (the same
+change tracking that expires cached flattenings), so checking an unchanged model again
+costs a dict lookup. A subtree reaching an untracked mutable container (a plain list or
+dict, a custom pytree) is not cached, as its changes go unseen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import numpy as np
+
+from bryo_pytree import Key, Path, key_to_plain
+
+from ._fields import ATOMIC
+from ._object import Dict, List, Object, data_items
+from ._tracking import Watch, watch_all, write_count
+from ._variables import Variable
+
+_PROOF = "_object__acyclic"  # a tracked node's `_Proof` that its subtree has no cycle
+_LEAVES = (Variable, jax.Array, np.ndarray, np.generic)
+_TRACKED = (Object, List, Dict)
+
+Children = Iterator[tuple[Key, Any]]
+
+
+class _Proof:
+    """That a tracked node's subtree had no cycle: valid while its watches are."""
+
+    __slots__ = ("watches",)
+
+    def __init__(self, watches: tuple[Watch, ...]) -> None:
+        self.watches = watches
+
+    def is_valid(self) -> bool:
+        return all(watch.is_valid() for watch in self.watches)
+
+
+class _Root:
+    """The walk of one top tracked node: what a proof for it must watch."""
+
+    __slots__ = ("cacheable", "node", "proofs", "tracked", "writes")
+
+    def __init__(self, node: object) -> None:
+        self.node = node
+        self.tracked: list[object] = [node]
+        self.proofs: list[_Proof] = []  # proofs of subtrees it skipped
+        self.cacheable = True
+        self.writes = write_count()
+
+    def remember(self) -> None:
+        """Cache the proof on the node, if no write raced the walk."""
+        if not self.cacheable:
+            return
+        watch = Watch()
+        if not watch_all(watch, self.tracked) or write_count() != self.writes + 1:
+            return
+        watches = (watch, *(w for proof in self.proofs for w in proof.watches))
+        vars(self.node)[_PROOF] = _Proof(watches)
+
+
+class CycleFound(Exception):
+    """A cycle: the type of the node met twice and the two paths it was met at."""
+
+    def __init__(self, node: object, first: Path, second: Path) -> None:
+        super().__init__(type(node).__name__, first, second)
+        self.node = node
+        self.first = first
+        self.second = second
+
+
+def _proof(node: object) -> _Proof | None:
+    proof = vars(node).get(_PROOF)
+    return proof if proof is not None and proof.is_valid() else None
+
+
+def _children(value: object) -> tuple[Children | None, bool]:
+    """`(children, tracked)` of a value JAX would flatten further, or `(None, _)` for a leaf."""
+    if type(value) in ATOMIC or isinstance(value, _LEAVES):
+        return None, False
+    if isinstance(value, _TRACKED):
+        if isinstance(value, Object) and not type(value)._object__pytree:
+            return None, False  # not a pytree: a leaf to JAX
+        return iter(data_items(value)), True
+    if type(value) in (tuple, list):
+        return enumerate(value), False  # type: ignore[arg-type]
+    if type(value) is dict:
+        return iter(value.items()), False  # type: ignore[attr-defined]
+    keyed, treedef = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        return None, False
+    return ((key_to_plain(keypath[0]), child) for keypath, child in keyed), False
+
+
+def check_acyclic(node: object) -> None:
+    """Raise `CycleFound` if JAX flattening `node` would meet a node inside itself."""
+    in_progress: dict[int, Path] = {}
+    done: set[int] = set()
+    stack: list[tuple[object, Path, Children]] = []
+    root: _Root | None = None
+
+    def enter(value: object, path: Path) -> None:
+        nonlocal root
+        children, tracked = _children(value)
+        if children is None:
+            return
+        key = id(value)
+        if key in in_progress:
+            raise CycleFound(value, in_progress[key], path)
+        if key in done:
+            return
+        if tracked:
+            proof = _proof(value)
+            if proof is not None:
+                done.add(key)
+                if root is not None:
+                    root.proofs.append(proof)
+                return
+            if root is None:
+                root = _Root(value)
+            else:
+                root.tracked.append(value)
+        elif root is not None and type(value) is not tuple:
+            root.cacheable = False  # a plain list or dict, or a custom pytree
+        in_progress[key] = path
+        stack.append((value, path, children))
+
+    enter(node, ())
+    while stack:
+        value, path, children = stack[-1]
+        for key, child in children:
+            enter(child, (*path, key))
+            break
+        else:
+            stack.pop()
+            del in_progress[id(value)]
+            done.add(id(value))
+            if root is not None and root.node is value:
+                root.remember()
+                root = None
