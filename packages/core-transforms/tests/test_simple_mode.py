@@ -95,3 +95,51 @@ def test_set_graph_updates_changes_the_default():
     with set_graph_updates(False):
         grads = grad(lambda m: m(jnp.ones(2)))(model)
     assert type(grads) is Counter
+
+
+class Holder(Object):
+    def __init__(self, v):
+        self.v = v
+
+
+def _shared_pair():
+    v = Param(jnp.array(1.0))
+    return v, Holder(v), Holder(v)
+
+
+def _add_through_first(a, b, x):
+    assert a.v is b.v  # one Variable inside, as outside
+    a.v[...] += x
+    return a.v[...] + b.v[...]
+
+
+def test_simple_graph_mode_keeps_shared_variables_shared():
+    v, a, b = _shared_pair()
+    f = jit(_add_through_first, graph=True, graph_updates=False)
+    assert float(f(a, b, jnp.array(1.0))) == 4.0 and float(v[...]) == 2.0
+    same = jit(lambda a, b: jnp.asarray(a.v is b.v), graph=True, graph_updates=False)
+    assert bool(same(a, b)) and not bool(same(a, Holder(Param(jnp.array(5.0)))))  # retraced
+    v, a, b = _shared_pair()
+    value = remat(_add_through_first, graph=True, graph_updates=False)(a, b, jnp.array(1.0))
+    assert float(value) == 4.0 and float(v[...]) == 2.0
+    _, a, b = _shared_pair()
+    read = vmap(lambda a, b, x: (a.v is b.v) + x, in_axes=(None, None, 0), graph_updates=False)(
+        a, b, jnp.zeros(2)
+    )
+    np.testing.assert_array_equal(read, [1.0, 1.0])
+
+
+def test_simple_graph_mode_gradient_of_a_shared_variable_is_shared():
+    _, a, b = _shared_pair()
+
+    def loss(b, a):
+        assert a.v is b.v
+        return 3 * a.v[...] + 2 * b.v[...]
+
+    for argnums in ((0, 1), (1, 0)):
+        first, second = grad(loss, argnums=argnums, graph_updates=False)(b, a)
+        assert first.v is second.v and float(first.v[...]) == 5.0  # both uses
+    with pytest.raises(ValueError, match="Inconsistent aliasing"):
+        grad(loss, argnums=0, graph_updates=False)(b, a)  # differentiated and not
+    with pytest.raises(ValueError, match="Duplicate Param"):
+        grad(loss, graph=False)(b, a)  # tree mode still refuses sharing

@@ -8,14 +8,18 @@ structure (attributes added inside are dropped), modules returned are new object
 gradients come back shaped like the differentiated arguments. The values of the caller's
 Variables that the function changed are written back after the call. With `graph=False`
 (tree mode) the arguments must be trees: a Variable reached twice, a cycle, or an Object
-of a `pytree=False` class is an error naming the paths.
+of a `pytree=False` class is an error naming the paths. With `graph=True` a Variable the
+arguments share stays shared inside (as Flax's graph-mode simple transforms split the
+arguments as one graph): JAX is given it once, its other places hold an `Alias` (static,
+so the aliasing is part of what `jax.jit` caches on), and the function sees one Variable.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 
@@ -29,6 +33,7 @@ from ._options import Prepared
 from ._plan import WRITE_LOCK
 
 Pure = Callable[..., tuple]
+T = TypeVar("T")
 
 
 def graph_updates_on(graph: bool | None, graph_updates: bool | None) -> bool:
@@ -77,6 +82,70 @@ def check_no_aliases(name: str, groups: dict[str, object], *, tree: bool = False
         check_tree(tuple(groups.values()), name=name)
 
 
+@dataclasses.dataclass(frozen=True)
+class Alias:
+    """In the arguments JAX traces: the place of a Variable met earlier, at index `first`
+    among the arguments' Variables (in `scan` order). Static: it carries no array."""
+
+    first: int
+
+
+jax.tree_util.register_static(Alias)
+
+
+def _is_variable_or_alias(value: object) -> bool:
+    return isinstance(value, Variable | Alias)
+
+
+def scan(args: tuple, kwargs: dict, order: Sequence[int]) -> list:
+    """The arguments in the order Variables are numbered for `Alias`es: the positions in
+    `order` first (grad's argnums, in the order its gradients come back, so that the
+    gradients resolve their own `Alias`es), then the others, then the keyword arguments."""
+    rest = [i for i in range(len(args)) if i not in order]
+    return [*(args[i] for i in order if i < len(args)), *(args[i] for i in rest), kwargs]
+
+
+def unscan(scanned: list, args: tuple, order: Sequence[int]) -> tuple[tuple, dict]:
+    """`(args, kwargs)` from a `scan` list (the inverse of `scan`)."""
+    positions = [i for i in order if i < len(args)]
+    positions += [i for i in range(len(args)) if i not in order]
+    new_args = list(args)
+    for i, value in zip(positions, scanned, strict=False):
+        new_args[i] = value
+    return tuple(new_args), scanned[-1]
+
+
+def mark_aliases(tree: T) -> T:
+    """`tree` with every Variable met a second time replaced by an `Alias` of its first
+    place; `tree` itself if no Variable repeats."""
+    leaves, treedef = jax.tree.flatten(tree, is_leaf=_is_variable)
+    first: dict[int, int] = {}
+    count = 0
+    marked = False
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, Variable):
+            index = first.setdefault(id(leaf), count)
+            if index != count:
+                leaves[i] = Alias(index)
+                marked = True
+            count += 1
+    return treedef.unflatten(leaves) if marked else tree
+
+
+def resolve_aliases(tree: T) -> T:
+    """`tree` with every `Alias` replaced by the Variable (or gradient) at its first place."""
+    leaves, treedef = jax.tree.flatten(tree, is_leaf=_is_variable_or_alias)
+    seen: list[object] = []
+    resolved = False
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, Alias):
+            leaves[i] = seen[leaf.first]
+            resolved = True
+        if isinstance(leaf, Variable | Alias):
+            seen.append(leaves[i])
+    return treedef.unflatten(leaves) if resolved else tree
+
+
 class ReadVariables(list):
     """The caller's Variables of one simple-mode call (a list), with the values they held
     when the call read them and the transform's name (for `ConcurrentUpdateError`)."""
@@ -94,19 +163,24 @@ class Inputs:
     (left out of the Variable scan) and whether they must be trees."""
 
     def __init__(
-        self, name: str, tree: bool, static_argnums: Sequence[int] = (), static_argnames=()
+        self,
+        name: str,
+        tree: bool,
+        static_argnums: Sequence[int] = (),
+        static_argnames=(),
+        first: Sequence[int] = (),
     ) -> None:
         self.name = name
         self.tree = tree
         self.static_argnums = tuple(static_argnums)
         self.static_argnames = tuple(static_argnames)
+        self.first = tuple(first)  # positions whose Variables are numbered first (grad's)
 
     def dynamic(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """`(args, kwargs)` without the static ones (they are not traced)."""
         if not self.static_argnums and not self.static_argnames:
             return args, kwargs
-        n = len(args)
-        static = {i % n if n and i < 0 else i for i in self.static_argnums}
+        static = self._static_positions(len(args))
         dyn_args = tuple(None if i in static else a for i, a in enumerate(args))
         return dyn_args, {k: v for k, v in kwargs.items() if k not in self.static_argnames}
 
@@ -116,17 +190,49 @@ class Inputs:
         dynamic = self.dynamic(args, kwargs)
         if self.tree:
             check_tree(dynamic, name=self.name)
-        variables = variables_of(dynamic)
+        variables = variables_of(scan(*dynamic, self.first))
         with WRITE_LOCK:
             before = [v.raw_value for v in variables]
         return ReadVariables(variables, before, self.name)
+
+    def shared(self, args: tuple, kwargs: dict, variables: list[Variable]) -> tuple[tuple, dict]:
+        """The arguments to give JAX: in graph mode, a Variable they share is given once,
+        its other places hold an `Alias` (see `mark_aliases`)."""
+        if self.tree or len({id(v) for v in variables}) == len(variables):
+            return args, kwargs
+        return self._rewrite(args, kwargs, mark_aliases)
+
+    def unshared(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Inside the transform: the arguments with each `Alias` back to its Variable."""
+        if self.tree:
+            return args, kwargs
+        return self._rewrite(args, kwargs, resolve_aliases)
+
+    def _rewrite(
+        self, args: tuple, kwargs: dict, rewrite: Callable[[list], list]
+    ) -> tuple[tuple, dict]:
+        """`(args, kwargs)` with their dynamic part, in `scan` order, passed through `rewrite`."""
+        dyn_args, dyn_kwargs = self.dynamic(args, kwargs)
+        new_args, new_kwargs = unscan(
+            rewrite(scan(dyn_args, dyn_kwargs, self.first)), dyn_args, self.first
+        )  # type: ignore[arg-type]
+        static = self._static_positions(len(args))
+        merged = tuple(
+            old if i in static else new
+            for i, (old, new) in enumerate(zip(args, new_args, strict=True))
+        )
+        return merged, {**kwargs, **new_kwargs}
+
+    def _static_positions(self, n: int) -> set[int]:
+        return {i % n if n and i < 0 else i for i in self.static_argnums}
 
     def with_updates(self, f: Callable, split_aux: bool = False, every: bool = False) -> Pure:
         """`f` returning also the new values of the Variables it changed (of all its
         Variables with `every`), and which changed."""
 
         def pure(*args: Any, **kwargs: Any) -> tuple:
-            inner = variables_of(self.dynamic(args, kwargs))
+            args, kwargs = self.unshared(args, kwargs)
+            inner = variables_of(scan(*self.dynamic(args, kwargs), self.first))
             before = [v.raw_value for v in inner]
             out = f(*args, **kwargs)
             changed = tuple(v.raw_value is not b for v, b in zip(inner, before, strict=True))
@@ -185,6 +291,7 @@ def simple_jit(
 
     def prepare(args: tuple, kwargs: dict) -> Prepared:
         variables = inputs.variables(args, kwargs)
+        args, kwargs = inputs.shared(args, kwargs, variables)
 
         def finish(result: tuple) -> Any:
             out, values, changed = result
@@ -213,7 +320,8 @@ def simple_vmap(
         variables = inputs.variables(args, kwargs)
         axes = _variable_axes(in_axes, args, kwargs)
         mapped = map_fn(pure, in_axes=in_axes, out_axes=(out_axes, axes, None), **vmap_kwargs)
-        out, values, changed = mapped(*args, **kwargs)
+        shared_args, shared_kwargs = inputs.shared(args, kwargs, variables)
+        out, values, changed = mapped(*shared_args, **shared_kwargs)
         write_back(variables, values, changed)
         return out
 
@@ -254,7 +362,9 @@ def simple_grad(
     return_value: bool,
     jax_kwargs: dict[str, Any],
 ) -> Callable:
-    """`grad`/`value_and_grad` in simple mode: gradients shaped like the arguments."""
+    """`grad`/`value_and_grad` in simple mode: gradients shaped like the arguments (a
+    Variable the arguments share gets one gradient Variable, shared alike)."""
+    inputs.first = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     pure = inputs.with_updates(f if has_aux else with_empty_aux(f), split_aux=True)
     transformed = jax.value_and_grad(pure, argnums=argnums, has_aux=True, **jax_kwargs)
 
@@ -265,8 +375,10 @@ def simple_grad(
         if not inputs.tree:
             _check_diff_aliasing(args, nums)
         variables = inputs.variables(args, kwargs)
-        (loss, (aux, values, changed)), grads = transformed(*args, **kwargs)
+        shared_args, shared_kwargs = inputs.shared(args, kwargs, variables)
+        (loss, (aux, values, changed)), grads = transformed(*shared_args, **shared_kwargs)
         write_back(variables, values, changed)
+        grads = resolve_aliases(grads)
         if return_value:
             return ((loss, aux), grads) if has_aux else (loss, grads)
         return (grads, aux) if has_aux else grads
@@ -307,7 +419,8 @@ def simple_remat(f: Callable, inputs: Inputs, checkpoint_kwargs: dict[str, Any])
     @functools.wraps(f)
     def call(*args: Any, **kwargs: Any) -> Any:
         variables = inputs.variables(args, kwargs)
-        out, values, changed = checkpointed(*args, **kwargs)
+        shared_args, shared_kwargs = inputs.shared(args, kwargs, variables)
+        out, values, changed = checkpointed(*shared_args, **shared_kwargs)
         write_back(variables, values, changed)
         return out
 
