@@ -2,7 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bryo_mox import MoxError
@@ -80,3 +80,14 @@ def test_type_strings(shape, dtype, weak):
         "{weak}" if weak else ""
     )
     assert parse_type("fp32[2,3]").dtype == jnp.float32
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="aZ_1.5e-/<>()", max_size=12))
+def test_decode_attr_reads_paths_and_qualified_names_as_decode_would(text):
+    try:
+        want = decode(text)
+    except MoxError:
+        want = text
+    got = decode_attr(text)
+    assert type(got) is type(want) and (got == want or got != got)

@@ -34,6 +34,9 @@ from ._types import dtype_named, is_key_dtype, key_impls
 MAX_TEXT = 100_000
 #: Integers in params must fit 64 bits (signed or unsigned).
 MAX_INT = 2**64
+#: Text that `decode` refuses when it holds `/`, `<`, `>` or two dots: such characters make
+#: an operator, a comparison or an attribute of an attribute, none of them a value.
+_BARE = re.compile(r"[\w.<>/\-]+")
 _COMPACT_ARRAY = re.compile(
     r"^\s*array\('([A-Za-z0-9+/=]*)', dtype\('(\w+)'\), \(([0-9, ]*)\)\)\s*$"
 )
@@ -218,6 +221,8 @@ def decode_attr(text: str) -> Any:
     Raises:
         MoxLimitError: the text is an array over the load's budget.
     """
+    if _BARE.fullmatch(text) and ("/" in text or "<" in text or text.count(".") > 1):
+        return text  # a path or qualified name (`layers/0`, `a.b.C`): no value reads so
     try:
         return decode(text)
     except MoxLimitError:

@@ -82,13 +82,9 @@ def _read(serializer: Serializer, data: str | bytes, limits: Limits | None) -> M
     size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
     try:
         with loading(size, limits), _collector_paused():
-            doc = serializer.loads(data)
-            if not isinstance(doc, DocNode):
-                raise MoxError(
-                    f"the `{serializer.format}` serializer returned {type(doc).__name__}, "
-                    "not a DocNode."
-                )
-            return from_document(doc)
+            # the document is freed when `from_document` returns, before the collector
+            # resumes (and scans what was allocated meanwhile)
+            return from_document(_document(serializer, data))
     except MoxSerializationError:
         raise
     except MoxError as error:
@@ -99,6 +95,15 @@ def _read(serializer: Serializer, data: str | bytes, limits: Limits | None) -> M
         raise MoxSerializationError(
             f"cannot read the file: {type(error).__name__}: {error}"
         ) from error
+
+
+def _document(serializer: Serializer, data: str | bytes) -> DocNode:
+    doc = serializer.loads(data)
+    if not isinstance(doc, DocNode):
+        raise MoxError(
+            f"the `{serializer.format}` serializer returned {type(doc).__name__}, not a DocNode."
+        )
+    return doc
 
 
 @contextlib.contextmanager
