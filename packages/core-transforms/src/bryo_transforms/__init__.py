@@ -32,6 +32,7 @@ its JAX transform, and `apply`s the result; export it here.
 
 from ._axes import Carry as Carry
 from ._axes import StateAxes as StateAxes
+from ._axis_metadata import transform_metadata as transform_metadata
 from ._checkify import checkify as checkify
 from ._cond import cond as cond
 from ._cond import switch as switch

@@ -31,7 +31,7 @@ from ._apply import apply
 from ._collect import Const, Grouping, OutPlan, OutRoot, Static, collect
 from ._grad import DiffState, array_places, diff_state_leaves, grad_state
 from ._layout import ROOT, scan_args
-from ._options import refuse_bound_method
+from ._options import positional, refuse_bound_method
 from ._plan import CallPlan, PlanCache
 from ._rebuild import Inner, rebuild
 from ._simple import (
@@ -52,23 +52,6 @@ _NO_RULES = (
 
 def _is_variable(value: object) -> bool:
     return isinstance(value, Variable)
-
-
-def positional(fun: Callable, name: str, args: tuple, kwargs: dict) -> tuple:
-    """`args` with `kwargs` moved to their positions in `fun`'s signature (as
-    `jax.custom_vjp` takes positional arguments only)."""
-    if not kwargs:
-        return args
-    try:
-        bound = inspect.signature(fun).bind(*args, **kwargs)
-    except TypeError as error:
-        raise TypeError(f"`{name}`: {error}") from None
-    if bound.kwargs:
-        raise TypeError(
-            f"`{name}` passes arguments by position; {sorted(bound.kwargs)} are keyword-only "
-            "parameters of the function. Make them positional parameters."
-        )
-    return bound.args
 
 
 class _UpdatesTemplate(NamedTuple):

@@ -90,3 +90,20 @@ class Prepared(NamedTuple):
     args: tuple
     kwargs: dict
     finish: Callable[[Any], Any]
+
+
+def positional(fun: Callable, name: str, args: tuple, kwargs: dict) -> tuple:
+    """`args` with `kwargs` moved to their positions in `fun`'s signature (as
+    `jax.custom_vjp` takes positional arguments only)."""
+    if not kwargs:
+        return args
+    try:
+        bound = inspect.signature(fun).bind(*args, **kwargs)
+    except TypeError as error:
+        raise TypeError(f"`{name}`: {error}") from None
+    if bound.kwargs:
+        raise TypeError(
+            f"`{name}` passes arguments by position; {sorted(bound.kwargs)} are keyword-only "
+            "parameters of the function. Make them positional parameters."
+        )
+    return bound.args

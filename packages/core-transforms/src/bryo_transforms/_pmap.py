@@ -9,11 +9,12 @@ it under `jit`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import jax
 
+from ._axis_metadata import with_axis_metadata
 from ._options import decorator_or_none
 from ._simple import Inputs, graph_updates_on, simple_vmap, tree_mode
 from ._vmap import lifted_map
@@ -31,6 +32,7 @@ def pmap(
     devices: Sequence[Any] | None = None,
     backend: str | None = None,
     axis_size: int | None = None,
+    transform_metadata: Mapping[str, object] | None = None,
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> F:
@@ -44,6 +46,7 @@ def pmap(
         devices: the devices to map over (default: all local ones).
         backend: as for `jax.pmap`.
         axis_size: the mapped size when no input is mapped.
+        transform_metadata: as for `vmap`.
         graph: graph mode (default) or tree mode, see `jit`.
         graph_updates: graph mode with updates (default), or simple mode (`jax.pmap`
             over the arguments as pytrees; no `StateAxes`).
@@ -65,12 +68,14 @@ def pmap(
         devices=devices,
         backend=backend,
         axis_size=axis_size,
+        transform_metadata=transform_metadata,
         graph=graph,
         graph_updates=graph_updates,
     )
     if partial is not None:
         return partial
     assert f is not None
+    f = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
     options: dict[str, Any] = {"axis_name": axis_name, "devices": devices, "backend": backend}
     options["axis_size"] = axis_size
     if not graph_updates_on(graph, graph_updates):

@@ -13,7 +13,7 @@ every step draws the same mask still moves on by one draw per call).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import jax
@@ -35,6 +35,7 @@ from ._axes import (
     leaf_axes,
     prefix_per_leaf,
 )
+from ._axis_metadata import with_axis_metadata
 from ._collect import Grouping, collect
 from ._errors import TransformError
 from ._layout import ArgLayout, is_graph_leaf, scan_args
@@ -136,6 +137,7 @@ def scan(
     in_axes: object = (Carry, 0),
     out_axes: object = (Carry, 0),
     remat: Remat = False,
+    transform_metadata: Mapping[str, object] | None = None,
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> F:
@@ -155,6 +157,9 @@ def scan(
             None keeps the last step's value.
         remat: a checkpoint policy for each step (as for `bryo_scan.scan`): False, True,
             "nested", "offload", "save_all" or a `ScanCheckpointPolicy`.
+        transform_metadata: `{PARTITION_NAME: name}` (`bryo_graph.PARTITION_NAME`): inside,
+            the scanned axis is taken out of the Variables' sharding metadata
+            (`out_sharding`), outside it is there with `name`, as Flax NNX does.
         graph: accepted as the other transforms take it; with `graph=False` the
             arguments must be trees (no shared Variables). The scan itself always runs
             lifted, writing state changes back (there is no separate simple-mode scan).
@@ -179,10 +184,12 @@ def scan(
             in_axes=in_axes,
             out_axes=out_axes,
             remat=remat,
+            transform_metadata=transform_metadata,
             graph=graph,
             graph_updates=graph_updates,
         )
     refuse_bound_method("scan", f)
+    f = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
     policy = ScanCheckpointPolicy.from_remat(remat)
     trees = tree_mode(graph)
     position = _carry_position(out_axes)

@@ -9,7 +9,7 @@ went in with, new state and outputs with their `out_axes`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import jax
@@ -25,10 +25,11 @@ from ._axes import (
     leaf_axes,
     sorted_axes,
 )
+from ._axis_metadata import with_axis_metadata
 from ._call import lifted_call
 from ._errors import TransformError
 from ._layout import scan_args
-from ._options import decorator_or_none
+from ._options import decorator_or_none, positional
 from ._plan import PlanCache
 from ._simple import Inputs, graph_updates_on, simple_vmap, tree_mode
 
@@ -44,6 +45,7 @@ def vmap(
     axis_name: Any = None,
     axis_size: int | None = None,
     spmd_axis_name: Any = None,
+    transform_metadata: Mapping[str, object] | None = None,
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> F:
@@ -58,6 +60,9 @@ def vmap(
         axis_name: as for `jax.vmap`.
         axis_size: as for `jax.vmap`.
         spmd_axis_name: as for `jax.vmap`.
+        transform_metadata: `{PARTITION_NAME: name}` (`bryo_graph.PARTITION_NAME`): inside,
+            the mapped axis is taken out of the Variables' sharding metadata
+            (`out_sharding`), outside it is there with `name`, as Flax NNX does.
         graph: with `graph_updates`, graph mode with updates (the default), or simple
             mode (`jax.vmap` over the arguments as pytrees; no `StateAxes`), see `jit`.
         graph_updates: see `graph`.
@@ -80,12 +85,14 @@ def vmap(
         axis_name=axis_name,
         axis_size=axis_size,
         spmd_axis_name=spmd_axis_name,
+        transform_metadata=transform_metadata,
         graph=graph,
         graph_updates=graph_updates,
     )
     if partial is not None:
         return partial
     assert f is not None
+    f = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
     if not graph_updates_on(graph, graph_updates):
         options = {"out_axes": out_axes, "axis_name": axis_name, "axis_size": axis_size}
         options["spmd_axis_name"] = spmd_axis_name
@@ -110,6 +117,8 @@ def lifted_map(
 
     @functools.wraps(f)
     def mapped(*args: Any, **kwargs: Any) -> Any:
+        if kwargs and isinstance(in_axes, tuple | list) and len(args) < len(in_axes):
+            args, kwargs = positional(f, name, args, kwargs), {}  # in_axes names them
         key, roots, arrays = scan_args(args, kwargs)
         plan = cache.plan(key, roots)
         root_specs, array_specs = arg_specs(plan.sig, in_axes)

@@ -184,6 +184,7 @@ from bryo_transforms import pmap as pmap
 from bryo_transforms import prefix as prefix
 from bryo_transforms import shard_map as shard_map
 from bryo_transforms import switch as switch
+from bryo_transforms import transform_metadata as transform_metadata
 from bryo_transforms import vjp as vjp
 from bryo_transforms import while_loop as while_loop
 
