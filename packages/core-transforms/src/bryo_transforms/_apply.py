@@ -27,7 +27,7 @@ from bryo_graph import (
 from bryo_pytree import is_array_like, run_frames, safe_equal, unwrap_hashable
 
 from ._collect import GraphPlan, KeptLeaf, LeafPlan, OutPlan
-from ._plan import CallPlan
+from ._plan import CallPlan, pair_side
 
 
 def apply(
@@ -76,13 +76,13 @@ class _Reconciler:
         self.leaf = 0
 
     def run(self) -> tuple:
-        root = self.graph.graphdef.root
+        graphdef = self.graph.graphdef
         if self.graph.inputs_unchanged:
             self.built.update(self.plan.objects)
             self.leaf = len(self.plan.sig.paths)
         else:
-            self.build(root.child(0))
-        return self.build(root.child(1))  # type: ignore[return-value]
+            self.build(pair_side(graphdef, 0))
+        return self.build(pair_side(graphdef, 1))  # type: ignore[return-value]
 
     def next_leaf(self) -> LeafPlan:
         leaf_plan = self.graph.leaf_plans[self.leaf]

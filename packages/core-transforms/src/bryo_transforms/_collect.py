@@ -11,7 +11,7 @@ rest goes into a static `OutPlan` of small records that says where each value go
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 import jax
 
@@ -27,11 +27,13 @@ from bryo_graph import (
 from bryo_pytree import Path, is_array
 
 from ._layout import is_graph_leaf
-from ._plan import PairPath, index_objects, meta_of
+from ._plan import PairPath, index_objects, meta_of, pair_side
 from ._rebuild import Inner
 
+V = TypeVar("V")
 
-class Static:
+
+class Static(Generic[V]):
     """A pytree with no leaves carrying `value`: static data out of a JAX transform.
 
     JAX rebuilds it from the output tree of the trace that made it, so each compiled
@@ -40,7 +42,7 @@ class Static:
 
     __slots__ = ("value",)
 
-    def __init__(self, value: object) -> None:
+    def __init__(self, value: V) -> None:
         self.value = value
 
 
@@ -302,9 +304,9 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
         meta = meta_of(variable) if variable is not None else None
         leaf_plans.append(NewLeaf(place(group, value), meta))
 
-    inputs_before = sig.graphdef.root.child(0)
+    inputs_before = pair_side(sig.graphdef, 0)
     # compared as GraphDefs: their `==` walks entries of any depth (tuples' stops at ~1000)
-    same_structure = GraphDef(post.graphdef.root.child(0)) == GraphDef(inputs_before)
+    same_structure = GraphDef(pair_side(post.graphdef, 0)) == GraphDef(inputs_before)
     inputs_unchanged = same_structure and all(
         post_objects.get(index) is inner.built[index] for index in _indices_under(inputs_before)
     )

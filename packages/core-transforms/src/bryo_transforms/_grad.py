@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import jax
 
@@ -48,7 +48,7 @@ def _argnum_filters(
 ) -> tuple[int | tuple[int, ...], dict[int, Filter]]:
     """`argnums` as ints (one int stays one), and the filter of each differentiated one."""
     single = isinstance(argnums, int | DiffState)
-    items = [argnums] if single else list(argnums)  # type: ignore[arg-type]
+    items = [argnums] if single else list(argnums)
     filters: dict[int, Filter] = {}
     for item in items:
         if isinstance(item, DiffState):
@@ -76,7 +76,7 @@ def diff_state_leaves(
         if place.argument not in argnums:
             continue
         root = roots[j]
-        predicate = predicates[place.argument]  # type: ignore[index]
+        predicate = predicates[place.argument]
         if isinstance(root, Variable):
             entries = [((), root, by_var[id(root)])]
         else:
@@ -195,15 +195,17 @@ def _grad_core(
     return run
 
 
-def _refuse_diff_state(argnums: object) -> None:
+def _plain_argnums(argnums: int | DiffState | Sequence[int | DiffState]) -> int | Sequence[int]:
+    """`argnums` for simple mode, which takes no `DiffState` (a TypeError saying so)."""
     items = argnums if isinstance(argnums, Sequence) else [argnums]  # a DiffState is no sequence
-    if any(isinstance(item, DiffState) for item in items):
-        raise TypeError(
-            "`DiffState` in `argnums` needs graph mode with updates (the default): simple "
-            "mode differentiates every inexact leaf of an argument. Drop `graph=False` / "
-            "`graph_updates=False`, or split the model (`nnx.split(model, filter, ...)`) and "
-            "differentiate the State you want."
-        )
+    if not any(isinstance(item, DiffState) for item in items):
+        return cast("int | Sequence[int]", argnums)  # no DiffState in it: checked just above
+    raise TypeError(
+        "`DiffState` in `argnums` needs graph mode with updates (the default): simple "
+        "mode differentiates every inexact leaf of an argument. Drop `graph=False` / "
+        "`graph_updates=False`, or split the model (`nnx.split(model, filter, ...)`) and "
+        "differentiate the State you want."
+    )
 
 
 def _grad_transform(
@@ -229,9 +231,9 @@ def _grad_transform(
     assert f is not None
     jax_kwargs = {"holomorphic": holomorphic, "allow_int": allow_int}
     if not graph_updates_on(graph, graph_updates):
-        _refuse_diff_state(argnums)
+        plain_argnums = _plain_argnums(argnums)
         inputs = Inputs("grad", tree_mode(graph))
-        return simple_grad(f, inputs, argnums, has_aux, with_value, jax_kwargs)
+        return simple_grad(f, inputs, plain_argnums, has_aux, with_value, jax_kwargs)
     run = _grad_core(f, argnums, has_aux, wrt, jax_kwargs)
 
     @functools.wraps(f)

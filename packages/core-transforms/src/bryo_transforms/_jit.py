@@ -381,4 +381,4 @@ def jit_partial(f: Callable[..., Any], *partial_args: Any, **jit_options: Any) -
     """
     if tree_mode(jit_options.get("graph")):
         check_tree(partial_args, name="jit_partial")
-    return jit(f, **jit_options).partial(*partial_args)  # type: ignore[attr-defined]
+    return jit(f, **jit_options).partial(*partial_args)

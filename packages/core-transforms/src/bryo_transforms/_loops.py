@@ -10,7 +10,7 @@ comes back holding the caller's own objects (`_state_call`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import jax
 
@@ -22,19 +22,23 @@ from ._state_call import StateCall
 T = TypeVar("T")
 
 
-class _Carry:
-    """The loop carry of one call: `(leaves, arrays)` in, the user's carry out."""
+class _Carry(Generic[T]):
+    """The loop carry of one call: `(leaves, arrays)` in, the user's carry out.
 
-    def __init__(self, name: str, init_val: object, graph: bool | None) -> None:
+    The carry is rebuilt with the layout of `init_val` (`values` checks each step's), so it
+    has `init_val`'s type; the casts below say so.
+    """
+
+    def __init__(self, name: str, init_val: T, graph: bool | None) -> None:
         self.call = StateCall(name, (init_val,), tree=tree_mode(graph))
 
     def init(self) -> tuple[list, list]:
         return self.call.leaves(), self.call.arrays
 
-    def value(self, carry: tuple[list, list]) -> tuple[object, Any]:
+    def value(self, carry: tuple[list, list]) -> tuple[T, Any]:
         """The user's carry rebuilt from the loop's values, and the `Inner` record."""
         (val,), _, inner = self.call.rebuild(*carry)
-        return val, inner
+        return cast(T, val), inner
 
     def values(self, new_val: object, inner: Any) -> tuple[list, list]:
         """The loop's values of `new_val` (the step's result), checked against the input."""
@@ -48,13 +52,13 @@ class _Carry:
             )
         return call.leaves_after(inner, roots), arrays
 
-    def result(self, carry: tuple[list, list]) -> object:
+    def result(self, carry: tuple[list, list]) -> T:
         """Outside: write the final values and rebuild the carry from the caller's nodes."""
         leaves, arrays = carry
         call = self.call
         call.write(leaves)
         roots = iter(call.plan.pair[0])
-        return call.key.layouts[0].rebuild(roots, iter(arrays))
+        return cast(T, call.key.layouts[0].rebuild(roots, iter(arrays)))
 
 
 def while_loop(
@@ -91,7 +95,7 @@ def while_loop(
         val, inner = carry.value(values)
         return carry.values(body_fun(val), inner)
 
-    return carry.result(jax.lax.while_loop(cond, body, carry.init()))  # type: ignore[return-value]
+    return carry.result(jax.lax.while_loop(cond, body, carry.init()))
 
 
 def fori_loop(
@@ -126,4 +130,4 @@ def fori_loop(
         return carry.values(body_fun(i, val), inner)
 
     out = jax.lax.fori_loop(lower, upper, body, carry.init(), unroll=unroll)
-    return carry.result(out)  # type: ignore[return-value]
+    return carry.result(out)

@@ -70,6 +70,17 @@ class PairPath(NamedTuple):
         return cls(side, root, tuple(inner))  # type: ignore[arg-type]
 
 
+def pair_side(graphdef: GraphDef, side: int) -> Entry:
+    """The entry of one side (0: inputs, 1: outputs) of the pair a lifted call flattens."""
+    root = graphdef.root
+    if not isinstance(root, NodeEntry):
+        raise GraphError(
+            f"a lifted call's GraphDef must hold the pair `(inputs, outputs)`, got {root!r}; "
+            "build it with `build_plan` or `flat_graph((inputs, outputs))`."
+        )
+    return root.child(side)
+
+
 class RootPlace(NamedTuple):
     """Where a graph root sits in the arguments.
 

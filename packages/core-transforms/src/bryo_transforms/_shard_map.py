@@ -74,7 +74,7 @@ class _SpecGrouping(Grouping):
         return self.index[spec]
 
     @property
-    def n_groups(self) -> int:  # type: ignore[override]
+    def n_groups(self) -> int:
         return len(self.specs)
 
     def input_group(self, k: int) -> int:
@@ -212,5 +212,5 @@ def shard_map(
 
         return lifted_call(plan, arrays, transform, f, grouping)
 
-    sharded.__wrapped__ = f  # type: ignore[attr-defined]
+    sharded.__wrapped__ = f
     return sharded  # type: ignore[return-value]

@@ -166,5 +166,5 @@ def lifted_map(
                 ) from error
             raise
 
-    mapped.__wrapped__ = f  # type: ignore[attr-defined]
-    return mapped  # type: ignore[return-value]
+    mapped.__wrapped__ = f
+    return mapped
