@@ -147,7 +147,8 @@ class Linear(Module):
         self.b = jnp.zeros((features,))
 
     def forward(self, x: jax.Array) -> jax.Array:
-        return x @ self.w + self.b
+        y = x @ self.w
+        return y + jax.lax.broadcast_to_rank(self.b, y.ndim)  # rank-clean (strict JAX)
 
 
 class ResBlock(Module):

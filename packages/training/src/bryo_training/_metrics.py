@@ -88,15 +88,15 @@ class Average(Metric):
             self.total[...] += values
             self.count[...] += 1
         elif mask is None:
-            self.total[...] += values.sum()
+            self.total[...] += values.sum(dtype=self.total.dtype)
             self.count[...] += values.size
         else:
-            self.total[...] += (values * mask.astype(values.dtype)).sum()
-            self.count[...] += mask.sum().astype(self.count.dtype)
+            self.total[...] += (values * mask.astype(values.dtype)).sum(dtype=self.total.dtype)
+            self.count[...] += mask.sum(dtype=self.count.dtype)
 
     def compute(self) -> jax.Array:
         """The average (nan before any value)."""
-        return self.total[...] / self.count[...]
+        return self.total[...] / self.count[...].astype(self.total.dtype)
 
 
 @pytree_dataclass
@@ -133,19 +133,23 @@ class Welford(Metric):
         values = _argument(kwargs, self.argname, type(self).__name__)
         scalar = isinstance(values, int | float)
         count = 1 if scalar else values.size
-        previous = self.count[...]
+        dtype = self.mean.dtype  # counts enter the float arithmetic as this dtype
+        previous = self.count[...].astype(dtype)
         self.count[...] += count
-        delta = (values if scalar else values.mean()) - self.mean[...]
-        self.mean[...] += delta * count / self.count[...]
-        spread = 0.0 if scalar else values.var() * count
-        self.m2[...] += spread + delta * delta * count * previous / self.count[...]
+        total = self.count[...].astype(dtype)
+        mean = values if scalar else values.mean(dtype=dtype)
+        delta = mean - self.mean[...]
+        self.mean[...] += delta * count / total
+        spread = 0.0 if scalar else values.var(dtype=dtype) * count
+        self.m2[...] += spread + delta * delta * count * previous / total
 
     def compute(self) -> Statistics:
         """The statistics so far (nan deviations before two values)."""
-        deviation = (self.m2[...] / self.count[...]) ** 0.5
+        count = self.count[...].astype(self.m2.dtype)
+        deviation = (self.m2[...] / count) ** 0.5
         return Statistics(
             mean=self.mean[...],
-            standard_error_of_mean=deviation / self.count[...] ** 0.5,
+            standard_error_of_mean=deviation / count**0.5,
             standard_deviation=deviation,
         )
 

@@ -130,3 +130,13 @@ def first_given(*values: object, layer: str, name: str) -> object:
 def get(variable: Param | None) -> jax.Array | None:
     """The value of an optional Variable (None for None)."""
     return None if variable is None else variable[...]
+
+
+def add_bias(y: jax.Array, bias: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """`y + bias` with `bias` reshaped to `shape` (as many axes as `y`: no implicit rank
+    promotion) and both cast to the dtype standard promotion gives them (a `float32`
+    `preferred_element_type` output plus a `bfloat16` bias is `float32`), so layers stay
+    correct under `jax_numpy_rank_promotion="raise"` and strict dtype promotion."""
+    with jax.numpy_dtype_promotion("standard"):
+        dtype = jnp.promote_types(y.dtype, bias.dtype)
+    return y.astype(dtype) + jnp.reshape(bias, shape).astype(dtype)

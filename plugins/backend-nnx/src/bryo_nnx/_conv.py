@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from . import dtypes, initializers
-from ._common import NO_METADATA, Metadata, RngsArg, get, init_param, optional_bias
+from ._common import NO_METADATA, Metadata, RngsArg, add_bias, get, init_param, optional_bias
 from ._linear import contraction_kwargs, default_bias_init, default_kernel_init
 from ._module import Module
 
@@ -339,7 +339,7 @@ def _one_batch_axis(
 def _restore_batch(y: jax.Array, bias: jax.Array | None, batch: tuple[int, ...]) -> jax.Array:
     """Add the bias and give the output back its original batch axes."""
     if bias is not None:
-        y += bias.reshape((1,) * (y.ndim - bias.ndim) + bias.shape)
+        y = add_bias(y, bias, (1,) * (y.ndim - bias.ndim) + bias.shape)
     if len(batch) == 1:
         return y
     return y.reshape(*batch, *y.shape[1:])

@@ -25,6 +25,7 @@ from ._common import (
     NO_METADATA,
     Metadata,
     RngsArg,
+    add_bias,
     first_given,
     get,
     init_param,
@@ -138,7 +139,7 @@ class Linear(Module):
             **contraction_kwargs(self.preferred_element_type, out_sharding),
         )
         if bias is not None:
-            y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+            y = add_bias(y, bias, (1,) * (y.ndim - 1) + (-1,))
         return y
 
 
@@ -259,7 +260,7 @@ class LinearGeneral(Module):
         )
         if bias is not None:
             kept = [x.shape[a] if a in batch_axes else 1 for a in range(ndim) if a not in axes]
-            y += jnp.reshape(bias, (*kept, *self.out_features))
+            y = add_bias(y, bias, (*kept, *self.out_features))
         return y
 
 
@@ -356,7 +357,7 @@ class Einsum(Module):
             **contraction_kwargs(self.preferred_element_type, out_sharding),
         )
         if bias is not None:
-            y += jnp.reshape(bias, _bias_broadcast_shape(equation, x.ndim, self.kernel_shape))
+            y = add_bias(y, bias, _bias_broadcast_shape(equation, x.ndim, self.kernel_shape))
         return y
 
 

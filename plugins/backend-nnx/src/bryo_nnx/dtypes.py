@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
+import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
@@ -47,9 +48,12 @@ def canonicalize_dtype(
         ValueError: `dtype` was given, `inexact` is True, and `dtype` is not inexact.
     """
     if dtype is None:
-        dtype = jnp.result_type(*(jnp.asarray(a) for a in args if a is not None))
-        if inexact and not jnp.issubdtype(dtype, jnp.inexact):
-            dtype = jnp.promote_types(jnp.float32, dtype)
+        # Promoting is this function's job: by JAX's standard rules, also when a test
+        # suite runs under `jax_numpy_dtype_promotion="strict"`.
+        with jax.numpy_dtype_promotion("standard"):
+            dtype = jnp.result_type(*(jnp.asarray(a) for a in args if a is not None))
+            if inexact and not jnp.issubdtype(dtype, jnp.inexact):
+                dtype = jnp.promote_types(jnp.float32, dtype)
     if inexact and not jnp.issubdtype(dtype, jnp.inexact):
         raise ValueError(
             f"`dtype` must be a floating or complex dtype here; got {jnp.dtype(dtype).name}."
