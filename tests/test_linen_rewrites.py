@@ -86,7 +86,8 @@ def reference(variables, xs, extra):
     """The LoRA-adapted Net, written out by hand."""
 
     def dense(params, key, x):
-        out = x @ params["kernel"] + params["bias"]
+        out = x @ params["kernel"]
+        out = out + jnp.broadcast_to(params["bias"], out.shape)
         return out + x @ extra[f"{key}:0"] @ extra[f"{key}:1"]
 
     params = variables["params"]

@@ -49,7 +49,8 @@ class RawLeaf(nnx.Module):
         self.linear = nnx.Linear(4, 4, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.linear(x) + self.table
+        y = self.linear(x)
+        return y + jnp.broadcast_to(self.table, y.shape)
 
 
 class Wrapper(nnx.Module):

@@ -97,7 +97,7 @@ def test_modification():
     params = jax.jit(mod.init)(jax.random.PRNGKey(42), inputs)
     mox = yax.make_mox(mod.apply)(params, inputs)
     dense = params["params"]["Dense_0"]
-    hidden = inputs @ dense["kernel"] + dense["bias"]
+    hidden = inputs @ dense["kernel"] + dense["bias"][None]
 
     # Replace ReLU with GELU
     gelu_mox = yax.make_mox(nn.gelu)(inputs)

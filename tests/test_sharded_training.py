@@ -142,7 +142,8 @@ def test_mox_documents_keep_sharding_metadata(fmt):
             self.bias = Param(jnp.zeros(8), sharding=(("batch", "mlp"),))
 
         def __call__(self, x):
-            return x @ self.kernel + self.bias
+            y = x @ self.kernel
+            return y + jnp.broadcast_to(self.bias, y.shape)
 
     model = Dense()
     traced = mox.make_mox(lambda x: model(x))(jnp.ones((2, 4)))

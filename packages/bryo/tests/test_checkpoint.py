@@ -158,7 +158,7 @@ def test_non_array_values_are_refused_when_saving(tmp_path):
 def test_round_trip_of_any_shapes_and_dtypes(tmp_path_factory, shapes, dtype):
     directory = tmp_path_factory.mktemp("ckpt") / "c"
     flat = {
-        ("layers", i, "w"): bryo.VariableState(nnx.Param, jnp.ones(shape, dtype) * (i % 2))
+        ("layers", i, "w"): bryo.VariableState(nnx.Param, jnp.full(shape, i % 2, dtype))
         for i, shape in enumerate(shapes)
     }
     state = bryo.State.from_flat_path(flat)

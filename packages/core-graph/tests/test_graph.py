@@ -55,7 +55,8 @@ class Linear(Object):
         self.din, self.dout = din, dout
 
     def __call__(self, x):
-        return x @ self.kernel.value + self.bias.value
+        y = x @ self.kernel.value
+        return y + jnp.broadcast_to(self.bias.value, y.shape)
 
 
 class MLP(Object):

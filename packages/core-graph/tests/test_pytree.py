@@ -39,7 +39,8 @@ class Linear(Object):
         self.activation = "tanh"
 
     def __call__(self, x):
-        return getattr(jnp, self.activation)(x @ self.kernel + self.bias)
+        y = x @ self.kernel
+        return getattr(jnp, self.activation)(y + jnp.broadcast_to(self.bias, y.shape))
 
 
 class MLP(Object):

@@ -47,7 +47,8 @@ class Affine:
             raise TypeError("`weight` must be a jax.Array")
 
     def __call__(self, x):
-        y = self.scale * (x @ self.weight + self.bias)
+        h = x @ self.weight
+        y = self.scale * (h + jnp.broadcast_to(self.bias, h.shape))
         return jax.nn.relu(y) if self.activation == "relu" else y
 
 

@@ -102,7 +102,7 @@ class Layer(graph.Object):
         self.rngs = rngs.dropout.fork()
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return x * jax.random.bernoulli(self.rngs(), 0.5, x.shape)
+        return jnp.where(jax.random.bernoulli(self.rngs(), 0.5, x.shape), x, 0.0)
 
 
 def test_restore_does_not_break_a_later_scan_over_layers_built_inside():

@@ -29,10 +29,12 @@ def test_scalars_reach_every_step_unchanged():
 def test_is_scanned_picks_the_inputs():
     xs, table = jnp.arange(3.0), jnp.arange(3) * 10
     # default: both arrays are scanned
-    assert float(fold(lambda c, x, t: c + x * t, 0)(0.0, xs, table)) == 0 + 10 + 40
+    assert float(fold(lambda c, x, t: c + x * t.astype(x.dtype), 0)(0.0, xs, table)) == 0 + 10 + 40
     # a predicate: the integer `table` is passed whole to every step
     floats = lambda leaf: jnp.issubdtype(leaf.dtype, jnp.floating)
-    total = fold(lambda c, x, t: c + x * t.sum(), 0, is_scanned=floats)(0.0, xs, table)
+    total = fold(lambda c, x, t: c + x * t.sum().astype(x.dtype), 0, is_scanned=floats)(
+        0.0, xs, table
+    )
     assert float(total) == 30.0 * 3
     # True: every array, so a 0-d one is an error naming it
     with pytest.raises(ScanAxisError, match=r"scale: positional axis 0 does not exist .*\(\)"):

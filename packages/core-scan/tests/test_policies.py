@@ -172,7 +172,7 @@ def test_nested_true_never_keeps_more_than_remat_true(batch, nests):
 
     def temp_bytes(remat):
         def loss(layers, x):
-            step = lambda c, layer: jnp.tanh(c @ layer["w"] + layer["b"]) + c
+            step = lambda c, layer: jnp.tanh(c @ layer["w"] + layer["b"][None]) + c
             return fold(step, 0, remat=remat)(x, layers).sum()
 
         layers = {

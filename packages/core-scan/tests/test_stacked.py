@@ -35,7 +35,8 @@ class Dense:
         return cls(jax.random.normal(key, (width, width)) * 0.3, jnp.zeros(width), scale)
 
     def __call__(self, x):
-        return x + self.scale * self.activation(x @ self.w + self.b)
+        h = x @ self.w
+        return x + self.scale * self.activation(h + jnp.broadcast_to(self.b, h.shape))
 
 
 @pytree_dataclass
@@ -228,7 +229,7 @@ def test_stacked_and_blockseq_scan_and_vmap_split_arguments_alike():
     each = lambda block, x, scale: block.w * x * scale
     out = _noisy(Stacked).vmap_via(each)(x, jnp.arange(4.0))
     np.testing.assert_allclose(out, _noisy(BlockSeq).vmap_via(each)(x, jnp.arange(4.0)))
-    np.testing.assert_allclose(out, (jnp.arange(1.0, 5.0) * jnp.arange(4.0))[:, None] * x)
+    np.testing.assert_allclose(out, (jnp.arange(1.0, 5.0) * jnp.arange(4.0))[:, None] * x[None, :])
 
 
 @pytest.mark.parametrize("factory", [Stacked, BlockSeq])

@@ -18,7 +18,8 @@ class MLP(Object):
 
     def __call__(self, x):
         self.count.value += 1
-        return jax.nn.relu(x @ self.w1 + self.b1) @ self.w2
+        h = x @ self.w1
+        return jax.nn.relu(h + jnp.broadcast_to(self.b1, h.shape)) @ self.w2
 
 
 def test_metadata_kept_through_jit_and_grad():

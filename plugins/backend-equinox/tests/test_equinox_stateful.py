@@ -71,7 +71,7 @@ def _fresh_state():
 
 
 def test_update_of_an_eqx_state_points_to_merge():
-    new = jax.tree_util.tree_map(lambda v: v + 1, state(STATE))
+    new = jax.tree_util.tree_map(lambda v: v + jnp.ones((), v.dtype), state(STATE))
     with pytest.raises(GraphError, match="merge"):
         update(STATE, new)
 

@@ -139,7 +139,8 @@ class Encoder(nn.Module):
         self.scale = self.param("scale", nn.initializers.ones, (4,))
 
     def encode(self, xs):
-        return self.dense(xs) * self.scale
+        y = self.dense(xs)
+        return y * jnp.broadcast_to(self.scale, y.shape)
 
     def __call__(self, xs):
         return self.encode(xs) + self.dense(xs)  # `dense` is called twice: shared

@@ -119,7 +119,7 @@ def test_non_pytree_modules_closed_over():
             self.label = "double"
 
         def __call__(self, x):
-            return x * self.factor
+            return x * jnp.broadcast_to(self.factor[...], x.shape)
 
     scale = Scale()
     mox = yax.make_mox(lambda x: scale(x) + 1.0)(X)

@@ -25,7 +25,7 @@ def test_named_inputs_without_the_axis_reach_every_step():
 
     total, ys = scan(step, "Height")(0.0, data, bias)
     assert ys.axes == (Height, Depth)
-    np.testing.assert_allclose(total, (data.array + bias.array[:, None]).sum(), rtol=1e-5)
+    np.testing.assert_allclose(total, (data.array + bias.array[None, :, None]).sum(), rtol=1e-5)
 
 
 def test_a_non_leading_axis_moves_to_the_front_of_outputs():

@@ -125,7 +125,7 @@ def test_einsum_adds_the_bias_along_the_kernels_output_axes():
     layer = Einsum(
         "nta,hab->nthb", (3, 4, 5), (3, 5), bias_init=initializers.normal(), rngs=Rngs(0)
     )
-    expected = jnp.einsum("nta,hab->nthb", X, layer.kernel[...]) + layer.bias[...]
+    expected = jnp.einsum("nta,hab->nthb", X, layer.kernel[...]) + layer.bias[...][None, None]
     close(layer(X), expected)
     assert layer(X).shape == (2, 3, 3, 5)
 
@@ -241,7 +241,7 @@ def test_weight_norm_sets_each_kernel_column_to_its_scale():
     assert isinstance(wrapped.scales[("kernel",)], Param)
     y = wrapped(X)
     close(jnp.linalg.norm(layer.kernel[...], axis=0), jnp.full((3,), 2.0))
-    close(y, X @ layer.kernel[...] + layer.bias[...])
+    close(y, X @ layer.kernel[...] + layer.bias[...][None, None])
 
 
 def test_spectral_norm_bounds_the_largest_singular_value():

@@ -46,7 +46,7 @@ def test_linear_initialises_from_the_params_stream_and_computes_x_kernel_plus_bi
     close(layer.kernel.value, initializers.lecun_normal()(k_kernel, (3, 4), jnp.float32))
     close(layer.bias.value, initializers.normal(1.0)(k_bias, (4,), jnp.float32))
     x = jax.random.normal(KEY, (2, 5, 3))
-    close(layer(x), x @ layer.kernel.value + layer.bias.value)
+    close(layer(x), x @ layer.kernel.value + layer.bias.value[None, None])
     assert layer(x).shape == (2, 5, 4)
 
 
@@ -71,7 +71,7 @@ def test_linear_dtype_and_shape_errors():
 def test_linear_general_contracts_several_axes():
     layer = LinearGeneral((2, 3), (4, 5), axis=(-2, -1), rngs=Rngs(0))
     x = jax.random.normal(KEY, (6, 2, 3))
-    expected = jnp.einsum("bij,ijkl->bkl", x, layer.kernel.value) + layer.bias.value
+    expected = jnp.einsum("bij,ijkl->bkl", x, layer.kernel.value) + layer.bias.value[None]
     close(layer(x), expected)
     assert layer.kernel.value.shape == (2, 3, 4, 5)
     with pytest.raises(ValueError, match="one input axis per entry"):
@@ -167,7 +167,7 @@ def test_layer_norm_matches_the_formula():
     x = jax.random.normal(KEY, (3, 4))
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    expected = (x - mean) / jnp.sqrt(var + 1e-6) * norm.scale.value + norm.bias.value
+    expected = (x - mean) / jnp.sqrt(var + 1e-6) * norm.scale.value[None] + norm.bias.value[None]
     close(norm(x), expected)
     with pytest.raises(ValueError, match="`num_features`=5"):
         LayerNorm(5)(x)
