@@ -22,6 +22,10 @@ SUBMODULE_NAMES = {
     "nn.stochastic": ["Dropout"],
     "training.metrics": ["Average", "Accuracy", "Welford", "MultiMetric", "Metric"],
     "training.optimizer": ["Optimizer", "ModelAndOptimizer", "OptState"],
+    "spmd": ["PARTITION_NAME", "with_partitioning", "get_partition_spec", "as_abstract"],
+    "statelib": ["State", "to_flat_state", "to_pure_dict", "filter_state", "merge_state"],
+    "variablelib": ["Variable", "Param", "VariableMetadata", "with_metadata"],
+    "graphlib": ["split", "merge", "state", "GraphDef", "set_metadata", "as_pure"],
 }
 
 
@@ -65,3 +69,11 @@ def test_merge_state_joins_states_later_ones_win():
     params, rest = nnx.state(model, nnx.Param, ...)
     merged = nnx.merge_state(params, rest)
     assert set(merged.flat_state()) == {("kernel",), ("bias",)}
+
+
+def test_statelib_diff_keeps_the_paths_the_other_state_lacks():
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    params = nnx.state(model)
+    assert nnx.statelib.diff(params, nnx.state(model)) == nnx.State({})
+    kept = nnx.statelib.diff(params, nnx.State({"bias": 0}))
+    assert list(kept.flat_state()) == [("kernel",)]

@@ -157,3 +157,23 @@ def test_get_abstract_model_shards_every_leaf():
     assert isinstance(abstract["w"].value, jax.ShapeDtypeStruct)
     shardings = get_named_sharding(abstract, mesh)
     assert shardings["w"].value == NamedSharding(mesh, P("a", "b"))
+
+
+def test_logical_axis_rules_map_names_for_placement_and_specs():
+    from bryo_graph import logical_axis_rules
+
+    mesh = _mesh()
+    with jax.set_mesh(mesh), logical_axis_rules([("rows", "a")]):
+        v = Param(jnp.ones((2, 4)), out_sharding=("rows", "b"))
+        same = Param(jnp.ones(2), out_sharding=("rows",), sharding_rules=(("rows", "a"),))
+        assert get_partition_spec(State({"v": v}))["v"].value == P("a", "b")
+    assert v[...].sharding.spec == P("a", "b")
+    assert same[...].sharding.spec == P("a")
+    assert get_partition_spec(State({"v": v}))["v"].value == P("rows", "b")  # rules ended
+    with logical_axis_rules([("rows", "a")]):
+        with pytest.raises(ValueError, match="Param at v: its `sharding_rules` map 'rows' to 'b'"):
+            bad = Param(jnp.ones(2), out_sharding=("rows",), sharding_rules=(("rows", "b"),))
+            get_partition_spec(State({"v": bad}))
+    with pytest.raises(ValueError, match="takes `\\(logical name, mesh axes\\)` pairs"):
+        with logical_axis_rules(["rows"]):
+            pass

@@ -22,6 +22,7 @@ from ._axis_rules import add_sharding_axis as add_sharding_axis
 from ._axis_rules import get_partition_spec as get_partition_spec
 from ._axis_rules import logical_to_mesh as logical_to_mesh
 from ._caches import register_cache as register_cache
+from ._eager_sharding import logical_axis_rules as logical_axis_rules
 from ._eager_sharding import use_eager_sharding as use_eager_sharding
 from ._eager_sharding import using_eager_sharding as using_eager_sharding
 from ._entries import Entry as Entry

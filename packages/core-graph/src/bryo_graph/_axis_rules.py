@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from bryo_plugins import TypeTable, hook_table, type_mapping
 from bryo_pytree import Path, key_to_plain, path_str
 
-from ._eager_sharding import sharding_key
+from ._eager_sharding import axis_rules_for, sharding_key
 from ._graph import iter_graph, state
 from ._nodes import node_type_of
 from ._variables import Variable, VariableState
@@ -120,10 +120,8 @@ def variable_axes(variable: Variable, where: str) -> tuple[LogicalAxis, ...] | N
     if isinstance(axes, NamedSharding):
         axes = axes.spec
     axes = _check_axes(tuple(axes) if isinstance(axes, PartitionSpec) else axes, where)
-    local = metadata.get("sharding_rules")
-    if local:
-        table = rules_dict(local)  # type: ignore[arg-type]
-        assert table is not None
+    table = axis_rules_for(metadata, where)
+    if table:
         axes = tuple(table.get(a, a) if isinstance(a, str) else a for a in axes)  # type: ignore[misc]
     return axes
 

@@ -9,13 +9,14 @@ when its `mesh` metadata names one: on a mesh of Explicit axes by
 mesh, for values that are not arrays (abstract shapes, Python numbers), with
 `eager_sharding=False` in the metadata, or inside `use_eager_sharding(False)`, the value
 is kept as it is. A name that is neither a mesh axis nor mapped to one by the rules is an
-error naming it and the mesh's axes.
+error naming it and the mesh's axes. `logical_axis_rules` sets rules for a whole block.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import jax
@@ -76,6 +77,57 @@ def using_eager_sharding() -> bool:
     """Whether new Variables with sharding metadata are placed on the mesh (see
     `use_eager_sharding`)."""
     return _EAGER.on
+
+
+class _AxisRules(threading.local):
+    rules: tuple[tuple[str, object], ...] = ()
+
+
+_RULES = _AxisRules()
+
+
+@contextlib.contextmanager
+def logical_axis_rules(rules: Iterable[tuple[str, object]]) -> Iterator[None]:
+    """Map logical axis names to mesh axes for the Variables created and read inside.
+
+    Inside, a Variable's sharding names go through these `(logical name, mesh axes)`
+    pairs (and then through its own `sharding_rules` metadata, which must agree) when it
+    is placed on creation and in `get_partition_spec`/`get_named_sharding`.
+
+    >>> import jax.numpy as jnp
+    >>> from bryo_graph import Param, State, get_partition_spec, logical_axis_rules
+    >>> with logical_axis_rules([("embed", "model")]):
+    ...     spec = get_partition_spec(State({"w": Param(jnp.ones(2), out_sharding=("embed",))}))
+    >>> tuple(spec["w"].value)
+    ('model',)
+    """
+    pairs = tuple(rules)
+    for pair in pairs:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise ValueError(
+                "`logical_axis_rules` takes `(logical name, mesh axes)` pairs, e.g. "
+                f"`[('embed', 'model'), ('batch', 'data')]`; got the entry {pair!r}."
+            )
+    previous = _RULES.rules
+    _RULES.rules = tuple((name, target) for name, target in pairs)
+    try:
+        yield
+    finally:
+        _RULES.rules = previous
+
+
+def axis_rules_for(metadata: Mapping[str, object], where: str) -> dict[str, object]:
+    """The rules mapping a Variable's sharding names: the current `logical_axis_rules`
+    with its own `sharding_rules` metadata on top (an entry they disagree on is an error)."""
+    rules = dict(_RULES.rules)
+    for name, target in metadata.get("sharding_rules") or ():  # type: ignore[attr-defined]
+        if name in rules and rules[name] != target:
+            raise ValueError(
+                f"{where}: its `sharding_rules` map {name!r} to {target!r} but the current "
+                f"`logical_axis_rules` map it to {rules[name]!r}; make them agree or drop one."
+            )
+        rules[name] = target
+    return rules
 
 
 def _mesh_axis(name: object, rules: dict, mesh_axes: tuple, where: str) -> object:
@@ -147,5 +199,5 @@ def _spec(axes: object, metadata: Mapping[str, object], mesh: Any, where: str) -
     if isinstance(axes, PartitionSpec):
         return axes
     names = tuple(axes) if isinstance(axes, tuple | list) else (axes,)
-    rules = dict(metadata.get("sharding_rules") or ())  # type: ignore[call-overload]
+    rules = axis_rules_for(metadata, where)
     return PartitionSpec(*(_mesh_axis(n, rules, mesh.axis_names, where) for n in names))

@@ -199,6 +199,7 @@ from bryo_graph import as_pure as as_pure
 from bryo_graph import filter_state as filter_state
 from bryo_graph import from_flat_state as from_flat_state
 from bryo_graph import get_abstract_model as get_abstract_model
+from bryo_graph import logical_axis_rules as logical_axis_rules
 from bryo_graph import replace_by_pure_dict as replace_by_pure_dict
 from bryo_graph import restore_int_paths as restore_int_paths
 from bryo_graph import set_metadata as set_metadata
@@ -211,7 +212,10 @@ from bryo_graph import with_metadata as with_metadata
 from bryo_graph import with_partitioning as with_partitioning
 from bryo_training import EMA as EMA
 
+from . import graphlib as graphlib
 from . import spmd as spmd
+from . import statelib as statelib
+from . import variablelib as variablelib
 
 merge_state = _State.merge
 A = _TypeVar("A")
