@@ -4,6 +4,8 @@ graphs, static attributes stay in the GraphDef; tree mode (`graph=False`) and
 `set_graph_mode`."""
 
 import copy
+import dataclasses
+import functools
 import pickle
 
 import jax
@@ -261,6 +263,37 @@ def test_tree_mode_proofs_are_not_copied():
     split(model, graph=False)
     assert "_object__acyclic" not in vars(copy.deepcopy(model))
     assert "_object__acyclic" not in vars(pickle.loads(pickle.dumps(model.layers)))
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["a"], meta_fields=["b"])
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    a: object
+    b: str
+
+
+def test_graph_mode_walks_a_pytree_held_as_data():
+    class Holder(Object):
+        def __init__(self):
+            self.pair = data(Pair(Param(jnp.array(1.0)), "tag"))
+            self.none = data(None)
+
+    model = Holder()
+    graphdef_, state_ = split(model)
+    assert state_["pair"]["a"] is model.pair.a  # the pytree's leaves are State leaves
+    rebuilt = merge(graphdef_, state_)
+    assert type(rebuilt.pair) is Pair and rebuilt.pair is not model.pair
+    assert rebuilt.pair.a is model.pair.a and rebuilt.pair.b == "tag"
+    assert rebuilt.none is None
+    other = Holder()
+    other.pair = data(Pair(Param(jnp.array(1.0)), "other"))
+    assert graphdef(other) != graphdef_  # its static fields are in the GraphDef
+    update(model, {"pair": {"a": jnp.array(2.0)}})  # into the Variable it holds
+    assert float(model.pair.a[...]) == 2.0
+    model.raw = data(Pair(jnp.array(1.0), "raw"))  # a raw array: no place to write it
+    with pytest.raises(TypeError, match="cannot set 'a' of a Pair in place"):
+        update(model, {"raw": {"a": jnp.array(2.0)}})
+    assert float(model.raw.a) == 1.0
 
 
 def test_tree_mode_iter_graph_goes_children_first():

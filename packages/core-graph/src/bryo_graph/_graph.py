@@ -52,7 +52,7 @@ from ._entries import (
 )
 from ._errors import GraphError
 from ._modes import graph_mode
-from ._nodes import NodeType, node_types
+from ._nodes import JAX_PYTREE, JaxPytree, NodeType, is_pytree_node, node_types
 from ._object import Dict, List, Object
 from ._state import State, group_flat
 from ._tracking import Watch, watch_all, write_count
@@ -425,6 +425,13 @@ class _Flattener:
                     entries.append((key, VariableEntry(type(child), position)))
                     continue
                 child_type = registry.lookup(type(child))
+                if (
+                    child_type is None
+                    and static is not None  # data of a node telling data from static
+                    and not is_shaped(child)
+                    and is_pytree_node(child)
+                ):
+                    child_type = JAX_PYTREE  # walked as Flax walks pytrees
                 if child_type is not None:
                     seen = index.get(id(child))
                     if seen is not None:
@@ -443,7 +450,8 @@ class _Flattener:
                     entries.append((key, StaticEntry(hashable(child))))
             else:
                 stack.pop()
-                entry = NodeEntry(type(node), frame.index, frame.aux, tuple(entries))
+                cls = JaxPytree if parent_type is JAX_PYTREE else type(node)
+                entry = NodeEntry(cls, frame.index, frame.aux, tuple(entries))
                 if parent_type.mutable:
                     self.nodes.append((frame.path, node))
                 if not stack:

@@ -15,8 +15,10 @@ import dataclasses
 from collections.abc import Callable, Container, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
+import jax
+
 from bryo_plugins import BryoPluginManager, PluginResultError, TypeTable, hook_table
-from bryo_pytree import Key
+from bryo_pytree import Key, key_to_plain
 
 from ._tracking import structure_changed as structure_changed  # the backends' spelling
 
@@ -122,7 +124,7 @@ def is_graph_node(value: object) -> bool:
 
 
 def builtin_node_types() -> Sequence[NodeType]:
-    """dict, list and tuple: the only node types the core itself knows."""
+    """dict, list and tuple, and `JaxPytree`: the only node types the core itself knows."""
     return (
         NodeType(
             dict,
@@ -142,6 +144,46 @@ def builtin_node_types() -> Sequence[NodeType]:
             flatten=lambda node: (enumerate(node), None),
             unflatten=lambda cls, aux, children: _rebuild_tuple(cls, children),
         ),
+        JAX_PYTREE,
+    )
+
+
+class JaxPytree:
+    """The node type of a JAX pytree that a node holds as data without knowing it as a
+    graph node (`self.tree = data(SomeDataclass(...))`): as Flax NNX 0.12 does in graph
+    mode, bryo walks it one level at a time, its leaves become State leaves, and it is
+    rebuilt from its one-level treedef (kept as the entry's aux). Never instantiated: the
+    GraphDef names this class for such entries."""
+
+
+def _pytree_flatten(node: object) -> tuple[Children, Hashable]:
+    keyed, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
+    return [(key_to_plain(keypath[0]), child) for keypath, child in keyed], treedef
+
+
+def _pytree_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
+    return aux.unflatten([child for _, child in children])  # type: ignore[attr-defined]
+
+
+def _pytree_set_key(node: object, key: Key, child: object) -> None:
+    raise TypeError(
+        f"cannot set {key!r} of a {type(node).__name__} in place: it is a JAX pytree that "
+        "bryo walks but cannot change. Assign a new one to the attribute holding it."
+    )
+
+
+JAX_PYTREE = NodeType(
+    JaxPytree,
+    flatten=_pytree_flatten,
+    unflatten=_pytree_unflatten,
+    set_key=_pytree_set_key,  # (not cacheable: its changes go unseen)
+)
+
+
+def is_pytree_node(value: object) -> bool:
+    """Whether JAX flattens `value` into children (None, an empty pytree, is not counted)."""
+    return value is not None and not jax.tree_util.treedef_is_leaf(
+        jax.tree_util.tree_structure(value, is_leaf=lambda x: x is not value)
     )
 
 

@@ -323,7 +323,7 @@ def index_objects(graphdef: GraphDef, root: object) -> dict[int, object]:
             objects[entry.index] = value
         elif isinstance(entry, NodeEntry):
             objects[entry.index] = value
-            node_type = registry.lookup(type(value))
+            node_type = registry.lookup(entry.type)  # (a JaxPytree entry: not type(value))
             children = dict(node_type.flatten(value)[0])  # type: ignore[union-attr]
             stack.extend((child, children[key]) for key, child in reversed(entry.children))
     return objects
