@@ -29,7 +29,7 @@ import contextvars
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 from jax.extend import core as jex
@@ -117,6 +117,26 @@ def _merge(
     return merged
 
 
+class _Flat(NamedTuple):
+    """A value a call returned, flattened: its leaves, its tree, and which leaves are the
+    arrays that go through the end marker."""
+
+    leaves: list[Any]
+    treedef: Any
+    positions: list[int] | None  # of the arrays among the leaves; `None`: all leaves
+    arrays: list[Any]
+
+    @classmethod
+    def of(cls, value: Any) -> _Flat:
+        leaves, treedef = jax.tree_util.tree_flatten(value)
+        positions, arrays = _split(leaves)
+        return cls(leaves, treedef, positions, arrays)
+
+    def rebuild(self, arrays: Sequence[Any]) -> Any:
+        """The value with `arrays` in place of its array leaves."""
+        return self.treedef.unflatten(_merge(self.leaves, self.positions, arrays))
+
+
 def _handle_call(
     info: ModuleInfo,
     state: Any,
@@ -136,16 +156,15 @@ def _handle_call(
     call_leaves, call_def = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
     state_pos, state_dyn = _split(state_leaves)
     call_pos, call_dyn = _split(call_leaves)
-    statics: dict[str, Any] = {}
+    statics: dict[str, _Flat] = {}
 
     def fn(dyn_state: list[Any], dyn_args: list[Any]) -> tuple[list[Any], list[Any]]:
         inner_state = state_def.unflatten(_merge(state_leaves, state_pos, dyn_state))
         inner_args, inner_kwargs = call_def.unflatten(_merge(call_leaves, call_pos, dyn_args))
         new_state, out = pure(inner_state, *inner_args, **inner_kwargs)
-        new_leaves, new_def = jax.tree_util.tree_flatten(new_state)
-        out_leaves, out_def = jax.tree_util.tree_flatten(out)
-        statics.update(new=(new_leaves, new_def), out=(out_leaves, out_def))
-        return _split(new_leaves)[1], _split(out_leaves)[1]
+        new, out = _Flat.of(new_state), _Flat.of(out)
+        statics.update(new=new, out=out)
+        return new.arrays, out.arrays
 
     if session is not None and session.depth == 0:
         session.restores.append((write_back, state))
@@ -156,10 +175,8 @@ def _handle_call(
     finally:
         if session is not None:
             session.depth -= 1
-    new_leaves, new_def = statics["new"]
-    out_leaves, out_def = statics["out"]
-    write_back(new_def.unflatten(_merge(new_leaves, _split(new_leaves)[0], new_dyn)))
-    return out_def.unflatten(_merge(out_leaves, _split(out_leaves)[0], out_dyn))
+    write_back(statics["new"].rebuild(new_dyn))
+    return statics["out"].rebuild(out_dyn)
 
 
 @contextlib.contextmanager

@@ -43,12 +43,8 @@ def static_attributes(items: Iterable[tuple[str, object]]) -> dict[str, object]:
         >>> static_attributes(vars(module).items())  # doctest: +SKIP
         {'features': 10, 'in_features': 3, 'use_bias': True}
     """
-    attrs: dict[str, object] = {}
-    for key, value in sorted(items, key=lambda kv: kv[0]):
-        if key.startswith("_") or not is_static(value):
-            continue
-        attrs[f"module_{key}" if key in RESERVED_ATTRS else key] = value
-    return attrs
+    kept = {key: value for key, value in items if key[:1] != "_" and is_static(value)}
+    return {f"module_{key}" if key in RESERVED_ATTRS else key: kept[key] for key in sorted(kept)}
 
 
 def module_info(module: object, name: str, attrs: Mapping[str, object]) -> ModuleInfo:

@@ -17,11 +17,19 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import jax
 
-from bryo_graph import FlatGraph, Variable, flat_graph, iter_graph, state, update
+from bryo_graph import (
+    FlatGraph,
+    LeafSource,
+    Variable,
+    flat_graph,
+    iter_graph,
+    state,
+    update,
+)
 from bryo_plugins import CallRouter
 
 Handler = Callable[..., Any]
@@ -29,7 +37,37 @@ Handler = Callable[..., Any]
 # The flattenings of the models whose modules a trace calls: a nested call reads its
 # module's Variables from its model's flattening instead of flattening it again.
 _KEPT_FLATTENINGS = 8
-_flattenings: contextvars.ContextVar[list[FlatGraph] | None] = contextvars.ContextVar(
+
+
+class _Watch(Protocol):
+    """A flattening's `watch` (bryo_graph): valid while none of its nodes changed."""
+
+    def is_valid(self) -> bool: ...
+
+    def expire(self) -> None: ...
+
+
+class _Flattening(NamedTuple):
+    """What a trace keeps of one model's flattening: its watch, its State leaves' sources
+    and each module's range of them. Not the `FlatGraph`: its GraphDef (an entry per
+    attribute) is not needed during the trace, and dropped at once it dies young instead
+    of being promoted by the garbage collector with everything the trace keeps alive."""
+
+    watch: _Watch
+    sources: list[LeafSource]
+    spans: dict[int, tuple[object, range | None]]  # id(module) -> (module, its leaves)
+
+    @classmethod
+    def of(cls, flat: FlatGraph, watch: _Watch) -> _Flattening:
+        spans = {id(node): (node, flat.leaves_of(node)) for _, node in flat.nodes}
+        return cls(watch, flat.sources, spans)
+
+    def leaves_of(self, module: object) -> range | None:
+        found = self.spans.get(id(module))
+        return found[1] if found is not None and found[0] is module else None
+
+
+_flattenings: contextvars.ContextVar[list[_Flattening] | None] = contextvars.ContextVar(
     "bryo_nnx_mox_flattenings", default=None
 )
 
@@ -49,7 +87,7 @@ def _route(
     found = own_variables(module)
     if found is None:
         return _route_state(handler, call, module, name, info, args, kwargs)
-    flat, variables = found
+    watch, variables = found
     before = [v.raw_value for v in variables]  # the handler's `state`: one leaf per Variable
 
     def pure(new_values: list[Any], *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
@@ -57,7 +95,7 @@ def _route(
         try:
             with _router.running(module, name):
                 out = call(module, *call_args, **call_kwargs)
-            if flat.watch is not None and flat.watch.is_valid():
+            if watch.is_valid():
                 return [v.raw_value for v in variables], out
             return snapshot(module), out  # the call changed the model's structure
         finally:
@@ -72,30 +110,31 @@ def _route(
     return handler(info, before, pure, write_back, args, kwargs)
 
 
-def own_variables(module: object) -> tuple[FlatGraph, list[Variable]] | None:
-    """A flattening that stays valid while `module`'s structure does not change, and
-    `module`'s Variables in `state(module)` order; `None` when its State has raw array
-    leaves or its structure cannot be watched (then the call is routed with States)."""
+def own_variables(module: object) -> tuple[_Watch, list[Variable]] | None:
+    """A watch that stays valid while `module`'s structure does not change, and `module`'s
+    Variables in `state(module)` order; `None` when its State has raw array leaves or its
+    structure cannot be watched (then the call is routed with States)."""
     flattenings = _flattenings.get()
     if flattenings is None:
         flattenings = []
     leaves = None
     for flat in reversed(flattenings):
-        if flat.watch is not None and flat.watch.is_valid():
+        if flat.watch.is_valid():
             leaves = flat.leaves_of(module)
             if leaves is not None:
                 break
     else:
-        flat = flat_graph(module, keep=False)  # kept here, for this trace only
-        if flat.watch is None or not flat.watch.is_valid():
+        whole = flat_graph(module, keep=False)  # kept here, for this trace only
+        if whole.watch is None or not whole.watch.is_valid():
             return None
+        flat = _Flattening.of(whole, whole.watch)
         leaves = range(len(flat.sources))
         flattenings.append(flat)
         del flattenings[:-_KEPT_FLATTENINGS]
     variables = [source.variable for source in flat.sources[leaves.start : leaves.stop]]
     if not all(isinstance(v, Variable) for v in variables):
         return None
-    return flat, variables  # type: ignore[return-value]
+    return flat.watch, variables  # type: ignore[return-value]
 
 
 def _write(variables: list[Variable], values: list[Any]) -> None:
@@ -148,7 +187,7 @@ wrap_call = _router.wrap
 @contextlib.contextmanager
 def intercept(handler: Handler) -> Iterator[None]:
     """Route every Module call to `handler` inside the block (see `bryo_mox_interceptor`)."""
-    flattenings: list[FlatGraph] = []
+    flattenings: list[_Flattening] = []
     token = _flattenings.set(flattenings)
     try:
         with _router.active(handler):
@@ -156,8 +195,7 @@ def intercept(handler: Handler) -> Iterator[None]:
     finally:
         _flattenings.reset(token)
         for flat in flattenings:  # their watches must not pile up on a long-lived model
-            if flat.watch is not None:
-                flat.watch.expire()
+            flat.watch.expire()
 
 
 def static_attributes(module: object) -> dict[str, object]:
@@ -168,7 +206,7 @@ def static_attributes(module: object) -> dict[str, object]:
     from bryo_graph import Variable
     from bryo_mox.interception import static_attributes as recordable
 
-    public = [(k, v) for k, v in vars(module).items() if not k.startswith("_")]
+    public = [(k, v) for k, v in vars(module).items() if k[:1] != "_"]
     attrs = recordable((k, v) for k, v in public if not isinstance(v, Variable))
     for alias, attribute in getattr(type(module), "_mox_aliases", {}).items():
         if attribute in attrs:
@@ -188,12 +226,15 @@ def sharding_attributes(module: object) -> dict[str, tuple[str | None, ...]]:
 def _sharding_attributes(items: list[tuple[str, object]]) -> dict[str, tuple[str | None, ...]]:
     from bryo_graph import Variable
 
-    attrs: dict[str, tuple[str | None, ...]] = {}
-    for key, value in sorted(items, key=lambda item: item[0]):
-        axes = value.get_metadata("sharding", None) if isinstance(value, Variable) else None
-        if axes is not None:
-            entries = (axes,) if isinstance(axes, str) else tuple(axes)
-            attrs[f"{key}_sharding"] = tuple(
-                e if e is None or isinstance(e, str) else "+".join(e) for e in entries
-            )
-    return attrs
+    found = {}
+    for key, value in items:
+        if isinstance(value, Variable):
+            axes = value.get_metadata("sharding", None)
+            if axes is not None:
+                found[key] = (axes,) if isinstance(axes, str) else tuple(axes)
+    return {
+        f"{key}_sharding": tuple(
+            e if e is None or isinstance(e, str) else "+".join(e) for e in found[key]
+        )
+        for key in sorted(found)
+    }
