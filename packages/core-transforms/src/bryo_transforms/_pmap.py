@@ -75,10 +75,10 @@ def pmap(
     if partial is not None:
         return partial
     assert f is not None
-    f = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
+    fn = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
     options: dict[str, Any] = {"axis_name": axis_name, "devices": devices, "backend": backend}
     options["axis_size"] = axis_size
     if not graph_updates_on(graph, graph_updates):
         inputs = Inputs("pmap", tree_mode(graph))
-        return simple_vmap(f, inputs, in_axes, {"out_axes": out_axes, **options}, jax.pmap)  # type: ignore[return-value]
-    return lifted_map("pmap", f, in_axes, out_axes, axis_size, jax.pmap, options)  # type: ignore[return-value]
+        return simple_vmap(fn, inputs, in_axes, {"out_axes": out_axes, **options}, jax.pmap)  # type: ignore[return-value]
+    return lifted_map("pmap", fn, in_axes, out_axes, axis_size, jax.pmap, options)  # type: ignore[return-value]

@@ -189,19 +189,19 @@ def scan(
             graph_updates=graph_updates,
         )
     refuse_bound_method("scan", f)
-    f = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
+    fn = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
     policy = ScanCheckpointPolicy.from_remat(remat)
     trees = tree_mode(graph)
     position = _carry_position(out_axes)
     cache = PlanCache(size=16)
 
-    @functools.wraps(f)
+    @functools.wraps(fn)
     def scanned(*args: Any, **kwargs: Any) -> Any:
         if trees:
             check_tree((args, kwargs), name="scan")
         key, roots, arrays = scan_args(args, kwargs)
         plan = cache.plan(key, roots)
-        return _Scan(plan, arrays, f, in_axes, out_axes, position, length).run(
+        return _Scan(plan, arrays, fn, in_axes, out_axes, position, length).run(
             policy, reverse, unroll
         )
 

@@ -92,13 +92,13 @@ def vmap(
     if partial is not None:
         return partial
     assert f is not None
-    f = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
+    fn = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
     if not graph_updates_on(graph, graph_updates):
         options = {"out_axes": out_axes, "axis_name": axis_name, "axis_size": axis_size}
         options["spmd_axis_name"] = spmd_axis_name
-        return simple_vmap(f, Inputs("vmap", tree_mode(graph)), in_axes, options)  # type: ignore[return-value]
+        return simple_vmap(fn, Inputs("vmap", tree_mode(graph)), in_axes, options)  # type: ignore[return-value]
     options = {"axis_name": axis_name, "axis_size": axis_size, "spmd_axis_name": spmd_axis_name}
-    return lifted_map("vmap", f, in_axes, out_axes, axis_size, jax.vmap, options)  # type: ignore[return-value]
+    return lifted_map("vmap", fn, in_axes, out_axes, axis_size, jax.vmap, options)  # type: ignore[return-value]
 
 
 def lifted_map(
