@@ -6,8 +6,11 @@ their body indented; equations print like jaxpr equations, sub-jaxprs as nested 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
+
+from jax.extend.core import Var as _Var
 
 from ._codec import encode
 from ._ir import JIT_NAME, Block, Equation, Literal, ModuleCall, Mox, Node, set_text_form
@@ -22,6 +25,10 @@ class Namer:
         self.count = start
 
     def __call__(self, var: Any) -> str:
+        if type(var) is _Var:  # the common case: a variable named before
+            name = self.names.get(var)
+            if name is not None:
+                return name
         if isinstance(var, Literal):
             return f"{encode(_scalar(var.val), strict=False)}:{type_str(var.aval)}"
         if type(var).__name__ == "DropVar":
@@ -43,6 +50,7 @@ def _scalar(value: Any) -> Any:
         return value
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _letters(n: int) -> str:
     out = ""
     while True:

@@ -67,8 +67,11 @@ _TO_ESCAPE = re.compile(r'[&<>"\n\r\t]')
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _escape(text: str) -> str:
-    """`text` as an XML attribute value (or element text): XML 1.0 characters only."""
+    """`text` as an XML attribute value (or element text): XML 1.0 characters only.
+
+    Cached: a file repeats its variable names, types and attribute texts."""
     bad = _NOT_XML.search(text)
     if bad is not None:
         raise MoxSerializationError(
@@ -88,17 +91,11 @@ def _start(tag: str, attrs: dict[str, Any]) -> str:
 
 def _port(kind: str, port: Port, pad: str) -> str:
     if port.name is not None and port.bind is None:  # most ports: one type, one name
-        return f'{pad}<{kind} type="{_escape_type(port.type)}">{_escape(port.name)}</{kind}>\n'
+        return f'{pad}<{kind} type="{_escape(port.type)}">{_escape(port.name)}</{kind}>\n'
     start = _start(kind, port_attrs(port))
     if port.name is None:
         return f"{pad}{start}/>\n"
     return f"{pad}{start}>{_escape(port.name)}</{kind}>\n"
-
-
-@functools.lru_cache(maxsize=1024)
-def _escape_type(text: str) -> str:
-    """`_escape` for type strings: a file repeats a few of them (`key<fry>[]` needs it)."""
-    return _escape(text)
 
 
 def dumps(doc: DocNode) -> str:
