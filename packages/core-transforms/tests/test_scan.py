@@ -168,6 +168,24 @@ def test_scan_with_length_and_no_scanned_input() -> None:
     assert int(counter["n"].value) == 6
 
 
+def test_scan_with_the_whole_argument_as_carry_and_keyword_arguments() -> None:
+    counter = Layer(0)
+
+    @scan(in_axes=Carry, out_axes=Carry, length=3)
+    def count(layer: Layer) -> Layer:
+        layer.calls.value += 1
+        return layer
+
+    assert count(counter) is counter and int(counter.calls.value) == 3
+
+    @scan(in_axes=(Carry, 0), out_axes=(Carry, 0))
+    def cumsum(total: jax.Array, x: jax.Array) -> tuple:
+        return total + x, total + x
+
+    total, sums = cumsum(jnp.zeros(()), x=jnp.arange(4.0))  # `x` takes in_axes[1]
+    assert float(total) == 6.0 and sums.tolist() == [0.0, 1.0, 3.0, 6.0]
+
+
 @pytest.mark.parametrize("remat", [True, "nested", ScanCheckpointPolicy(save_block_internals=True)])
 def test_scan_checkpoint_policies_keep_gradients(remat: object) -> None:
     stack = make_stack(jnp.arange(4))
@@ -185,8 +203,12 @@ def test_scan_checkpoint_policies_keep_gradients(remat: object) -> None:
 
 def test_scan_errors() -> None:
     cell = Cell()
-    with pytest.raises(TransformError, match="both have a `Carry` or neither"):
-        scan(lambda c, x: c(x, x), in_axes=(Carry, 0), out_axes=0)(jnp.zeros(2), jnp.ones((3, 2)))
+    with pytest.raises(TransformError, match="If one of in_axes or out_axes has Carry"):
+        scan(lambda c, x: c(x, x), in_axes=(Carry, 0), out_axes=0)  # refused when made
+    with pytest.raises(TransformError, match="Found multiple Carry definitions"):
+        scan(lambda a, b: (a, b), in_axes=(Carry, Carry), out_axes=(Carry, 0))
+    with pytest.raises(TransformError, match="in_axes=Carry, the function must take exactly one"):
+        scan(lambda c, x: c, in_axes=Carry, out_axes=Carry, length=2)(jnp.zeros(2), 1)
     with pytest.raises(TransformError, match="nothing to scan over"):
         scan(lambda c: (c, None), in_axes=(Carry,), out_axes=(Carry, 0))(jnp.zeros(2))
 

@@ -39,7 +39,7 @@ from ._axis_metadata import with_axis_metadata
 from ._collect import Grouping, collect
 from ._errors import TransformError
 from ._layout import ArgLayout, is_graph_leaf, scan_args
-from ._options import refuse_bound_method
+from ._options import positional, refuse_bound_method
 from ._plan import CallPlan, PlanCache
 from ._rebuild import Inner, rebuild
 from ._simple import tree_mode
@@ -96,6 +96,22 @@ def _carry_position(out_axes: object) -> object:
             raise TransformError("`out_axes` may hold `Carry` once.")
         return found[0] if found else None
     return None
+
+
+def _check_carry_in_both(in_axes: object, out_axes: object, position: object) -> None:
+    """Raise unless `in_axes` has one top-level `Carry` exactly when `out_axes` has one."""
+    n_carry = sum(a is Carry for a in in_axes) if isinstance(in_axes, tuple | list) else 0
+    if n_carry > 1:
+        raise TransformError(
+            f"Found multiple Carry definitions in in_axes={in_axes!r}: one argument is the "
+            "carry. Put the carried values in one argument (a tuple or a module)."
+        )
+    if (in_axes is Carry or n_carry == 1) != (position is not None):
+        raise TransformError(
+            "If one of in_axes or out_axes has Carry, the other must also have Carry: the "
+            f"carry goes in and comes out of every step. Got in_axes={in_axes!r}, "
+            f"out_axes={out_axes!r}."
+        )
 
 
 def _split_output(out: object, position: object, out_axes: object) -> tuple[object, object, object]:
@@ -193,15 +209,26 @@ def scan(
     policy = ScanCheckpointPolicy.from_remat(remat)
     trees = tree_mode(graph)
     position = _carry_position(out_axes)
+    _check_carry_in_both(in_axes, out_axes, position)
+    carry_only = in_axes is Carry
     cache = PlanCache(size=16)
 
     @functools.wraps(fn)
     def scanned(*args: Any, **kwargs: Any) -> Any:
+        if kwargs and isinstance(in_axes, tuple | list) and len(args) < len(in_axes):
+            args, kwargs = positional(fn, "scan", args, kwargs), {}  # in_axes names them
+        if carry_only and (len(args) != 1 or kwargs):
+            raise TransformError(
+                "When in_axes=Carry, the function must take exactly one argument, the carry; "
+                f"it was called with {len(args)} positional and {len(kwargs)} keyword "
+                "arguments. Give one axis per argument instead: `in_axes=(Carry, 0)`."
+            )
         if trees:
             check_tree((args, kwargs), name="scan")
         key, roots, arrays = scan_args(args, kwargs)
         plan = cache.plan(key, roots)
-        return _Scan(plan, arrays, fn, in_axes, out_axes, position, length).run(
+        axes = (Carry,) if carry_only else in_axes
+        return _Scan(plan, arrays, fn, axes, out_axes, position, length).run(
             policy, reverse, unroll
         )
 
@@ -229,14 +256,6 @@ class _Scan:
             for i, spec in enumerate(in_axes if isinstance(in_axes, tuple | list) else ())
             if spec is Carry
         ]
-        if len(in_carry_args) > 1:
-            raise TransformError("`in_axes` may hold `Carry` once (for one argument).")
-        if bool(in_carry_args) != (position is not None):
-            raise TransformError(
-                "`in_axes` and `out_axes` must both have a `Carry` or neither: the carry "
-                "goes in and comes out of every step. Got "
-                f"in_axes={in_axes!r}, out_axes={out_axes!r}."
-            )
         self.carry_arg = in_carry_args[0] if in_carry_args else None
         root_specs, array_specs = arg_specs(sig, in_axes, kwargs_axis=None)
         self.leaf_axes = leaf_axes(plan, root_specs)
