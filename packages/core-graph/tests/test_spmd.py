@@ -177,3 +177,14 @@ def test_logical_axis_rules_map_names_for_placement_and_specs():
     with pytest.raises(ValueError, match="takes `\\(logical name, mesh axes\\)` pairs"):
         with logical_axis_rules(["rows"]):
             pass
+
+
+def test_partition_specs_longer_than_the_value_are_refused_naming_the_path():
+    from bryo_graph import ShardingError
+
+    v = Param(jnp.ones(2), out_sharding=("a", "b"))
+    with pytest.raises(ShardingError, match=r"Param at layer\.w names 2 axes \('a', 'b'\)"):
+        get_partition_spec(State({"layer": {"w": v}}))
+    abstract = jax.eval_shape(lambda: Model(sharding=("a", "b", None)))
+    with jax.set_mesh(_mesh()), pytest.raises(ShardingError, match="Param at w names 3 axes"):
+        as_abstract(abstract)

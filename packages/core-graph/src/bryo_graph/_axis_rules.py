@@ -178,6 +178,10 @@ def get_partition_spec(tree: object) -> Any:
         tree: a `State` (or any pytree of `VariableState`s and arrays: an Equinox module,
             a `Stacked`), or an NNX-style module (its `state` is used).
 
+    Raises:
+        ShardingError: sharding metadata naming more axes than its value has dimensions;
+            the message names the Variable's path.
+
     Returns:
         The same tree with each value replaced: `PartitionSpec(*sharding)` for a value with
         `sharding` metadata (or with axis names of its own, through a backend), `PartitionSpec()`
@@ -193,11 +197,23 @@ def get_partition_spec(tree: object) -> Any:
     """
 
     def spec(where: str, axes: tuple[LogicalAxis, ...] | None, value: object) -> object:
+        shape = shape_of(value)
         if axes is not None:
+            check_rank(axes, shape, where)
             return PartitionSpec(*axes)
-        return PartitionSpec() if shape_of(value) is not None else None
+        return PartitionSpec() if shape is not None else None
 
     return map_units(tree, spec)
+
+
+def check_rank(axes: Sequence[object], shape: tuple[int, ...] | None, where: str) -> None:
+    """Refuse sharding metadata naming more axes than the value has dimensions."""
+    if shape is not None and len(axes) > len(shape):
+        raise ShardingError(
+            f"the sharding metadata of {where} names {len(axes)} axes {tuple(axes)!r}, but its "
+            f"value has {len(shape)} dimensions (shape {shape}); give one entry (a name or "
+            "None) per dimension."
+        )
 
 
 def rules_dict(rules: Rules | None) -> dict[str, MeshAxes] | None:

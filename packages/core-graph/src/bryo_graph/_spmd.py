@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from bryo_pytree import path_str
 
-from ._axis_rules import describe, variable_axes
+from ._axis_rules import check_rank, describe, variable_axes
 from ._eager_sharding import sharding_key
 from ._graph import split
 from ._helpers import map as map_graph
@@ -182,6 +182,8 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
     Raises:
         ValueError: a Variable to annotate, with neither `mesh` metadata nor a current
             mesh; the message names its path.
+        ShardingError: its sharding metadata names more axes than the value has
+            dimensions; the message names its path.
     """
 
     def annotate(path: tuple, variable: object) -> object:
@@ -203,7 +205,9 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
                 f"`as_abstract`: {where} has sharding metadata but no mesh to place it on. "
                 "Call it under `jax.set_mesh(mesh)`, or give the Variable `mesh` metadata."
             )
-        spec = PartitionSpec(*(variable_axes(variable, where) or ()))
+        axes = variable_axes(variable, where) or ()
+        check_rank(axes, value.shape, where)
+        spec = PartitionSpec(*axes)
         sharding = NamedSharding(mesh, spec)
         return variable.replace(jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding))
 
