@@ -26,6 +26,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from bryo_graph import State, Variable, VariableState, get_named_sharding
+from bryo_pytree import Key
 
 #: The names of the two items of a bryo checkpoint (orbax `Composite` items).
 ARRAYS_ITEM = "arrays"
@@ -33,7 +34,8 @@ INDEX_ITEM = "variables"
 INDEX_VERSION = 1
 RAW_ARRAY = "array"  # the index type of a raw array State leaf (not in a Variable)
 
-StatePath = tuple[str | int, ...]
+StatePath = tuple[Key, ...]
+"""A State path; the JSON index holds those of str and int keys (`_nested` writes them as str)."""
 
 
 class CheckpointError(ValueError):

@@ -113,7 +113,7 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> None:
     def error(message: str) -> NoReturn:
         parser.exit(2, f"{prog}: {message} (see `{parser.prog} --help`)\n")
 
-    parser.error = error  # type: ignore[method-assign]
+    parser.error = error
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,10 +30,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 import bryo_mox as mox
 from bryo_filters import Not
 from bryo_graph import Param, State, VariableState, merge, shard, split, state
+from bryo_pytree import Key
 
 from ._checkpoint import restore_state, save_state
 from ._demo_args import SAMPLES, TEST_SAMPLES, DemoConfig, DemoError, config_from_args
-from ._demo_models import BACKENDS, Backend, Sizes, teacher
+from ._demo_models import BACKENDS, Backend, Batch, Sizes, teacher
 from ._demo_progress import TrainingProgress
 from ._mesh_spec import parse_mesh_spec
 
@@ -77,8 +78,8 @@ def _mesh(config: DemoConfig, backend: Backend) -> jax.sharding.Mesh:
 
 def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     """Run the demo; returns the headline numbers (losses and output differences)."""
-    out = out or sys.stdout
-    say = lambda text="": print(text, file=out, flush=True)
+    stream = out or sys.stdout
+    say = lambda text="": print(text, file=stream, flush=True)
     backend = BACKENDS[config.backend]()
     mesh = _mesh(config, backend)
     sizes = Sizes(in_features=8, width=config.width, layers=config.layers, out_features=1)
@@ -136,7 +137,7 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
 
     say(f"test loss before training: {evaluate(params, rest):.4f}")
     batches = _batches(x_train, y_train, config.batch, batch_key)
-    with TrainingProgress(config.steps, "train   ", out, quiet=config.quiet) as progress:
+    with TrainingProgress(config.steps, "train   ", stream, quiet=config.quiet) as progress:
         for _ in range(config.steps):
             xb, yb, step_key = next(batches)
             xb, yb = jax.device_put((xb, yb), data_sharding)
@@ -147,7 +148,7 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     say(f"test loss after training:  {trained_loss:.4f}")
 
     # 2. Trace to MoX and query it -------------------------------------------------------
-    def apply(params: State, x: jax.Array) -> jax.Array:
+    def apply(params: State, x: Batch) -> jax.Array:
         return backend.forward(merge(graphdef, params, rest), x, train=False, key=None)
 
     # Trace on a host copy of the parameters: a MoX file records the computation, not the
@@ -197,7 +198,9 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
 
     test_batch = (x_test[: config.batch], y_test[: config.batch])
     before = float(adapted_loss(trainable, frozen, *test_batch))
-    with TrainingProgress(config.finetune_steps, "finetune", out, quiet=config.quiet) as progress:
+    with TrainingProgress(
+        config.finetune_steps, "finetune", stream, quiet=config.quiet
+    ) as progress:
         for _ in range(config.finetune_steps):
             xb, yb, _ = next(batches)
             trainable, ft_state, loss = finetune_step(trainable, frozen, ft_state, xb, yb)
@@ -227,9 +230,9 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     # Restore into an abstract state (shapes, dtypes, Variable types; no arrays), as a
     # fresh process would after `eval_shape`.
     reloaded = restore_state(checkpoint, jax.eval_shape(lambda: saved))
-    again = reloaded.split(LoRAParam, ...)
+    trainable_again, frozen_again = reloaded.split(LoRAParam, ...)
     differences["checkpoint"] = float(
-        jnp.max(jnp.abs(_eval_adapted(adapted, *again, sample) - expected))
+        jnp.max(jnp.abs(_eval_adapted(adapted, trainable_again, frozen_again, sample) - expected))
     )
     say(
         f"saved {checkpoint}/ (orbax, {len(saved.flat_state())} arrays), restored into an "
@@ -340,16 +343,16 @@ def _linears_by_shape(model: Any) -> dict[tuple[int, int], Any]:
     return found
 
 
-def _extra(trainable: State) -> dict[str, jax.Array]:
+def _extra(trainable: State) -> dict[Key, jax.Array]:
     return {path[1]: leaf.value for path, leaf in trainable.flat_state().items()}
 
 
-def _eval_adapted(adapted: mox.Mox, trainable: State, frozen: State, x: jax.Array) -> jax.Array:
+def _eval_adapted(adapted: mox.Mox, trainable: State, frozen: State, x: Batch) -> jax.Array:
     return mox.eval_mox(adapted, frozen, x, _extra(trainable))
 
 
 def _eval_loaded(
-    loaded: mox.Mox, adapted: mox.Mox, trainable: State, frozen: State, x: jax.Array
+    loaded: mox.Mox, adapted: mox.Mox, trainable: State, frozen: State, x: Batch
 ) -> jax.Array:
     """A loaded MoX takes its inputs flat (files keep no pytree structure)."""
     return mox.eval_mox(loaded, *jax.tree.leaves((frozen, x)), _extra(trainable))

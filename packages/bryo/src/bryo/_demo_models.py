@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bryo_graph import Variable
 from bryo_named import Axis
@@ -31,6 +32,10 @@ class Sizes:
     out_features: int
 
 
+Batch = jax.Array | np.ndarray
+"""A batch of inputs: a device array, or a host copy (the demo traces MoX on one)."""
+
+
 class Backend(Protocol):
     """What `bryo demo` needs of a module style."""
 
@@ -38,15 +43,19 @@ class Backend(Protocol):
 
     def build(self, sizes: Sizes, key: jax.Array) -> Any:
         """A freshly initialised model."""
+        ...
 
-    def forward(self, model: Any, x: jax.Array, *, train: bool, key: jax.Array | None) -> jax.Array:
+    def forward(self, model: Any, x: Batch, *, train: bool, key: jax.Array | None) -> jax.Array:
         """The model on a batch `x` of shape `(batch, in_features)`."""
+        ...
 
     def apply_linear(self, linear: Any, x: jax.Array) -> jax.Array:
         """One of the model's Linear layers on a batch (used to build LoRA adapters)."""
+        ...
 
     def supports_model_parallel(self) -> bool:
         """Whether the model's Variables carry logical sharding axes."""
+        ...
 
 
 class NNXBackend:
@@ -86,7 +95,7 @@ class NNXBackend:
         params_key, dropout_key = jax.random.split(key)
         return Model(sizes, nnx.Rngs(params=params_key, dropout=dropout_key))
 
-    def forward(self, model: Any, x: jax.Array, *, train: bool, key: jax.Array | None) -> jax.Array:
+    def forward(self, model: Any, x: Batch, *, train: bool, key: jax.Array | None) -> jax.Array:
         return model(x, train=train)
 
     def apply_linear(self, linear: Any, x: jax.Array) -> jax.Array:
@@ -140,7 +149,7 @@ class EquinoxBackend:
 
         return Model(sizes, key)
 
-    def forward(self, model: Any, x: jax.Array, *, train: bool, key: jax.Array | None) -> jax.Array:
+    def forward(self, model: Any, x: Batch, *, train: bool, key: jax.Array | None) -> jax.Array:
         if train:
             keys = jax.random.split(key, x.shape[0])  # type: ignore[arg-type]
             return jax.vmap(lambda xi, ki: model(xi, key=ki, train=True))(x, keys)

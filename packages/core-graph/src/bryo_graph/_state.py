@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any as _Any
+from typing import overload
 
 from jax.tree_util import DictKey, register_pytree_with_keys
 
@@ -170,11 +171,19 @@ class State(Mapping[Key, _Any]):
         return self.to_nested()
 
     # Filtering ------------------------------------------------------------------------
+    @overload
+    def filter(self, first: Filter, /) -> State: ...
+    @overload
+    def filter(self, first: Filter, second: Filter, /, *filters: Filter) -> tuple[State, ...]: ...
     def filter(self, first: Filter, /, *filters: Filter) -> State | tuple[State, ...]:
         """The sub-States matching each filter (first match wins); the rest is dropped."""
         states = group_flat(self._flat, (first, *filters), require_all=False)
         return states[0] if not filters else states
 
+    @overload
+    def split(self, first: Filter, /) -> State: ...
+    @overload
+    def split(self, first: Filter, second: Filter, /, *filters: Filter) -> tuple[State, ...]: ...
     def split(self, first: Filter, /, *filters: Filter) -> State | tuple[State, ...]:
         """Group every leaf by the first filter it matches; a leaf no filter matches raises."""
         states = group_flat(self._flat, (first, *filters), require_all=True)
