@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
+from flax import errors, nnx
 from flax.core.lift import _dedup_scopes
 from flax.core.lift import pack as pack
 from flax.core.scope import Scope
@@ -60,3 +61,20 @@ def current_state(module: nn.Module) -> Any:
 def reimport_state(module: nn.Module, state: Any) -> None:
     """Carry the state a call left on a rebound copy back to the original module."""
     module._state.reimport(state)
+
+
+def check_can_update(variable: nnx.Variable) -> None:
+    """Raise Flax's `TraceContextError` if `variable` belongs to another trace than the
+    current one (a module created outside a traced function, mutated inside it).
+
+    `nnx.update` makes this check itself in flax 0.12.8 (`Variable._can_update`); flax
+    0.12.0's `Variable.update_from_state` writes without it (leaking tracers), so the
+    check is made here from the Variable's `_trace_state`, which both versions keep.
+    """
+    can_update = getattr(variable, "_can_update", None)
+    if can_update is None:  # flax 0.12.0
+        can_update = variable._trace_state.is_valid()
+    if not can_update:
+        raise errors.TraceContextError(
+            f"Cannot mutate {type(variable).__name__} from a different trace level"
+        )

@@ -23,6 +23,8 @@ from flax import errors, nnx
 
 from bryo_plugins import CallRouter
 
+from ._compat import check_can_update
+
 Handler = Callable[..., Any]
 
 
@@ -108,6 +110,9 @@ def _route(
             return
         updates = [(p, v) for p, v in nnx.to_flat_state(new_state) if p in changed]
         try:
+            for path, node in _walk(module):
+                if path in changed and isinstance(node, nnx.Variable):
+                    check_can_update(node)
             nnx.update(module, nnx.from_flat_state(updates))
         except errors.TraceContextError as error:
             if restoring:
