@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
+
+import jax
 
 
 def cost_flops(lowered: Any) -> int:
@@ -15,3 +18,15 @@ def cost_flops(lowered: Any) -> int:
     if isinstance(cost, list | tuple):
         cost = cost[0] if cost else None
     return int(cost.get("flops", 0)) if cost else 0
+
+
+# `jax.random.bernoulli(..., out_sharding=)` is newer than jax 0.7.2 (whose bernoulli has
+# no such keyword): there the mask is drawn without one.
+_BERNOULLI_OUT_SHARDING = "out_sharding" in inspect.signature(jax.random.bernoulli).parameters
+
+
+def bernoulli(key: jax.Array, p: float, shape: tuple[int, ...], sharding: Any) -> jax.Array:
+    """`jax.random.bernoulli(key, p, shape)` with `out_sharding=sharding` where JAX takes it."""
+    if _BERNOULLI_OUT_SHARDING:
+        return jax.random.bernoulli(key, p, shape, out_sharding=sharding)
+    return jax.random.bernoulli(key, p, shape)

@@ -16,6 +16,7 @@ from jax import lax
 from bryo_rngs import RngStream
 
 from ._common import RngsArg, call_key, first_given, fork_stream
+from ._compat import bernoulli
 from ._module import Module
 
 
@@ -34,7 +35,7 @@ def dropout(
     # The mask takes the inputs' sharding: `select` refuses differently sharded operands
     # under a mesh of Explicit axes.
     sharding = jax.typeof(inputs).sharding
-    mask = jax.random.bernoulli(key, keep, tuple(shape), out_sharding=sharding)
+    mask = bernoulli(key, keep, tuple(shape), sharding)
     mask = jnp.broadcast_to(mask, inputs.shape)
     return lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
 
