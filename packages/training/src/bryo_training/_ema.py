@@ -45,10 +45,10 @@ class EMA(Pytree):
         >>> from bryo_graph import Dict, Param
         >>> model = Dict(bias=Param(jnp.zeros(2)))
         >>> ema = EMA(model, decay=0.5)
-        >>> model["bias"][...] += 2.0
+        >>> model["bias"].value = model["bias"].value + 2.0
         >>> ema.update(model)
-        >>> ema.params["bias"][...].tolist()
-        [1.0, 1.0]
+        >>> print(ema.params["bias"].value)
+        [1. 1.]
     """
 
     def __init__(
