@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bryo_graph import Object, Param, Variable
+from bryo_graph import Intermediate, Object, Param, Variable
 from bryo_rngs import Rngs, fork_rngs, split_rngs
 from bryo_scan import ScanCheckpointPolicy
 from bryo_transforms import Carry, StateAxes, TransformError, grad, jit, scan, vmap
@@ -168,6 +168,21 @@ def test_scan_with_length_and_no_scanned_input() -> None:
     assert int(counter["n"].value) == 6
 
 
+def test_state_added_in_the_body_is_stacked_along_its_state_axes_axis() -> None:
+    stack = make_stack(jnp.arange(3))
+
+    @scan(in_axes=(StateAxes({(Param, Intermediate): 0, ...: None}), Carry), out_axes=Carry)
+    def forward(layer: Layer, x: jax.Array) -> jax.Array:
+        y = x @ layer.w.value
+        layer.seen = Intermediate(y)  # as `sow` does
+        return y
+
+    forward(stack, jnp.ones(2))
+    assert stack.seen.value.shape == (3, 2)
+    forward(stack, jnp.ones(2))  # replaced by the next call's, stacked again
+    assert stack.seen.value.shape == (3, 2)
+
+
 def test_scan_with_the_whole_argument_as_carry_and_keyword_arguments() -> None:
     counter = Layer(0)
 
@@ -216,7 +231,7 @@ def test_scan_errors() -> None:
         cell.extra = Param(x)
         return cell, x
 
-    with pytest.raises(TransformError, match="added a Param"):
+    with pytest.raises(TransformError, match="added a Param at extra to an argument whose"):
         scan(grows, in_axes=(Carry, 0), out_axes=(Carry, 0))(cell, jnp.ones((3, 2)))
 
     def reshapes(h: jax.Array, x: jax.Array) -> tuple:

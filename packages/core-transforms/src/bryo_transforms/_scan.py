@@ -34,6 +34,7 @@ from ._axes import (
     is_axis_leaf,
     leaf_axes,
     prefix_per_leaf,
+    sorted_axes,
 )
 from ._axis_metadata import with_axis_metadata
 from ._collect import Grouping, collect
@@ -52,9 +53,10 @@ class _ScanGrouping(Grouping):
 
     direct_ok = False
 
-    def __init__(self, leaf_axes: list, axes: list) -> None:
+    def __init__(self, leaf_axes: list, axes: list, root_specs: list) -> None:
         self.leaf_axes = leaf_axes
         self.axes = axes
+        self.root_specs = root_specs
         self.index = {axis: i for i, axis in enumerate(axes)}
         self.n_groups = len(axes)
         self.y_axes: object = None
@@ -63,10 +65,18 @@ class _ScanGrouping(Grouping):
         return self.index[self.leaf_axes[k]]
 
     def new_input_group(self, root: int, path: tuple, leaf: object) -> int:
+        """A Variable the body adds to an argument is stacked along the int axis its
+        argument's `StateAxes` gives it (as `sow` does); carried or broadcast, it is refused."""
+        spec = self.root_specs[root]
+        axis = spec.axis_of(path, leaf) if isinstance(spec, StateAxes) else spec
+        if isinstance(axis, int) and axis in self.index:
+            return self.index[axis]
         raise TransformError(
             f"`scan`: the scanned function added a {type(leaf).__name__} at "
-            f"{'/'.join(map(str, path))} to an argument; a scan body may change values but "
-            "not add state to its inputs. Create it before the scan."
+            f"{'/'.join(map(str, path))} to an argument whose `in_axes` give it "
+            f"{'Carry' if axis is Carry else repr(axis)}; new state can only be stacked (an "
+            "int axis, e.g. `StateAxes({Intermediate: 0, ...: Carry})`). Create it before "
+            "the scan, or give it an int axis."
         )
 
     def output_group(self, spec: object, path: tuple, leaf: object) -> int:
@@ -258,6 +268,7 @@ class _Scan:
         ]
         self.carry_arg = in_carry_args[0] if in_carry_args else None
         root_specs, array_specs = arg_specs(sig, in_axes, kwargs_axis=None)
+        self.root_specs = root_specs
         self.leaf_axes = leaf_axes(plan, root_specs)
         check_consistent_aliasing(plan, root_specs)
         self.array_axes = array_specs
@@ -289,11 +300,13 @@ class _Scan:
         plan, sig = self.plan, self.plan.sig
         y_specs_axes = self._y_axes()
         stack_axes = sorted(
-            {a for a in self.leaf_axes if a is not Carry} | set(y_specs_axes),
+            {a for a in self.leaf_axes if a is not Carry}
+            | set(y_specs_axes)
+            | {a for a in sorted_axes(self.root_specs) if isinstance(a, int)},
             key=lambda a: (a is not None, a if isinstance(a, int) else 0),
         )
         axes = [Carry, *stack_axes]
-        grouping = _ScanGrouping(self.leaf_axes, axes)
+        grouping = _ScanGrouping(self.leaf_axes, axes, self.root_specs)
         grouping.y_axes = _split_output_axes(self.out_axes, self.position)
         scanned_ks = [k for k, a in enumerate(self.leaf_axes) if isinstance(a, int)]
         scanned_arrays = [i for i, a in enumerate(self.array_axes) if isinstance(a, int)]
@@ -319,12 +332,6 @@ class _Scan:
             args, kwargs, inner = rebuild(sig, leaves, arrays)
             carry_out, ys, _ = _split_output(self.f(*args, **kwargs), self.position, self.out_axes)
             groups, _, out_plan = collect(inner, ys, grouping)
-            if out_plan.graph is not None and not out_plan.graph.inputs_unchanged:
-                raise TransformError(
-                    "`scan`: the scanned function changed the structure of its arguments "
-                    "(added or removed attributes or Variables); a scan body may only change "
-                    "values."
-                )
             for update in out_plan.set_consts:
                 if self.leaf_axes[update.k] is Carry or isinstance(self.leaf_axes[update.k], int):
                     raise TransformError(
