@@ -17,6 +17,7 @@ from bryo_graph import (
     BatchStat,
     GraphDef,
     GraphError,
+    GraphState,
     List,
     Object,
     Param,
@@ -32,6 +33,7 @@ from bryo_graph import (
     set_graph_mode,
     split,
     state,
+    unpack,
     update,
 )
 
@@ -294,6 +296,44 @@ def test_graph_mode_walks_a_pytree_held_as_data():
     with pytest.raises(TypeError, match="cannot set 'a' of a Pair in place"):
         update(model, {"raw": {"a": jnp.array(2.0)}})
     assert float(model.raw.a) == 1.0
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_unpack_bundles_the_graphdef_and_merge_takes_graph_states(graph):
+    model = MLP()
+    params, rest = unpack(model, Param, ..., graph=graph)
+    assert isinstance(params, GraphState) and params._graphdef == rest._graphdef
+    assert params["layers"][0]["kernel"] is model.layers[0].kernel
+    rebuilt = merge(params, rest)
+    assert type(rebuilt) is MLP and rebuilt.layers[0].kernel is model.layers[0].kernel
+    whole = unpack(model, graph=graph)
+    assert set(whole) == {"layers", "count"} and "count" in whole
+    keyed = jax.tree_util.tree_flatten_with_path(whole)[0]
+    assert [p for p, _ in keyed] == [
+        p for p, _ in jax.tree_util.tree_flatten_with_path(state(model, graph=graph))[0]
+    ]  # the State's own paths
+    doubled = jax.tree.map(lambda x: x * 2, whole)
+    assert isinstance(doubled, GraphState)
+    assert float(merge(doubled).count[...]) == 0.0
+
+
+def test_graph_states_read_write_and_update_like_their_state():
+    model = MLP()
+    whole = unpack(model)
+    whole["count"] = jnp.array(5.0)
+    whole.layers[0].kernel = jnp.zeros((2, 3))
+    update(model, whole)
+    assert float(model.count[...]) == 5.0 and float(model.layers[0].kernel[...].sum()) == 0.0
+
+
+def test_merge_of_graph_states_checks_them():
+    params, _ = unpack(MLP(), Param, ...)
+    with pytest.raises(ValueError, match="Expected GraphState object at position 1"):
+        merge(params, state(MLP()))
+    with pytest.raises(ValueError, match="GraphDef must be the same"):
+        merge(params, unpack(Linear(1, 1)))
+    with pytest.raises(TypeError, match="got a GraphDef and no State"):
+        merge(graphdef(MLP()))
 
 
 def test_tree_mode_iter_graph_goes_children_first():

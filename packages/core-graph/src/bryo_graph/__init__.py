@@ -51,8 +51,10 @@ from ._graph import pop as pop
 from ._graph import split as split
 from ._graph import state as state
 from ._graph import unflatten as unflatten
+from ._graph import unpack as unpack
 from ._graph import update as update
 from ._graph import variables as variables
+from ._graph_state import GraphState as GraphState
 from ._helpers import as_pure as as_pure
 from ._helpers import dataclass as dataclass
 from ._helpers import iter_children as iter_children
@@ -82,7 +84,6 @@ from ._spmd import as_abstract as as_abstract
 from ._spmd import get_abstract_model as get_abstract_model
 from ._spmd import remove_axis as remove_axis
 from ._spmd import with_partitioning as with_partitioning
-from ._state import GraphState as GraphState
 from ._state import State as State
 from ._state import filter_state as filter_state
 from ._state import from_flat_state as from_flat_state

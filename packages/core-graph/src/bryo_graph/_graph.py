@@ -51,6 +51,7 @@ from ._entries import (
     render,
 )
 from ._errors import GraphError
+from ._graph_state import GraphState, graph_states_parts
 from ._modes import graph_mode
 from ._nodes import JAX_PYTREE, JaxPytree, NodeType, is_pytree_node, node_types
 from ._object import Dict, List, Object
@@ -708,18 +709,39 @@ def graphdef(node: object, /, *, graph: bool | None = None) -> GraphDef | TreeDe
     return flat_graph(node).graphdef
 
 
+def unpack(node: object, /, *filters: Filter, graph: bool | None = None) -> _Any:
+    """Like `split`, with the GraphDef bundled into each State: a `GraphState`, or one per
+    filter when there are several. `merge(*graph_states)` rebuilds the node."""
+    graphdef_, *states = split(node, *filters, graph=graph)
+    bundled = tuple(GraphState(graphdef_, state) for state in states)
+    return bundled[0] if len(bundled) == 1 else bundled
+
+
+_NO_STATE: _Any = object()
+
+
 def merge(
-    graphdef: GraphDef | TreeDef,
-    state: State | Mapping | Variable | object,
+    graphdef: GraphDef | TreeDef | GraphState,
+    state: State | Mapping | Variable | object = _NO_STATE,
     /,
     *states: State | Mapping,
     copy: bool = False,
 ) -> _Any:
-    """A new graph from `graphdef` and the States `split` returned (in any grouping).
+    """A new graph from `graphdef` and the States `split` returned (in any grouping), or
+    from the GraphStates `unpack` returned (`merge(params, rest)`).
 
     The Variables in the States become the new graph's own, as in Flax NNX 0.12 (so
     `merge(*split(model))` shares them with `model`); `copy=True` copies them instead.
     """
+    if isinstance(graphdef, GraphState):
+        given = states if state is _NO_STATE else (state, *states)
+        graphdef, parts = graph_states_parts(graphdef, given)
+        return merge(graphdef, *parts, copy=copy)
+    if state is _NO_STATE:
+        raise TypeError(
+            "`merge` takes a GraphDef and the States `split` returned (or only GraphStates "
+            "from `unpack`); got a GraphDef and no State."
+        )
     if isinstance(graphdef, TreeDef):
         return tree_merge(graphdef, (state, *states), copy=copy)
     if not isinstance(graphdef, GraphDef):
@@ -755,7 +777,8 @@ def update(node: object, state: State | Mapping, /, *states: State | Mapping) ->
         _write_variable(node, _single_state(node, (state, *states)))
         return
     flat = flat_graph(node)
-    updates = State.merge(state, *states)._flat
+    given = [s._state if isinstance(s, GraphState) else s for s in (state, *states)]
+    updates = State.merge(*given)._flat
     index = flat.index
     new = [path for path in updates if path not in index]
     parents = _new_leaf_parents(flat, new)

@@ -325,10 +325,6 @@ def _state_unflatten(paths: _Paths, leaves: list) -> State:
 
 register_pytree_with_keys(State, _state_flatten_with_keys, _state_unflatten, _state_flatten)
 
-GraphState = State
-"""Flax's name for the State of a graph node."""
-
-
 # A State is also a graph node (as in Flax NNX 0.12): `clone`, `split`, `state` take one ---
 
 

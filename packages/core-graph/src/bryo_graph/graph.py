@@ -19,5 +19,5 @@ from ._graph import split as split
 from ._graph import state as state
 from ._graph import unflatten as unflatten
 from ._graph import update as update
+from ._graph_state import GraphState as GraphState
 from ._nodes import is_graph_node as is_graph_node
-from ._state import GraphState as GraphState

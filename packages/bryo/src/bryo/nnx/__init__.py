@@ -46,6 +46,7 @@ from bryo_graph import sharded_init as sharded_init
 from bryo_graph import split as split
 from bryo_graph import state as state
 from bryo_graph import static as static
+from bryo_graph import unpack as unpack
 from bryo_graph import update as update
 from bryo_graph import variables as variables
 from bryo_nnx import BatchNorm as BatchNorm

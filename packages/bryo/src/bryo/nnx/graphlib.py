@@ -15,5 +15,6 @@ from bryo_graph import set_graph_updates as set_graph_updates
 from bryo_graph import set_metadata as set_metadata
 from bryo_graph import split as split
 from bryo_graph import state as state
+from bryo_graph import unpack as unpack
 from bryo_graph import update as update
 from bryo_graph import variables as variables
