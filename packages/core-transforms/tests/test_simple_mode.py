@@ -143,3 +143,15 @@ def test_simple_graph_mode_gradient_of_a_shared_variable_is_shared():
         grad(loss, argnums=0, graph_updates=False)(b, a)  # differentiated and not
     with pytest.raises(ValueError, match="Duplicate Param"):
         grad(loss, graph=False)(b, a)  # tree mode still refuses sharing
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_simple_grad_sees_copies_of_the_arguments_it_does_not_differentiate(graph):
+    model = Counter()  # jax.grad passes argument 1 through as it is: bryo copies it
+
+    def loss(scale, m):
+        return scale * m(jnp.ones(2))
+
+    grads = grad(loss, graph=graph, graph_updates=False)(jnp.array(3.0), model)
+    assert float(grads) == 2.0
+    assert float(model.count.value) == 1.0  # written back once, after the call

@@ -146,6 +146,19 @@ def resolve_aliases(tree: T) -> T:
     return treedef.unflatten(leaves) if resolved else tree
 
 
+def _copy_resolved(tree: list) -> list:
+    """Fresh copies of the pytree nodes and Variables of `tree`, `Alias`es resolved."""
+    return resolve_aliases(jax.tree.map(_same, tree, is_leaf=_is_alias))
+
+
+def _same(value: object) -> object:
+    return value
+
+
+def _is_alias(value: object) -> bool:
+    return isinstance(value, Alias)
+
+
 class ReadVariables(list):
     """The caller's Variables of one simple-mode call (a list), with the values they held
     when the call read them and the transform's name (for `ConcurrentUpdateError`)."""
@@ -202,11 +215,12 @@ class Inputs:
             return args, kwargs
         return self._rewrite(args, kwargs, mark_aliases)
 
-    def unshared(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """Inside the transform: the arguments with each `Alias` back to its Variable."""
-        if self.tree:
-            return args, kwargs
-        return self._rewrite(args, kwargs, resolve_aliases)
+    def inside(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Inside the transform: the arguments as the function sees them, fresh copies
+        (`jax.grad` passes the arguments it does not differentiate through as they are,
+        and the caller's Variables must change only by `write_back`), each `Alias` back
+        to its Variable."""
+        return self._rewrite(args, kwargs, _copy_resolved)
 
     def _rewrite(
         self, args: tuple, kwargs: dict, rewrite: Callable[[list], list]
@@ -231,7 +245,7 @@ class Inputs:
         Variables with `every`), and which changed."""
 
         def pure(*args: Any, **kwargs: Any) -> tuple:
-            args, kwargs = self.unshared(args, kwargs)
+            args, kwargs = self.inside(args, kwargs)
             inner = variables_of(scan(*self.dynamic(args, kwargs), self.first))
             before = [v.raw_value for v in inner]
             out = f(*args, **kwargs)
