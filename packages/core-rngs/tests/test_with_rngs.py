@@ -62,7 +62,7 @@ def test_split_comes_before_fork_and_two_named_rules_are_an_error():
     rngs = Rngs(params=0, dropout=1)
     assert with_rngs(rngs, split=2, fork=...).dropout.key.value.shape == (2,)
     rngs = Rngs(dropout=1, params=0)
-    with pytest.raises(ValueError, match=r"\('params',\) is selected by several rules"):
+    with pytest.raises(ValueError, match=r"\('params',\) is selected by multiple rules"):
         with_rngs(rngs, split={"params": 2}, fork="params")
     with pytest.raises(ValueError, match="takes an int or a tuple of ints"):
         with_rngs(rngs, split={"params": None})

@@ -127,7 +127,7 @@ def with_rngs(
         if len(named) > 1:
             lines = "; ".join(f"`{rule.action}` by filter {filter!r}" for rule, filter in named)
             raise ValueError(
-                f"`with_rngs`: the rng stream at {path!r} is selected by several rules "
+                f"`with_rngs`: the rng stream at {path!r} is selected by multiple rules "
                 f"({lines}); give it one rule only."
             )
         return (found[0][0], found[0][2]) if found else None
