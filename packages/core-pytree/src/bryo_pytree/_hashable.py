@@ -60,7 +60,7 @@ def _freeze(value: object) -> Hashable:
     if cls is set or cls is frozenset:
         return (cls, frozenset(map(_freeze, value)))  # type: ignore[call-overload]
     hash(value)
-    return value  # type: ignore[return-value]
+    return value
 
 
 def hashable(value: object) -> Hashable:

@@ -122,7 +122,7 @@ def split_rngs_in_place(
     for path, stream, matched in plan:
         key = stream.key.value
         drawn = draw_keys(stream)
-        new_key = drawn if matched is None else split_keys(drawn, matched)  # type: ignore[arg-type]
+        new_key = drawn if matched is None else split_keys(drawn, matched)
         backups.append(_Backup(path, stream, key, stream.count.value, tuple(new_key.shape)))
         stream.key.value = new_key
         stream.count.value = jnp.zeros(new_key.shape, jnp.uint32)

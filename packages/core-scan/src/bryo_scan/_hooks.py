@@ -81,12 +81,12 @@ def is_named_leaf(node: object) -> bool:
 def block_splitter(block: object) -> BlockSplitter:
     """How to turn `block` into a pytree and back; plain pytrees are their own pytree."""
     found = _block_splitters.lookup(type(block))
-    return found if found is not None else _split_pytree  # type: ignore[return-value]
+    return found if found is not None else _split_pytree
 
 
 def registered_block_splitter(block: object) -> BlockSplitter | None:
     """The splitter a plugin registered for `block`'s type, or None."""
-    return _block_splitters.lookup(type(block))  # type: ignore[return-value]
+    return _block_splitters.lookup(type(block))
 
 
 def _split_pytree(block: V) -> tuple[V, Callable[[V], V]]:

@@ -214,7 +214,7 @@ class ScanCheckpointPolicy:
         name_carry = self.save_carries == "offload"
         name_inputs = self.save_inputs == "offload"
 
-        def named_block(carry, x):  # type: ignore[no-untyped-def]
+        def named_block(carry, x):
             if name_carry:
                 carry = tree_checkpoint_name(carry, CARRY_NAME)
             if name_inputs:
@@ -310,7 +310,7 @@ def _everything_but_offloaded(offloaded: tuple[str, ...]) -> Callable:
         offload_dst="pinned_host",
     )
 
-    def policy(prim, *args, **params):  # type: ignore[no-untyped-def]
+    def policy(prim, *args, **params):
         decision = offload(prim, *args, **params)
         return decision if isinstance(decision, Offloadable) else Saveable
 

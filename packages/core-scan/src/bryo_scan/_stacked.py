@@ -111,7 +111,7 @@ def block_constructor(module: Callable[..., M]) -> Callable[..., M]:
     if isinstance(module, type):
         init = inspect.getattr_static(module, "init", None)
         if isinstance(init, staticmethod | classmethod):
-            return module.init  # type: ignore[attr-defined,no-any-return]
+            return module.init
     return module
 
 

@@ -229,7 +229,7 @@ class Inputs:
         dyn_args, dyn_kwargs = self.dynamic(args, kwargs)
         new_args, new_kwargs = unscan(
             rewrite(scan(dyn_args, dyn_kwargs, self.first)), dyn_args, self.first
-        )  # type: ignore[arg-type]
+        )
         static = self._static_positions(len(args))
         merged = tuple(
             old if i in static else new

@@ -176,7 +176,7 @@ class Accuracy(Average):
         self.threshold = threshold
         super().__init__(*args, **kwargs)
 
-    def update(  # type: ignore[override]
+    def update(
         self,
         *,
         logits: jax.Array,

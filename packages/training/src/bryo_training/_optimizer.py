@@ -119,8 +119,8 @@ def _put(node: Dict, path: Path, leaf: OptState) -> None:
 def _variables_of(node: object, wrt: Filter) -> State:
     """The Variables of `node` (a model, or a State of gradients) that `wrt` selects."""
     if isinstance(node, State):
-        return node.filter(wrt)  # type: ignore[return-value]
-    return state(node, wrt)  # type: ignore[return-value]
+        return node.filter(wrt)
+    return state(node, wrt)
 
 
 class Optimizer(Object, Generic[M]):
@@ -214,6 +214,6 @@ class ModelAndOptimizer(Optimizer[M]):
         super().__init__(model, tx, wrt=wrt)
         self.model = model
 
-    def update(self, grads: Any, /, **kwargs: Any) -> optax.Updates:  # type: ignore[override]
+    def update(self, grads: Any, /, **kwargs: Any) -> optax.Updates:
         """Apply one optax step to `model` with `grads` (see `Optimizer.update`)."""
         return super().update(self.model, grads, **kwargs)

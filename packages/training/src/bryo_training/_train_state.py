@@ -41,7 +41,7 @@ class _ApplyCaller:
         for name in self._path:
             method = getattr(method, name)
         out = method(*args, **kwargs)
-        return out, split(module)  # type: ignore[return-value]
+        return out, split(module)
 
 
 @pytree_dataclass

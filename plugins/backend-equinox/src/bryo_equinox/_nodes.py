@@ -220,7 +220,7 @@ def _pytree_flatten(view: _Frozen) -> tuple[Children, Hashable]:
 
 def _plain_key(key: object, index: int) -> Key:
     try:
-        return key_to_plain(key)  # type: ignore[arg-type]
+        return key_to_plain(key)
     except TypeError:  # a key type of the pytree's own: its position names it
         return index
 

@@ -49,7 +49,7 @@ def intercept(handler: Handler) -> Iterator[None]:
 
 
 def _walk(module: object) -> Iterator[tuple[tuple[Any, ...], object]]:
-    return nnx.iter_graph(module)  # type: ignore[arg-type]
+    return nnx.iter_graph(module)
 
 
 def attributes(module: nnx.Module) -> dict[str, object]:

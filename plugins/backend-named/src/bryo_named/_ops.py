@@ -184,7 +184,7 @@ def _selection(axis: AxisSelection) -> tuple[AxisSelector, ...]:
     if isinstance(axis, Axis | str):
         return (axis,)
     names_of(axis)  # validates
-    return tuple(axis)  # type: ignore[arg-type]
+    return tuple(axis)
 
 
 sum = _reduction(jnp.sum, "sum")
