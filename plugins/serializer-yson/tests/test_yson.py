@@ -133,3 +133,18 @@ def test_files_written_by_yt_yson_read_the_same(toy):
 def test_integers_past_64_bits_are_refused(bryo_plugin_manager):
     with pytest.raises(MoxSerializationError, match="64-bit"):
         yax.loads("<primitive=mox; n=" + "9" * 100 + ">#", "yson")
+
+
+@pytest.mark.parametrize("escape", ["", "\\n"], ids=["fast reader", "exact reader"])
+def test_attrs_key_equal_exactly_for_equal_attrs(escape):
+    from bryo_yson._yson import loads
+
+    values = ["%true", "1", "1.0", "0.0", "-0.0", '"1"', "[1]", "[%true]", "#"]
+    values += ['<"py"=%true>"(4,)"', '<"py"=%true>"(4,)"', "1", f'"x{escape}"', f'"x{escape}"']
+    children = ";".join(f'<"primitive"="p";"a"={v};"inputs"=[];"results"=[]>#' for v in values)
+    doc = loads(f'<"primitive"="m";"inputs"=[];"results"=[]>[{children}]')
+    keys = [child.attrs_key for child in doc.children]
+    for i, a in enumerate(doc.children):
+        for j, b in enumerate(doc.children):
+            same = type(a.attrs["a"]) is type(b.attrs["a"]) and repr(a.attrs) == repr(b.attrs)
+            assert (keys[i] == keys[j]) == same, (values[i], values[j])

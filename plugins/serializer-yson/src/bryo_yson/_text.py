@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from bryo_mox import MoxLimitError, MoxSerializationError
@@ -64,7 +64,8 @@ class Attributed:
 
     value: Any
     attributes: dict[str, Any]
-    offset: int = 0
+    #: Left out of `repr`, so equal values have equal reprs (`_yson` keys attrs by them).
+    offset: int = field(default=0, repr=False)
 
 
 @dataclass

@@ -199,8 +199,9 @@ class _Builder:
         doc = DocNode(tag, source=source)
         base = path.rstrip("/")
         for kind in _PORT_KINDS:
-            ports = self.items(attributes.pop(kind, []), f"{base}/@{kind}", source)
-            setattr(doc, kind, [self.port(p, f"{base}/@{kind}/{i}", tag, source) for i, p in ports])
+            prefix = f"{base}/@{kind}"
+            ports = self.items(attributes.pop(kind, []), prefix, source)
+            setattr(doc, kind, [self.port(p, f"{prefix}/{i}", tag, source) for i, p in ports])
         consts = self.items(attributes.pop("consts", []), f"{base}/@consts", source)
         doc.consts = [self.const(c, f"{base}/@consts/{i}", source) for i, c in consts]
         for key, value in attributes.items():
@@ -208,6 +209,9 @@ class _Builder:
                 doc.attrs[key] = _attr(value, 0)
             except MoxError as error:
                 raise source.error(f"<{tag}> attribute `{key}`: {error}") from None
+        # The attributes' repr tells their types apart (`True`/`1`/`1.0`, `-0.0`) and
+        # leaves offsets out: equal keys mean equal attrs (the loader's trace cache key).
+        doc.attrs_key = repr(attributes)
         return doc
 
     def items(self, value: Any, path: str, parent: Source) -> list[tuple[int, Any]]:
@@ -216,7 +220,11 @@ class _Builder:
         return list(enumerate(value))
 
     def port(self, value: Any, path: str, tag: str, parent: Source) -> Port:
-        source = parent._replace(path=path)
+        source = Source(parent.line, parent.position, path, parent.hint, parent.resolve)
+        if type(value) is dict:  # the common port: a named one, all strings
+            type_, name, bind = value.get("type"), value.get("name"), value.get("bind")
+            if type(type_) is str and type(name) is str and (bind is None or type(bind) is str):
+                return Port(name, type_, None, bind, source)
         if not isinstance(value, dict) or not isinstance(value.get("type"), str):
             raise source.error(f"a port of `{tag}` must be a map with a string `type`")
         name, bind = value.get("name"), value.get("bind")
