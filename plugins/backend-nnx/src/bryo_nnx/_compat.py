@@ -21,7 +21,7 @@ def cost_flops(lowered: Any) -> int:
 
 
 # `jax.random.bernoulli(..., out_sharding=)` is newer than jax 0.7.2 (whose bernoulli has
-# no such keyword): there the mask is drawn without one.
+# no such keyword): there the mask is drawn unsharded and resharded like the inputs.
 _BERNOULLI_OUT_SHARDING = "out_sharding" in inspect.signature(jax.random.bernoulli).parameters
 
 
@@ -29,4 +29,7 @@ def bernoulli(key: jax.Array, p: float, shape: tuple[int, ...], sharding: Any) -
     """`jax.random.bernoulli(key, p, shape)` with `out_sharding=sharding` where JAX takes it."""
     if _BERNOULLI_OUT_SHARDING:
         return jax.random.bernoulli(key, p, shape, out_sharding=sharding)
-    return jax.random.bernoulli(key, p, shape)
+    mask = jax.random.bernoulli(key, p, shape)
+    if any(getattr(sharding, "spec", ())):  # inputs sharded over (explicit) mesh axes
+        mask = jax.sharding.reshard(mask, sharding)
+    return mask
