@@ -29,7 +29,7 @@ from bryo_pytree import Path, is_array
 
 from ._apply import apply
 from ._collect import Const, Grouping, OutPlan, OutRoot, Static, collect
-from ._grad import DiffState, array_places, diff_state_leaves, grad_state
+from ._grad import DiffSplit, DiffState, array_places, diff_state_leaves, grad_state, split_diff
 from ._layout import ROOT, scan_args
 from ._options import positional, refuse_bound_method
 from ._plan import CallPlan, PlanCache
@@ -159,18 +159,16 @@ class _AllBack(Grouping):
 
 
 class _Call(NamedTuple):
-    """What the graph-mode rules of one call need: its plan, the differentiated State
-    leaves (`diff_ks`) and array arguments (`diff_arrays`), every argument's State leaves
-    by root (`all_leaves`: for `inputs_g`), the differentiated ones (`diff_leaves`: for
-    the tangents), the rest closed over, and the non-differentiated arguments."""
+    """What the graph-mode rules of one call need: its plan, its inputs split into the
+    differentiated State leaves and array arguments and the rest closed over (`split`),
+    every argument's State leaves by root (`all_leaves`: for `inputs_g`), the
+    differentiated ones (`diff_leaves`: for the tangents), and the non-differentiated
+    arguments."""
 
     plan: CallPlan
-    diff_ks: list[int]
-    diff_arrays: list[int]
+    split: DiffSplit
     all_leaves: dict[int, list[tuple[Path, int]]]
     diff_leaves: dict[int, list[tuple[Path, int]]]
-    rest_leaves: list
-    rest_arrays: list
     nondiff: tuple
     diff_args: tuple[int, ...]
 
@@ -207,24 +205,10 @@ class _GraphRules:
         filters = {i: self.filters.get(i, ...) for i in diff}
         diff_ks, diff_leaves = diff_state_leaves(plan, diff, filters)
         _, all_leaves = diff_state_leaves(plan, diff, dict.fromkeys(diff, ...))
-        diff_arrays = [i for i, place in enumerate(array_places(plan.sig)) if place in diff]
-        leaves = plan.leaf_values()
-        rest_leaves = [None if k in set(diff_ks) else v for k, v in enumerate(leaves)]
-        rest_arrays = [None if i in diff_arrays else a for i, a in enumerate(arrays)]
-        values = [leaves[k] for k in diff_ks] + [arrays[i] for i in diff_arrays]
+        split = split_diff(plan, arrays, diff_ks, diff)
         nondiff = tuple(args[i] for i in self.int_nondiff if i < len(args))
-        call = _Call(
-            plan,
-            diff_ks,
-            diff_arrays,
-            all_leaves,
-            diff_leaves,
-            rest_leaves,
-            rest_arrays,
-            nondiff,
-            diff,
-        )
-        return call, values
+        call = _Call(plan, split, all_leaves, diff_leaves, nondiff, diff)
+        return call, split.values
 
     def __call__(self, args: tuple) -> Any:
         if self.rules is None:
@@ -262,12 +246,8 @@ class _GraphRules:
 
 
 def _rebuild(call: _Call, diff_values: list) -> tuple[tuple, Inner]:
-    leaves, arrays = list(call.rest_leaves), list(call.rest_arrays)
-    n = len(call.diff_ks)
-    for k, value in zip(call.diff_ks, diff_values[:n], strict=True):
-        leaves[k] = value
-    for i, value in zip(call.diff_arrays, diff_values[n:], strict=True):
-        arrays[i] = value
+    split = call.split
+    leaves, arrays = split.merge(diff_values, split.rest_leaves, split.rest_arrays)
     args, _, inner = rebuild(call.plan.sig, leaves, arrays)
     return args, inner
 
@@ -343,10 +323,10 @@ def _tangent_values(call: _Call, args: tuple, tangents: tuple, name: str) -> lis
             for path, k in call.diff_leaves[j]:
                 if path in flat:
                     by_k[k] = _leaf_value(flat[path])
-    values: list = [by_k.get(k) for k in call.diff_ks]
+    values: list = [by_k.get(k) for k in call.split.diff_ks]
     places = array_places(call.plan.sig)
     seen: dict[int | str, int] = {}
-    for i in call.diff_arrays:
+    for i in call.split.diff_arrays:
         argument = places[i]
         tangent = by_arg[argument]  # type: ignore[index]
         ordinal = seen[argument] = seen.get(argument, -1) + 1

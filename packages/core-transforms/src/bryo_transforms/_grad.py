@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Container, Sequence
+from typing import Any, NamedTuple, TypeVar, cast
 
 import jax
 
@@ -102,6 +102,46 @@ def array_places(sig: Signature) -> list[int | str]:
     ]
 
 
+class DiffSplit(NamedTuple):
+    """A call's inputs split for differentiation: the differentiated State leaves
+    (`diff_ks`, indices into the plan's leaves) and array arguments (`diff_arrays`), their
+    `values` (leaves first), and the rest (`rest_leaves`, `rest_arrays`: None where
+    differentiated)."""
+
+    diff_ks: list[int]
+    diff_arrays: list[int]
+    values: list
+    rest_leaves: list
+    rest_arrays: list
+
+    def merge(self, diff_values: list, rest_leaves: list, rest_arrays: list) -> tuple[list, list]:
+        """`(leaves, arrays)` of the call with `diff_values` put back into the rest."""
+        leaves, arrays = list(rest_leaves), list(rest_arrays)
+        n = len(self.diff_ks)
+        for k, value in zip(self.diff_ks, diff_values[:n], strict=True):
+            leaves[k] = value
+        for i, value in zip(self.diff_arrays, diff_values[n:], strict=True):
+            arrays[i] = value
+        return leaves, arrays
+
+
+def split_diff(
+    plan: CallPlan, arrays: list, diff_ks: list[int], nums: Container[int | str]
+) -> DiffSplit:
+    """Split a call's State leaves and array arguments: `diff_ks` from
+    `diff_state_leaves`, the array arguments of the arguments in `nums`."""
+    diff_arrays = [i for i, place in enumerate(array_places(plan.sig)) if place in nums]
+    leaves = plan.leaf_values()
+    rest_leaves = list(leaves)
+    for k in diff_ks:
+        rest_leaves[k] = None
+    rest_arrays = list(arrays)
+    for i in diff_arrays:
+        rest_arrays[i] = None
+    values = [leaves[k] for k in diff_ks] + [arrays[i] for i in diff_arrays]
+    return DiffSplit(diff_ks, diff_arrays, values, rest_leaves, rest_arrays)
+
+
 def grad_state(plan: CallPlan, entries: list[tuple[Path, int]], grads: dict[int, Any]) -> Any:
     flat = {}
     for path, k in entries:
@@ -147,24 +187,11 @@ def _grad_core(
         plan = cache.plan(key, roots)
         sig = plan.sig
         diff_ks, per_root = diff_state_leaves(plan, nums, filters)
-        places = array_places(sig)
-        diff_arrays = [i for i, place in enumerate(places) if place in nums]
-        leaves = plan.leaf_values()
-        diff_values = [leaves[k] for k in diff_ks] + [arrays[i] for i in diff_arrays]
-        rest_leaves = list(leaves)
-        for k in diff_ks:
-            rest_leaves[k] = None
-        rest_arrays = list(arrays)
-        for i in diff_arrays:
-            rest_arrays[i] = None
+        split = split_diff(plan, arrays, diff_ks, nums)
         grouping = Grouping()
 
         def pure(diff: list, rest_leaves: list, rest_arrays: list) -> tuple:
-            all_leaves, all_arrays = list(rest_leaves), list(rest_arrays)
-            for k, value in zip(diff_ks, diff[: len(diff_ks)], strict=False):
-                all_leaves[k] = value
-            for i, value in zip(diff_arrays, diff[len(diff_ks) :], strict=False):
-                all_arrays[i] = value
+            all_leaves, all_arrays = split.merge(diff, rest_leaves, rest_arrays)
             args, kwargs, inner = rebuild(sig, all_leaves, all_arrays)
             out = f(*args, **kwargs)
             if has_aux:
@@ -181,11 +208,11 @@ def _grad_core(
 
         (loss, (groups, direct, static)), grads = jax.value_and_grad(
             pure, has_aux=True, **jax_kwargs
-        )(diff_values, rest_leaves, rest_arrays)
+        )(split.values, split.rest_leaves, split.rest_arrays)
         aux = apply(plan, static.value, groups, direct)
         leaf_grads = dict(zip(diff_ks, grads[: len(diff_ks)], strict=False))
         array_grads = list(arrays)
-        for i, g in zip(diff_arrays, grads[len(diff_ks) :], strict=False):
+        for i, g in zip(split.diff_arrays, grads[len(diff_ks) :], strict=False):
             array_grads[i] = g
         per_arg = _assemble_grads(plan, nums, per_root, leaf_grads, array_grads)
         by_num = dict(zip(sorted(set(nums)), per_arg, strict=False))
@@ -232,7 +259,8 @@ def _grad_transform(
     jax_kwargs = {"holomorphic": holomorphic, "allow_int": allow_int}
     if not graph_updates_on(graph, graph_updates):
         plain_argnums = _plain_argnums(argnums)
-        inputs = Inputs("grad", tree_mode(graph))
+        first = (plain_argnums,) if isinstance(plain_argnums, int) else tuple(plain_argnums)
+        inputs = Inputs("grad", tree_mode(graph), first=first)
         return simple_grad(f, inputs, plain_argnums, has_aux, with_value, jax_kwargs)
     run = _grad_core(f, argnums, has_aux, wrt, jax_kwargs)
 

@@ -378,7 +378,6 @@ def simple_grad(
 ) -> Callable:
     """`grad`/`value_and_grad` in simple mode: gradients shaped like the arguments (a
     Variable the arguments share gets one gradient Variable, shared alike)."""
-    inputs.first = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     pure = inputs.with_updates(f if has_aux else with_empty_aux(f), split_aux=True)
     transformed = jax.value_and_grad(pure, argnums=argnums, has_aux=True, **jax_kwargs)
 
