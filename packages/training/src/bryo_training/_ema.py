@@ -86,4 +86,4 @@ class EMA(Pytree):
         """A new model with `model`'s structure whose averaged Variables are `self.params`'
         (shared, so it follows later updates); the rest of its state is `model`'s."""
         graphdef, model_state = split(model, graph=self.graph)
-        return merge(graphdef, State.merge(model_state, self.params))
+        return merge(graphdef, model_state, self.params)
