@@ -24,11 +24,11 @@ import numpy as np
 from bryo_pytree import Key, Path, key_to_plain
 
 from ._fields import ATOMIC
-from ._object import Dict, List, Object, data_items
+from ._object import _ACYCLIC, Dict, List, Object, data_items
 from ._tracking import Watch, watch_all, write_count
 from ._variables import Variable
 
-_PROOF = "_object__acyclic"  # a tracked node's `_Proof` that its subtree has no cycle
+_PROOF = _ACYCLIC  # a tracked node's `_Proof` that its subtree has no cycle
 _LEAVES = (Variable, jax.Array, np.ndarray, np.generic)
 _TRACKED = (Object, List, Dict)
 
