@@ -26,7 +26,7 @@ import numpy as np
 
 from bryo_mox.document import Budget
 
-from ._text import Attributed
+from ._text import _INT64, Attributed
 
 _STRING = re.compile(r'("[^"\\]*")')
 _SEPARATORS = re.compile("[\x01\x02]")
@@ -51,7 +51,6 @@ _PUNCTUATION = ((";", ","), ("=", ":"), ("#", "null"), ("<", '{"\\u0000":{'), ("
 _DEPTH_STEP = np.zeros(256, np.int8)
 _DEPTH_STEP[[ord("["), ord("{"), ord("<")]] = 1
 _DEPTH_STEP[[ord("]"), ord("}"), ord(">")]] = -1
-_INT64 = (-(2**63), 2**63)
 
 
 class _NotFast(Exception):
@@ -72,9 +71,11 @@ def read_fast(raw: bytes, budget: Budget, max_nesting: int) -> Any | None:
     text is outside the subset this reads (see the module docstring)."""
     if b"\\" in raw or b"\x00" in raw or b"\x01" in raw or b"\x02" in raw:
         return None
-    if not raw.isascii() and not _utf8(raw):
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
         return None
-    parts = _STRING.split(raw.decode("utf-8"))
+    parts = _STRING.split(text)
     strings = parts[1::2]
     separators = ["\x02" if s == '"py"' else "\x01" for s in strings]
     marked = parts[:]
@@ -104,14 +105,6 @@ def read_fast(raw: bytes, budget: Budget, max_nesting: int) -> Any | None:
         return objects.nodes(wrapped)
     except (_NotFast, ValueError, RecursionError):
         return None
-
-
-def _utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _within_limits(text: str, strings: int, budget: Budget, max_nesting: int) -> bool:
