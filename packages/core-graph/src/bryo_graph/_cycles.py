@@ -21,15 +21,16 @@ from typing import Any
 import jax
 import numpy as np
 
-from bryo_pytree import Key, Path, key_to_plain
+from bryo_pytree import Key, Path
 
 from ._fields import ATOMIC
+from ._nodes import pytree_flatten
 from ._object import _ACYCLIC, Dict, List, Object, data_items
 from ._tracking import Watch, watch_all, write_count
 from ._variables import Variable
 
 _PROOF = _ACYCLIC  # a tracked node's `_Proof` that its subtree has no cycle
-_LEAVES = (Variable, jax.Array, np.ndarray, np.generic)
+_LEAVES = (Variable, Object, jax.Array, np.ndarray, np.generic)  # Object: of a non-pytree class
 _TRACKED = (Object, List, Dict)
 
 Children = Iterator[tuple[Key, Any]]
@@ -85,22 +86,26 @@ def _proof(node: object) -> _Proof | None:
     return proof if proof is not None and proof.is_valid() else None
 
 
-def _children(value: object) -> tuple[Children | None, bool]:
-    """`(children, tracked)` of a value JAX would flatten further, or `(None, _)` for a leaf."""
+def _is_tracked(value: object) -> bool:
+    """Whether `value` is a tracked node JAX flattens: a List, a Dict or an Object of a
+    pytree class (an Object of a non-pytree class is a leaf to JAX)."""
+    if isinstance(value, Object):
+        return type(value)._object__pytree
+    return isinstance(value, (List, Dict))
+
+
+def _untracked_children(value: object) -> Children | None:
+    """The children of an untracked value JAX would flatten further, or None for a leaf."""
     if type(value) in ATOMIC or isinstance(value, _LEAVES):
-        return None, False
-    if isinstance(value, _TRACKED):
-        if isinstance(value, Object) and not type(value)._object__pytree:
-            return None, False  # not a pytree: a leaf to JAX
-        return iter(data_items(value)), True
+        return None
     if type(value) in (tuple, list):
-        return enumerate(value), False  # type: ignore[arg-type]
+        return enumerate(value)  # type: ignore[arg-type]
     if type(value) is dict:
-        return iter(value.items()), False  # type: ignore[attr-defined]
-    keyed, treedef = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)
+        return iter(value.items())  # type: ignore[attr-defined]
+    children, treedef = pytree_flatten(value)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:
-        return None, False
-    return ((key_to_plain(keypath[0]), child) for keypath, child in keyed), False
+        return None
+    return iter(children)
 
 
 def check_acyclic(node: object) -> None:
@@ -110,30 +115,37 @@ def check_acyclic(node: object) -> None:
     stack: list[tuple[object, Path, Children]] = []
     root: _Root | None = None
 
-    def enter(value: object, path: Path) -> None:
-        nonlocal root
-        children, tracked = _children(value)
-        if children is None:
-            return
+    def seen(value: object, path: Path) -> bool:
+        """Whether `value`'s walk is done; raises `CycleFound` if it is under way."""
         key = id(value)
         if key in in_progress:
             raise CycleFound(value, in_progress[key], path)
-        if key in done:
-            return
-        if tracked:
-            proof = _proof(value)
+        return key in done
+
+    def enter(value: object, path: Path) -> None:
+        nonlocal root
+        if _is_tracked(value):
+            if seen(value, path):
+                return
+            proof = _proof(value)  # before data_items: an unchanged model costs a lookup
             if proof is not None:
-                done.add(key)
+                done.add(id(value))
                 if root is not None:
                     root.proofs.append(proof)
                 return
+            children: Children = iter(data_items(value))  # type: ignore[arg-type]
             if root is None:
                 root = _Root(value)
             else:
                 root.tracked.append(value)
-        elif root is not None and type(value) is not tuple:
-            root.cacheable = False  # a plain list or dict, or a custom pytree
-        in_progress[key] = path
+        else:
+            untracked = _untracked_children(value)
+            if untracked is None or seen(value, path):
+                return
+            children = untracked
+            if root is not None and type(value) is not tuple:
+                root.cacheable = False  # a plain list or dict, or a custom pytree
+        in_progress[id(value)] = path
         stack.append((value, path, children))
 
     enter(node, ())

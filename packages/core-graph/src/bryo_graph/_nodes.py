@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from collections.abc import Callable, Container, Hashable, Iterable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import jax
 
@@ -156,9 +156,11 @@ class JaxPytree:
     GraphDef names this class for such entries."""
 
 
-def _pytree_flatten(node: object) -> tuple[Children, Hashable]:
+def pytree_flatten(node: object) -> tuple[list[tuple[Key, object]], Any]:
+    """A JAX pytree's children one level down, with plain keys, and its one-level treedef
+    (a JAX leaf has no children: its treedef is one leaf)."""
     keyed, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
-    return [(key_to_plain(keypath[0]), child) for keypath, child in keyed], treedef
+    return [(key_to_plain(keypath[0]), child) for keypath, child in keyed if keypath], treedef
 
 
 def _pytree_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
@@ -174,7 +176,7 @@ def _pytree_set_key(node: object, key: Key, child: object) -> None:
 
 JAX_PYTREE = NodeType(
     JaxPytree,
-    flatten=_pytree_flatten,
+    flatten=pytree_flatten,
     unflatten=_pytree_unflatten,
     set_key=_pytree_set_key,  # (not cacheable: its changes go unseen)
 )
