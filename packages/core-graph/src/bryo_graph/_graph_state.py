@@ -16,7 +16,7 @@ import jax
 
 from bryo_pytree import Key
 
-from ._state import State
+from ._state import State, _state_flatten, _state_flatten_with_keys, _state_unflatten
 
 
 class GraphState(MutableMapping):
@@ -60,23 +60,19 @@ class GraphState(MutableMapping):
         return f"GraphState({self._state!r})"
 
 
-def _one_level(state: object) -> tuple[list, Any]:
-    return jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: x is not state)
-
-
 def _flatten_with_keys(node: GraphState) -> tuple[list, tuple]:
-    keyed, treedef = _one_level(node._state)
-    return [(keypath[0], child) for keypath, child in keyed], (node._graphdef, treedef)
+    keyed, paths = _state_flatten_with_keys(node._state)
+    return keyed, (node._graphdef, paths)
 
 
 def _flatten(node: GraphState) -> tuple[list, tuple]:
-    keyed, treedef = _one_level(node._state)
-    return [child for _, child in keyed], (node._graphdef, treedef)
+    leaves, paths = _state_flatten(node._state)
+    return leaves, (node._graphdef, paths)
 
 
 def _unflatten(aux: tuple, children: Iterable[Any]) -> GraphState:
-    graphdef, treedef = aux
-    return GraphState(graphdef, treedef.unflatten(children))
+    graphdef, paths = aux
+    return GraphState(graphdef, _state_unflatten(paths, list(children)))
 
 
 jax.tree_util.register_pytree_with_keys(
