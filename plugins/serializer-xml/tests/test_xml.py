@@ -104,6 +104,9 @@ def test_dump_load_by_extension(toy, tmp_path):
     np.testing.assert_allclose(yax.eval_mox(yax.load(tmp_path / "gelu.xml"), X), jax.nn.gelu(X))
     with pytest.raises(yax.MoxError, match="extension"):
         yax.dump(mox, tmp_path / "gelu.txt")
+    with pytest.raises(yax.MoxError, match="must be a Mox"):
+        yax.dump(mox.block, tmp_path / "block.xml")
+    assert not (tmp_path / "block.xml").exists()
 
 
 def test_unserializable_param_names_equation(bryo_plugin_manager):

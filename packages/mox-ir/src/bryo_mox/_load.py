@@ -298,11 +298,14 @@ class _Builder:
             self.define(env, const.name, var, doc, "a constant")
             constvars.append(var)
             consts.append(value)
-        invars = [self.input(port, doc) for port in doc.inputs]
-        if into is not None:
+        if into is None:
+            invars = [self.input(port, doc) for port in doc.inputs]
+        else:  # the body runs on the begin marker's outputs: only the types are checked
+            invars = into.ins
+            declared = [self.input_aval(port, doc) for port in doc.inputs]
             self.at = doc.source
-            self.check_body(doc, into.ins, invars)
-        for port, var in zip(doc.inputs, invars if into is None else into.ins, strict=True):
+            self.check_body(doc, into.ins, declared)
+        for port, var in zip(doc.inputs, invars, strict=True):
             self.at = port.source or doc.source
             name = port.bind or port.name
             self.define(env, name, var, doc, "a root input" if root else "an input")
@@ -352,10 +355,14 @@ class _Builder:
 
     def input(self, port: Port, doc: DocNode) -> jex.Var:
         """A variable for an input of a scope, of its declared type."""
+        return jex.Var(self.input_aval(port, doc))
+
+    def input_aval(self, port: Port, doc: DocNode) -> Any:
+        """The declared type of an input of a scope, which must name a variable."""
         self.at = port.source or doc.source
         if (port.bind or port.name) is None:
             raise MoxSerializationError(f"an input of <{doc.tag}> has no variable name.")
-        return jex.Var(self.aval(port.type))
+        return self.aval(port.type)
 
     def aval(self, text: Any) -> Any:
         """The abstract value of a type string, with its size bounded."""
@@ -559,7 +566,7 @@ class _Builder:
         **params: Any,
     ) -> list[Atom]:
         """A `jit` equation calling `body` on `ins`, with the params `jax.jit` gives it."""
-        self.check_body(node, ins, body.jaxpr.invars)
+        self.check_body(node, ins, [v.aval for v in body.jaxpr.invars])
         template = self.jit_template(len(ins), len(body.jaxpr.outvars))
         outvars = [jex.Var(a.aval) for a in body.jaxpr.outvars]
         eqns.append(
@@ -575,9 +582,8 @@ class _Builder:
         )
         return outvars
 
-    def check_body(self, node: DocNode, ins: Sequence[Atom], invars: Sequence[jex.Var]) -> None:
-        """A body with inputs `invars` takes values of the types of `ins`."""
-        body_avals = [v.aval for v in invars]
+    def check_body(self, node: DocNode, ins: Sequence[Atom], body_avals: Sequence[Any]) -> None:
+        """A body whose inputs have types `body_avals` takes values of the types of `ins`."""
         if len(body_avals) != len(ins) or not all(
             same_type(a, b.aval) for a, b in zip(body_avals, ins, strict=True)
         ):

@@ -36,10 +36,7 @@ def dumps(mox: Mox, format: str = "xml") -> str | bytes:
         MoxSerializationError: a param cannot be written (a Python callback, say); the
             message names the equation.
     """
-    if not isinstance(mox, Mox):
-        raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
-    with _collector_paused():
-        return serializer_for(format).dumps(to_document(mox))
+    return _write(serializer_for(format), mox)
 
 
 def loads(data: str | bytes, format: str = "xml", *, limits: Limits | None = None) -> Mox:
@@ -60,9 +57,7 @@ def loads(data: str | bytes, format: str = "xml", *, limits: Limits | None = Non
 
 def dump(mox: Mox, path: str | os.PathLike[str], format: str | None = None) -> None:
     """Write `mox` to `path`; the format follows the extension (`.xml`, `.yson`) unless given."""
-    serializer = serializer_for(format, str(path))
-    with _collector_paused():
-        data = serializer.dumps(to_document(mox))
+    data = _write(serializer_for(format, str(path)), mox)
     mode = "wb" if isinstance(data, bytes) else "w"
     with open(path, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as file:
         file.write(data)
@@ -74,6 +69,13 @@ def load(
     """Read a MoX from `path`; the format follows the extension unless given (see `loads`)."""
     serializer = serializer_for(format, str(path))
     return _read(serializer, Path(path).read_bytes(), limits)
+
+
+def _write(serializer: Serializer, mox: Mox) -> str | bytes:
+    if not isinstance(mox, Mox):
+        raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
+    with _collector_paused():
+        return serializer.dumps(to_document(mox))
 
 
 def _read(serializer: Serializer, data: str | bytes, limits: Limits | None) -> Mox:
