@@ -15,6 +15,7 @@ from bryo_graph import (
     Variable,
     VariableMetadata,
     add_axis,
+    add_sharding_axis,
     as_abstract,
     get_abstract_model,
     get_named_sharding,
@@ -122,6 +123,21 @@ def test_add_and_remove_axis_keep_metadata_in_step():
     plain = Param(jnp.ones(2))
     add_axis([plain], 0, meta)  # no sharding metadata: only the method is called
     assert plain.get_metadata() == {}
+
+
+@pytest.mark.parametrize(
+    ("index", "expected"),
+    [(0, ("L", "a", "b")), (1, ("a", "L", "b")), (-1, ("a", "b", "L")), (3, ("a", "b", None, "L"))],
+)
+def test_add_axis_and_add_sharding_axis_insert_by_one_rule(index, expected):
+    """Past the end: padded with None (Flax); negative: counted from the result's end."""
+    v = Param(jnp.ones((2, 4)), out_sharding=("a", "b"))
+    add_axis(State({"v": v}), index, {PARTITION_NAME: "L"})
+    assert v.out_sharding == expected
+    w = Param(jnp.ones((2, 4)), sharding=("a", "b"))
+    assert add_sharding_axis(State({"w": w}), index, "L")["w"].sharding == expected
+    remove_axis(State({"v": v}), index, {PARTITION_NAME: "L"})
+    assert v.out_sharding == (("a", "b", None) if index == 3 else ("a", "b"))
 
 
 def test_remove_axis_errors_name_the_variable_and_the_entries():

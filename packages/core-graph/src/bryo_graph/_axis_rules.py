@@ -317,6 +317,32 @@ def logical_to_mesh(spec_tree: T, rules: Rules) -> T:
     return jax.tree_util.tree_map_with_path(one, spec_tree, is_leaf=is_leaf)
 
 
+def insert_axis(entries: Sequence[object], index: int, entry: object) -> tuple:
+    """`entries` (one per dimension) with `entry` for a new axis at `index`, padded with
+    None when `index` is past the end (Flax NNX's rule).
+
+    A negative `index` counts from the end of the result, as the value's new axis does
+    (`-1`: the last entry); Flax's `list.insert` would put it one place early.
+    """
+    items = list(entries)
+    position = index if index >= 0 else len(items) + 1 + index
+    items.extend([None] * (position - len(items)))
+    items.insert(position, entry)
+    return tuple(items)
+
+
+def map_variables(tree: T, fn: Callable[[Variable, str], None]) -> T:
+    """Call `fn(variable, where)` on every Variable of the pytree `tree` (`where` names it
+    and its path, for error messages); returns `tree`."""
+
+    def one(keypath: tuple, leaf: object) -> object:
+        if isinstance(leaf, Variable):
+            fn(leaf, describe(leaf, keypath))
+        return leaf
+
+    return jax.tree_util.tree_map_with_path(one, tree, is_leaf=lambda x: isinstance(x, Variable))
+
+
 def add_sharding_axis(tree: T, index: int, name: LogicalAxis = None) -> T:
     """Insert a logical axis at `index` into the sharding metadata of every Variable.
 
@@ -334,29 +360,16 @@ def add_sharding_axis(tree: T, index: int, name: LogicalAxis = None) -> T:
         The tree with the metadata changed.
     """
 
-    def insert(axes: tuple, where: str) -> tuple:
-        axes = _check_axes(axes, where)
-        position = index if index >= 0 else len(axes) + 1 + index
-        return (*axes[:position], name, *axes[position:])
-
     def insert_into(variable: Variable, where: str) -> None:
         key = sharding_key(variable._metadata)
         if key is not None:
             axes = variable._metadata[key]
-            variable.set_metadata(
-                key, insert(tuple(axes) if isinstance(axes, PartitionSpec) else axes, where)
-            )
+            axes = _check_axes(tuple(axes) if isinstance(axes, PartitionSpec) else axes, where)
+            variable.set_metadata(key, insert_axis(axes, index, name))
 
     if is_object_graph(tree):
         for path, node in list(iter_graph(tree)):
             if isinstance(node, Variable):
                 insert_into(node, f"{node.type.__name__} at {path_str(path)}")
         return tree
-
-    def one(keypath: tuple, leaf: object) -> object:
-        if isinstance(leaf, Variable):
-            insert_into(leaf, describe(leaf, keypath))
-        return leaf
-
-    is_leaf = lambda x: isinstance(x, VariableState | Variable)
-    return jax.tree_util.tree_map_with_path(one, tree, is_leaf=is_leaf)
+    return map_variables(tree, insert_into)

@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from bryo_pytree import path_str
 
-from ._axis_rules import check_rank, describe, variable_axes
+from ._axis_rules import check_rank, insert_axis, map_variables, variable_axes
 from ._eager_sharding import sharding_key
 from ._graph import split
 from ._helpers import map as map_graph
@@ -74,14 +74,6 @@ def _partition_name(transform_metadata: Mapping[str, object]) -> tuple[object, d
     return transform_metadata[PARTITION_NAME], others
 
 
-def _inserted(entries: object, index: int, value: object) -> tuple:
-    items = list(entries)  # type: ignore[call-overload]
-    while len(items) < index:
-        items.append(None)
-    items.insert(index, value)
-    return tuple(items)
-
-
 def _removed(entries: object, index: int, value: object, key: str, where: str) -> tuple:
     items = list(entries)  # type: ignore[call-overload]
     if not -len(items) <= index < len(items) or items[index] != value:
@@ -107,15 +99,6 @@ def _axis_entries(variable: Variable, name: object, others: dict) -> list[tuple[
     return entries
 
 
-def _map_variables(tree: A, fn: Callable[[Variable, str], None]) -> A:
-    def one(keypath: tuple, leaf: object) -> object:
-        if isinstance(leaf, Variable):
-            fn(leaf, describe(leaf, keypath))
-        return leaf
-
-    return jax.tree_util.tree_map_with_path(one, tree, is_leaf=lambda x: isinstance(x, Variable))
-
-
 def add_axis(tree: A, index: int, transform_metadata: Mapping[str, object]) -> A:
     """Record, in every Variable of `tree`, that its value gained an axis at `index`.
 
@@ -136,10 +119,10 @@ def add_axis(tree: A, index: int, transform_metadata: Mapping[str, object]) -> A
 
     def add(variable: Variable, where: str) -> None:
         for key, entry in _axis_entries(variable, name, others):
-            variable.set_metadata(key, _inserted(variable._metadata[key], index, entry))
+            variable.set_metadata(key, insert_axis(variable._metadata[key], index, entry))
         variable.add_axis(index, name)
 
-    return _map_variables(tree, add)
+    return map_variables(tree, add)
 
 
 def remove_axis(tree: A, index: int, transform_metadata: Mapping[str, object]) -> A:
@@ -158,7 +141,7 @@ def remove_axis(tree: A, index: int, transform_metadata: Mapping[str, object]) -
             variable.set_metadata(key, removed)
         variable.remove_axis(index, name)
 
-    return _map_variables(tree, remove)
+    return map_variables(tree, remove)
 
 
 # Abstract models with shardings ------------------------------------------------------------
