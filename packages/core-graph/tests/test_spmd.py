@@ -175,6 +175,18 @@ def test_get_abstract_model_shards_every_leaf():
     assert shardings["w"].value == NamedSharding(mesh, P("a", "b"))
 
 
+def test_as_abstract_takes_the_mesh_of_named_sharding_metadata():
+    mesh = _mesh()
+    v = Param(jax.ShapeDtypeStruct((2, 4), jnp.float32), out_sharding=NamedSharding(mesh, P("a")))
+    annotated = as_abstract(State({"v": v}))  # no current mesh: the NamedSharding's
+    assert annotated["v"][...].sharding == NamedSharding(mesh, P("a"))
+
+
+def test_get_abstract_model_refuses_a_non_function_naming_the_argument():
+    with pytest.raises(TypeError, match="`init_fn` must be a function of no arguments"):
+        get_abstract_model(Model(), _mesh())  # type: ignore[arg-type]
+
+
 def test_logical_axis_rules_map_names_for_placement_and_specs():
     from bryo_graph import logical_axis_rules
 

@@ -146,7 +146,9 @@ def _mesh_axis(name: object, rules: dict, mesh_axes: tuple, where: str) -> objec
 MISSING_RULE = object()
 
 
-def _mesh_of(metadata: Mapping[str, object], axes: object) -> Any:
+def mesh_of(metadata: Mapping[str, object], axes: object) -> Any:
+    """The mesh a Variable's values go on: its `NamedSharding`'s, else its `mesh` metadata,
+    else the current one (`jax.set_mesh`; an empty abstract mesh when none is set)."""
     if isinstance(axes, NamedSharding):
         return axes.mesh
     mesh = metadata.get("mesh")
@@ -173,7 +175,7 @@ def placed(value: Any, metadata: Mapping[str, object], where: str) -> Any:
         return value
     if not isinstance(axes, PartitionSpec | NamedSharding | tuple | list | str):
         return jax.lax.with_sharding_constraint(value, axes)  # a `Format` (layout)
-    mesh = _mesh_of(metadata, axes)
+    mesh = mesh_of(metadata, axes)
     if mesh is None or not mesh.axis_names:
         return value
     _check_axis_types(mesh, where)

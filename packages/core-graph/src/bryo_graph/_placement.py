@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
@@ -194,23 +194,62 @@ def sharded_init(create: Callable[[], T], mesh: AnyMesh, rules: Rules | None = N
         >>> rules = {"mlp": "model", "embed": None}
         >>> model = sharded_init(lambda: MLP(rngs=Rngs(0)), mesh, rules)  # doctest: +SKIP
     """
+    traced = trace_init(create, mesh, rules, argument="create")
+    model_state = jax.jit(traced.init, out_shardings=traced.shardings)()
+    return merge(traced.init.graphdef, model_state)
+
+
+class StateInit:
+    """A model builder as a function returning the model's State; `graphdef` is the
+    GraphDef of its last build (its traces' GraphDefs are all alike)."""
+
+    __slots__ = ("__weakref__", "create", "graph", "graphdef")  # jax.jit keeps weak references
+
+    def __init__(self, create: Callable[[], object], graph: bool | None) -> None:
+        self.create = create
+        self.graph = graph
+        self.graphdef: Any = None
+
+    def __call__(self) -> State:
+        self.graphdef, model_state = split(self.create(), graph=self.graph)
+        return model_state
+
+
+class TracedInit(NamedTuple):
+    """A model builder traced by `jax.eval_shape`: what sharded initialisation needs."""
+
+    init: StateInit
+    """The builder, returning the model's State."""
+    abstract: State
+    """The model's State with `jax.ShapeDtypeStruct` values."""
+    shardings: Any
+    """The `NamedSharding` of each value (`get_named_sharding` of `abstract`)."""
+
+
+def trace_init(
+    create: Callable[[], object],
+    mesh: object,
+    rules: Rules | None = None,
+    *,
+    graph: bool | None = None,
+    argument: str,
+) -> TracedInit:
+    """Trace `create` under `jax.eval_shape` (no memory) and shard its abstract State on
+    `mesh` (`sharded_init`'s and `get_abstract_model`'s first step).
+
+    Raises:
+        TypeError: `create` is not callable; the message names it as `argument`.
+        ShardingError: as `get_named_sharding`, before anything is computed.
+    """
     if not callable(create):
         raise TypeError(
-            f"`create` must be a function of no arguments that builds the model, e.g. "
+            f"`{argument}` must be a function of no arguments that builds the model, e.g. "
             f"`lambda: Model(rngs=Rngs(0))`; got {type(create).__name__}."
         )
     mesh = _check_mesh(mesh)
-    graphdefs: list = []
-
-    def init() -> State:
-        graphdef, model_state = split(create())
-        graphdefs.append(graphdef)
-        return model_state
-
+    init = StateInit(create, graph)
     abstract = jax.eval_shape(init)
-    shardings = get_named_sharding(abstract, mesh, rules)
-    model_state = jax.jit(init, out_shardings=shardings)()
-    return merge(graphdefs[-1], model_state)
+    return TracedInit(init, abstract, get_named_sharding(abstract, mesh, rules))
 
 
 # Meshes --------------------------------------------------------------------------------------

@@ -21,10 +21,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 from bryo_pytree import path_str
 
 from ._axis_rules import check_rank, insert_axis, map_variables, variable_axes
-from ._eager_sharding import sharding_key
-from ._graph import split
+from ._eager_sharding import mesh_of, sharding_key
 from ._helpers import map as map_graph
-from ._placement import get_named_sharding
+from ._placement import trace_init
 from ._state import State
 from ._variables import Variable, with_metadata
 
@@ -176,13 +175,11 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
         if (
             not isinstance(value, jax.ShapeDtypeStruct)
             or value.sharding is not None
-            or sharding_key(variable._metadata) is None
+            or (key := sharding_key(variable._metadata)) is None
         ):
             return variable
         where = f"{type(variable).__name__} at {path_str(path) or 'the root'}"
-        mesh = variable._metadata.get("mesh")
-        if mesh is None:
-            mesh = jax.sharding.get_abstract_mesh()
+        mesh = mesh_of(variable._metadata, variable._metadata[key])
         if mesh is None or not mesh.axis_names:
             raise ValueError(
                 f"`as_abstract`: {where} has sharding metadata but no mesh to place it on. "
@@ -214,19 +211,11 @@ def get_abstract_model(
     Returns:
         `(graphdef, abstract_state)`.
     """
-    graphdefs: list = []
-
-    def init() -> State:
-        graphdef, state = split(init_fn(), graph=graph)
-        graphdefs.append(graphdef)
-        return state
-
     with jax.set_mesh(mesh):
-        abstract = jax.eval_shape(init)
-        shardings = get_named_sharding(abstract, mesh)
+        traced = trace_init(init_fn, mesh, graph=graph, argument="init_fn")
     specs = jax.tree.map(
         lambda value, sharding: jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding),
-        abstract,
-        shardings,
+        traced.abstract,
+        traced.shardings,
     )
-    return graphdefs[-1], specs
+    return traced.init.graphdef, specs
