@@ -38,6 +38,7 @@ from ._simple import (
     Inputs,
     check_no_aliases,
     graph_updates_on,
+    is_variable,
     tree_mode,
     write_back,
 )
@@ -50,10 +51,6 @@ _NO_RULES = (
 )
 
 
-def _is_variable(value: object) -> bool:
-    return isinstance(value, Variable)
-
-
 class _UpdatesTemplate(NamedTuple):
     """Where the Variables a call changed sit in its arguments: the arguments' tree
     (Variables as leaves) and, per leaf, the tree of a changed Variable or None."""
@@ -63,10 +60,10 @@ class _UpdatesTemplate(NamedTuple):
 
     @classmethod
     def of(cls, args: tuple, changed: tuple[bool, ...]) -> _UpdatesTemplate:
-        leaves, treedef = jax.tree_util.tree_flatten(args, is_leaf=_is_variable)
+        leaves, treedef = jax.tree_util.tree_flatten(args, is_leaf=is_variable)
         flags = iter(changed)
         defs = tuple(
-            jax.tree_util.tree_structure(leaf) if _is_variable(leaf) and next(flags) else None
+            jax.tree_util.tree_structure(leaf) if is_variable(leaf) and next(flags) else None
             for leaf in leaves
         )
         return cls(treedef, defs)
@@ -134,7 +131,7 @@ class _SimpleRules:
 
 
 def _copy_variables(tree: object) -> object:
-    return jax.tree.map(lambda x: x.copy() if _is_variable(x) else x, tree, is_leaf=_is_variable)
+    return jax.tree.map(lambda x: x.copy() if is_variable(x) else x, tree, is_leaf=is_variable)
 
 
 def _tangents(result: object) -> tuple:

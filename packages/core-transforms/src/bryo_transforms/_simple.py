@@ -49,13 +49,14 @@ def tree_mode(graph: bool | None) -> bool:
     return not (set_graph_mode.current_value() if graph is None else graph)
 
 
-def _is_variable(value: object) -> bool:
+def is_variable(value: object) -> bool:
+    """Whether `value` is a Variable (the `is_leaf` of the transforms' pytree walks)."""
     return isinstance(value, Variable)
 
 
 def variables_of(tree: object) -> list[Variable]:
     """The Variables among `tree`'s pytree leaves, in flattening order."""
-    return [leaf for leaf in jax.tree.leaves(tree, is_leaf=_is_variable) if _is_variable(leaf)]
+    return [leaf for leaf in jax.tree.leaves(tree, is_leaf=is_variable) if is_variable(leaf)]
 
 
 def check_no_aliases(name: str, groups: dict[str, object], *, tree: bool = False) -> None:
@@ -64,8 +65,8 @@ def check_no_aliases(name: str, groups: dict[str, object], *, tree: bool = False
     `tree`, also the other tree-mode errors (cycles, `pytree=False` objects)."""
     seen: dict[int, str] = {}
     for label, tree_ in groups.items():
-        for keypath, leaf in jax.tree_util.tree_leaves_with_path(tree_, is_leaf=_is_variable):
-            if not _is_variable(leaf):
+        for keypath, leaf in jax.tree_util.tree_leaves_with_path(tree_, is_leaf=is_variable):
+            if not is_variable(leaf):
                 continue
             where = label + jax.tree_util.keystr(keypath)
             first = seen.setdefault(id(leaf), where)
@@ -118,7 +119,7 @@ def unscan(scanned: list, args: tuple, order: Sequence[int]) -> tuple[tuple, dic
 def mark_aliases(tree: T) -> T:
     """`tree` with every Variable met a second time replaced by an `Alias` of its first
     place; `tree` itself if no Variable repeats."""
-    leaves, treedef = jax.tree.flatten(tree, is_leaf=_is_variable)
+    leaves, treedef = jax.tree.flatten(tree, is_leaf=is_variable)
     first: dict[int, int] = {}
     count = 0
     marked = False
@@ -354,11 +355,11 @@ def _variable_axes(in_axes: object, args: tuple, kwargs: dict) -> list[object]:
     reached: dict[int, list[tuple[str, object]]] = {}
     kinds: dict[int, str] = {}
     for i, (axis, arg) in enumerate(zip(prefix, args, strict=True)):
-        full = broadcast_prefix(axis, arg, is_leaf=_is_variable, name="in_axes")
-        leaves = jax.tree_util.tree_structure(arg, is_leaf=_is_variable).flatten_up_to(full)
-        flat_args = jax.tree_util.tree_leaves_with_path(arg, is_leaf=_is_variable)
+        full = broadcast_prefix(axis, arg, is_leaf=is_variable, name="in_axes")
+        leaves = jax.tree_util.tree_structure(arg, is_leaf=is_variable).flatten_up_to(full)
+        flat_args = jax.tree_util.tree_leaves_with_path(arg, is_leaf=is_variable)
         for ax, (keypath, leaf) in zip(leaves, flat_args, strict=True):
-            if _is_variable(leaf):
+            if is_variable(leaf):
                 axes.append(ax)
                 place = f"{i}{jax.tree_util.keystr(keypath)}"
                 reached.setdefault(id(leaf), []).append((place, ax))
@@ -406,8 +407,8 @@ def _check_diff_aliasing(args: tuple, argnums: set[int]) -> None:
     kinds: dict[int, str] = {}
     for i, arg in enumerate(args):
         role = "differentiated" if i in argnums else "not differentiated"
-        for keypath, leaf in jax.tree_util.tree_leaves_with_path(arg, is_leaf=_is_variable):
-            if _is_variable(leaf):
+        for keypath, leaf in jax.tree_util.tree_leaves_with_path(arg, is_leaf=is_variable):
+            if is_variable(leaf):
                 reached.setdefault(id(leaf), []).append(
                     (f"args[{i}]{jax.tree_util.keystr(keypath)}", role)
                 )
