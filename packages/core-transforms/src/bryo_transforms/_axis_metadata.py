@@ -16,8 +16,6 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import jax
-
 from bryo_graph import (
     PARTITION_NAME,
     Variable,
@@ -28,9 +26,8 @@ from bryo_graph import (
 )
 
 from ._axes import StateAxes
-from ._collect import Static
 from ._errors import TransformError
-from ._simple import check_no_aliases, tree_mode, write_back
+from ._simple import Inputs, check_no_aliases, tree_mode, write_back
 from ._simple import variables_of as tree_variables
 
 AxisFn = Callable[[Any, int, Mapping[str, object]], Any]
@@ -147,30 +144,24 @@ def transform_metadata(
         return functools.partial(
             transform_metadata, in_axes=in_axes, out_axes=out_axes, partition=partition, graph=graph
         )
-    metadata = {PARTITION_NAME: partition}
-    inner = with_axis_metadata(f, in_axes, out_axes, metadata)
+    name = "transform_metadata"
     tree = tree_mode(graph)
+    inputs = Inputs(name, tree)
+    inner = with_axis_metadata(f, in_axes, out_axes, {PARTITION_NAME: partition})
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        out = inner(*args, **kwargs)
+        check_no_aliases(name, {"args": (args, kwargs), "out": out}, tree=tree)
+        return out
+
+    pure = inputs.with_updates(checked)
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        check_no_aliases("transform_metadata", {"args": args, "kwargs": kwargs}, tree=tree)
-        variables = tree_variables((args, kwargs))
-        args, kwargs = jax.tree.map(_copy, (args, kwargs), is_leaf=_is_variable)
-        copies = tree_variables((args, kwargs))
-        before = [c.raw_value for c in copies]
-        out = inner(*args, **kwargs)
-        check_no_aliases("transform_metadata", {"args": (args, kwargs), "out": out}, tree=tree)
-        changed = tuple(c.raw_value is not b for c, b in zip(copies, before, strict=True))
-        values = [c.raw_value for c, ch in zip(copies, changed, strict=True) if ch]
-        write_back(variables, values, Static(changed))
+        check_no_aliases(name, {"args": args, "kwargs": kwargs})
+        variables = inputs.variables(args, kwargs)  # tree mode: checked to be a tree
+        out, values, changed = pure(*args, **kwargs)
+        write_back(variables, values, changed)
         return out
 
     return wrapper
-
-
-def _is_variable(value: object) -> bool:
-    return isinstance(value, Variable)
-
-
-def _copy(value: object) -> object:
-    return value.copy() if isinstance(value, Variable) else value
