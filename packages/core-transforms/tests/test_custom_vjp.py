@@ -163,3 +163,21 @@ def test_simple_grad_refuses_a_variable_both_differentiated_and_not():
     shared = Param(jnp.array(1.0))
     with pytest.raises(ValueError, match="Inconsistent aliasing"):
         grad(lambda a, b: a.value + b.value, graph_updates=False)(shared, shared)
+
+
+@pytest.mark.parametrize("modes", SIMPLE)
+def test_simple_mode_bwd_gets_copies_of_the_non_differentiated_arguments(modes):
+    @custom_vjp(nondiff_argnums=(1,), **modes)
+    def f(x, counter):
+        counter.value = counter.value + 1
+        return 2.0 * x
+
+    def bwd(counter, res, g):
+        assert int(counter.value) == 1  # the value after the call
+        counter.value = jnp.array(100)  # a copy: the caller's Variable keeps its value
+        return (3.0 * g,)
+
+    f.defvjp(lambda x, counter: (f(x, counter), None), bwd)
+    counter = BatchStat(jnp.array(0))
+    assert float(jax.grad(f)(1.0, counter)) == 3.0
+    assert int(counter.value) == 1

@@ -37,6 +37,7 @@ from ._rebuild import Inner, rebuild
 from ._simple import (
     Inputs,
     check_no_aliases,
+    fresh_copy,
     graph_updates_on,
     is_variable,
     tree_mode,
@@ -112,7 +113,8 @@ class _SimpleRules:
                 args[n_nondiff + 1],
             )
             kwargs = {"updates_g": template.value.cotangents(values_g)} if pass_updates else {}
-            return _tangents(bwd(*nondiff, residual, out_g, **kwargs))
+            # JAX passes the caller's non-differentiated arguments: `bwd` gets copies
+            return _tangents(bwd(*fresh_copy(nondiff), residual, out_g, **kwargs))
 
         self.jax_fn.defvjp(jax_fwd, jax_bwd, symbolic_zeros=symbolic_zeros)
 
@@ -120,18 +122,11 @@ class _SimpleRules:
         if not self.inputs.tree:
             check_no_aliases(self.inputs.name, {"args": args})
         variables = self.inputs.variables(args, {})
-        # JAX passes non-differentiated arguments as they are: the function gets copies,
-        # whose changes come back through the written-back values like the others'
-        copied = tuple(
-            _copy_variables(a) if i in self.nondiff_argnums else a for i, a in enumerate(args)
-        )
-        out, values, changed = self.jax_fn(*copied)
+        # the function sees copies (`Inputs.inside`), also of the non-differentiated
+        # arguments JAX passes as they are; their changes come back by `write_back`
+        out, values, changed = self.jax_fn(*args)
         write_back(variables, values, changed)
         return out
-
-
-def _copy_variables(tree: object) -> object:
-    return jax.tree.map(lambda x: x.copy() if is_variable(x) else x, tree, is_leaf=is_variable)
 
 
 def _tangents(result: object) -> tuple:

@@ -147,9 +147,15 @@ def resolve_aliases(tree: T) -> T:
     return treedef.unflatten(leaves) if resolved else tree
 
 
+def fresh_copy(tree: T) -> T:
+    """`tree` with fresh copies of its pytree nodes (Variables and modules among them);
+    the arrays are shared, `Alias`es kept."""
+    return jax.tree.map(_same, tree, is_leaf=_is_alias)
+
+
 def _copy_resolved(tree: list) -> list:
     """Fresh copies of the pytree nodes and Variables of `tree`, `Alias`es resolved."""
-    return resolve_aliases(jax.tree.map(_same, tree, is_leaf=_is_alias))
+    return resolve_aliases(fresh_copy(tree))
 
 
 def _same(value: object) -> object:
