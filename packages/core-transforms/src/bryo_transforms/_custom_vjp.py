@@ -29,7 +29,15 @@ from bryo_pytree import Path, is_array
 
 from ._apply import apply
 from ._collect import Const, Grouping, OutPlan, OutRoot, Static, collect
-from ._grad import DiffSplit, DiffState, array_places, diff_state_leaves, grad_state, split_diff
+from ._grad import (
+    DiffSplit,
+    DiffState,
+    array_places,
+    grad_state,
+    select_leaves,
+    split_diff,
+    state_entries,
+)
 from ._layout import ROOT, scan_args
 from ._options import positional, refuse_bound_method
 from ._plan import CallPlan, PlanCache
@@ -87,18 +95,25 @@ def _takes_updates_g(bwd: Callable) -> bool:
     return any(p.name == "updates_g" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
+class _Rules(NamedTuple):
+    """What `defvjp` was given."""
+
+    fwd: Callable
+    bwd: Callable
+    symbolic_zeros: bool
+
+
 class _SimpleRules:
     """`jax.custom_vjp` of one function over its arguments as pytrees."""
 
-    def __init__(self, fun: Callable, inputs: Inputs, nondiff_argnums: tuple[int, ...]) -> None:
-        self.fun = fun
+    def __init__(
+        self, fun: Callable, inputs: Inputs, nondiff_argnums: tuple[int, ...], rules: _Rules
+    ) -> None:
         self.inputs = inputs
-        self.nondiff_argnums = nondiff_argnums
         self.jax_fn: Any = jax.custom_vjp(inputs.with_updates(fun), nondiff_argnums=nondiff_argnums)
-
-    def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool) -> None:
-        pure_fwd = self.inputs.with_updates(fwd)
-        n_nondiff = len(self.nondiff_argnums)
+        pure_fwd = inputs.with_updates(rules.fwd)
+        n_nondiff = len(nondiff_argnums)
+        bwd = rules.bwd
         pass_updates = _takes_updates_g(bwd)
 
         def jax_fwd(*args: Any) -> tuple:
@@ -116,7 +131,7 @@ class _SimpleRules:
             # JAX passes the caller's non-differentiated arguments: `bwd` gets copies
             return _tangents(bwd(*fresh_copy(nondiff), residual, out_g, **kwargs))
 
-        self.jax_fn.defvjp(jax_fwd, jax_bwd, symbolic_zeros=symbolic_zeros)
+        self.jax_fn.defvjp(jax_fwd, jax_bwd, symbolic_zeros=rules.symbolic_zeros)
 
     def __call__(self, args: tuple) -> Any:
         if not self.inputs.tree:
@@ -154,8 +169,8 @@ class _Call(NamedTuple):
     """What the graph-mode rules of one call need: its plan, its inputs split into the
     differentiated State leaves and array arguments and the rest closed over (`split`),
     every argument's State leaves by root (`all_leaves`: for `inputs_g`), the
-    differentiated ones (`diff_leaves`: for the tangents), and the non-differentiated
-    arguments."""
+    differentiated ones (`diff_leaves`: for the tangents), the non-differentiated
+    arguments, and the root of each argument that is a graph node (`roots`)."""
 
     plan: CallPlan
     split: DiffSplit
@@ -163,6 +178,7 @@ class _Call(NamedTuple):
     diff_leaves: dict[int, list[tuple[Path, int]]]
     nondiff: tuple
     diff_args: tuple[int, ...]
+    roots: dict[int | str, int]
 
 
 class _GraphRules:
@@ -170,17 +186,19 @@ class _GraphRules:
     nodes go through bryo's lifting (rebuilt inside, changes applied outside)."""
 
     def __init__(
-        self, fun: Callable, name: str, int_nondiff: tuple[int, ...], filters: dict[int, Filter]
+        self,
+        fun: Callable,
+        name: str,
+        int_nondiff: tuple[int, ...],
+        filters: dict[int, Filter],
+        rules: _Rules,
     ) -> None:
         self.fun = fun
         self.name = name
         self.int_nondiff = int_nondiff
         self.filters = filters
+        self.rules = rules
         self.cache = PlanCache(size=16)
-        self.rules: tuple[Callable, Callable, bool] | None = None
-
-    def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool) -> None:
-        self.rules = (fwd, bwd, symbolic_zeros)
 
     def _prepare(self, args: tuple) -> tuple[_Call, list]:
         for i in self.int_nondiff:
@@ -195,16 +213,16 @@ class _GraphRules:
         plan = self.cache.plan(key, roots)
         diff = tuple(i for i in range(len(args)) if i not in self.int_nondiff)
         filters = {i: self.filters.get(i, ...) for i in diff}
-        diff_ks, diff_leaves = diff_state_leaves(plan, diff, filters)
-        _, all_leaves = diff_state_leaves(plan, diff, dict.fromkeys(diff, ...))
+        entries = state_entries(plan, diff)
+        diff_ks, diff_leaves = select_leaves(plan, entries, filters)
+        all_leaves = {j: [(e.path, e.k) for e in es] for j, es in entries.items()}
         split = split_diff(plan, arrays, diff_ks, diff)
         nondiff = tuple(args[i] for i in self.int_nondiff if i < len(args))
-        call = _Call(plan, split, all_leaves, diff_leaves, nondiff, diff)
+        roots = _argument_roots(plan)
+        call = _Call(plan, split, all_leaves, diff_leaves, nondiff, diff, roots)
         return call, split.values
 
     def __call__(self, args: tuple) -> Any:
-        if self.rules is None:
-            raise TypeError(_NO_RULES.format(name=getattr(self.fun, "__name__", "f")))
         fwd, bwd, symbolic_zeros = self.rules
         call, values = self._prepare(args)
         plans: list[OutPlan] = []  # each trace's OutPlan: static, so not a JAX output
@@ -248,7 +266,7 @@ def _cotangents_in(call: _Call, out_plan: OutPlan, groups_g: list) -> tuple:
     """`(inputs_g, out_g)` for `bwd`: per differentiable argument the State of its
     leaves' cotangents (None for non-nodes), and the output's cotangent."""
     by_k = {u.k: groups_g[u.group][u.position] for u in out_plan.sets}
-    roots = _argument_roots(call.plan)
+    roots = call.roots
     inputs_g = tuple(
         grad_state(call.plan, [(p, k) for p, k in call.all_leaves[roots[i]] if k in by_k], by_k)
         if i in roots
@@ -307,9 +325,8 @@ def _tangent_values(call: _Call, args: tuple, tangents: tuple, name: str) -> lis
             "one per argument not in `nondiff_argnums`, in order (None for no tangent)."
         )
     by_arg = dict(zip(call.diff_args, tangents, strict=True))
-    roots = _argument_roots(call.plan)
     by_k: dict[int, object] = {}
-    for i, j in roots.items():
+    for i, j in call.roots.items():
         if j in call.diff_leaves:
             flat = _flat_tangent(by_arg[i], i, name)  # type: ignore[index]
             for path, k in call.diff_leaves[j]:
@@ -345,14 +362,9 @@ class CustomVjp(Generic[A]):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.nondiff_argnums = nondiff_argnums
-        int_nondiff = tuple(n for n in nondiff_argnums if isinstance(n, int))
-        self._rules: _SimpleRules | _GraphRules
-        if graph_updates:
-            filters = {d.argnum: d.filter for d in nondiff_argnums if isinstance(d, DiffState)}
-            self._rules = _GraphRules(fun, "custom_vjp", int_nondiff, filters)
-        else:
-            self._rules = _SimpleRules(fun, Inputs("custom_vjp", tree), int_nondiff)
-        self._has_rules = False
+        self._graph_updates = graph_updates
+        self._tree = tree
+        self._rules: _SimpleRules | _GraphRules | None = None  # set by defvjp
 
     def defvjp(
         self,
@@ -362,11 +374,18 @@ class CustomVjp(Generic[A]):
     ) -> None:
         """Set the rules: `fwd(*args) -> (out, residual)` and `bwd(*nondiff, residual, g)
         -> tangents` (see `custom_vjp` for what `g` and the tangents are per mode)."""
-        self._rules.defvjp(fwd, bwd, symbolic_zeros)
-        self._has_rules = True
+        rules = _Rules(fwd, bwd, symbolic_zeros)
+        nums = self.nondiff_argnums
+        int_nondiff = tuple(n for n in nums if isinstance(n, int))
+        if self._graph_updates:
+            filters = {d.argnum: d.filter for d in nums if isinstance(d, DiffState)}
+            self._rules = _GraphRules(self.fun, "custom_vjp", int_nondiff, filters, rules)
+        else:
+            inputs = Inputs("custom_vjp", self._tree)
+            self._rules = _SimpleRules(self.fun, inputs, int_nondiff, rules)
 
     def __call__(self, *args: Any, **kwargs: Any) -> A:
-        if not self._has_rules:
+        if self._rules is None:
             raise TypeError(_NO_RULES.format(name=getattr(self.fun, "__name__", "f")))
         return self._rules(positional(self.fun, "custom_vjp", args, kwargs))
 

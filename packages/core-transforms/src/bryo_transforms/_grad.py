@@ -61,35 +61,63 @@ def _argnum_filters(
     return (nums[0] if single else nums), filters
 
 
-def diff_state_leaves(
-    plan: CallPlan, argnums: tuple[int, ...], filters: dict[int, Filter]
-) -> tuple[list, dict]:
-    """State leaves to differentiate, and per root of a differentiated argument its
-    `[(path, k)]` (paths relative to that root); `filters` selects them per argument."""
-    predicates = dict(zip(filters, filters_to_predicates(tuple(filters.values())), strict=True))
+class StateEntry(NamedTuple):
+    """A State leaf of a differentiated argument: its path below the argument's root, the
+    leaf (a Variable, or a VariableState for a plain leaf) and its index `k` in the plan."""
+
+    path: Path
+    leaf: object
+    k: int
+
+
+def state_entries(plan: CallPlan, argnums: tuple[int, ...]) -> dict[int, list[StateEntry]]:
+    """Per root (index) of an argument in `argnums`, its State leaves."""
     by_var = {id(s.variable): k for k, s in enumerate(plan.sources) if s.variable is not None}
     by_slot = {(id(s.parent), s.key): k for k, s in enumerate(plan.sources) if s.variable is None}
     roots = plan.roots
-    chosen: set[int] = set()
-    per_root: dict[int, list[tuple[Path, int]]] = {}
+    per_root: dict[int, list[StateEntry]] = {}
     for j, place in enumerate(plan.sig.root_places):
         if place.argument not in argnums:
             continue
         root = roots[j]
-        predicate = predicates[place.argument]
         if isinstance(root, Variable):
-            entries = [((), root, by_var[id(root)])]
-        else:
-            flat = flat_graph(root)
-            entries = [
-                (path, s.variable, by_var[id(s.variable)])
-                if s.variable is not None
-                else (path, VariableState(s.leaf_type, s.value), by_slot[(id(s.parent), s.key)])
-                for path, s in zip(flat.paths, flat.sources, strict=True)
-            ]
-        per_root[j] = [(path, k) for path, leaf, k in entries if predicate(path, leaf)]
+            per_root[j] = [StateEntry((), root, by_var[id(root)])]
+            continue
+        flat = flat_graph(root)
+        per_root[j] = [
+            StateEntry(path, s.variable, by_var[id(s.variable)])
+            if s.variable is not None
+            else StateEntry(
+                path, VariableState(s.leaf_type, s.value), by_slot[(id(s.parent), s.key)]
+            )
+            for path, s in zip(flat.paths, flat.sources, strict=True)
+        ]
+    return per_root
+
+
+def select_leaves(
+    plan: CallPlan, entries: dict[int, list[StateEntry]], filters: dict[int, Filter]
+) -> tuple[list[int], dict[int, list[tuple[Path, int]]]]:
+    """State leaves to differentiate, and per root of a differentiated argument its
+    `[(path, k)]`; `filters` selects them per argument (its position)."""
+    predicates: dict[int | str, Callable] = dict(
+        zip(filters, filters_to_predicates(tuple(filters.values())), strict=True)
+    )
+    chosen: set[int] = set()
+    per_root: dict[int, list[tuple[Path, int]]] = {}
+    for j, root_entries in entries.items():
+        predicate = predicates[plan.sig.root_places[j].argument]
+        per_root[j] = [(e.path, e.k) for e in root_entries if predicate(e.path, e.leaf)]
         chosen.update(k for _, k in per_root[j])
     return sorted(chosen), per_root
+
+
+def diff_state_leaves(
+    plan: CallPlan, argnums: tuple[int, ...], filters: dict[int, Filter]
+) -> tuple[list[int], dict[int, list[tuple[Path, int]]]]:
+    """State leaves to differentiate, and per root of a differentiated argument its
+    `[(path, k)]` (paths relative to that root); `filters` selects them per argument."""
+    return select_leaves(plan, state_entries(plan, argnums), filters)
 
 
 def array_places(sig: Signature) -> list[int | str]:
