@@ -218,7 +218,7 @@ class Inputs:
     def shared(self, args: tuple, kwargs: dict, variables: list[Variable]) -> tuple[tuple, dict]:
         """The arguments to give JAX: in graph mode, a Variable they share is given once,
         its other places hold an `Alias` (see `mark_aliases`)."""
-        if self.tree or len({id(v) for v in variables}) == len(variables):
+        if self.tree or not _repeats(variables):
             return args, kwargs
         return self._rewrite(args, kwargs, mark_aliases)
 
@@ -264,6 +264,11 @@ class Inputs:
             return out, values, Static(changed)
 
         return pure
+
+
+def _repeats(variables: list[Variable]) -> bool:
+    """Whether a Variable is reached more than once."""
+    return len({id(v) for v in variables}) != len(variables)
 
 
 def write_back(
@@ -392,9 +397,9 @@ def simple_grad(
 
     @functools.wraps(f)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if not inputs.tree:
-            _check_diff_aliasing(args, nums)
         variables = inputs.variables(args, kwargs)
+        if not inputs.tree and _repeats(variables):  # the walk only when one may differ
+            _check_diff_aliasing(args, nums)
         shared_args, shared_kwargs = inputs.shared(args, kwargs, variables)
         (loss, (aux, values, changed)), grads = transformed(*shared_args, **shared_kwargs)
         write_back(variables, values, changed)
