@@ -112,7 +112,10 @@ def test_pure_dicts():
     replaced = state.replace_by_pure_dict({"a": {"b": jnp.zeros(2)}})
     assert replaced["a"]["b"].type is Param
     np.testing.assert_array_equal(replaced["a"]["b"].value, 0.0)
-    with pytest.raises(KeyError, match=r"a\.c"):
+    np.testing.assert_array_equal(state["a"]["b"].value, 1.0)  # the method builds a new State
+    listed = State({"layers": {0: VariableState(Param, 1.0)}})
+    assert listed.replace_by_pure_dict({"layers": {"0": 2.0}})["layers"][0].value == 2.0
+    with pytest.raises(ValueError, match=r"key in pure_dict not available in state: a\.c"):
         state.replace_by_pure_dict({"a": {"c": 1}})
 
 

@@ -18,7 +18,7 @@ from bryo_filters import Filter, filters_to_predicates
 from bryo_pytree import Key, Path, path_str, unflatten_paths
 
 from ._nodes import NodeType
-from ._variables import VariableState
+from ._variables import Variable, VariableState
 
 
 class _Paths:
@@ -206,24 +206,17 @@ class State(Mapping[Key, _Any]):
         return State._from_flat({p: v for p, v in self._flat.items() if p not in theirs})
 
     def to_pure_dict(self) -> dict:
-        """Nested plain dicts holding the raw values (no VariableStates)."""
-        raw = {p: v.value if isinstance(v, VariableState) else v for p, v in self._flat.items()}
-        return unflatten_paths(raw)
+        """Nested plain dicts holding the raw values (no Variables): `to_pure_dict(self)`."""
+        return to_pure_dict(self)
 
     def replace_by_pure_dict(self, pure: Mapping) -> State:
-        """A State like this one whose values come from nested plain dicts of raw values."""
-        flat_pure: dict[Path, object] = {}
-        _flatten_nested(pure, (), flat_pure)
-        unknown = [p for p in flat_pure if p not in self._flat]
-        if unknown:
-            raise KeyError(
-                f"`pure` has paths this State does not: {', '.join(map(path_str, unknown[:5]))}"
-            )
-        flat = dict(self._flat)
-        for path, value in flat_pure.items():
-            leaf = flat[path]
-            flat[path] = leaf.replace(value) if isinstance(leaf, VariableState) else value
-        return State._from_flat(flat)
+        """A State like this one whose values come from nested plain dicts of raw values
+        (this State unchanged; the function `replace_by_pure_dict` writes in place).
+
+        Raises:
+            ValueError: as `replace_by_pure_dict`.
+        """
+        return State._from_flat(self._flat | _pure_dict_updates(self, pure, None))
 
     def __repr__(self) -> str:
         return "State(" + _render(self.to_nested(), 0) + ")"
@@ -399,7 +392,7 @@ def to_pure_dict(state: State, extract_fn: Callable[[_Any], _Any] | None = None)
     """
     state = _as_state(state, "to_pure_dict")
     if extract_fn is None:
-        return state.to_pure_dict()
+        extract_fn = lambda leaf: leaf.value if isinstance(leaf, Variable) else leaf
     return unflatten_paths({path: extract_fn(leaf) for path, leaf in state._flat.items()})
 
 
@@ -425,26 +418,33 @@ def replace_by_pure_dict(
         ValueError: a path of `pure_dict` that `state` does not have; the message names it.
     """
     state = _as_state(state, "replace_by_pure_dict")
+    prefix = state._prefix
+    for path, leaf in _pure_dict_updates(state, pure_dict, replace_fn).items():
+        state._root[prefix + path] = leaf
+
+
+def _pure_dict_updates(
+    state: State, pure_dict: Mapping, replace_fn: Callable[[_Any, _Any], _Any] | None
+) -> dict[Path, object]:
+    """The new leaf of `state` at each path of `pure_dict` (checked before any is made)."""
     flat = state._flat
     flat_pure: dict[Path, object] = {}
     _flatten_nested(pure_dict, (), flat_pure)
-    updates: dict[Path, object] = {}
-    for path, value in flat_pure.items():
+    matches: dict[Path, Path] = {}
+    for path in flat_pure:
         match = path if path in flat else tuple(_int_key(key) for key in path)
         if match not in flat:
             raise ValueError(
-                f"`replace_by_pure_dict`: the path {path_str(path)} of `pure_dict` is not in the "
-                f"State (its paths include {', '.join(map(path_str, list(flat)[:5]))}). Build "
-                "`pure_dict` with `to_pure_dict` of a State of the same model."
+                f"key in pure_dict not available in state: {path_str(path)} (the State's paths "
+                f"include {', '.join(map(path_str, list(flat)[:5]))}). Build `pure_dict` with "
+                "`to_pure_dict` of a State of the same model."
             )
-        leaf = flat[match]
-        if replace_fn is not None:
-            updates[match] = replace_fn(leaf, value)
-        else:
-            updates[match] = leaf.replace(value) if isinstance(leaf, VariableState) else value
-    prefix = state._prefix
-    for path, leaf in updates.items():
-        state._root[prefix + path] = leaf
+        matches[path] = match
+    if replace_fn is None:
+        replace_fn = lambda leaf, value: (
+            leaf.replace(value) if isinstance(leaf, Variable) else value
+        )
+    return {match: replace_fn(flat[match], flat_pure[path]) for path, match in matches.items()}
 
 
 def _int_key(key: object) -> object:
