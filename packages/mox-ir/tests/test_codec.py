@@ -91,3 +91,39 @@ def test_decode_attr_reads_paths_and_qualified_names_as_decode_would(text):
         want = text
     got = decode_attr(text)
     assert type(got) is type(want) and (got == want or got != got)
+
+
+@settings(max_examples=200)
+@given(values, values)
+def test_exact_key_is_equal_only_for_values_written_alike(a, b):
+    from bryo_mox.document import _exact_key  # the writer's cache key for params
+
+    key_a, key_b = _exact_key(a), _exact_key(b)
+    if key_a is not None and key_a == key_b:
+        assert encode(a) == encode(b) and type(a) is type(b)
+    if encode(a) == encode(b) and type(a) is type(b) and key_a is not None:
+        assert key_a == key_b
+
+
+def test_exact_key_keeps_types_apart():
+    from bryo_mox.document import _exact_key
+
+    keys = [_exact_key(v) for v in (1, True, 1.0, -0.0, 0.0, (1,), (True,), [1], "1")]
+    assert keys[-2] is None  # lists are not cached (mutable)
+    known = [k for k in keys if k is not None]
+    assert len(set(known)) == len(known)
+    assert _exact_key((np.zeros(2),)) is None
+
+
+def test_repeated_equations_share_texts_not_attrs():
+    from bryo_mox import make_mox
+    from bryo_mox.document import shared_texts, to_document
+
+    mox = make_mox(lambda v: jnp.reshape(jnp.reshape(v, (4, 2)).ravel() * 2.0, (4, 2)))(jnp.ones(8))
+    doc = to_document(mox)
+    shapes = [(4, 2)]
+    first, second = [c for c in doc.children if c.attrs.get("new_sizes") in shapes]
+    assert shared_texts(first) is shared_texts(second) is not None
+    assert first.attrs is not second.attrs
+    second.attrs["new_sizes"] = (2, 4)  # a changed attr is no longer the shared texts'
+    assert shared_texts(second) is None and shared_texts(first) is not None

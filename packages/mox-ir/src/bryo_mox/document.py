@@ -239,6 +239,20 @@ def attr_texts(doc: DocNode) -> dict[str, str]:
     return out
 
 
+def shared_texts(doc: DocNode) -> dict[str, tuple[Any, str]] | None:
+    """`doc.texts` when `doc.attrs` holds exactly the values they were encoded from (the
+    same objects), else `None`. `to_document` gives equations with equal params one
+    shared texts dict, so writers may cache what they make of a node's attrs by it."""
+    texts = doc.texts
+    if texts is None or len(texts) != len(doc.attrs):
+        return None
+    for key, value in doc.attrs.items():
+        known = texts.get(key)
+        if known is None or known[0] is not value:
+            return None
+    return texts
+
+
 def element_tag(doc: DocNode) -> tuple[str, dict[str, Any]]:
     """The element name for a document node, and extra attrs when the tag is not usable."""
     if is_xml_name(doc.tag):
@@ -379,11 +393,22 @@ class _Writer:
         self.other_rule_regions: dict[int, tuple[str, Block]] = {}
         self.types: dict[int, tuple[Any, str]] = {}
         self.encoded: list[str] = []  # what `checked` encoded for the node being written
+        #: `(primitive, exact key of its params) -> (attrs, texts)`: the equations of a
+        #: model repeat (128 blocks, one set of params), so each set is encoded once.
+        self.equation_attrs: dict[Any, tuple[dict[str, Any], dict[str, tuple[Any, str]]]] = {}
 
     def port(self, atom: Any) -> Port:
-        if isinstance(atom, Literal):
-            return Port(None, self.type_of(atom.aval), _scalar(atom.val))
-        return Port(self.namer(atom), self.type_of(atom.aval))
+        if type(atom) is not Literal:  # most ports: a variable named before, a known aval
+            name = self.namer.names.get(atom)
+            aval = atom.aval
+            hit = self.types.get(id(aval))
+            if name is not None and hit is not None and hit[0] is aval:
+                return Port(name, hit[1])
+            return Port(self.namer(atom), self.type_of(aval))
+        return Port(None, self.type_of(atom.aval), _scalar(atom.val))
+
+    def port_list(self, atoms: Any) -> list[Port]:
+        return [self.port(atom) for atom in atoms]
 
     def type_of(self, aval: Any) -> str:
         """`type_str(aval, weak=True)`, once per aval object: jax shares one aval between
@@ -405,10 +430,10 @@ class _Writer:
                 Const(self.namer(var), self.type_of(var.aval), self.const_data(var, value))
             )
         if not doc.inputs:
-            doc.inputs = [self.port(v) for v in block.invars]
+            doc.inputs = self.port_list(block.invars)
         for index, node in enumerate(block.nodes):
             doc.children.append((yield self.node(node, (*location, index))))
-        doc.results = [self.port(v) for v in block.outvars]
+        doc.results = self.port_list(block.outvars)
 
     def const_data(self, var: Any, value: Any) -> np.ndarray:
         try:
@@ -436,15 +461,16 @@ class _Writer:
             doc.texts = self.texts(doc.attrs)
             if self.ports:
                 self.bind_inputs(doc, node.invars, node.body.invars)
-                doc.outputs = [self.port(v) for v in node.outvars]
+                doc.outputs = self.port_list(node.outvars)
             yield self.block(doc, node.body, location)
             return doc
         assert isinstance(node, Equation)
-        doc = DocNode(node.primitive.name, self.params(node), node=node, location=location)
-        doc.texts = self.texts(doc.attrs)
+        attrs, texts = self.equation(node)
+        doc = DocNode(node.primitive.name, attrs, node=node, location=location)
+        doc.texts = texts
         if self.ports:
-            doc.inputs = [self.port(v) for v in node.invars]
-            doc.outputs = [self.port(v) for v in node.outvars]
+            doc.inputs = self.port_list(node.invars)
+            doc.outputs = self.port_list(node.outvars)
         for r, (key, index, region, closed) in enumerate(node.regions):
             where = (*location, ("region", r))
             doc.children.append((yield self.region(key, index, region, where, closed)))
@@ -502,6 +528,21 @@ class _Writer:
             for key, value in module_attrs(node).items()
         }
 
+    def equation(self, node: Equation) -> tuple[dict[str, Any], dict[str, tuple[Any, str]] | None]:
+        """An equation's attrs and their texts (`DocNode.texts`); encoded once per distinct
+        set of params when writing a file (the attrs are a copy, the texts shared)."""
+        key = None
+        if self.strict and not node.regions:
+            key = _exact_key((node.primitive.name, *node.params.items()))
+            hit = self.equation_attrs.get(key) if key is not None else None
+            if hit is not None:
+                return dict(hit[0]), hit[1]
+        attrs = self.params(node)
+        texts = self.texts(attrs)
+        if key is not None and texts is not None:
+            self.equation_attrs[key] = (dict(attrs), texts)
+        return attrs, texts
+
     def params(self, node: Equation) -> dict[str, Any]:
         name = node.primitive.name
         return {
@@ -557,6 +598,37 @@ def _rule_regions(root: Block) -> dict[int, tuple[str, Block]]:
     ]
     regions = derivative_rule_regions(customs)
     return {id(n): r for n, r in zip(customs, regions, strict=True)}
+
+
+#: Types whose values are equal only when they write the same text (a `bool` is not
+#: an `int` here: the key holds the type).
+_EXACT_TYPES = frozenset({str, int, bool, type(None)})
+
+
+def _exact_key(value: Any) -> Any:
+    """A hashable key of a param value (or tuple of them) such that equal keys mean values
+    that write the same and read back the same: types are kept apart (`True`/`1`/`1.0`,
+    tuple/list/named tuple), floats compare by their text (`-0.0`, `nan`); `None` for a
+    value with no such key (arrays, callables, ...)."""
+    kind = type(value)
+    if kind in _EXACT_TYPES:
+        return (kind, value)
+    if kind is tuple or (kind.__base__ is tuple and hasattr(value, "_fields")):
+        items: list[Any] = [kind]
+        for item in value:
+            if type(item) is str:  # a str equals only itself: its own key
+                items.append(item)
+                continue
+            key = _exact_key(item)
+            if key is None:
+                return None
+            items.append(key)
+        return tuple(items)
+    if kind is float:
+        return (kind, repr(value))
+    if isinstance(value, (np.dtype, enum.Enum)):
+        return (kind, value)
+    return None
 
 
 def _scalar(value: Any) -> Any:

@@ -42,6 +42,7 @@ from bryo_mox.document import (
     located,
     port_attrs,
     read_const,
+    shared_texts,
 )
 
 #: Files larger than this are refused before parsing (see `Limits.max_bytes`).
@@ -102,6 +103,9 @@ def dumps(doc: DocNode) -> str:
     """The XML text of a document (one element per line, indented down to `MAX_INDENT`
     levels), written directly: the same schema `build_element` gives queries."""
     out: list[str] = []
+    # start tags by (tag, shared texts): equations with equal params share one (the
+    # documents are alive meanwhile, so the ids stay theirs)
+    starts: dict[tuple[str, int], str] = {}
     stack: list[tuple[DocNode, int, str | None]] = [(doc, 0, None)]
     while stack:
         node, depth, closing = stack.pop()
@@ -112,10 +116,14 @@ def dumps(doc: DocNode) -> str:
             out.append(f"{pad}</{closing}>\n")
             continue
         tag, extra = element_tag(node)
-        attrs = attr_texts(node)
-        if extra:
-            attrs = {**attrs, **extra}
-        start = _start(tag, attrs)
+        texts = shared_texts(node)
+        key = (tag, id(texts)) if texts is not None and not extra else None
+        start = starts.get(key) if key is not None else None
+        if start is None:
+            attrs = attr_texts(node)
+            start = _start(tag, {**attrs, **extra} if extra else attrs)
+            if key is not None:
+                starts[key] = start
         if not (node.consts or node.inputs or node.outputs or node.children or node.results):
             out.append(f"{pad}{start}/>\n")
             continue

@@ -16,6 +16,7 @@ first child). Files written by `yt.yson` (its pretty format) read the same.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,7 @@ from bryo_mox.document import (
     encode,
     located,
     read_const,
+    shared_texts,
 )
 
 from ._fast import read_fast
@@ -72,7 +74,13 @@ def _tagged(value: Any) -> str:
     return '<"py"=%true>' + quote(encode(value))
 
 
+#: `quote`, cached: a file repeats its types and variable names.
+_quote = functools.lru_cache(maxsize=1 << 16)(quote)
+
+
 def _port(port: Port) -> str:
+    if port.name is not None and port.bind is None:  # most ports
+        return f'{{"type"={_quote(port.type)};"name"={_quote(port.name)}}}'
     items = [f'"type"={quote(port.type)}']
     if port.name is not None:
         items.append(f'"name"={quote(port.name)}')
@@ -90,12 +98,17 @@ def _const(const: Const) -> str:
     )
 
 
-def _attributes(doc: DocNode) -> str:
-    clash = _RESERVED & set(doc.attrs)
-    if clash:
-        raise MoxSerializationError(f"<{doc.tag}> has attrs {sorted(clash)} reserved by YSON.")
-    items = [f'"primitive"={quote(doc.tag)}']
-    items.extend(f"{quote(k)}={_value(v)}" for k, v in doc.attrs.items())
+def _attributes(doc: DocNode, known: dict[tuple[str, int], list[str]]) -> str:
+    """The attributes of a node; `known` caches the tag and attrs part by
+    `(tag, id(shared_texts(doc)))` (equal params share it; the documents outlive it)."""
+    texts = shared_texts(doc)
+    key = (doc.tag, id(texts)) if texts is not None else None
+    head = known.get(key) if key is not None else None
+    if head is None:
+        head = _head(doc)
+        if key is not None:
+            known[key] = head
+    items = head.copy()
     for key, ports in (("inputs", doc.inputs), ("outputs", doc.outputs), ("results", doc.results)):
         if ports or key != "outputs":
             items.append(f'"{key}"=[' + ";".join(_port(p) for p in ports) + "]")
@@ -104,9 +117,19 @@ def _attributes(doc: DocNode) -> str:
     return "<" + ";".join(items) + ">"
 
 
+def _head(doc: DocNode) -> list[str]:
+    clash = _RESERVED & set(doc.attrs)
+    if clash:
+        raise MoxSerializationError(f"<{doc.tag}> has attrs {sorted(clash)} reserved by YSON.")
+    items = [f'"primitive"={quote(doc.tag)}']
+    items.extend(f"{quote(k)}={_value(v)}" for k, v in doc.attrs.items())
+    return items
+
+
 def dumps(doc: DocNode) -> str:
     """The YSON text of a document: one node per line, children indented."""
     out: list[str] = []
+    known: dict[tuple[str, int], list[str]] = {}
     stack: list[tuple[DocNode, int, bool]] = [(doc, 0, False)]
     while stack:
         node, depth, closing = stack.pop()
@@ -115,11 +138,11 @@ def dumps(doc: DocNode) -> str:
         if closing:
             out.append(f"{indent}]{end}")
         elif node.children:
-            out.append(f"{indent}{_attributes(node)}[\n")
+            out.append(f"{indent}{_attributes(node, known)}[\n")
             stack.append((node, depth, True))
             stack.extend((child, depth + 1, False) for child in reversed(node.children))
         else:
-            out.append(f"{indent}{_attributes(node)}#{end}")
+            out.append(f"{indent}{_attributes(node, known)}#{end}")
     return "".join(out)
 
 
