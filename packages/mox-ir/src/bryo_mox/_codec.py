@@ -85,7 +85,7 @@ def encode(value: Any, *, strict: bool = True) -> str:
         if _CLASSES.get(type(value).__name__) is type(value):
             fields = ", ".join(
                 f"{k}={encode(v, strict=strict)}"
-                for k, v in zip(value._fields, value, strict=False)
+                for k, v in zip(value._fields, value, strict=False)  # type: ignore[attr-defined]  # a NamedTuple
             )
             return f"{type(value).__name__}({fields})"
     if isinstance(value, (tuple, list)):
@@ -275,7 +275,11 @@ def _eval(node: ast.AST) -> Any:
     if isinstance(node, ast.List):
         return [_eval(e) for e in node.elts]
     if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
-        return {_eval(k): _eval(v) for k, v in zip(node.keys, node.values, strict=False)}
+        return {
+            _eval(k): _eval(v)
+            for k, v in zip(node.keys, node.values, strict=False)
+            if k is not None  # none is (checked above): narrows the type
+        }
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         cls = _CLASSES.get(node.value.id)
         if cls is not None and issubclass(cls, enum.Enum) and node.attr in cls.__members__:

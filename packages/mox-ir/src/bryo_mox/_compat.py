@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core
 from jax.extend import core as jex
 
 #: `new_jaxpr_eqn(invars, outvars, primitive, params, effects, source_info, ctx)`: in

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
+import jax.core
 from jax.extend import core as jex
 
 from bryo_pytree import safe_equal
 
 from ._compat import DebugInfo, new_jaxpr_eqn
 from ._errors import MoxError
-from ._ir import Block, Equation, Literal, ModuleCall, Mox, Node, Var
+from ._ir import Block, Equation, Literal, ModuleCall, Mox, Node, Var, array_aval
 from ._types import type_str
 
 
@@ -60,7 +61,7 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
                 f"`sub`): keys {[k for k, _ in mox.extra_params]}. Pass "
                 "`eval_mox(mox, *args, {key: array, ...})`."
             )
-        *args, given = args
+        args, given = args[:-1], args[-1]
         missing = [k for k, _ in mox.extra_params if k not in given]
         unknown = sorted(set(given) - {k for k, _ in mox.extra_params})
         if missing or unknown:
@@ -86,7 +87,7 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
         raise MoxError(f"`args` have {len(leaves)} leaves; the MoX takes {expected}.")
     for index, (leaf, var) in enumerate(zip(leaves + extra, mox.block.invars, strict=False)):
         shape = getattr(leaf, "shape", ())
-        if tuple(shape) != tuple(var.aval.shape):
+        if tuple(shape) != tuple(array_aval(var).shape):
             raise MoxError(
                 f"`args` leaf {index} has shape {tuple(shape)}, the MoX expects "
                 f"{type_str(var.aval)}."

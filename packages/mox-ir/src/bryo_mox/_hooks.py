@@ -13,7 +13,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from bryo_plugins import (
     PerEpoch,
@@ -68,7 +68,10 @@ _interceptor = callable_answer("an interceptor `(handler) -> context manager`")
 
 
 _interceptors: PerEpoch[list[Interceptor]] = PerEpoch(
-    lambda pm: [a.value for a in answers("bryo_mox_interceptor", _interceptor, pm=pm)]
+    # Callable is all that can be checked of a plugin's answer before it is called.
+    lambda pm: cast(
+        list[Interceptor], [a.value for a in answers("bryo_mox_interceptor", _interceptor, pm=pm)]
+    )
 )
 
 

@@ -20,10 +20,13 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 import jax
+import jax.core
 from jax.extend import core as jex
+
+from bryo_pytree import TreeDef
 
 from ._errors import MoxError
 from ._types import type_str
@@ -31,6 +34,13 @@ from ._types import type_str
 Var = jex.Var
 Literal = jex.Literal
 Atom = jex.Var | jex.Literal
+
+
+def array_aval(atom: Atom) -> jax.core.ShapedArray:
+    """`atom`'s aval as the array type it is: a MoX's variables and literals hold arrays
+    (tracing gives them `ShapedArray`s), which jax types as any `AbstractValue`."""
+    return cast(jax.core.ShapedArray, atom.aval)
+
 
 #: The name jax gives its `jit` primitive now (`jit` since jax 0.7, `pjit` before).
 JIT_NAME: str = jex.primitives.jit_p.name
@@ -90,11 +100,11 @@ class Node:
 
     @property
     def in_avals(self) -> tuple[jax.core.ShapedArray, ...]:
-        return tuple(v.aval for v in self.invars)
+        return tuple(array_aval(v) for v in self.invars)
 
     @property
     def out_avals(self) -> tuple[jax.core.ShapedArray, ...]:
-        return tuple(v.aval for v in self.outvars)
+        return tuple(array_aval(v) for v in self.outvars)
 
     def __str__(self) -> str:
         return repr(self) if _text_form is None else _text_form(self)
@@ -107,7 +117,7 @@ class Block:
     constvars: tuple[Var, ...]
     consts: tuple[object, ...]
     invars: tuple[Var, ...]
-    nodes: tuple[Node, ...]
+    nodes: tuple[ModuleCall | Equation, ...]
     outvars: tuple[Atom, ...]
 
 
@@ -204,7 +214,7 @@ class ModuleCall(Node):
         return self.info.attrs
 
     @property
-    def nodes(self) -> tuple[Node, ...]:
+    def nodes(self) -> tuple[ModuleCall | Equation, ...]:
         return self.body.nodes
 
     def __repr__(self) -> str:
@@ -237,10 +247,10 @@ class Mox(Node):
     """
 
     block: Block
-    in_tree: jax.tree_util.PyTreeDef | None = None
-    out_tree: jax.tree_util.PyTreeDef | None = None
+    in_tree: TreeDef | None = None
+    out_tree: TreeDef | None = None
     extra_params: tuple[tuple[str, jax.ShapeDtypeStruct], ...] = ()
-    kwargs_tree: jax.tree_util.PyTreeDef | None = None
+    kwargs_tree: TreeDef | None = None
     static_kwargs: tuple[tuple[str, object], ...] = ()
     static_leaves: tuple[tuple[int, object], ...] = ()
     _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -260,7 +270,7 @@ class Mox(Node):
         return self.block.outvars
 
     @property
-    def nodes(self) -> tuple[Node, ...]:
+    def nodes(self) -> tuple[ModuleCall | Equation, ...]:
         return self.block.nodes
 
     @property
@@ -309,20 +319,23 @@ def equation_name(eqn: jex.JaxprEqn) -> str | None:
     return getattr(debug_info, "func_name", None)
 
 
-def jaxpr_params(params: Mapping[str, object]) -> list[tuple[str, int | None, object]]:
+def jaxpr_params(
+    params: Mapping[str, object],
+) -> list[tuple[str, int | None, jex.ClosedJaxpr | jex.Jaxpr]]:
     """The (open or closed) jaxprs among an equation's params, as `(name, index, jaxpr)`,
     sorted by name."""
-    found = []
+    found: list[tuple[str, int | None, jex.ClosedJaxpr | jex.Jaxpr]] = []
     for key, value in params.items():
         if type(value) in _JAXPR_TYPES:
-            found.append((key, None, value))
+            found.append((key, None, cast(_AnyJaxpr, value)))  # its type is one of them
         elif type(value) is tuple and value and all(type(v) in _JAXPR_TYPES for v in value):
-            found.extend((key, i, v) for i, v in enumerate(value))
+            found.extend((key, i, cast(_AnyJaxpr, v)) for i, v in enumerate(value))
     if len(found) > 1:
         found.sort(key=lambda item: item[0])
     return found
 
 
+_AnyJaxpr = jex.ClosedJaxpr | jex.Jaxpr
 _JAXPR_TYPES = frozenset({jex.ClosedJaxpr, jex.Jaxpr})
 
 

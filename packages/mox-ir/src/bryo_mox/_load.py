@@ -26,14 +26,15 @@ Every failure is a `MoxSerializationError` naming the node, located in the file.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
+import jax.core
 import numpy as np
 from jax import lax
 from jax.extend import core as jex
 
-from bryo_pytree import run_frames
+from bryo_pytree import TreeDef, run_frames
 
 from ._compat import (
     DebugInfo,
@@ -44,7 +45,7 @@ from ._compat import (
     new_jaxpr_eqn,
 )
 from ._errors import MoxError, MoxSerializationError
-from ._ir import CUSTOM_DERIVATIVE_NAMES, JIT_ALIASES, ModuleInfo, Mox
+from ._ir import CUSTOM_DERIVATIVE_NAMES, JIT_ALIASES, ModuleInfo, Mox, array_aval
 from ._limits import array_nbytes, current_budget
 from ._markers import CallMarker, begin_p, end_p, marker_equation
 from ._regions import bind_with_regions
@@ -169,9 +170,7 @@ def _extra(doc: DocNode, avals: Sequence[Any]) -> tuple[tuple[str, jax.ShapeDtyp
     )
 
 
-def _tree(
-    doc: DocNode, attr: str, first: int = 0, leaves: int | None = None
-) -> jax.tree_util.PyTreeDef | None:
+def _tree(doc: DocNode, attr: str, first: int = 0, leaves: int | None = None) -> TreeDef | None:
     """The treedef written in attr `attr`: a tree of tuples/lists/dicts/None whose leaves
     number flat values in order from `first` (`(0, {'a': 1})`), or `None` when not written.
     With `leaves`, the tree must number exactly that many values."""
@@ -245,7 +244,9 @@ class _JitTemplate(NamedTuple):
     ctx: Any
 
 
-_Building = Generator[_Scope, jex.ClosedJaxpr, jex.ClosedJaxpr]
+#: A scope being built. The driver sends back what the requested scope returns: a region's
+#: `ClosedJaxpr`, or a module body's outputs (a scope built `into` its caller).
+_Building = Generator[_Scope, Any, "jex.ClosedJaxpr | list[Atom]"]
 
 
 class _Builder:
@@ -263,7 +264,8 @@ class _Builder:
 
     def run(self, root: DocNode) -> jex.ClosedJaxpr:
         """Build the root scope, and every scope it asks for, without recursing."""
-        return run_frames(self.scope(root, root=True), self.enter, on_error=self.locate_error)
+        built = run_frames(self.scope(root, root=True), self.enter, on_error=self.locate_error)
+        return cast(jex.ClosedJaxpr, built)  # the root scope is not built `into` another
 
     def enter(self, request: _Scope) -> _Building:
         """The scope a request asks for, within the load's depth budget."""
@@ -453,8 +455,8 @@ class _Builder:
     def trace(self, node: DocNode, fn: Callable[..., Any], ins: Sequence[Atom]) -> jex.ClosedJaxpr:
         """`jax.make_jaxpr(fn)` on the types of `ins`; errors name the node."""
         avals = [
-            jax.ShapeDtypeStruct(a.aval.shape, a.aval.dtype, weak_type=a.aval.weak_type)
-            for a in ins
+            jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+            for aval in map(array_aval, ins)
         ]
         try:
             return jax.make_jaxpr(fn)(*avals)
@@ -535,7 +537,7 @@ class _Builder:
 
     def module_end(
         self, node: DocNode, marker: CallMarker, body_outs: list[Atom], eqns: list[jex.JaxprEqn]
-    ) -> list[Atom]:
+    ) -> list[jex.Var]:
         """A module call's end marker equation on what its body returns; returns the
         call's outputs."""
         n_state_out = _count(node, "state_outputs", len(body_outs))
@@ -545,7 +547,7 @@ class _Builder:
 
     def jit(
         self, node: DocNode, ins: list[Atom], body: jex.ClosedJaxpr, eqns: list[jex.JaxprEqn]
-    ) -> list[Atom]:
+    ) -> list[jex.Var]:
         name = node.attrs.get("name", "jit")
         return self.jit_equation(
             node,
@@ -564,7 +566,7 @@ class _Builder:
         body: jex.ClosedJaxpr,
         eqns: list[jex.JaxprEqn],
         **params: Any,
-    ) -> list[Atom]:
+    ) -> list[jex.Var]:
         """A `jit` equation calling `body` on `ins`, with the params `jax.jit` gives it."""
         self.check_body(node, ins, [v.aval for v in body.jaxpr.invars])
         template = self.jit_template(len(ins), len(body.jaxpr.outvars))
@@ -728,7 +730,7 @@ def _inline(
         invars = [
             ins[p] if p >= 0 else a for p, a in zip(traced.positions, eqn.invars, strict=True)
         ]
-        outvars = [jex.Var(v.aval) for v in eqn.outvars]
+        outvars: list[Atom] = [jex.Var(v.aval) for v in eqn.outvars]
         eqns.append(
             new_jaxpr_eqn(
                 invars, outvars, eqn.primitive, eqn.params, eqn.effects, eqn.source_info, eqn.ctx

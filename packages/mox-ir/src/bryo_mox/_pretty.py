@@ -115,7 +115,7 @@ _HIDDEN_JIT_PARAMS = frozenset(
 )
 
 
-def _shown_params(node: Equation) -> dict[str, object]:
+def _shown_params(node: Equation) -> dict[str, Any]:
     params = {k: v for k, v in node.params.items() if v is not None}
     if node.primitive.name == JIT_NAME:
         params = {k: v for k, v in params.items() if k not in _HIDDEN_JIT_PARAMS}

@@ -13,9 +13,10 @@ a remat more inputs (every branch of a cond takes all of them).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
+import jax.core
 from jax.extend import core as jex
 
 from ._errors import MoxError
@@ -49,7 +50,7 @@ def _hoist(closed: jex.ClosedJaxpr, open_param: bool) -> tuple[Any, list[Any]]:
             jaxpr.outvars,
             jaxpr.eqns,
             jaxpr.effects,
-            debug_info.with_unknown_names() if debug_info is not None else None,
+            debug_info.with_unknown_names() if debug_info is not None else None,  # type: ignore[arg-type]  # jax's default is None
         )
     new: Any = jaxpr if open_param else jex.ClosedJaxpr(jaxpr, keep_vals)
     return new, move_vals
@@ -70,7 +71,7 @@ def _with_leading(region: Any, avals: Sequence[Any], own: int, before: int) -> A
         jaxpr.outvars,
         jaxpr.eqns,
         jaxpr.effects,
-        debug_info.with_unknown_names() if debug_info is not None else None,
+        debug_info.with_unknown_names() if debug_info is not None else None,  # type: ignore[arg-type]  # jax's default is None
     )
     return jex.ClosedJaxpr(jaxpr, region.consts) if isinstance(region, jex.ClosedJaxpr) else jaxpr
 
@@ -113,7 +114,8 @@ def bind_with_regions(
         else:
             old = list(params[key])
             for index, region in by_index.items():
-                old[index] = region
+                if index is not None:  # always: None is not a key here (checked above)
+                    old[index] = region
             params[key] = tuple(old)
     out = prim.bind(*ins, **params)
     return list(out) if prim.multiple_results else [out]
@@ -148,7 +150,7 @@ def _thread(
             *ins[n_cond + n_body :],
         ]
     if name == "cond" and all(key == "branches" for key, _ in hoisted):
-        order = sorted(hoisted, key=lambda k: k[1])
+        order = sorted(hoisted, key=lambda k: cast(int, k[1]))  # every branch has an index
         values = [v for k in order for v in hoisted[k]]
         avals = [jax.typeof(v) for v in values]
         before = 0

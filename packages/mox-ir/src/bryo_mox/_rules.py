@@ -20,7 +20,7 @@ from jax.extend import core as jex
 from ._compat import new_jaxpr_eqn
 from ._errors import MoxSerializationError
 from ._eval import eval_equation
-from ._ir import CUSTOM_DERIVATIVE_NAMES, Block, Equation, ModuleCall, Node, Var
+from ._ir import CUSTOM_DERIVATIVE_NAMES, Atom, Block, Equation, ModuleCall, Var, array_aval
 
 
 def _sds(aval: Any) -> jax.ShapeDtypeStruct:
@@ -41,8 +41,8 @@ class _Rule(NamedTuple):
 
 def _rule(node: Equation) -> _Rule:
     eqn = node.eqn
-    in_avals = [v.aval for v in eqn.invars]
-    out_avals = [v.aval for v in eqn.outvars]
+    in_avals = [array_aval(v) for v in eqn.invars]
+    out_avals = [array_aval(v) for v in eqn.outvars]
     diff = [differentiable(a.dtype) for a in in_avals]
     if not all(differentiable(a.dtype) for a in out_avals):
         raise MoxSerializationError(
@@ -135,7 +135,7 @@ def _traced_together(rules: Sequence[_Rule]) -> list[tuple[str, Block]]:
 def _slice(block: Block, invars: Sequence[Var], outvars: Sequence[Any]) -> Block:
     """The part of `block` that computes `outvars` from `invars` (and constants)."""
     needed = {v for v in outvars if isinstance(v, Var)}
-    kept: list[Node] = []
+    kept: list[ModuleCall | Equation] = []
     for node in reversed(block.nodes):
         if any(v in needed for v in node.outvars if isinstance(v, Var)):
             kept.append(node)
@@ -156,10 +156,10 @@ def inline_calls(block: Block) -> Block:
     the same computation without re-tracing it. Inlined equations get fresh variables."""
     constvars: list[Var] = []
     consts: list[Any] = []
-    nodes: list[Node] = []
+    nodes: list[ModuleCall | Equation] = []
 
     def splice(inner: Block, args: Sequence[Any]) -> list[Any]:
-        sub: dict[Var, Any] = dict(zip(inner.invars, args, strict=True))
+        sub: dict[Atom, Any] = dict(zip(inner.invars, args, strict=True))
         for var, value in zip(inner.constvars, inner.consts, strict=True):
             sub[var] = jex.Var(var.aval)
             constvars.append(sub[var])

@@ -58,9 +58,12 @@ def loads(data: str | bytes, format: str = "xml", *, limits: Limits | None = Non
 def dump(mox: Mox, path: str | os.PathLike[str], format: str | None = None) -> None:
     """Write `mox` to `path`; the format follows the extension (`.xml`, `.yson`) unless given."""
     data = _write(serializer_for(format, str(path)), mox)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(path, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as file:
-        file.write(data)
+    if isinstance(data, bytes):
+        with open(path, "wb") as file:
+            file.write(data)
+    else:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(data)
 
 
 def load(

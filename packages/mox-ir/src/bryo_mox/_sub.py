@@ -21,6 +21,7 @@ from ._eval import eval_equation
 from ._ir import (
     CUSTOM_DERIVATIVE_NAMES,
     JIT_NAME,
+    Atom,
     Block,
     Equation,
     Literal,
@@ -28,7 +29,7 @@ from ._ir import (
     ModuleInfo,
     Mox,
     Node,
-    Var,
+    array_aval,
 )
 from ._regions import bind_with_regions
 from ._trace import call_region, convert_closed, intercepting
@@ -38,7 +39,7 @@ from ._view import Location, element_view, query
 
 @dataclass
 class _Target:
-    node: Node
+    node: ModuleCall | Equation
     location: Location
     n_skip: int  # leading node inputs not passed to the replacement (module state)
     keys: tuple[str, ...] = ()
@@ -101,10 +102,10 @@ def _resolve(target: Any, mox: Mox, with_state: bool) -> list[_Target]:
     else:
         nodes = list(target)
     view = element_view(mox)
-    found: dict[Location, Node] = {}
+    found: dict[Location, ModuleCall | Equation] = {}
     for node in nodes:
         location = view.location_of(node, mox) if isinstance(node, Node) else None
-        if location is None or isinstance(node, Mox):
+        if location is None or not isinstance(node, (ModuleCall, Equation)):
             raise MoxError(
                 f"`target` {node!r} is not a module_call or equation of this `mox`; pass "
                 "nodes returned by `query(..., mox)` on the same MoX, or an XPath string."
@@ -117,14 +118,12 @@ def _resolve(target: Any, mox: Mox, with_state: bool) -> list[_Target]:
         for loc in locations
         if not any(loc[: len(other)] == other and loc != other for other in locations)
     ]
-    return [
-        _Target(
-            found[loc],
-            loc,
-            found[loc].n_state if isinstance(found[loc], ModuleCall) and not with_state else 0,
-        )
-        for loc in kept
-    ]
+    targets = []
+    for loc in kept:
+        node = found[loc]
+        n_skip = node.n_state if isinstance(node, ModuleCall) and not with_state else 0
+        targets.append(_Target(node, loc, n_skip))
+    return targets
 
 
 def _sort_key(location: Location) -> tuple[Any, ...]:
@@ -147,7 +146,9 @@ def node_at(block: Block, location: Location) -> Node:
     return node
 
 
-def _lift(mox: Mox, location: Location, node: Node) -> tuple[Location, Node]:
+def _lift(
+    mox: Mox, location: Location, node: ModuleCall | Equation
+) -> tuple[Location, ModuleCall | Equation]:
     """Targets inside a custom derivative equation are replaced with the whole equation."""
     for end, step in enumerate(location):
         if not isinstance(step, int):
@@ -224,7 +225,7 @@ def _replay_root(mox: Mox, replacement: Mox, targets: list[_Target]) -> Mox:
     plan = _Plan(targets, replacement)
     new_keys = [k for t in targets for k in t.keys]
     n_new = [len(t.keys) for t in targets]
-    repl_avals = [v.aval for v in replacement.block.invars]
+    repl_avals = [array_aval(v) for v in replacement.block.invars]
     new_avals = [a for n in n_new for a in repl_avals[:n]]
     n_old = len(mox.block.invars)
 
@@ -256,7 +257,7 @@ def replay_block(
     """Evaluate `block` inside a trace, re-emitting module calls as module regions and
     replacing the nodes `plan` targets. Module names get `prefix` (a replacement's modules
     take the path of the module they replace)."""
-    env: dict[Var, Any] = dict(zip(block.constvars, block.consts, strict=True))
+    env: dict[Atom, Any] = dict(zip(block.constvars, block.consts, strict=True))
     env.update(zip(block.invars, args, strict=True))
 
     def read(atom: Any) -> Any:
@@ -302,15 +303,15 @@ def _replay_module(
 def _rebuild_equation(node: Node, ins: list[Any], plan: _Plan, loc: Location) -> list[Any]:
     """An equation with a target inside one of its regions, rebuilt around new regions."""
     assert isinstance(node, Equation)
-    params = dict(node.params)
+    params: dict[str, Any] = dict(node.params)
     if node.primitive.name == JIT_NAME:
         ((_, _, region, _),) = node.regions
 
-        def body(*xs: Any) -> list[Any]:
+        def jit_body(*xs: Any) -> list[Any]:
             return replay_block(region, xs, plan, (*loc, ("region", 0)))
 
-        body.__name__ = body.__qualname__ = str(params.get("name", "jit"))
-        return jax.jit(body, inline=params.get("inline", False))(*ins)
+        jit_body.__name__ = jit_body.__qualname__ = str(params.get("name", "jit"))
+        return jax.jit(jit_body, inline=params.get("inline", False))(*ins)
     traced: dict[tuple[str, int | None], jex.ClosedJaxpr] = {}
     open_params: dict[tuple[str, int | None], bool] = {}
     for r, (key, index, region, _) in enumerate(node.regions):

@@ -88,7 +88,7 @@ def is_key_dtype(dtype: Any) -> bool:
 @functools.lru_cache(maxsize=1)
 def _key_dtype_classes() -> frozenset[type]:
     dtypes = [impl.dtype for impl in key_impls().values()]
-    return frozenset(type(d) for d in dtypes if jax.dtypes.issubdtype(d, jax.dtypes.prng_key))
+    return frozenset(type(d) for d in dtypes if jnp.issubdtype(d, jax.dtypes.prng_key))
 
 
 def key_impl_of(dtype: Any) -> KeyImpl:
@@ -131,7 +131,7 @@ def from_storage(data: np.ndarray, aval: Any) -> Any:
     with jax.ensure_compile_time_eval():
         if is_key_dtype(aval.dtype):
             impl = key_impl_of(aval.dtype)
-            return jax.random.wrap_key_data(np.asarray(data, dtype), impl=impl.name)
+            return jax.random.wrap_key_data(np.asarray(data, dtype), impl=impl.name)  # type: ignore[arg-type]  # takes array-likes
         return jnp.asarray(np.asarray(data).astype(aval.dtype))
 
 
@@ -171,7 +171,7 @@ def _known_dtypes() -> dict[str, np.dtype]:
 _DTYPES = _known_dtypes()
 
 
-def type_str(aval: object, *, weak: bool = False) -> str:
+def type_str(aval: Any, *, weak: bool = False) -> str:
     """The short type string of an abstract value (anything with `shape` and `dtype`).
 
     With `weak`, a weakly typed value (a Python scalar's type) is marked `f32[]{weak}`,
@@ -218,8 +218,9 @@ def dtype_named(name: str) -> np.dtype | None:
     return _DTYPES.get(name)
 
 
-def same_type(a: object, b: object) -> bool:
-    """Equal shape and dtype; weak typing is ignored."""
+def same_type(a: Any, b: Any) -> bool:
+    """Equal shape and dtype (of abstract values, `ShapeDtypeStruct`s or arrays; jax types
+    a variable's aval as any `AbstractValue`); weak typing is ignored."""
     return tuple(a.shape) == tuple(b.shape) and _dtype(a.dtype) == _dtype(b.dtype)
 
 

@@ -38,9 +38,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import jax
 import numpy as np
 from lxml import etree
+
+from bryo_pytree import TreeDef
 
 from ._attrs import CUSTOM_ATTRS as CUSTOM_ATTRS
 from ._attrs import JIT_ATTRS as JIT_ATTRS
@@ -331,7 +332,7 @@ def to_document(
     # Static leaves (functions, flags) are not in the file: it takes the flat array leaves.
     in_tree = None if mox.static_leaves else writer.tree(mox.in_tree)
     root.attrs.update(in_tree=in_tree, out_tree=writer.tree(mox.out_tree))
-    if mox.kwargs_tree is not None and in_tree is not None:
+    if mox.kwargs_tree is not None and mox.in_tree is not None and in_tree is not None:
         root.attrs["kwargs_tree"] = writer.tree(mox.kwargs_tree, mox.in_tree.num_leaves)
     if mox.static_kwargs and writer.encodable(mox.static_kwargs):
         root.attrs["static_kwargs"] = tuple(mox.static_kwargs)
@@ -576,7 +577,7 @@ class _Writer:
             return False
         return True
 
-    def tree(self, treedef: jax.tree_util.PyTreeDef | None, first: int = 0) -> Any:
+    def tree(self, treedef: TreeDef | None, first: int = 0) -> Any:
         """A treedef of tuples/lists/dicts/None as a value whose leaves number the flat
         values from `first` (`(0, {'a': 1})`), or None."""
         return tree_example(treedef, first)

@@ -69,3 +69,4 @@ def bryo_mox_serializers() -> Sequence[Serializer]:
     be safe on untrusted input (no external entities, no network, bounded size and depth)
     and raise `bryo_mox.MoxSerializationError` with the line or position of the problem.
     """
+    ...

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, Self
 
 import jax
 import jax.numpy as jnp
@@ -62,7 +62,7 @@ class Module:
         return children, (tuple(keys), static)
 
     @classmethod
-    def _unflatten(cls, aux: Any, children: Any) -> Module:
+    def _unflatten(cls, aux: Any, children: Iterable[Any]) -> Self:
         keys, static = aux
         obj = object.__new__(cls)
         vars(obj).update(static)
