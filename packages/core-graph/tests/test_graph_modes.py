@@ -98,6 +98,16 @@ def test_update_adds_paths_under_existing_nodes():
     assert ("layers", 0, "scale") in state(model).flat_state()
 
 
+def test_update_adds_paths_under_plain_dicts_and_lists():
+    """Flax 0.12: a plain dict's static entry (an int) or a new key is written in place."""
+    node = {"a": {"b": 1, "c": Param(jnp.array(2)), "d": 3}, "l": [jnp.ones(1)]}
+    update(node, {"a": {"b": 4, "c": jnp.array(10), "e": Param(5)}})
+    assert node["a"]["b"] == 4 and node["a"]["d"] == 3 and int(node["a"]["c"][...]) == 10
+    assert isinstance(node["a"]["e"], Param)
+    with pytest.raises(GraphError, match=r"does not have: t\[0\], and cannot(.|\n)*no State paths"):
+        update({"t": (1,)}, {"t": {0: jnp.ones(1)}})  # a tuple cannot take a new child
+
+
 def test_update_refuses_paths_without_a_parent_and_changes_nothing():
     model = MLP()
     before = model.layers[0].kernel.value

@@ -33,7 +33,7 @@ from typing import Any as _Any
 import jax
 
 from bryo_filters import Filter, filters_to_predicates, is_builtin_filter
-from bryo_plugins import Stamped
+from bryo_plugins import Stamped, TypeTable
 from bryo_pytree import Key, Path, hashable, is_shaped, path_str
 
 from ._build import build_graph
@@ -781,7 +781,7 @@ def update(node: object, state: State | Mapping, /, *states: State | Mapping) ->
     updates = State.merge(*given)._flat
     index = flat.index
     new = [path for path in updates if path not in index]
-    parents = _new_leaf_parents(flat, new)
+    parents = _new_leaf_parents(node, flat, new)
     frozen = [
         path
         for path, source in ((p, index[p]) for p in updates if p in index)
@@ -817,29 +817,54 @@ def _single_state(variable: Variable, states: tuple) -> object:
     return given[0]
 
 
-def _new_leaf_parents(flat: FlatGraph, paths: list[Path]) -> dict[Path, tuple[object, NodeType]]:
+def _new_leaf_parents(
+    root: object, flat: FlatGraph, paths: list[Path]
+) -> dict[Path, tuple[object, NodeType]]:
     """The live parent node of each path to add; a `GraphError` if one has none."""
     if not paths:
         return {}
     registry = node_types()
-    nodes = dict(flat.nodes)
+    nodes = dict(flat.nodes)  # the mutable nodes; a plain dict or list is looked up
     parents: dict[Path, tuple[object, NodeType]] = {}
     orphans = []
     for path in paths:
-        parent = nodes.get(path[:-1], _NO_NODE) if path else _NO_NODE
+        parent = _NO_NODE
+        if path:
+            parent = nodes.get(path[:-1], _NO_NODE)
+            if parent is _NO_NODE:
+                parent = _live_node(root, path[:-1], registry)
         node_type = registry.lookup(type(parent)) if parent is not _NO_NODE else None
         if node_type is None or node_type.set_key is None:
             orphans.append(path)
         else:
             parents[path] = (parent, node_type)
     if orphans:
+        known = (
+            f"The model's paths include {_list_paths(flat.paths)}"
+            if flat.paths
+            else "The model has no State paths"
+        )
         raise GraphError(
             f"`update` got paths the model does not have: {_list_paths(orphans)}, and cannot "
             "add them: a new path must sit directly under a mutable node of the model (a "
-            f"module, List or Dict). The model's paths include {_list_paths(flat.paths)}; pass "
-            "a State split from this model, or add the missing nodes first."
+            f"module, List, Dict, dict or list). {known}; pass a State split from this "
+            "model, or add the missing nodes first."
         )
     return parents
+
+
+def _live_node(root: object, path: Path, registry: TypeTable[NodeType]) -> object:
+    """The node at `path` under `root`, walking its node types' children; else `_NO_NODE`."""
+    node = root
+    for key in path:
+        node_type = registry.lookup(type(node))
+        if node_type is None:
+            return _NO_NODE
+        children, _ = node_type.flatten(node)
+        node = next((child for k, child in children if k == key), _NO_NODE)
+        if node is _NO_NODE:
+            return _NO_NODE
+    return node
 
 
 _NO_NODE = object()
