@@ -336,6 +336,18 @@ def test_graph_states_read_write_and_update_like_their_state():
     assert float(model.count[...]) == 5.0 and float(model.layers[0].kernel[...].sum()) == 0.0
 
 
+def test_graph_states_are_graph_nodes_like_their_state():
+    model = MLP()
+    whole = unpack(model)
+    params = state(whole, Param)  # what an optimizer does with `unpack`ed gradients
+    assert params == state(model, Param)
+    graphdef_, rest = split(whole)
+    rebuilt = merge(graphdef_, rest)
+    assert isinstance(rebuilt, GraphState) and rebuilt._graphdef is whole._graphdef
+    update(whole, {"count": jnp.array(3.0)})
+    assert float(whole["count"][...]) == 3.0
+
+
 def test_merge_of_graph_states_checks_them():
     params, _ = unpack(MLP(), Param, ...)
     with pytest.raises(ValueError, match="Expected GraphState object at position 1"):

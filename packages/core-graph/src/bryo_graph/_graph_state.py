@@ -16,7 +16,15 @@ import jax
 
 from bryo_pytree import Key
 
-from ._state import State, _state_flatten, _state_flatten_with_keys, _state_unflatten
+from ._nodes import NodeType
+from ._state import (
+    State,
+    _state_flatten,
+    _state_flatten_with_keys,
+    _state_unflatten,
+    state_flatten,
+    state_unflatten,
+)
 
 
 class GraphState(MutableMapping):
@@ -78,6 +86,32 @@ def _unflatten(aux: tuple, children: Iterable[Any]) -> GraphState:
 jax.tree_util.register_pytree_with_keys(
     GraphState, _flatten_with_keys, _unflatten, flatten_func=_flatten
 )
+
+
+# A GraphState is also a graph node, as its State is (`state(grads, Param)` of `unpack`ed grads)
+
+
+def _graph_state_flatten(node: GraphState) -> tuple[list[tuple[Key, object]], Any]:
+    return state_flatten(node._state)[0], node._graphdef
+
+
+def _graph_state_unflatten(cls: type, graphdef: Any, children: list[tuple[Key, object]]) -> Any:
+    return GraphState(graphdef, state_unflatten(State, None, children))
+
+
+def _graph_state_set_key(node: GraphState, key: Key, child: object) -> None:
+    node._state[key] = child
+
+
+def graph_state_node_type() -> NodeType:
+    """The NodeType of `GraphState`: its State's children; its GraphDef is the aux."""
+    return NodeType(
+        GraphState,
+        flatten=_graph_state_flatten,
+        unflatten=_graph_state_unflatten,
+        set_key=_graph_state_set_key,
+        static_keys=lambda node: frozenset(),  # every child is state, as in a State
+    )
 
 
 def graph_states_parts(first: GraphState, rest: tuple) -> tuple[Any, list[State]]:

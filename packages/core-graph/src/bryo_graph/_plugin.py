@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from bryo_plugins import hookimpl
 
+from ._graph_state import graph_state_node_type
 from ._nodes import NodeType, builtin_node_types
 from ._object import Object, object_node_type, tracked_container_node_types
 from ._state import state_node_type
@@ -22,4 +23,5 @@ def bryo_graph_node_types() -> Sequence[NodeType]:
         *tracked_container_node_types(),
         object_node_type(Object),
         state_node_type(),
+        graph_state_node_type(),
     )
