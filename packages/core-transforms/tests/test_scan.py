@@ -246,6 +246,82 @@ def test_scan_errors() -> None:
     assert int(cell.steps.value) == 0 and not hasattr(cell, "extra")
 
 
+def test_out_axes_never_broadcast_an_output() -> None:
+    with pytest.raises(TransformError, match=r"Cannot broadcast output state.*at: out_axes\[1\]"):
+        scan(lambda c, x: (c, x), in_axes=(Carry, 0), out_axes=(Carry, None))
+    with pytest.raises(TransformError, match=r"Cannot broadcast output state.*at: out_axes\."):
+        scan(lambda x: x, in_axes=0, out_axes=None)
+    with pytest.raises(TransformError, match=r"broadcast output state. Got StateAxes\(\{\.\.\."):
+        scan(lambda c, x: (c, x), out_axes=(Carry, StateAxes({...: None})))
+    with pytest.raises(TransformError, match=r"Cannot carry output state.*out_axes\[1\]\[0\]"):
+        scan(lambda c, x: (c, x), out_axes=(Carry, (StateAxes({Param: 0, ...: Carry}),)))
+
+
+@pytest.mark.parametrize("modes", [{"graph_updates": False}, {"graph": False}])
+def test_simple_mode_threads_a_changed_broadcast_variable_through_the_steps(modes) -> None:
+    seen = Variable(jnp.array(1))
+
+    @scan(in_axes=(None, Carry, 0), out_axes=(Carry, 0), **modes)
+    def step(seen: Variable, carry: jax.Array, x: jax.Array) -> tuple:
+        seen.value = seen.value + 1  # the next step sees this value
+        return carry + x, seen.value
+
+    carry, ys = step(seen, jnp.array(0), jnp.arange(3))
+    assert int(seen.value) == 4 and int(carry) == 3
+    np.testing.assert_array_equal(ys, [2, 3, 4])
+
+
+class Pair(Object):
+    def __init__(self) -> None:
+        self.w = Param(jnp.array(1.0))
+        self.b = Param(jnp.array(2.0))
+
+
+def test_a_new_variable_in_place_of_a_carried_one_is_carried() -> None:
+    pair = Pair()
+    old = pair.w
+
+    @scan(in_axes=(Carry, 0), out_axes=(Carry, 0))
+    def step(pair: Pair, x: jax.Array) -> tuple:
+        pair.w = Param(pair.w.value + x)
+        return pair, pair.w.value
+
+    same, ys = step(pair, jnp.arange(3.0))
+    assert same is pair and pair.w is not old  # the caller's module holds the new Param
+    assert float(pair.w.value) == 4.0 and float(old.value) == 1.0
+    np.testing.assert_array_equal(ys, [1.0, 2.0, 4.0])
+
+
+def test_carried_variables_keep_their_structure() -> None:
+    def replace(pair: Pair, x: jax.Array) -> tuple:
+        pair.w = Param(pair.w.value + x)
+        return pair, x
+
+    def retype(pair: Pair, x: jax.Array) -> tuple:
+        pair.w = Count(pair.w.value)
+        return pair, x
+
+    def reshape(pair: Pair, x: jax.Array) -> tuple:
+        pair.w = Param(jnp.ones(2))
+        return pair, x
+
+    def delete(pair: Pair, x: jax.Array) -> tuple:
+        del pair.b
+        return pair, x
+
+    pair, xs, axes = Pair(), jnp.arange(3.0), {"in_axes": (Carry, 0), "out_axes": (Carry, 0)}
+    with pytest.raises(TransformError, match=r"identity must be preserved.*Param `args\[0\]` at w"):
+        scan(replace, graph_updates=False, **axes)(pair, xs)
+    with pytest.raises(TransformError, match=r"replaced the carried Param .* with a Count"):
+        scan(retype, **axes)(pair, xs)
+    with pytest.raises(TransformError, match=r"float32\[\]\) with a Param \(float32\[2\]\)"):
+        scan(reshape, **axes)(pair, xs)
+    for modes in ({}, {"graph_updates": False}):
+        with pytest.raises(TransformError, match=r"removed the carried Param `args\[0\]` at b"):
+            scan(delete, **modes, **axes)(pair, xs)
+    assert float(pair.w.value) == 1.0 and float(pair.b.value) == 2.0  # left unchanged
+
+
 # Rng streams through vmap and scan --------------------------------------------------
 
 

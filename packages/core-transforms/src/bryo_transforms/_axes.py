@@ -92,7 +92,7 @@ class StateAxes:
         return self._hash
 
     def __repr__(self) -> str:
-        body = ", ".join(f"{_filter_repr(f)}: {_axis_repr(a)}" for f, a in self.items())
+        body = ", ".join(f"{filter_repr(f)}: {_axis_repr(a)}" for f, a in self.items())
         return f"StateAxes({{{body}}})"
 
 
@@ -104,7 +104,8 @@ def _hashable_filter(filter: object) -> object:
     return filter
 
 
-def _filter_repr(filter: object) -> str:
+def filter_repr(filter: object) -> str:
+    """A filter as users write it (`...`, a class's name, else its repr)."""
     if filter is Ellipsis:
         return "..."
     if isinstance(filter, type):

@@ -7,7 +7,11 @@ nodes: each argument is the carry (`Carry`), scanned over an axis (an int), or b
 `Stacked` use), so checkpoint policies (`remat=`) apply here too. State that changes
 inside is written back: the carry's final value, scanned state stacked back on its axis,
 and broadcast state with its value after the last step (an rng stream broadcast so that
-every step draws the same mask still moves on by one draw per call).
+every step draws the same mask still moves on by one draw per call). In simple mode
+(`graph_updates=False`), as in Flax NNX, broadcast Variables are threaded like the carry:
+each step sees what the step before left. Outputs are always stacked (`out_axes=None` is
+refused), and the carry keeps its structure: a new Variable put in place of a carried one
+is carried in its place (graph mode with updates), a carried attribute deleted is an error.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 
-from bryo_graph import check_tree
+from bryo_graph import Variable, check_tree
 from bryo_pytree import is_array_like
 from bryo_scan import Remat, ScanCheckpointPolicy, checkpointed_scan
 
@@ -31,19 +35,21 @@ from ._axes import (
     check_axis,
     check_consistent_aliasing,
     check_sizes,
+    filter_repr,
     is_axis_leaf,
     leaf_axes,
     prefix_per_leaf,
     sorted_axes,
+    state_leaf,
 )
 from ._axis_metadata import with_axis_metadata
-from ._collect import Grouping, collect
+from ._collect import Grouping, InGroup, KeptLeaf, NewLeaf, OutPlan, collect
 from ._errors import TransformError
 from ._layout import ArgLayout, is_graph_leaf, scan_args
 from ._options import positional, refuse_bound_method
-from ._plan import CallPlan, PlanCache
+from ._plan import CallPlan, PairPath, PlanCache
 from ._rebuild import Inner, rebuild
-from ._simple import tree_mode
+from ._simple import graph_updates_on, tree_mode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,20 +59,28 @@ class _ScanGrouping(Grouping):
 
     direct_ok = False
 
-    def __init__(self, leaf_axes: list, axes: list, root_specs: list) -> None:
-        self.leaf_axes = leaf_axes
+    def __init__(self, scan: _Scan, axes: list) -> None:
+        self.scan = scan
+        self.leaf_axes = scan.leaf_axes
         self.axes = axes
-        self.root_specs = root_specs
+        self.root_specs = scan.root_specs
         self.index = {axis: i for i, axis in enumerate(axes)}
         self.n_groups = len(axes)
         self.y_axes: object = None
+        self.replaced: list[int] = []  # carried leaves replaced by a new Variable, in order
 
     def input_group(self, k: int) -> int:
         return self.index[self.leaf_axes[k]]
 
     def new_input_group(self, root: int, path: tuple, leaf: object) -> int:
         """A Variable the body adds to an argument is stacked along the int axis its
-        argument's `StateAxes` gives it (as `sow` does); carried or broadcast, it is refused."""
+        argument's `StateAxes` gives it (as `sow` does); one replacing a carried Variable
+        is carried in its place; other new carried or broadcast state is refused."""
+        k = self.scan.leaf_at(root, path)
+        if k is not None and self.leaf_axes[k] is Carry:
+            self.scan.check_replacement(k, leaf)
+            self.replaced.append(k)
+            return 0
         spec = self.root_specs[root]
         axis = spec.axis_of(path, leaf) if isinstance(spec, StateAxes) else spec
         if isinstance(axis, int) and axis in self.index:
@@ -106,6 +120,30 @@ def _carry_position(out_axes: object) -> object:
             raise TransformError("`out_axes` may hold `Carry` once.")
         return found[0] if found else None
     return None
+
+
+def _check_out_axes(out_axes: object) -> None:
+    """Raise if `out_axes` broadcasts an output (None) or carries part of a node's state
+    (`StateAxes({...: Carry})`): every output of a step is stacked (as in Flax NNX)."""
+    is_leaf = lambda x: x is None or x is Carry or isinstance(x, StateAxes)
+    for keypath, axes in jax.tree_util.tree_leaves_with_path(out_axes, is_leaf=is_leaf):
+        where = "out_axes" + jax.tree_util.keystr(keypath)
+        if axes is None:
+            raise TransformError(
+                f"Cannot broadcast output state. Got out_axes=None at: {where}. Every step's "
+                "outputs are stacked along an int axis: return a value computed once from "
+                "outside the scan, or thread a changing one through the carry."
+            )
+        if isinstance(axes, StateAxes):
+            for filter, axis in axes.items():
+                if axis is None or axis is Carry:
+                    verb = "broadcast" if axis is None else "carry"
+                    raise TransformError(
+                        f"Cannot {verb} output state. Got {axes!r} at: {where} (for the "
+                        f"filter {filter_repr(filter)}). Give every filter of an output's "
+                        "StateAxes an int axis; carried state comes back through the carry "
+                        "argument."
+                    )
 
 
 def _check_carry_in_both(in_axes: object, out_axes: object, position: object) -> None:
@@ -179,17 +217,18 @@ def scan(
             `StateAxes` whose axes may also be `Carry`. Keyword arguments are broadcast.
         out_axes: `Carry` (the function returns only the carry), a tuple with `Carry` in
             one place and an axis (or prefix) for the other outputs (`(Carry, 1)`), or an
-            axis prefix when there is no carry. Outputs are stacked along their axis;
-            None keeps the last step's value.
+            axis prefix when there is no carry. Outputs are stacked along their axis
+            (None, broadcasting an output, is refused as in Flax NNX).
         remat: a checkpoint policy for each step (as for `bryo_scan.scan`): False, True,
             "nested", "offload", "save_all" or a `ScanCheckpointPolicy`.
         transform_metadata: `{PARTITION_NAME: name}` (`bryo_graph.PARTITION_NAME`): inside,
             the scanned axis is taken out of the Variables' sharding metadata
             (`out_sharding`), outside it is there with `name`, as Flax NNX does.
-        graph: accepted as the other transforms take it; with `graph=False` the
-            arguments must be trees (no shared Variables). The scan itself always runs
-            lifted, writing state changes back (there is no separate simple-mode scan).
-        graph_updates: accepted as the other transforms take it.
+        graph: with `graph=False` the arguments must be trees (no shared Variables).
+            The scan itself always runs lifted, writing state changes back; `graph=False`
+            is simple mode.
+        graph_updates: `False` is simple mode: broadcast Variables the body changes are
+            threaded from step to step, and a carried Variable cannot be replaced.
 
     Returns:
         The scanned function. State changed inside is written back into the arguments.
@@ -220,7 +259,9 @@ def scan(
     trees = tree_mode(graph)
     position = _carry_position(out_axes)
     _check_carry_in_both(in_axes, out_axes, position)
+    _check_out_axes(out_axes)
     carry_only = in_axes is Carry
+    thread_broadcast = not graph_updates_on(graph, graph_updates)
     cache = PlanCache(size=16)
 
     @functools.wraps(fn)
@@ -238,7 +279,7 @@ def scan(
         key, roots, arrays = scan_args(args, kwargs)
         plan = cache.plan(key, roots)
         axes = (Carry,) if carry_only else in_axes
-        return _Scan(plan, arrays, fn, axes, out_axes, position, length).run(
+        return _Scan(plan, arrays, fn, axes, out_axes, position, length, thread_broadcast).run(
             policy, reverse, unroll
         )
 
@@ -257,6 +298,7 @@ class _Scan:
         out_axes: object,
         position: object,
         length: int | None,
+        thread_broadcast: bool,
     ) -> None:
         self.plan, self.arrays, self.f = plan, arrays, f
         self.out_axes, self.position = out_axes, position
@@ -269,7 +311,11 @@ class _Scan:
         self.carry_arg = in_carry_args[0] if in_carry_args else None
         root_specs, array_specs = arg_specs(sig, in_axes, kwargs_axis=None)
         self.root_specs = root_specs
-        self.leaf_axes = leaf_axes(plan, root_specs)
+        self.leaf_axes: list = leaf_axes(plan, root_specs)
+        self.simple = thread_broadcast
+        if thread_broadcast:  # simple mode: each step sees the state the step before left
+            self.leaf_axes = [Carry if axis is None else axis for axis in self.leaf_axes]
+        self._leaf_index: dict[tuple[int, tuple], int] | None = None
         check_consistent_aliasing(plan, root_specs)
         self.array_axes = array_specs
         self.values = plan.leaf_values()
@@ -296,6 +342,54 @@ class _Scan:
     def _carry_roots(self, root_specs: list) -> list[int]:
         return [j for j, spec in enumerate(root_specs) if spec is Carry]
 
+    def leaf_at(self, root: int, path: tuple) -> int | None:
+        """The input State leaf at `path` in input root `root`, or None."""
+        if self._leaf_index is None:
+            places = (PairPath.of(path) for path in self.plan.sig.paths)
+            self._leaf_index = {(p.root, p.inner): k for k, p in enumerate(places)}
+        return self._leaf_index.get((root, path))
+
+    def check_replacement(self, k: int, leaf: object) -> None:
+        """Raise unless `leaf`, a new Variable the body put where carried leaf `k` was,
+        can be carried in its place: graph mode with updates, same type, shape and dtype."""
+        where = self.plan.sig.describe_leaf(k)
+        old = state_leaf(self.plan, k)
+        if self.simple:
+            raise TransformError(
+                f"`scan` Variable identity must be preserved across iterations: the scanned "
+                f"function replaced the carried {type(old).__name__} {where} with a new "
+                f"{type(leaf).__name__}. With graph_updates=False (or graph=False) set its "
+                "value instead (`module.w.value = ...`)."
+            )
+        value: Any = leaf.raw_value if isinstance(leaf, Variable) else leaf
+        before: Any = self.values[k]
+        if type(leaf) is not type(old) or (jnp.shape(value), jnp.result_type(value)) != (
+            jnp.shape(before),
+            jnp.result_type(before),
+        ):
+            raise TransformError(
+                f"`scan`: the scanned function replaced the carried {type(old).__name__} "
+                f"{where} ({jnp.result_type(before)}{list(jnp.shape(before))}) with a "
+                f"{type(leaf).__name__} ({jnp.result_type(value)}{list(jnp.shape(value))}); "
+                "the carry must keep its structure from step to step: give the new "
+                "Variable the same type, shape and dtype."
+            )
+
+    def _check_carry_kept(self, out_plan: OutPlan, replaced: list[int]) -> None:
+        """Raise if the body removed a carried State leaf from the graphs."""
+        if out_plan.graph is None:
+            return
+        kept = {p.k for p in out_plan.graph.leaf_plans if isinstance(p, KeptLeaf)}
+        for k in self.carry_ks:
+            if k not in kept and k not in replaced:
+                kind = type(state_leaf(self.plan, k)).__name__
+                raise TransformError(
+                    "`scan`: the carry must keep its structure from step to step; the "
+                    f"scanned function removed the carried {kind} "
+                    f"{self.plan.sig.describe_leaf(k)}. Set it to a new value instead, or "
+                    "delete it outside the scan."
+                )
+
     def run(self, policy: ScanCheckpointPolicy, reverse: bool, unroll: int | bool) -> Any:
         plan, sig = self.plan, self.plan.sig
         y_specs_axes = self._y_axes()
@@ -306,7 +400,7 @@ class _Scan:
             key=lambda a: (a is not None, a if isinstance(a, int) else 0),
         )
         axes = [Carry, *stack_axes]
-        grouping = _ScanGrouping(self.leaf_axes, axes, self.root_specs)
+        grouping = _ScanGrouping(self, axes)
         grouping.y_axes = _split_output_axes(self.out_axes, self.position)
         scanned_ks = [k for k, a in enumerate(self.leaf_axes) if isinstance(a, int)]
         scanned_arrays = [i for i, a in enumerate(self.array_axes) if isinstance(a, int)]
@@ -331,6 +425,7 @@ class _Scan:
                 arrays[i] = value
             args, kwargs, inner = rebuild(sig, leaves, arrays)
             carry_out, ys, _ = _split_output(self.f(*args, **kwargs), self.position, self.out_axes)
+            grouping.replaced = []
             groups, _, out_plan = collect(inner, ys, grouping)
             for update in out_plan.set_consts:
                 if self.leaf_axes[update.k] is Carry or isinstance(self.leaf_axes[update.k], int):
@@ -342,6 +437,11 @@ class _Scan:
             for update in out_plan.sets:
                 if update.group == 0:
                     new_state[inner_carry_index[update.k]] = groups[0][update.position]
+            replaced = _replacements(out_plan, grouping.replaced)
+            for position, k in replaced:
+                new_state[inner_carry_index[k]] = groups[0][position]
+            self._check_carry_kept(out_plan, [k for _, k in replaced])
+            record["replaced"] = replaced
             carry_arrays = self._carry_arrays_out(carry_out, args, inner)
             record["plan"] = out_plan
             record["sizes"] = [len(g) for g in groups[1:]]
@@ -356,6 +456,9 @@ class _Scan:
                 pos = update.position
                 groups[0].extend([None] * (pos + 1 - len(groups[0])))
                 groups[0][pos] = final[0][inner_carry_index[update.k]]
+        for pos, k in record["replaced"]:
+            groups[0].extend([None] * (pos + 1 - len(groups[0])))
+            groups[0][pos] = final[0][inner_carry_index[k]]
         offset = 0
         for g, (axis, size) in enumerate(zip(stack_axes, record["sizes"], strict=False), start=1):
             chunk = ys[offset : offset + size]
@@ -415,6 +518,24 @@ class _Scan:
         roots = self.plan.roots
         carry_roots = (roots[j] for j in self.carry_roots)
         return layout.rebuild(carry_roots, iter(carry_arrays))
+
+
+def _replacements(out_plan: OutPlan, replaced: list[int]) -> list[tuple[int, int]]:
+    """`(position in the carry group, carried leaf k)` of each new Variable that took a
+    carried one's place (`replaced`: their ks, in the order `collect` met them)."""
+    if not replaced or out_plan.graph is None:
+        return []
+    positions = [
+        p.place.position
+        for p in out_plan.graph.leaf_plans
+        if isinstance(p, NewLeaf) and isinstance(p.place, InGroup) and p.place.group == 0
+    ]
+    if len(positions) != len(replaced):  # a Python value took a carried Variable's place
+        raise TransformError(
+            "`scan`: a carried Variable was replaced by one holding a Python value; carried "
+            "state must hold arrays."
+        )
+    return list(zip(positions, replaced, strict=True))
 
 
 def _split_output_axes(out_axes: object, position: object) -> object:
