@@ -28,6 +28,7 @@ from . import dtypes, initializers
 from ._common import (
     NO_METADATA,
     Metadata,
+    OutSharding,
     RngsArg,
     call_key,
     first_given,
@@ -120,12 +121,13 @@ def dot_product_attention_weights(
         weights = weights.reshape(*weights.shape[:-4], q_heads, *weights.shape[-2:])
     if bias is not None:
         weights = weights + bias
-    if mask is not None or is_causal:
-        masks = [] if mask is None else [mask]
-        if is_causal:
-            causal = jnp.tril(jnp.ones(weights.shape[-2:], dtype=dtype))
-            masks.append(jnp.broadcast_to(causal, weights.shape if mask is None else mask.shape))
-        weights = jnp.where(combine_masks(*masks, dtype=dtype), weights, jnp.finfo(dtype).min)
+    masks = [] if mask is None else [mask]
+    if is_causal:
+        causal = jnp.tril(jnp.ones(weights.shape[-2:], dtype=dtype))
+        masks.append(jnp.broadcast_to(causal, weights.shape if mask is None else mask.shape))
+    combined = combine_masks(*masks, dtype=dtype)
+    if combined is not None:
+        weights = jnp.where(combined, weights, jnp.finfo(dtype).min)
     weights = jax.nn.softmax(weights).astype(dtype)
     if module is not None:
         module.sow(Intermediate, "attention_weights", weights)
@@ -207,10 +209,12 @@ def _fused_attention(
     shape = query.shape
     if len(shape) > 4:
 
-        def fold(x: jax.Array | None) -> jax.Array | None:
-            return None if x is None else x.reshape(math.prod(x.shape[:-3]), *x.shape[-3:])
+        def fold(x: jax.Array) -> jax.Array:
+            return x.reshape(math.prod(x.shape[:-3]), *x.shape[-3:])
 
-        query, key, value, bias, mask = map(fold, (query, key, value, bias, mask))
+        query, key, value = fold(query), fold(key), fold(value)
+        bias = None if bias is None else fold(bias)
+        mask = None if mask is None else fold(mask)
     if mask is not None:
         mask = mask.astype(jnp.bool_)
     out = jax.nn.dot_product_attention(query, key, value, bias, mask, is_causal=is_causal)
@@ -437,8 +441,8 @@ class MultiHeadAttention(Module):
         sow_weights: bool = False,
         decode: bool | None = None,
         is_causal: bool = False,
-        out_sharding: object = None,
-        qkv_sharding: object = None,
+        out_sharding: OutSharding | None = None,
+        qkv_sharding: OutSharding | None = None,
     ) -> jax.Array:
         """Attend from `inputs_q` to `inputs_k` (default `inputs_q`) over values from
         `inputs_v` (default `inputs_k`).

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from bryo_graph import Intermediate, State, Variable
-from bryo_pytree import Path
+from bryo_pytree import Key, Path
 
 _ACTIVE: contextvars.ContextVar[Captures | None] = contextvars.ContextVar(
     "bryo_nnx_captures", default=None
@@ -49,7 +49,7 @@ class Captures:
         self.var_types = var_types
         self.paths = {id(module): path for path, module in modules}
         self._modules = [module for _, module in modules]  # keeps the ids valid
-        self.values: dict[Path, dict[type, dict[str, Any]]] = {}
+        self.values: dict[Path, dict[type, dict[Key, Any]]] = {}
         if init is not None:
             self._load(init)
 

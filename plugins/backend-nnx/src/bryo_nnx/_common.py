@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 
-from bryo_graph import Param
+from bryo_graph import Param, Variable
 from bryo_rngs import Rngs, RngStream
+
+T = TypeVar("T")
+V = TypeVar("V", bound=Variable)
 
 RngsArg = Rngs | RngStream
 """What a layer accepts as `rngs=`: an `Rngs`, or one of its streams."""
@@ -24,6 +29,10 @@ Metadata = Mapping[str, object]
 """What a layer's `*_metadata=` keywords take: metadata for one of its `Param`s."""
 
 NO_METADATA: Metadata = MappingProxyType({})
+
+OutSharding = NamedSharding | PartitionSpec
+"""What a layer's call takes as `out_sharding=`: the sharding of its result (on a mesh of
+Explicit axes)."""
 
 
 def _check_rngs(rngs: object, layer: str) -> RngsArg:
@@ -48,8 +57,8 @@ def init_param(
     shape: tuple[int, ...],
     param_dtype: object,
     metadata: Metadata = NO_METADATA,
-    kind: type[Param] = Param,
-) -> Param:
+    kind: type[V] = Param,
+) -> V:
     """A `kind` (default `Param`) of `shape` drawn by `init` from the `params` stream."""
     return kind(init(params_key(rngs, layer), shape, param_dtype), **metadata)
 
@@ -106,12 +115,12 @@ def call_key(rngs: object, stored: RngStream | None, collection: str, layer: str
     )
 
 
-def first_not_none(*values: object) -> object:
+def first_not_none(*values: T | None) -> T | None:
     """The first value that is not None (None if all are)."""
     return next((v for v in values if v is not None), None)
 
 
-def first_given(*values: object, layer: str, name: str) -> object:
+def first_given(*values: T | None, layer: str, name: str) -> T:
     """The first value that is not None: a call's argument, then the layer's attribute.
 
     Raises:

@@ -17,7 +17,16 @@ import jax.numpy as jnp
 from jax import lax
 
 from . import dtypes, initializers
-from ._common import NO_METADATA, Metadata, RngsArg, add_bias, get, init_param, optional_bias
+from ._common import (
+    NO_METADATA,
+    Metadata,
+    OutSharding,
+    RngsArg,
+    add_bias,
+    get,
+    init_param,
+    optional_bias,
+)
 from ._linear import contraction_kwargs, default_bias_init, default_kernel_init
 from ._module import Module
 
@@ -187,7 +196,7 @@ class Conv(Module):
         self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
 
-    def __call__(self, inputs: jax.Array, out_sharding: object = None) -> jax.Array:
+    def __call__(self, inputs: jax.Array, out_sharding: OutSharding | None = None) -> jax.Array:
         batch, x = _one_batch_axis("Conv", inputs, len(self.kernel_size), self.in_features)
         x, padding = _pad_inputs(x, self.padding, self.kernel_size, self.kernel_dilation)
         x, kernel, bias = self.promote_dtype(

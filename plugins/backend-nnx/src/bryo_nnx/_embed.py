@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import jax
 import jax.numpy as jnp
 
 from . import dtypes, initializers
-from ._common import NO_METADATA, Metadata, RngsArg, init_param
+from ._common import NO_METADATA, Metadata, OutSharding, RngsArg, init_param
 from ._linear import contraction_kwargs
 from ._module import Module
+
+_TakeRows = Callable[[jax.Array, jax.Array], jax.Array]
 
 default_embed_init = initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
 
@@ -58,7 +63,7 @@ class Embed(Module):
         self.param_dtype = param_dtype
         self.promote_dtype = promote_dtype
 
-    def __call__(self, inputs: jax.Array, out_sharding: object = None) -> jax.Array:
+    def __call__(self, inputs: jax.Array, out_sharding: OutSharding | None = None) -> jax.Array:
         """The rows of `inputs` (integer indices); `out_sharding` (a `PartitionSpec`, under
         a mesh of Explicit axes) is the sharding of the result."""
         if not jnp.issubdtype(jnp.asarray(inputs).dtype, jnp.integer):
@@ -70,11 +75,12 @@ class Embed(Module):
         if self.num_embeddings == 1:
             return jnp.broadcast_to(table, (*inputs.shape, self.features))
         if out_sharding is not None:  # `jnp.take` has no `out_sharding`: run it in auto mode
-            take = jax.sharding.auto_axes(_take_rows, out_sharding=out_sharding)
+            # auto_axes(f, ...) is f run in auto mode (the checker also sees its f=None branch)
+            take = cast(_TakeRows, jax.sharding.auto_axes(_take_rows, out_sharding=out_sharding))
             return take(table, inputs)
         return _take_rows(table, inputs)
 
-    def attend(self, query: jax.Array, out_sharding: object = None) -> jax.Array:
+    def attend(self, query: jax.Array, out_sharding: OutSharding | None = None) -> jax.Array:
         """`query @ embedding.T`: similarities to every row (tied output projections);
         `out_sharding` as in `__call__`."""
         query, table = self.promote_dtype((query, self.embedding[...]), dtype=self.dtype)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar
+from typing import ClassVar, TypedDict
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import DTypeLike
 
 from bryo_graph import Param
 
@@ -24,6 +25,7 @@ from . import dtypes, initializers
 from ._common import (
     NO_METADATA,
     Metadata,
+    OutSharding,
     RngsArg,
     add_bias,
     first_given,
@@ -40,10 +42,19 @@ default_bias_init = initializers.zeros_init()
 DotGeneral = Callable[..., jax.Array]
 
 
-def contraction_kwargs(preferred_element_type: object, out_sharding: object) -> dict[str, object]:
+class ContractionKwargs(TypedDict, total=False):
+    """The optional keywords `contraction_kwargs` gives a contraction."""
+
+    preferred_element_type: DTypeLike
+    out_sharding: OutSharding
+
+
+def contraction_kwargs(
+    preferred_element_type: DTypeLike | None, out_sharding: OutSharding | None
+) -> ContractionKwargs:
     """The optional keywords of a `dot_general`/`einsum`/conv call: only those that are set,
     so custom contraction functions without them keep working."""
-    kwargs: dict[str, object] = {}
+    kwargs: ContractionKwargs = {}
     if preferred_element_type is not None:
         kwargs["preferred_element_type"] = preferred_element_type
     if out_sharding is not None:
@@ -122,7 +133,7 @@ class Linear(Module):
         self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
 
-    def __call__(self, inputs: jax.Array, out_sharding: object = None) -> jax.Array:
+    def __call__(self, inputs: jax.Array, out_sharding: OutSharding | None = None) -> jax.Array:
         if inputs.shape[-1:] != (self.in_features,):
             raise ValueError(
                 f"Linear expects inputs whose last axis is `in_features`={self.in_features}; "
@@ -232,7 +243,7 @@ class LinearGeneral(Module):
         self.dot_general_cls = dot_general_cls
         self.preferred_element_type = preferred_element_type
 
-    def __call__(self, inputs: jax.Array, out_sharding: object = None) -> jax.Array:
+    def __call__(self, inputs: jax.Array, out_sharding: OutSharding | None = None) -> jax.Array:
         ndim = inputs.ndim
         axes = _sorted_axes(self.axis, ndim)
         got = tuple(inputs.shape[a % ndim] for a in self.axis)
@@ -340,7 +351,10 @@ class Einsum(Module):
         self.preferred_element_type = preferred_element_type
 
     def __call__(
-        self, inputs: jax.Array, einsum_str: str | None = None, out_sharding: object = None
+        self,
+        inputs: jax.Array,
+        einsum_str: str | None = None,
+        out_sharding: OutSharding | None = None,
     ) -> jax.Array:
         """Apply the layer; `einsum_str` replaces the construction-time equation."""
         equation = _check_equation(

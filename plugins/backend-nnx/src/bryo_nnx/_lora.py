@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from bryo_graph import Param, Variable
 
 from . import dtypes, initializers
-from ._common import NO_METADATA, Metadata, RngsArg, init_param
+from ._common import NO_METADATA, Metadata, OutSharding, RngsArg, init_param
 from ._linear import Linear
 from ._module import Module
 
@@ -146,6 +146,6 @@ class LoRALinear(Linear):
             b_metadata=b_metadata,
         )
 
-    def __call__(self, x: jax.Array, out_sharding: object = None) -> jax.Array:
+    def __call__(self, x: jax.Array, out_sharding: OutSharding | None = None) -> jax.Array:
         y = super().__call__(x, out_sharding=out_sharding)
         return y + self.lora(x)

@@ -9,7 +9,7 @@ shared submodules and cycles included.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +32,8 @@ class Module(Object):
     ...         self.a = Param(0)
     """
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
+    def __init_subclass__(cls, *, pytree: bool = True, **kwargs: object) -> None:
+        super().__init_subclass__(pytree=pytree, **kwargs)
         call = cls.__dict__.get("__call__")
         if call is not None:  # seen by make_mox while it traces (bryo-mox-ir)
             cls.__call__ = wrap_call(call)
@@ -43,7 +43,7 @@ class Module(Object):
         variable_type: type[Variable],
         name: str,
         value: object,
-        reduce_fn: Callable[[object, object], object] = lambda sown, new: (*sown, new),
+        reduce_fn: Callable[[Any, Any], object] = lambda sown, new: (*sown, new),
         init_fn: Callable[[], object] = tuple,
     ) -> bool:
         """Keep `value` as the `variable_type` Variable `name` of this module.
@@ -182,13 +182,13 @@ class Module(Object):
                 "check the names, or pass `raise_if_not_found=False` to ignore them."
             )
 
-    def train(self, **attributes: object) -> None:
+    def train(self, **attributes: Any) -> None:
         """Training mode: `deterministic=False`, `use_running_average=False` where present."""
         self.set_attributes(
             deterministic=False, use_running_average=False, **attributes, raise_if_not_found=False
         )
 
-    def eval(self, **attributes: object) -> None:
+    def eval(self, **attributes: Any) -> None:
         """Evaluation mode: `deterministic=True`, `use_running_average=True` where present."""
         self.set_attributes(
             deterministic=True, use_running_average=True, **attributes, raise_if_not_found=False

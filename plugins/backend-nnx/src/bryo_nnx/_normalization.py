@@ -164,12 +164,30 @@ def check_features(
         )
 
 
-def _axes_attr(axes: Axes | None) -> int | tuple[int, ...] | None:
-    return axes if axes is None or isinstance(axes, int) else tuple(axes)
+def _axes_attr(axes: Axes) -> int | tuple[int, ...]:
+    return axes if isinstance(axes, int) else tuple(axes)
+
+
+class _Normalization(Module):
+    """The `scale`, `bias` and options LayerNorm, BatchNorm, GroupNorm and InstanceNorm
+    share (set by `_set_options`), declared for the type checker."""
+
+    scale: Param | None
+    bias: Param | None
+    num_features: int
+    epsilon: float
+    dtype: jnp.dtype | None
+    param_dtype: jnp.dtype
+    use_bias: bool
+    use_scale: bool
+    axis_name: str | None
+    axis_index_groups: object
+    use_fast_variance: bool
+    promote_dtype: dtypes.PromoteDtypeFn
 
 
 def _set_options(
-    layer: Module,
+    layer: _Normalization,
     name: str,
     num_features: int,
     *,
@@ -215,7 +233,7 @@ def _set_options(
     layer.promote_dtype = promote_dtype
 
 
-class LayerNorm(Module):
+class LayerNorm(_Normalization):
     """Normalise each example over its feature axes: `(x - mean) / sqrt(var + eps) * scale + bias`.
 
     Args:
@@ -377,7 +395,7 @@ class RMSNorm(Module):
         )
 
 
-class BatchNorm(Module):
+class BatchNorm(_Normalization):
     """Normalise over the batch (every axis but `axis`), keeping running statistics.
 
     Training (`use_running_average=False`): normalise with the batch's mean and variance
@@ -493,7 +511,7 @@ class BatchNorm(Module):
         )
 
 
-class GroupNorm(Module):
+class GroupNorm(_Normalization):
     """Normalise each example over groups of channels (and its other non-batch axes).
 
     The last axis holds `num_features` channels, split into `num_groups` groups of
@@ -555,7 +573,7 @@ class GroupNorm(Module):
             scale_metadata=scale_metadata,
         )
         self.feature_axis = -1
-        self.reduction_axes = _axes_attr(reduction_axes)
+        self.reduction_axes = None if reduction_axes is None else _axes_attr(reduction_axes)
 
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         check_features(x, (x.ndim - 1,), self.num_features, "GroupNorm")
@@ -617,7 +635,7 @@ def _groups(num_features: int, num_groups: int | None, group_size: int | None) -
     return num_groups, num_features // num_groups
 
 
-class InstanceNorm(Module):
+class InstanceNorm(_Normalization):
     """Normalise each example and channel over the remaining axes (e.g. an image's pixels).
 
     The first axis is the batch; `feature_axes` (default the last) hold the channels,

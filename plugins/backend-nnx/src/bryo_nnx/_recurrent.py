@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from bryo_filters import All, Filter, OfType
 from bryo_graph import iter_graph, merge, split, update
@@ -28,7 +29,7 @@ from bryo_transforms import Carry, StateAxes
 
 from . import dtypes, initializers
 from ._activations import sigmoid, tanh
-from ._common import NO_METADATA, Metadata, RngsArg, fork_stream
+from ._common import NO_METADATA, Metadata, OutSharding, RngsArg, fork_stream
 from ._linear import Linear, default_bias_init, default_kernel_init
 from ._module import Module
 
@@ -41,10 +42,17 @@ default_recurrent_kernel_init = initializers.orthogonal()
 
 
 def modified_orthogonal(
-    key: jax.Array, shape: Sequence[int], dtype: jnp.dtype = jnp.float32
+    key: jax.Array,
+    shape: Sequence[int],
+    dtype: DTypeLike | None = jnp.float32,
+    out_sharding: OutSharding | None = None,
 ) -> jax.Array:
-    """An orthogonal matrix computed in float32 and cast to `dtype` (so half precision works)."""
-    return initializers.orthogonal()(key, shape).astype(dtype)
+    """An orthogonal matrix computed in float32 and cast to `dtype` (so half precision works);
+    an `initializers.Initializer`, so it also takes `out_sharding`."""
+    orthogonal = initializers.orthogonal()
+    if out_sharding is None:  # the keyword is passed only when given
+        return orthogonal(key, shape).astype(dtype)
+    return orthogonal(key, shape, out_sharding=out_sharding).astype(dtype)
 
 
 def _carry_stream(rngs: RngsArg | None, stored: RngStream | None) -> RngStream:
@@ -95,9 +103,6 @@ class _GateLinears:
 
     def _linear(self, features: int, gates: int, use_bias: bool, *, recurrent: bool) -> Linear:
         inits = self.inits
-        bias = (
-            dict(bias_init=inits.bias_init, bias_metadata=inits.bias_metadata) if use_bias else {}
-        )
         return Linear(
             features,
             gates * self.hidden_features,
@@ -107,8 +112,9 @@ class _GateLinears:
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             promote_dtype=self.promote_dtype,
+            bias_init=inits.bias_init,  # used only with use_bias
+            bias_metadata=inits.bias_metadata,
             rngs=self.rngs,
-            **bias,
         )
 
 
@@ -730,12 +736,19 @@ class Bidirectional(Module):
             _log.warning(
                 "Bidirectional: forward_rnn and backward_rnn are one RNN; they share parameters."
             )
-        common = dict(rngs=rngs, seq_lengths=seq_lengths, return_carry=True, time_major=time_major)
-        carry_f, outputs_f = self.forward_rnn(
-            inputs, initial_carry=forward_carry, reverse=False, **common
-        )
-        carry_b, outputs_b = self.backward_rnn(
-            inputs, initial_carry=backward_carry, reverse=True, keep_order=True, **common
-        )
+
+        def run(rnn: RNN, carry: CarryState, **direction: bool) -> Any:
+            return rnn(
+                inputs,
+                initial_carry=carry,
+                rngs=rngs,
+                seq_lengths=seq_lengths,
+                return_carry=True,
+                time_major=time_major,
+                **direction,
+            )
+
+        carry_f, outputs_f = run(self.forward_rnn, forward_carry, reverse=False)
+        carry_b, outputs_b = run(self.backward_rnn, backward_carry, reverse=True, keep_order=True)
         outputs = jax.tree.map(self.merge_fn, outputs_f, outputs_b)
         return ((carry_f, carry_b), outputs) if return_carry else outputs

@@ -23,9 +23,10 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol, cast
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from bryo_graph import Variable, iter_graph, merge, split
@@ -60,10 +61,21 @@ class CallInfo:
 # Recording -------------------------------------------------------------------------------
 
 
+class _Shaped(Protocol):
+    """What `is_shaped` checks a value for: an array's `shape` and `dtype`."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> Any: ...
+
+
 def _describe(value: object) -> str:
     """A short description: arrays as `dtype[shape]`, modules as `Type(...)`."""
     if is_shaped(value):
-        return f"{value.dtype}[{','.join(map(str, value.shape))}]"
+        shaped = cast(_Shaped, value)
+        return f"{shaped.dtype}[{','.join(map(str, shaped.shape))}]"
     if isinstance(value, Module):
         return f"{type(value).__name__}(...)"
     if isinstance(value, dict):
@@ -158,7 +170,10 @@ def _abstract(x: object) -> object:
     """`x`'s abstract value, weak type included, so the traced call reuses the lowering."""
     if not hasattr(x, "shape"):
         return x
-    return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False))
+    shaped = cast(_Shaped, x)  # a state leaf with a shape is an array
+    return jax.ShapeDtypeStruct(
+        shaped.shape, shaped.dtype, weak_type=getattr(x, "weak_type", False)
+    )
 
 
 def _vjp(f: Callable[[Any], Any], state: Any) -> Any:
@@ -167,8 +182,8 @@ def _vjp(f: Callable[[Any], Any], state: Any) -> Any:
     return f_vjp(jax.tree.map(_cotangent, out))
 
 
-def _cotangent(x: jax.Array) -> jax.Array:
-    if jax.dtypes.issubdtype(x.dtype, np.inexact):
+def _cotangent(x: jax.Array) -> jax.Array | np.ndarray:
+    if jnp.issubdtype(x.dtype, np.inexact):
         return x
     return np.zeros(x.shape, jax.dtypes.float0)
 
