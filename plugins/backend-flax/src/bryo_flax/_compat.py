@@ -7,11 +7,15 @@ module's scopes apart with `get_module_scopes` and rebinding a copy with
 re-exported by `flax.linen`, and the module's transform-preserved state (`_state`, with
 `export`/`reimport`) is private, so every use is here. Checked against flax 0.12; the
 same names and signatures exist since flax 0.7.
+
+NNX: `nnx.update` checks that a Variable belongs to the current trace in flax 0.12.8
+(`Variable._can_update`), not in flax 0.12.0; `check_can_update` makes the check on
+versions without it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import flax.linen as nn
@@ -26,6 +30,10 @@ from flax.linen.transforms import set_module_scopes as set_module_scopes
 
 #: `scope.rng_counters`: `{stream: int, (child token, child name): {...}}`, nested.
 RngCounters = dict[Any, Any]
+
+#: Whether `nnx.update` refuses a Variable of another trace itself (flax 0.12.8 does;
+#: flax 0.12.0 writes without checking, leaking tracers).
+UPDATE_CHECKS_TRACE = hasattr(nnx.Variable, "_can_update")
 
 
 def unwrapped_method(context: InterceptorContext) -> Callable[..., Any] | None:
@@ -63,18 +71,24 @@ def reimport_state(module: nn.Module, state: Any) -> None:
     module._state.reimport(state)
 
 
-def check_can_update(variable: nnx.Variable) -> None:
-    """Raise Flax's `TraceContextError` if `variable` belongs to another trace than the
-    current one (a module created outside a traced function, mutated inside it).
+def check_can_update(
+    module: object,
+    paths: set[tuple[Any, ...]],
+    walk: Callable[[object], Iterable[tuple[tuple[Any, ...], object]]],
+) -> None:
+    """Raise Flax's `TraceContextError` if a Variable of `module` at one of `paths`
+    belongs to another trace than the current one (a module created outside a traced
+    function, mutated inside it), as flax 0.12.8's `nnx.update` does itself.
 
-    `nnx.update` makes this check itself in flax 0.12.8 (`Variable._can_update`); flax
-    0.12.0's `Variable.update_from_state` writes without it (leaking tracers), so the
-    check is made here from the Variable's `_trace_state`, which both versions keep.
+    A no-op where `nnx.update` checks (`UPDATE_CHECKS_TRACE`): walking the module graph
+    for every call would be paid twice. On flax 0.12.0 the check is made here from the
+    Variable's `_trace_state`, which both versions keep.
     """
-    can_update = getattr(variable, "_can_update", None)
-    if can_update is None:  # flax 0.12.0
-        can_update = variable._trace_state.is_valid()
-    if not can_update:
-        raise errors.TraceContextError(
-            f"Cannot mutate {type(variable).__name__} from a different trace level"
-        )
+    if UPDATE_CHECKS_TRACE:
+        return
+    for path, node in walk(module):
+        if path in paths and isinstance(node, nnx.Variable):
+            if not node._trace_state.is_valid():
+                raise errors.TraceContextError(
+                    f"Cannot mutate {type(node).__name__} from a different trace level"
+                )

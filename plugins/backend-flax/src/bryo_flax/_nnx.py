@@ -110,9 +110,7 @@ def _route(
             return
         updates = [(p, v) for p, v in nnx.to_flat_state(new_state) if p in changed]
         try:
-            for path, node in _walk(module):
-                if path in changed and isinstance(node, nnx.Variable):
-                    check_can_update(node)
+            check_can_update(module, changed, _walk)
             nnx.update(module, nnx.from_flat_state(updates))
         except errors.TraceContextError as error:
             if restoring:
