@@ -72,6 +72,61 @@ def test_an_unbound_compact_module_fails_as_in_flax():
     assert_clean(bound, jax.tree.map(np.asarray, bound.variables["batch_stats"]))
 
 
+class Fails(nn.Module):
+    @nn.compact
+    def __call__(self, xs):
+        xs = nn.BatchNorm(use_running_average=False)(xs)  # updates batch_stats first
+        raise ValueError("the model's own error")
+
+
+def test_an_error_in_a_call_leaves_the_scopes_as_they_were():
+    """`pure` writes the traced state into the scope's variables: an error midway puts
+    the old values back before it propagates."""
+    stats = nn.BatchNorm(use_running_average=False).init(jax.random.key(0), X)
+    variables = {name: {"BatchNorm_0": collection} for name, collection in stats.items()}
+    bound = Fails().bind(variables, mutable=["batch_stats"])
+    before = jax.tree.map(np.asarray, bound.variables["batch_stats"])
+    with pytest.raises(ValueError, match="the model's own error"):
+        yax.make_mox(lambda x: bound(x))(X)
+    assert_clean(bound, before)
+
+
+CALLER: dict = {}  # the variables `Peeks` checks; module fields would be frozen copies
+
+
+class Peeks(nn.Module):
+    """Checks, while traced, that the caller's variables still hold their arrays."""
+
+    @nn.compact
+    def __call__(self, xs):
+        y = nn.Dense(4)(xs)
+        if CALLER:
+            kernel = CALLER["params"]["Dense_0"]["kernel"]
+            assert not isinstance(kernel, jax.core.Tracer), "the caller's variables were written"
+        return y
+
+
+def test_the_callers_variables_are_never_written():
+    """Immutable collections are the caller's: MoX writes a call's state into copies."""
+    model = Peeks()
+    CALLER.update(model.init(jax.random.key(0), X))
+    try:
+        kernel = CALLER["params"]["Dense_0"]["kernel"]
+        mox = yax.make_mox(lambda x: model.apply(CALLER, x))(X)  # closed over, not traced
+        assert CALLER["params"]["Dense_0"]["kernel"] is kernel
+        np.testing.assert_allclose(yax.eval_mox(mox, X), model.apply(CALLER, X))
+    finally:
+        CALLER.clear()
+
+
+class SetupStats(nn.Module):
+    def setup(self):
+        self.norm = nn.BatchNorm(use_running_average=False)
+
+    def __call__(self, xs):
+        return self.norm(xs)
+
+
 @pytest.mark.parametrize(
     ("method", "why"),
     [
@@ -80,19 +135,22 @@ def test_an_unbound_compact_module_fails_as_in_flax():
     ],
     ids=["bypasses-flax", "no-method"],
 )
-def test_a_method_that_cannot_be_rerun_is_named(monkeypatch, method, why):
-    """A method run without Flax's wrapper (a custom wrapper in its place) never reaches
-    the interceptor again, and a Flax that passes no method gives nothing to re-run: MoX
-    refuses the call instead of recording a wrong node."""
+def test_a_setup_module_whose_method_cannot_be_rerun_is_named(monkeypatch, method, why):
+    """A module with a `setup` runs again on a copy: a method run without Flax's wrapper
+    (a custom wrapper in its place) never reaches the interceptor again, and a Flax that
+    passes no method gives nothing to re-run: MoX refuses the call instead of recording a
+    wrong node."""
     import bryo_flax._linen as linen
 
     monkeypatch.setattr(linen, "unwrapped_method", method)
-    bound = bound_model()
+    stats = nn.BatchNorm(use_running_average=False).init(jax.random.key(0), X)
+    variables = {name: {"norm": collection} for name, collection in stats.items()}
+    bound = SetupStats().bind(variables, mutable=["batch_stats"])
     before = jax.tree.map(np.asarray, bound.variables["batch_stats"])
     with pytest.raises(yax.MoxError) as raised:
         yax.make_mox(lambda x: bound(x))(X)
     message = str(raised.value)
-    assert re.match(r"Linen module '(BatchNorm_0)?' \(", message)  # the path, the class
+    assert re.match(r"Linen module '' \(.*SetupStats\)", message)  # the path, the class
     assert f"its method `__call__` cannot be intercepted: {why}" in message
     monkeypatch.undo()
     assert_clean(bound, before)

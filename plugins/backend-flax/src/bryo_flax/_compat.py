@@ -1,12 +1,13 @@
 """The Flax internals this backend relies on, in one place.
 
-Flax's own lifted transforms (`nn.jit`, `nn.remat`, `nn.scan`) run a bound Linen method
-as a function of its variables and rngs with `flax.core.lift.pack`, after taking the
-module's scopes apart with `get_module_scopes` and rebinding a copy with
-`set_module_scopes`; MoX does the same for each module call. These names are not
-re-exported by `flax.linen`, and the module's transform-preserved state (`_state`, with
-`export`/`reimport`) is private, so every use is here. Checked against flax 0.12; the
-same names and signatures exist since flax 0.7.
+Linen: a root scope keeps every variable of a bound module tree in the private
+`Scope._variables` (`{collection: nested dict}`; a child scope's own `_variables` only
+caches references into it). MoX writes a call's traced state into those dicts and puts
+the old values back, so it reads them here. A module with a `setup` runs on a copy, as
+Flax's lifted transforms run it: the user's method behind the intercepted call (wrapped
+by Flax again) and the module's transform-preserved state (`_state`, with `export`) are
+private too, and so are the autoname cursors a call advances. Checked against flax
+0.12.0 and 0.12.8.
 
 NNX: `nnx.update` checks that a Variable belongs to the current trace in flax 0.12.8
 (`Variable._can_update`), not in flax 0.12.0; `check_can_update` makes the check on
@@ -15,18 +16,15 @@ versions without it.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 from flax import errors, nnx
-from flax.core.lift import _dedup_scopes
-from flax.core.lift import pack as pack
-from flax.core.scope import Scope
+from flax.core.scope import Scope as Scope
 from flax.linen.module import InterceptorContext as InterceptorContext
 from flax.linen.module import wrap_method_once
-from flax.linen.transforms import get_module_scopes as get_module_scopes
-from flax.linen.transforms import set_module_scopes as set_module_scopes
 
 #: `scope.rng_counters`: `{stream: int, (child token, child name): {...}}`, nested.
 RngCounters = dict[Any, Any]
@@ -36,19 +34,18 @@ RngCounters = dict[Any, Any]
 UPDATE_CHECKS_TRACE = hasattr(nnx.Variable, "_can_update")
 
 
+def root_variables(root: Scope) -> dict[str, Any]:
+    """The variables of the scope tree under `root`: `{collection: nested dict}`."""
+    return root._variables
+
+
 def unwrapped_method(context: InterceptorContext) -> Callable[..., Any] | None:
     """The user's method behind an intercepted call (`orig_method` is
     `functools.partial(method, module)`), with Flax's state-managing wrapper around it so
-    that calling it on a rebound copy runs setup, compact naming and interceptors as the
-    original call did; None if Flax passed something else."""
+    that calling it on a copy runs setup and interceptors as the original call did; None
+    if Flax passed something else."""
     func = getattr(context.orig_method, "func", None)
     return None if func is None else wrap_method_once(func)
-
-
-def packed_scopes(scopes: list[Scope]) -> list[Scope]:
-    """The scopes `pack` makes variable groups for, in its order: those of `scopes` that
-    are not inside another one of them."""
-    return list(_dedup_scopes(scopes)[0])
 
 
 def export_state(module: nn.Module) -> Any:
@@ -56,19 +53,30 @@ def export_state(module: nn.Module) -> Any:
     return module._state.export()
 
 
+class Naming(NamedTuple):
+    """What a call leaves in a module's naming state: the autoname cursors of its
+    `_state` (`Dense_0`, `Dense_1`, ...) and the names its scope reserved."""
+
+    cursor: dict[str, int]
+    reservations: dict[str, set[str | None]]
+
+
+def naming(module: nn.Module, scope: Scope) -> Naming:
+    """A copy of the naming state of `module` (bound to `scope`)."""
+    reserved = {name: set(cols) for name, cols in scope.reservations.items()}
+    return Naming(dict(module._state.autoname_cursor), reserved)
+
+
+def set_naming(module: nn.Module, scope: Scope, value: Naming) -> None:
+    """Give `module` (bound to `scope`) a copy of the naming state `value`."""
+    module._state.autoname_cursor = dict(value.cursor)
+    reserved = {name: set(cols) for name, cols in value.reservations.items()}
+    scope.reservations = collections.defaultdict(set, reserved)
+
+
 def adopt_state(module: nn.Module, state: Any) -> None:
-    """Give a rebound copy the state exported from its original."""
+    """Give a copy bound elsewhere the state exported from its original."""
     object.__setattr__(module, "_state", state)
-
-
-def current_state(module: nn.Module) -> Any:
-    """`module`'s transform-preserved state object itself."""
-    return module._state
-
-
-def reimport_state(module: nn.Module, state: Any) -> None:
-    """Carry the state a call left on a rebound copy back to the original module."""
-    module._state.reimport(state)
 
 
 def check_can_update(

@@ -4,14 +4,24 @@
 interceptor. Each Linen method call (but `setup`) is then described to the handler: the
 module's class, its scope path (`"ResBlock_0/Dense_0"`, `"dense"` for a module defined in
 `setup`, `""` for the module `apply` binds), its dataclass fields as attributes and, for
-methods other than `__call__`, `method`. Its state is what Flax's lifted transforms carry
-across a transform boundary: the variables of its scope (every collection) and its rng
-streams, so parameters, batch statistics and the `rngs={"dropout": key}` given to `apply`
-are inputs of the node. The call runs on a copy of the module rebound to scopes built from
-that state (`flax.core.lift.pack`), the way `nn.jit` runs it. Mutable collections come back
-as new state; rng counters and the module's naming state travel in the state as static
-values, so the pure function leaves the module as it found it and `write_back` alone
-publishes a call's effects.
+methods other than `__call__`, `method`. Its state is the variables under its scope (every
+collection, submodules' included) and its scope's rng streams, so parameters, batch
+statistics and the `rngs={"dropout": key}` given to `apply` are inputs of the node.
+
+The call runs on the module itself, in Flax's interceptor chain, with nothing rebound:
+`pure` writes the state it is given into the scope's variable dicts in place (and the
+rng streams into the scope), runs the call, reads the variables back as the new state,
+and puts the old values back. Scopes under the module keep references into those dicts,
+so submodules read the values `pure` wrote. The variable dicts of immutable collections
+belong to the caller: the first call under a root scope replaces them with copies of
+its own, so the in-place writes never touch the caller's variables. Mutable collections
+come back as new state; rng counters travel in the state as static values, so `pure`
+leaves the scope as it found it and `write_back` alone publishes a call's effects.
+
+A module with a `setup` of its own may keep values read there (`self.scale =
+self.param(...)`), which a call made in place would use instead of the state `pure` is
+given. Such a module runs as Flax's lifted transforms run it: on a copy bound to a new
+scope holding the given state, where `setup` runs again.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -28,18 +39,19 @@ import flax.linen as nn
 from ._compat import (
     InterceptorContext,
     RngCounters,
+    Scope,
     adopt_state,
-    current_state,
     export_state,
-    get_module_scopes,
-    pack,
-    packed_scopes,
-    reimport_state,
-    set_module_scopes,
+    naming,
+    root_variables,
+    set_naming,
     unwrapped_method,
 )
 
 Handler = Callable[..., Any]
+
+#: A collection's variables under one scope: names to values, or to nested subtrees.
+Tree = dict[str, Any]
 
 _NOT_RECORDED = ("parent", "name")  # the tree position, recorded as the node's name
 
@@ -57,7 +69,11 @@ _NOT_INTERCEPTED = (
 _handler: contextvars.ContextVar[Handler | None] = contextvars.ContextVar(
     "bryo_flax_linen_handler", default=None
 )
-# The rebound copy whose own call `pure` is starting: that call runs, it is not routed again.
+# Root scopes whose immutable collections are this trace's copies: `id(root) -> root`.
+_owned: contextvars.ContextVar[dict[int, Scope] | None] = contextvars.ContextVar(
+    "bryo_flax_linen_owned", default=None
+)
+# The copy whose own call `_call_copy` is starting: that call runs, it is not routed again.
 _starting: contextvars.ContextVar[nn.Module | None] = contextvars.ContextVar(
     "bryo_flax_linen_starting", default=None
 )
@@ -71,6 +87,7 @@ def intercept(handler: Handler) -> Iterator[None]:
     See the `bryo_mox_interceptor` hook for the handler's contract.
     """
     token = _handler.set(handler)
+    owned = _owned.set({}) if _owned.get() is None else None
     depth = getattr(_installed, "depth", 0)
     _installed.depth = depth + 1
     try:
@@ -80,6 +97,8 @@ def intercept(handler: Handler) -> Iterator[None]:
             yield
     finally:
         _installed.depth = depth
+        if owned is not None:
+            _owned.reset(owned)
         _handler.reset(token)
 
 
@@ -95,7 +114,7 @@ def _intercept(
     if _starting.get() is context.module:
         _starting.set(None)
         return next_fun(*args, **kwargs)
-    return _LinenCall(handler, context).run(args, kwargs)
+    return _LinenCall(handler, context, next_fun).run(args, kwargs)
 
 
 def attributes(module: nn.Module, method_name: str) -> dict[str, object]:
@@ -122,17 +141,17 @@ class LinenState(NamedTuple):
     """A Linen call's state, as the MoX handler sees it.
 
     Attributes:
-        variables: the variable groups of `flax.core.lift.pack` (every collection of the
-            module's scopes); their arrays are the node's state inputs.
-        rngs: the rng groups (`LazyRng`s: the `rngs` given to `apply`, with the path
-            folded in later); their keys are state inputs too.
-        counters: the scopes' rng counters (static).
-        naming: the module's transform-preserved state: setup done, autoname cursors
-            (static).
+        variables: `{collection: variables under the module's scope}`, nested dicts as
+            in `apply`'s variables (submodules' variables included); their arrays are
+            the node's state inputs.
+        rngs: the scope's rng streams (`LazyRng`s: the `rngs` given to `apply`, with
+            the path folded in later); their keys are state inputs too.
+        counters: the scope's rng counters (static).
+        naming: the module's autoname cursors and its scope's reserved names (static).
     """
 
-    variables: Any
-    rngs: Any
+    variables: dict[str, Tree]
+    rngs: dict[str, Any]
     counters: _Static
     naming: _Static
 
@@ -152,106 +171,164 @@ def _assign_counters(counters: RngCounters, values: RngCounters) -> None:
             counters[key] = _copy_counters(value) if isinstance(value, dict) else value
 
 
-def _merge_groups(inputs: Any, outputs: Any) -> tuple:
-    """The variable groups after a call: the inputs with the mutated collections replaced,
-    so the state keeps its structure (`pack`'s repack returns mutable collections only)."""
-    return tuple(
-        tuple({**ins, **outs} for ins, outs in zip(group_in, group_out, strict=True))
-        for group_in, group_out in zip(inputs, outputs, strict=True)
-    )
+def _copy_tree(tree: Mapping[str, Any]) -> Tree:
+    """`tree`'s nested dicts copied (mappings become dicts), its values kept."""
+    return {k: _copy_tree(v) if isinstance(v, Mapping) else v for k, v in tree.items()}
+
+
+def _write(tree: Tree, values: Mapping[str, Any]) -> None:
+    """Write `values` into `tree` in place, keeping its nested dicts (scopes refer to them)."""
+    for key, value in values.items():
+        inner = tree.get(key)
+        if isinstance(value, Mapping) and isinstance(inner, dict):
+            _write(inner, value)
+        else:
+            tree[key] = _copy_tree(value) if isinstance(value, Mapping) else value
+
+
+def _restore(tree: Tree, saved: Mapping[str, Any]) -> None:
+    """Put `tree` back to `saved` in place. A variable the call added is removed; a dict
+    it added is emptied but kept, since a scope made during the call may refer to it and
+    `write_back` fills it again."""
+    for key in list(tree):
+        value = tree[key]
+        if key in saved:
+            old = saved[key]
+            if isinstance(value, dict) and isinstance(old, Mapping):
+                _restore(value, old)
+            else:
+                tree[key] = _copy_tree(old) if isinstance(old, Mapping) else old
+        elif isinstance(value, dict):
+            _restore(value, {})
+        else:
+            del tree[key]
+
+
+def _own(root: Scope, copied: bool = False) -> None:
+    """Give `root` copies of its immutable collections (once per trace), so that `pure`
+    can write into them without touching the caller's variables (`copied`: they are
+    copies already)."""
+    owned = _owned.get()
+    assert owned is not None, "Linen calls are intercepted only inside `intercept`"
+    if owned.get(id(root)) is root:
+        return
+    owned[id(root)] = root
+    if copied:
+        return
+    collections = root_variables(root)
+    for collection, tree in list(collections.items()):
+        if isinstance(tree, Mapping) and not root.is_mutable_collection(collection):
+            collections[collection] = _copy_tree(tree)
+
+
+def _subtrees(scope: Scope) -> dict[str, Tree]:
+    """`{collection: the live dict of the variables under scope}`, looked up from the
+    root (a scope's own references may predate `_own`)."""
+    root = scope.root
+    path = scope.path[len(root.path) :]
+    found = {}
+    for collection, tree in root_variables(root).items():
+        for name in path:
+            tree = tree.get(name) if isinstance(tree, dict) else None
+        if isinstance(tree, dict):
+            found[collection] = tree
+    return found
 
 
 class _LinenCall:
     """One intercepted Linen method call, described to the MoX handler."""
 
-    def __init__(self, handler: Handler, context: InterceptorContext) -> None:
+    def __init__(
+        self, handler: Handler, context: InterceptorContext, next_fun: Callable[..., Any]
+    ) -> None:
         from bryo_mox import MoxError
         from bryo_mox.interception import module_info
 
         module = context.module
-        if module.scope is None:
+        scope = module.scope
+        if scope is None:
             raise MoxError(_UNBOUND.format(module=_describe(module)))
         self.handler = handler
         self.module = module
         self.method_name = context.method_name
-        self.path = "/".join(module.scope.path)
-        method = unwrapped_method(context)
-        if method is None:
-            raise MoxError(self._not_intercepted("Flax passed no method to re-run"))
-        self.method = method
-        self.info = module_info(module, self.path, attributes(module, self.method_name))
-        self.scopes: list[Any] = []
-        self.written: Any = None
+        self.scope: Scope = scope
+        self.next_fun = next_fun
+        self.path = "/".join(scope.path)
+        self.info = module_info(module, self.path, attributes(module, context.method_name))
+        self.method: Callable[..., Any] | None = None
+        if _has_setup(type(module)):
+            self.method = unwrapped_method(context)
+            if self.method is None:
+                raise MoxError(self._not_intercepted("Flax passed no method to re-run"))
 
     def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        scopes, args, kwargs = get_module_scopes(self.module, args, kwargs)
-        self.scopes = packed_scopes(scopes)
-        return pack(self._packed, (True,), (True,), (True,), enable_kwargs=True)(
-            scopes, *args, **kwargs
-        )
-
-    def _packed(
-        self,
-        scope_fn: Callable[..., Any],
-        repack_fn: Callable[..., Any],
-        variable_groups: Any,
-        rng_groups: Any,
-        *args: Any,
-        **kwargs: Any,
-    ) -> tuple[Any, Any]:
-        def pure(state: LinenState, *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
-            live = [scope.rng_counters for scope in self.scopes]
-            before = [_copy_counters(c) for c in live]
-            try:
-                for counters, values in zip(live, state.counters.value, strict=True):
-                    _assign_counters(counters, values)
-                inner = scope_fn(state.variables, state.rngs)
-                out, naming = self._call_rebound(inner, state.naming.value, call_args, call_kwargs)
-                variables = _merge_groups(state.variables, repack_fn(inner))
-                counters_after = [_copy_counters(c) for c in live]
-            finally:
-                for counters, values in zip(live, before, strict=True):
-                    _assign_counters(counters, values)
-            new_state = LinenState(variables, state.rngs, _Static(counters_after), _Static(naming))
-            return new_state, out
-
+        scope = self.scope
+        _own(scope.root)
         state = LinenState(
-            variable_groups,
-            rng_groups,
-            _Static([_copy_counters(scope.rng_counters) for scope in self.scopes]),
-            _Static(export_state(self.module)),
+            {c: _copy_tree(tree) for c, tree in _subtrees(scope).items()},
+            dict(scope.rngs),
+            _Static(_copy_counters(scope.rng_counters)),
+            _Static(naming(self.module, scope)),
         )
-        out = self.handler(self.info, state, pure, self._write_back, args, kwargs)
-        return out, self.written
+        pure = self._pure if self.method is None else self._pure_copy
+        return self.handler(self.info, state, pure, self._write_back, args, kwargs)
 
-    def _call_rebound(
-        self, scopes: Any, naming: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> tuple[Any, Any]:
-        """Run the method on a copy of the module bound to `scopes`; the output and the
-        copy's naming state after the call."""
+    def _pure(self, state: LinenState, *args: Any, **kwargs: Any) -> tuple[LinenState, Any]:
+        scope = self.scope
+        saved = {c: _copy_tree(tree) for c, tree in _subtrees(scope).items()}
+        rngs, counters = scope.rngs, _copy_counters(scope.rng_counters)
+        names = naming(self.module, scope)
+        try:
+            live = _subtrees(scope)
+            for collection, values in state.variables.items():
+                if collection in live:
+                    _write(live[collection], values)
+            _assign_counters(scope.rng_counters, state.counters.value)
+            set_naming(self.module, scope, state.naming.value)
+            scope.rngs = state.rngs
+            out = self.next_fun(*args, **kwargs)
+            new_state = LinenState(
+                {c: _copy_tree(tree) for c, tree in _subtrees(scope).items()},
+                state.rngs,
+                _Static(_copy_counters(scope.rng_counters)),
+                _Static(naming(self.module, scope)),
+            )
+        finally:
+            scope.rngs = rngs
+            set_naming(self.module, scope, names)
+            _assign_counters(scope.rng_counters, counters)
+            for collection, tree in _subtrees(scope).items():
+                _restore(tree, saved.get(collection, {}))
+        return new_state, out
+
+    def _pure_copy(self, state: LinenState, *args: Any, **kwargs: Any) -> tuple[LinenState, Any]:
+        """`pure` for a module with a `setup`: a copy bound to a new scope that holds
+        `state` runs the call; the module's own scope is not touched."""
         from bryo_mox import MoxError
 
-        rebound, args, kwargs = set_module_scopes(self.module, args, dict(kwargs), scopes)
-        adopt_state(rebound, naming.export())
-        token = _starting.set(rebound)
+        scope = self.scope
+        inner = Scope(
+            {c: _copy_tree(tree) for c, tree in state.variables.items()},
+            rngs=state.rngs,
+            mutable=scope.mutable,
+            path=scope.path,
+            flags=scope.flags,
+        )
+        inner.rng_counters = _copy_counters(state.counters.value)
+        _own(inner, copied=True)
+        copy = self.module.clone(parent=inner)
+        adopt_state(copy, export_state(self.module))
+        assert self.method is not None
+        token = _starting.set(copy)
         try:
-            out = self.method(rebound, *args, **kwargs)
-            if _starting.get() is rebound:
+            out = self.method(copy, *args, **kwargs)
+            if _starting.get() is copy:
                 raise MoxError(self._not_intercepted("its call did not reach Flax's interceptors"))
         finally:
             _starting.reset(token)
-        return out, current_state(rebound)
-
-    def _write_back(self, new_state: LinenState) -> None:
-        """Publish a call's effects: mutable collections into the module's scopes (unless
-        they are gone: the scopes of a finished `apply`), rng counters, naming state."""
-        self.written = new_state.variables
-        for group in new_state.variables:
-            for scope, variables in zip(self.scopes, group, strict=True):
-                _publish(scope, variables)
-        for scope, counters in zip(self.scopes, new_state.counters.value, strict=True):
-            _assign_counters(scope.rng_counters, counters)
-        reimport_state(self.module, new_state.naming.value)
+        variables = {c: _copy_tree(tree) for c, tree in root_variables(inner).items()}
+        new_state = LinenState(variables, state.rngs, _Static(inner.rng_counters), state.naming)
+        return new_state, out
 
     def _not_intercepted(self, why: str) -> str:
         cls = type(self.module)
@@ -262,14 +339,24 @@ class _LinenCall:
             why=why,
         )
 
+    def _write_back(self, new_state: LinenState) -> None:
+        """Publish a call's effects: mutable collections into the module's scope (unless
+        it is gone: the scope of a finished `apply`), rng counters, naming state."""
+        scope = self.scope
+        if scope.invalid:
+            return
+        for collection, values in new_state.variables.items():
+            if scope.is_mutable_collection(collection):
+                for name, value in values.items():
+                    scope.put_variable(collection, name, value)
+        _assign_counters(scope.rng_counters, new_state.counters.value)
+        set_naming(self.module, scope, new_state.naming.value)
 
-def _publish(scope: Any, variables: Mapping[str, Any]) -> None:
-    if scope.invalid:
-        return
-    for collection, values in variables.items():
-        if scope.is_mutable_collection(collection):
-            for name, value in values.items():
-                scope.put_variable(collection, name, value)
+
+@functools.cache
+def _has_setup(cls: type[nn.Module]) -> bool:
+    """Whether a Linen module class (or a base other than `nn.Module`) defines `setup`."""
+    return any("setup" in vars(base) for base in cls.__mro__ if base is not nn.Module)
 
 
 def _describe(module: nn.Module) -> str:
