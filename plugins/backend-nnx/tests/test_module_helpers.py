@@ -115,6 +115,26 @@ def test_capture_returns_sown_values_by_path_and_leaves_the_model_unchanged():
     assert len(dict(twice.flat_state())[("blocks", 0, "features")].get_value()) == 2
 
 
+def test_capture_takes_what_a_scanned_body_sows():
+    from bryo_transforms import Carry, StateAxes, scan
+
+    class Scanned(Module):
+        def __init__(self):
+            self.w = Param(jnp.arange(3.0))
+
+        @scan(in_axes=(StateAxes({(Param, Intermediate): 0, ...: None}), Carry), out_axes=Carry)
+        def __call__(self, x):
+            x = x + self.w.value
+            self.sow(Intermediate, "steps", x)
+            return x
+
+    model = Scanned()
+    y, sown = capture(model, Intermediate)(jnp.array(1.0))
+    (steps,) = sown["steps"].get_value()  # one sow per step, stacked along the scan
+    np.testing.assert_allclose(steps, [1.0, 2.0, 4.0])
+    assert float(y) == 4.0 and "steps" not in vars(model)  # the model is left unchanged
+
+
 def test_capture_sow_of_an_uncaptured_type_returns_false_and_bad_input_is_named():
     class Probe(Module):
         def __call__(self):

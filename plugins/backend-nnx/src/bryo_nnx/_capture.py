@@ -6,7 +6,10 @@ folds the value into the session (`reduce_fn(previous or init_fn(), value)`) ins
 setting an attribute, and returns whether that Variable type is captured; afterwards the
 session becomes one State per captured type, nested by module path as the model is.
 Modules outside the session (none open, or a module the capture did not see) sow into
-attributes as before.
+attributes as before. Inside a lifted transform (`scan`, `vmap`) the modules are the
+transform's copies, so their `sow` sets attributes, which the transform writes back
+(stacked along the axis their `StateAxes` give them); `adopt` then moves the new Variables
+of a captured type from the model's modules into the session.
 """
 
 from __future__ import annotations
@@ -102,6 +105,21 @@ class Captures:
             store[name] = jax.tree.map(jnp.zeros_like, value)
         return True, jax.tree.map(lambda p, v: p + v, store[name], value)
 
+    def adopt(self, modules: list[tuple[Path, object]], before: set[tuple[int, str]]) -> None:
+        """Move into the session the Variables of a captured type that the call added to
+        `modules` (`before`: their `(id(module), name)` Variable slots before the call):
+        values sown inside lifted transforms, which set them on the modules."""
+        for path, module in modules:
+            for name, value in list(vars(module).items()):
+                if (
+                    isinstance(value, Variable)
+                    and type(value) in self.var_types
+                    and (id(module), name) not in before
+                ):
+                    by_type = self.values.setdefault(path, {}).setdefault(type(value), {})
+                    by_type[name] = value.get_value()
+                    delattr(module, name)
+
     def states(self) -> list[State]:
         """One State per captured type: `(*module path, name)` -> a Variable of that type."""
         flats: dict[type, dict[Path, Variable]] = {t: {} for t in self.var_types}
@@ -118,6 +136,16 @@ class Captures:
 
     def __exit__(self, *exc: object) -> None:
         _ACTIVE.reset(self._token)
+
+
+def variable_slots(modules: list[tuple[Path, object]]) -> set[tuple[int, str]]:
+    """`(id(module), name)` of every Variable attribute of `modules` (see `adopt`)."""
+    return {
+        (id(module), name)
+        for _, module in modules
+        for name, value in vars(module).items()
+        if isinstance(value, Variable)
+    }
 
 
 def active_captures() -> Captures | None:

@@ -21,7 +21,7 @@ from bryo_filters import Filter, to_predicate
 from bryo_graph import State, Variable, iter_children, iter_graph, recursive_map
 from bryo_pytree import Key, Path
 
-from ._capture import Captures
+from ._capture import Captures, variable_slots
 from ._module import Module
 
 A = TypeVar("A")
@@ -256,8 +256,11 @@ def capture(
                 "`capture`: the function takes the model first; call it with the model as "
                 "its first argument, or capture a module or a bound method."
             )
-        with Captures(list(iter_modules(model)), var_types, init) as session:
+        modules = list(iter_modules(model))
+        before = variable_slots(modules)
+        with Captures(modules, var_types, init) as session:
             result = fn(*args, **kwargs)
+        session.adopt(modules, before)
         if not var_types:
             return result
         return (result, *session.states())
