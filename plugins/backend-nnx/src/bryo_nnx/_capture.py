@@ -15,7 +15,7 @@ of a captured type from the model's modules into the session.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -45,7 +45,7 @@ class Captures:
 
     def __init__(
         self,
-        modules: list[tuple[Path, object]],
+        modules: Sequence[tuple[Path, object]],
         var_types: tuple[type[Variable], ...],
         init: State | None,
     ) -> None:
@@ -105,7 +105,7 @@ class Captures:
             store[name] = jax.tree.map(jnp.zeros_like, value)
         return True, jax.tree.map(lambda p, v: p + v, store[name], value)
 
-    def adopt(self, modules: list[tuple[Path, object]], before: set[tuple[int, str]]) -> None:
+    def adopt(self, modules: Sequence[tuple[Path, object]], before: set[tuple[int, str]]) -> None:
         """Move into the session the Variables of a captured type that the call added to
         `modules` (`before`: their `(id(module), name)` Variable slots before the call):
         values sown inside lifted transforms, which set them on the modules."""
@@ -138,7 +138,7 @@ class Captures:
         _ACTIVE.reset(self._token)
 
 
-def variable_slots(modules: list[tuple[Path, object]]) -> set[tuple[int, str]]:
+def variable_slots(modules: Sequence[tuple[Path, object]]) -> set[tuple[int, str]]:
     """`(id(module), name)` of every Variable attribute of `modules` (see `adopt`)."""
     return {
         (id(module), name)
