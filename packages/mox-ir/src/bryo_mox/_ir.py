@@ -163,11 +163,11 @@ class Equation(Node):
         return self.eqn.params
 
     @property
-    def invars(self) -> tuple[Atom, ...]:  # type: ignore[override]
+    def invars(self) -> tuple[Atom, ...]:
         return tuple(self.eqn.invars)
 
     @property
-    def outvars(self) -> tuple[Atom, ...]:  # type: ignore[override]
+    def outvars(self) -> tuple[Atom, ...]:
         return tuple(self.eqn.outvars)
 
     @property
@@ -262,11 +262,11 @@ class Mox(Node):
         return render_mox(self, path, subtree_renderer)
 
     @property
-    def invars(self) -> tuple[Atom, ...]:  # type: ignore[override]
+    def invars(self) -> tuple[Atom, ...]:
         return self.block.invars
 
     @property
-    def outvars(self) -> tuple[Atom, ...]:  # type: ignore[override]
+    def outvars(self) -> tuple[Atom, ...]:
         return self.block.outvars
 
     @property
