@@ -27,7 +27,7 @@ from bryo_pytree import Path, key_to_plain, path_str
 from ._eager_sharding import axis_rules_for, sharding_key
 from ._graph import iter_graph, state
 from ._nodes import node_type_of
-from ._variables import Variable, VariableState
+from ._variables import Variable
 
 T = TypeVar("T")
 
@@ -67,7 +67,7 @@ _value_axes: TypeTable[Callable[[Any], Sequence[str | None]]] = TypeTable(
 
 def _is_unit(node: object) -> bool:
     """Leaves of the sharding walk: VariableStates, Variables, and values with own axes."""
-    return isinstance(node, VariableState | Variable) or _value_axes.lookup(type(node)) is not None
+    return isinstance(node, Variable) or _value_axes.lookup(type(node)) is not None
 
 
 def shape_of(value: object) -> tuple[int, ...] | None:
@@ -89,7 +89,7 @@ def _path_of(keypath: tuple) -> Path:
 
 
 def describe(unit: object, keypath: tuple) -> str:
-    kind = unit.type.__name__ if isinstance(unit, VariableState | Variable) else "the value"
+    kind = unit.type.__name__ if isinstance(unit, Variable) else "the value"
     return f"{kind} at {path_str(_path_of(keypath))}"
 
 
@@ -122,7 +122,7 @@ def variable_axes(variable: Variable, where: str) -> tuple[LogicalAxis, ...] | N
     axes = _check_axes(tuple(axes) if isinstance(axes, PartitionSpec) else axes, where)
     table = axis_rules_for(metadata, where)
     if table:
-        axes = tuple(table.get(a, a) if isinstance(a, str) else a for a in axes)  # type: ignore[misc]
+        axes = tuple(table.get(a, a) if isinstance(a, str) else a for a in axes)
     return axes
 
 
@@ -163,7 +163,7 @@ def map_units(
         where = describe(unit, keypath)
         axes, value = _logical_axes(unit, where)
         result = fn(where, axes, value)
-        return unit.replace(result) if isinstance(unit, VariableState) else result
+        return unit.replace(result) if isinstance(unit, Variable) else result
 
     return jax.tree_util.tree_map_with_path(one, tree, is_leaf=_is_unit)
 
@@ -254,7 +254,7 @@ def _mesh_axes_of(name: str, rules: dict[str, MeshAxes] | None, where: str) -> t
 
 
 def to_mesh_spec(
-    axes: Sequence[LogicalAxis], rules: dict[str, MeshAxes] | None, where: str
+    axes: Sequence[LogicalAxis] | PartitionSpec, rules: dict[str, MeshAxes] | None, where: str
 ) -> PartitionSpec:
     entries: list[str | tuple[str, ...] | None] = []
     used: dict[str, str] = {}
@@ -302,7 +302,7 @@ def logical_to_mesh(spec_tree: T, rules: Rules) -> T:
 
     def one(keypath: tuple, node: object) -> object:
         where = describe(node, keypath)
-        if isinstance(node, VariableState):
+        if isinstance(node, Variable):
             value = node.value
             return (
                 node.replace(to_mesh_spec(value, table, where))
@@ -313,7 +313,7 @@ def logical_to_mesh(spec_tree: T, rules: Rules) -> T:
             return to_mesh_spec(node, table, where)
         return node
 
-    is_leaf = lambda x: isinstance(x, PartitionSpec | VariableState)
+    is_leaf = lambda x: isinstance(x, PartitionSpec | Variable)
     return jax.tree_util.tree_map_with_path(one, spec_tree, is_leaf=is_leaf)
 
 

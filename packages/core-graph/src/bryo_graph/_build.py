@@ -99,19 +99,18 @@ def build_graph(root: Entry, leaves: Sequence[object], registry: TypeTable) -> B
         index = len(items)
         while index < count:
             key, child = children[index]
-            cls = type(child)
-            if cls is VariableEntry:
+            if type(child) is VariableEntry:
                 value = leaves[position]
                 position += 1
                 if not isinstance(value, Variable):
                     value = variable_of(value, child.type)
                 built[child.index] = value
-            elif cls is StaticEntry:
+            elif type(child) is StaticEntry:
                 value = unwrap_hashable(child.value)
-            elif cls is LeafEntry:
+            elif type(child) is LeafEntry:
                 value = leaf_value(leaves[position])
                 position += 1
-            elif cls is RefEntry:
+            elif type(child) is RefEntry:
                 value = built.get(child.index, _MISSING)
                 if value is _MISSING:
                     raise cycle_through_immutable(_path(stack, key))
@@ -126,7 +125,7 @@ def build_graph(root: Entry, leaves: Sequence[object], registry: TypeTable) -> B
                 return BuiltGraph(node, depth)
             stack[-1].items.append((frame.key, node))
             continue
-        stack.append(_open(child, registry, built, key, stack))  # type: ignore[arg-type]
+        stack.append(_open(child, registry, built, key, stack))
         depth = max(depth, len(stack))
 
 

@@ -47,8 +47,7 @@ class _Compiler:
         return repr(key) if type(key) in (str, int) else self.const(key)
 
     def expr(self, entry: Entry, path: Path) -> str:
-        cls = type(entry)
-        if cls is VariableEntry:
+        if type(entry) is VariableEntry:
             i, name = self.leaf_count, f"n{entry.index}"
             self.leaf_count += 1
             # A Variable (the common case) goes into the graph as it is, as in Flax NNX
@@ -61,17 +60,17 @@ class _Compiler:
             ]
             self.built.add(entry.index)
             return name
-        if cls is LeafEntry:
+        if type(entry) is LeafEntry:
             i = self.leaf_count
             self.leaf_count += 1
             return f"leaf_value(L[{i}])"
-        if cls is RefEntry:
+        if type(entry) is RefEntry:
             if entry.index not in self.built:
                 raise cycle_through_immutable(path)
             return f"n{entry.index}"
-        if cls is StaticEntry:
+        if type(entry) is StaticEntry:
             return self.const(unwrap_hashable(entry.value))
-        return self.node_expr(entry, path)  # type: ignore[arg-type]
+        return self.node_expr(entry, path)
 
     def node_expr(self, entry: NodeEntry, path: Path) -> str:
         cls, index, aux, children = entry.type, entry.index, entry.aux, entry.children
@@ -118,7 +117,7 @@ class _Compiler:
         return name
 
 
-def compile_graphdef(root: NodeEntry, registry: TypeTable, *, name: str) -> Callable:
+def compile_graphdef(root: Entry, registry: TypeTable, *, name: str) -> Callable:
     """A function `build(leaves) -> graph` for the GraphDef `root` (leaves in GraphDef
     order); `name` is the file name its tracebacks show."""
     compiler = _Compiler(registry)

@@ -101,7 +101,7 @@ def _untracked_children(value: object) -> Children | None:
     if type(value) in (tuple, list):
         return enumerate(value)  # type: ignore[arg-type]
     if type(value) is dict:
-        return iter(value.items())  # type: ignore[attr-defined]
+        return iter(value.items())
     children, treedef = pytree_flatten(value)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:
         return None

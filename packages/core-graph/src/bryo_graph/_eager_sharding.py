@@ -116,7 +116,7 @@ def logical_axis_rules(rules: Iterable[tuple[str, object]]) -> Iterator[None]:
         _RULES.rules = previous
 
 
-def axis_rules_for(metadata: Mapping[str, object], where: str) -> dict[str, object]:
+def axis_rules_for(metadata: Mapping[str, object], where: str) -> dict[str, Any]:
     """The rules mapping a Variable's sharding names: the current `logical_axis_rules`
     with its own `sharding_rules` metadata on top (an entry they disagree on is an error)."""
     rules = dict(_RULES.rules)

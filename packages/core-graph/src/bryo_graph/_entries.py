@@ -12,13 +12,14 @@ by default, never passed) keeps entries of different kinds with equal fields apa
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple, TypeAlias, final
 
 from bryo_pytree import Key, Path
 
 from ._variables import Variable
 
 
+@final
 class NodeEntry(NamedTuple):
     """A graph node: its class, its GraphDef index, its static aux data and its children.
 
@@ -43,6 +44,7 @@ class NodeEntry(NamedTuple):
         raise KeyError(key)
 
 
+@final
 class RefEntry(NamedTuple):
     """A node or Variable seen before in the flattening: a shared reference."""
 
@@ -50,6 +52,7 @@ class RefEntry(NamedTuple):
     kind: str = "ref"
 
 
+@final
 class VariableEntry(NamedTuple):
     """A Variable of class `type` with GraphDef `index`; its value is a State leaf."""
 
@@ -58,6 +61,7 @@ class VariableEntry(NamedTuple):
     kind: str = "variable"
 
 
+@final
 class LeafEntry(NamedTuple):
     """A raw leaf in a node (an array, a `data(...)` value); its value is a State leaf, in a
     `type` Variable when the node type names one (else `type` is `Variable`, the leaf raw)."""
@@ -66,6 +70,7 @@ class LeafEntry(NamedTuple):
     kind: str = "leaf"
 
 
+@final
 class StaticEntry(NamedTuple):
     """A static value kept in the GraphDef (wrapped by `bryo_pytree.hashable`)."""
 
@@ -81,11 +86,10 @@ def collect_leaf_paths(entry: Entry, path: Path, out: list[Path]) -> None:
     stack = [(entry, path)]
     while stack:
         entry, path = stack.pop()
-        cls = type(entry)
-        if cls is VariableEntry or cls is LeafEntry:
+        if type(entry) is VariableEntry or type(entry) is LeafEntry:
             out.append(path)
-        elif cls is NodeEntry:
-            stack.extend((child, (*path, key)) for key, child in reversed(entry.children))  # type: ignore[union-attr]
+        elif type(entry) is NodeEntry:
+            stack.extend((child, (*path, key)) for key, child in reversed(entry.children))
 
 
 def entries_equal(a: Entry, b: Entry) -> bool:

@@ -29,6 +29,7 @@ import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any as _Any
+from typing import cast
 
 import jax
 
@@ -280,7 +281,7 @@ class FlatGraph:
         found = spans.get(id(node))
         return found[1] if found is not None and found[0] is node else None
 
-    def flat_state(self) -> dict[Path, Variable]:
+    def flat_state(self) -> dict[Path, object]:
         return {
             path: source.snapshot() for path, source in zip(self.paths, self.sources, strict=True)
         }
@@ -339,11 +340,11 @@ def _node_spans(root: Entry, nodes: dict[Path, object]) -> dict[int, tuple[objec
             position += 1
         elif cls is RefEntry:
             for frame in reversed(open_nodes):  # indices grow inwards
-                if frame[0] <= entry.index:  # type: ignore[union-attr]
+                if frame[0] <= entry.index:
                     break
                 frame[3] = False
         elif cls is NodeEntry:
-            open_nodes.append([entry.index, path, position, True])  # type: ignore[union-attr]
+            open_nodes.append([entry.index, path, position, True])
             stack.append(None)
             stack.extend((child, (*path, key)) for key, child in reversed(entry.children))  # type: ignore[union-attr]
     return spans
@@ -526,7 +527,7 @@ def flat_graph(node: object, /, *, keep: bool = True) -> FlatGraph:
             return flat
     else:
         entry = _table.get(id(node))
-        if entry is not None and entry.ref() is node and entry.flat.watch.is_valid():
+        if entry is not None and entry.ref() is node and entry.flat.watch.is_valid():  # type: ignore[union-attr]  # a cached flattening has a watch
             return entry.flat
     writes = write_count()
     flattener = _Flattener()
@@ -652,7 +653,7 @@ def flatten(node: object, /) -> tuple[GraphDef, State]:
     return flat.graphdef, State._from_flat(flat.flat_state())
 
 
-def unflatten(graphdef: GraphDef, state: State | Mapping, /) -> _Any:
+def unflatten(graphdef: GraphDef, state: State | Mapping | object, /) -> _Any:
     """Build a new graph from `graphdef` and a State that fits it exactly; the Variables
     in the State become the new graph's (a bare Variable or array is its own State)."""
     if not isinstance(state, Mapping):
@@ -748,10 +749,11 @@ def merge(
         raise TypeError(
             f"`merge` takes the GraphDef `split` returned first; got {type(graphdef).__name__}."
         )
-    merged = State.merge(state, *states) if states else state
+    # Several are States (or mappings of leaves); only a lone one may be a bare leaf.
+    merged = State.merge(cast(State | Mapping, state), *states) if states else state
     if copy:
         merged = _copied(merged)
-    return unflatten(graphdef, merged)  # type: ignore[arg-type]
+    return unflatten(graphdef, merged)
 
 
 def _copied(state: object) -> object:
@@ -931,7 +933,7 @@ def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[
     seen: set[int] = set()
     walked: list[object] = []  # keeps the nodes a `flatten` made on the fly alive (ids)
     # (value, path, children): `children` is None until the value's children are listed
-    stack: list[tuple[object, Path, Iterator | None]] = [(node, (), None)]
+    stack: list[tuple[object, Path, Iterator[tuple[Key, object]] | None]] = [(node, (), None)]
     while stack:
         value, path, children = stack[-1]
         if children is None:
@@ -945,8 +947,8 @@ def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[
             items = list(node_type.flatten(value)[0]) if node_type is not None else []
             children = iter(items)
             stack[-1] = (value, path, children)
-        child = next(children, _DONE)
-        if child is _DONE:
+        child = next(children, None)  # children are (key, value) pairs, never None
+        if child is None:
             stack.pop()
             yield path, value
         else:
@@ -954,13 +956,10 @@ def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[
             stack.append((child_value, (*path, key), None))
 
 
-_DONE = object()
-
-
 def variables(node: object, /, *filters: Filter) -> _Any:
     """`node`'s live Variables by path (not snapshots), optionally filtered like `state`."""
     flat = flat_graph(node)
-    found = {
+    found: dict[Path, object] = {
         p: s.variable
         for p, s in zip(flat.paths, flat.sources, strict=True)
         if s.variable is not None

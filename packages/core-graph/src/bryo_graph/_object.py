@@ -184,7 +184,7 @@ def checks_after_init(cls: type[Object]) -> None:
         if type(self).__init__ is __init__:  # the outermost one
             check_static_attributes(self)
 
-    cls.__init__ = __init__  # type: ignore[method-assign]
+    cls.__init__ = __init__
 
 
 def check_static_attributes(node: Object) -> None:
@@ -234,10 +234,9 @@ def _declared_status(node: Object, namespace: dict, name: str) -> bool | None:
 
 def track(value: object) -> object:
     """`list`/`dict` become tracked `List`/`Dict`; everything else is kept as is."""
-    cls = type(value)
-    if cls is list:
+    if type(value) is list:
         return List(value)
-    if cls is dict:
+    if type(value) is dict:
         return Dict(value)
     return value
 
@@ -293,7 +292,7 @@ def data_items(node: Object | List | Dict) -> list[tuple[Key, object]]:
         treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
         return [(k, namespace[k]) for k in treedef.data_keys]
     treedef = _list_treedef(node) if isinstance(node, List) else _dict_treedef(node)
-    return [(k, node[k]) for k in treedef.data_keys]  # type: ignore[index]
+    return [(k, node[k]) for k in treedef.data_keys]
 
 
 def _flatten_object(node: Object) -> tuple[list, ObjectTreeDef]:
@@ -333,9 +332,9 @@ def register_object_pytree(cls: type) -> None:
     """Register an `Object` subclass with JAX (done for every subclass with `pytree=True`)."""
     register_pytree_with_keys(
         cls,
-        _flatten_object_with_keys,  # type: ignore[arg-type]
-        _object_unflattener(cls),  # type: ignore[arg-type]
-        flatten_func=_flatten_object,  # type: ignore[arg-type]
+        _flatten_object_with_keys,
+        _object_unflattener(cls),
+        flatten_func=_flatten_object,
     )
 
 
@@ -467,11 +466,11 @@ def _dict_setdefault(self: Dict, key: object, default: object = None) -> object:
     return self[key]
 
 
-List.__setitem__ = _list_setitem  # type: ignore[method-assign, assignment]
-List.append = _list_append  # type: ignore[method-assign]
-List.insert = _list_insert  # type: ignore[method-assign]
-List.extend = _list_extend  # type: ignore[method-assign]
-Dict.__setitem__ = _dict_setitem  # type: ignore[method-assign]
+List.__setitem__ = _list_setitem
+List.append = _list_append
+List.insert = _list_insert
+List.extend = _list_extend
+Dict.__setitem__ = _dict_setitem
 Dict.update = _dict_update  # type: ignore[method-assign]
 Dict.setdefault = _dict_setdefault  # type: ignore[method-assign]
 
@@ -602,12 +601,12 @@ def object_create(cls: type, aux: Hashable) -> Object:
 
 def object_init_key(node: object, key: Key, child: object) -> None:
     """Set one attribute of a node being built, which nobody else sees yet."""
-    vars(node)[key] = child
+    vars(node)[key] = child  # type: ignore[index]  # an Object's keys are attribute names
 
 
 def object_init_items(node: object, items: list[tuple[Key, object]]) -> None:
     """Set all attributes of a node being built; its children come already tracked."""
-    vars(node).update(items)
+    vars(node).update(items)  # type: ignore[arg-type]  # an Object's keys are attribute names
 
 
 def object_set_key(node: object, key: Key, child: object) -> None:
@@ -640,7 +639,7 @@ def _list_flatten(node: list) -> tuple[Children, Hashable]:
 
 
 def _tracked_create(cls: type, aux: Hashable) -> object:
-    return cls.__new__(cls)
+    return cls.__new__(cls)  # type: ignore[call-overload]  # List/Dict: list/dict.__new__
 
 
 def _list_init_items(node: object, items: list[tuple[Key, object]]) -> None:

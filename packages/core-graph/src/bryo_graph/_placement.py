@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import jax
+import jax.core
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
 from ._axis_rules import (
@@ -156,7 +157,7 @@ def shard(tree: T, mesh: AnyMesh, rules: Rules | None = None) -> T:
     """
     node = None
     if is_object_graph(tree):
-        node, tree = tree, state(tree)  # type: ignore[assignment]
+        node, tree = tree, state(tree)
     shardings = get_named_sharding(tree, mesh, rules)
     if _has_tracers(tree):
         placed = jax.lax.with_sharding_constraint(tree, shardings)
@@ -165,7 +166,7 @@ def shard(tree: T, mesh: AnyMesh, rules: Rules | None = None) -> T:
     if node is None:
         return placed
     update(node, placed)
-    return node  # type: ignore[return-value]
+    return node
 
 
 def sharded_init(create: Callable[[], T], mesh: AnyMesh, rules: Rules | None = None) -> T:

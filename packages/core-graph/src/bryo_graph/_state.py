@@ -8,9 +8,9 @@ whose children are its leaves (usually `VariableState`s), in path order of inser
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any as _Any
-from typing import overload
+from typing import cast, overload
 
 from jax.tree_util import DictKey, register_pytree_with_keys
 
@@ -18,7 +18,7 @@ from bryo_filters import Filter, filters_to_predicates
 from bryo_pytree import Key, Path, path_str, unflatten_paths
 
 from ._nodes import NodeType
-from ._variables import Variable, VariableState
+from ._variables import Variable
 
 
 class _Paths:
@@ -81,7 +81,9 @@ class State(Mapping[Key, _Any]):
         return {path[n:]: leaf for path, leaf in self._root.items() if path[:n] == prefix}
 
     @classmethod
-    def from_flat_path(cls, flat: Mapping[Path, object] | object, /) -> State:
+    def from_flat_path(
+        cls, flat: Mapping[Path, object] | Iterable[tuple[Path, object]], /
+    ) -> State:
         """Build a State from `{path: leaf}` pairs (a dict or an iterable of pairs)."""
         items = flat.items() if isinstance(flat, Mapping) else flat
         return cls._from_flat({tuple(path): leaf for path, leaf in items})
@@ -133,7 +135,7 @@ class State(Mapping[Key, _Any]):
         the State lacks is added. A sub-State writes into the State it came from."""
         full = (*self._prefix, key)
         new: dict[Path, object] = {}
-        if isinstance(value, Mapping) and not isinstance(value, VariableState):
+        if isinstance(value, Mapping) and not isinstance(value, Variable):
             _flatten_nested(value, full, new)
         else:
             new[full] = value
@@ -223,7 +225,7 @@ class State(Mapping[Key, _Any]):
 
     def to_nested(self) -> dict:
         """Nested plain dicts holding the leaves as they are."""
-        return unflatten_paths(self._flat)
+        return cast(dict, unflatten_paths(self._flat))  # without a treedef: nested dicts
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, State):
@@ -232,14 +234,14 @@ class State(Mapping[Key, _Any]):
             _leaf_equal(a, other._flat[p]) for p, a in self._flat.items()
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 _MISSING = object()
 
 
 def _leaf_equal(a: object, b: object) -> bool:
-    if isinstance(a, VariableState) and isinstance(b, VariableState):
+    if isinstance(a, Variable) and isinstance(b, Variable):
         return a.type is b.type and _leaf_equal(a.value, b.value)
     if a is b:
         return True
@@ -267,7 +269,7 @@ def _flatten_nested(mapping: Mapping, prefix: Path, out: dict[Path, object]) -> 
             out[prefix + path] = leaf
         return
     for key, value in mapping.items():
-        if isinstance(value, Mapping) and not isinstance(value, VariableState):
+        if isinstance(value, Mapping) and not isinstance(value, Variable):
             _flatten_nested(value, (*prefix, key), out)
         else:
             out[(*prefix, key)] = value
@@ -312,7 +314,7 @@ def _state_flatten(state: State) -> tuple[list, _Paths]:
     return list(flat.values()), _Paths(tuple(flat))
 
 
-def _state_unflatten(paths: _Paths, leaves: list) -> State:
+def _state_unflatten(paths: _Paths, leaves: Iterable[object]) -> State:
     return State._from_flat(dict(zip(paths.paths, leaves, strict=True)))
 
 
@@ -334,7 +336,7 @@ def state_unflatten(cls: type, aux: object, children: list[tuple[Key, object]]) 
             flat.update(((key, *path), leaf) for path, leaf in child._flat.items())
         else:
             flat[(key,)] = child
-    return cls._from_flat(flat)  # type: ignore[attr-defined]
+    return cls._from_flat(flat)
 
 
 def _state_set_key(state: object, key: Key, child: object) -> None:
@@ -349,7 +351,7 @@ def state_node_type() -> NodeType:
     """The NodeType of `State` (immutable: `update` writes leaves into it in place)."""
     return NodeType(
         State,
-        flatten=state_flatten,  # type: ignore[arg-type]
+        flatten=state_flatten,
         unflatten=state_unflatten,
         set_key=_state_set_key,
         static_keys=_no_static_keys,
@@ -368,7 +370,7 @@ def to_flat_state(state: State) -> list[tuple[Path, _Any]]:
     return list(_as_state(state, "to_flat_state")._flat.items())
 
 
-def from_flat_state(flat: Mapping[Path, object] | object) -> State:
+def from_flat_state(flat: Mapping[Path, object] | Iterable[tuple[Path, object]]) -> State:
     """The State of `(path, leaf)` pairs (a dict, a list, or `to_flat_state`'s result)."""
     return State.from_flat_path(flat)
 
@@ -393,7 +395,8 @@ def to_pure_dict(state: State, extract_fn: Callable[[_Any], _Any] | None = None)
     state = _as_state(state, "to_pure_dict")
     if extract_fn is None:
         extract_fn = lambda leaf: leaf.value if isinstance(leaf, Variable) else leaf
-    return unflatten_paths({path: extract_fn(leaf) for path, leaf in state._flat.items()})
+    pure = unflatten_paths({path: extract_fn(leaf) for path, leaf in state._flat.items()})
+    return cast(dict, pure)  # without a treedef: nested dicts
 
 
 def restore_int_paths(pure_dict: Mapping) -> dict:

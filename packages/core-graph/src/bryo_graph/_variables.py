@@ -24,12 +24,14 @@ import builtins
 import dataclasses
 import functools
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any as _Any
+from typing import cast
 
 import jax
 import numpy as np
 from jax.tree_util import GetAttrKey, register_pytree_with_keys
+from numpy.typing import DTypeLike
 
 from bryo_pytree import (
     ARITHMETIC_OPERATORS,
@@ -76,7 +78,7 @@ class Metadata(dict):
 
     __slots__ = ("_hash",)
 
-    def __hash__(self) -> int:  # type: ignore[override]
+    def __hash__(self) -> int:
         try:
             return self._hash
         except AttributeError:
@@ -104,7 +106,7 @@ NO_METADATA = Metadata()
 def as_metadata(metadata: Mapping[str, object]) -> Metadata:
     """`metadata` as a `Metadata` (itself when it already is one)."""
     if type(metadata) is Metadata:
-        return metadata  # type: ignore[return-value]
+        return metadata
     return Metadata(metadata) if metadata else NO_METADATA
 
 
@@ -128,10 +130,11 @@ def _flatten(variable: Variable) -> tuple[tuple, Metadata]:
     return (variable.raw_value,), variable._metadata
 
 
-def _unflatter(cls: type) -> Callable[[Metadata, tuple], Variable]:
-    def unflatten(metadata: Metadata, children: tuple) -> Variable:
+def _unflatter(cls: type) -> Callable[[Metadata, Iterable[object]], Variable]:
+    def unflatten(metadata: Metadata, children: Iterable[object]) -> Variable:
+        (value,) = children
         variable = _new(cls)
-        _set_raw_value(variable, children[0])
+        _set_raw_value(variable, value)
         _set_metadata(variable, metadata)
         return variable
 
@@ -146,10 +149,10 @@ class _VariableType(type):
         namespace.setdefault("__slots__", ())
         cls = super().__new__(mcs, name, bases, namespace, **kwargs)
         register_pytree_with_keys(
-            cls,
+            cast("type[Variable]", cls),  # this metaclass makes Variable and its subclasses
             _flatten_with_keys,
             _unflatter(cls),
-            flatten_func=_flatten,  # type: ignore[arg-type]
+            flatten_func=_flatten,
         )
         return cls
 
@@ -192,7 +195,7 @@ class Variable(metaclass=_VariableType):
         whole = index is Ellipsis
         if whole and (isinstance(value, jax.Array) or not hasattr(value, "__getitem__")):
             return value  # the whole array (or a scalar, which `[...]` cannot index)
-        return value[index]  # type: ignore[index]
+        return value[index]
 
     def set_value(self, value: object, *, index: object = MISSING) -> None:
         """Store `value`, or write it at `index` of the held array; subclasses override it
@@ -393,7 +396,7 @@ class Variable(metaclass=_VariableType):
     def __jax_array__(self) -> jax.Array:
         return self.get_value()
 
-    def __array__(self, dtype: object = None, copy: object = None) -> _Any:
+    def __array__(self, dtype: DTypeLike | None = None, copy: object = None) -> _Any:
         return np.asarray(self.get_value(), dtype=dtype)
 
     def __getitem__(self, index: object) -> _Any:
@@ -568,7 +571,7 @@ class _VariableStateType(type):
     def __subclasscheck__(cls, subclass: type) -> bool:
         return isinstance(subclass, builtins.type) and issubclass(subclass, Variable)
 
-    def __call__(  # type: ignore[override]
+    def __call__(
         cls, type: builtins.type[Variable] = Variable, value: object = None, **metadata: object
     ) -> Variable:
         if not (isinstance(type, builtins.type) and issubclass(type, Variable)):

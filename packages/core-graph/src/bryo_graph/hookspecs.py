@@ -25,6 +25,7 @@ def bryo_graph_node_types() -> Sequence[NodeType]:
     pytrees), and what kind of `Variable` its raw array leaves stand for. See
     `bryo_graph.NodeType` for the contract. Called once per plugin-manager epoch.
     """
+    ...
 
 
 @hookspec
@@ -36,3 +37,4 @@ def bryo_graph_logical_axes() -> Mapping[type, Callable[[object], Sequence[str |
     named-axis backend's arrays). Called once per plugin-manager epoch; the mappings of all
     plugins are merged (the plugin called first wins a type both declare).
     """
+    ...
