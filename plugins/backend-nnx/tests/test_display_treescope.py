@@ -14,7 +14,7 @@ treescope = pytest.importorskip("treescope")
 
 def fake_ipython(shell: object) -> types.ModuleType:
     module = types.ModuleType("IPython")
-    module.get_ipython = lambda: shell  # type: ignore[attr-defined]
+    module.get_ipython = lambda: shell  # type: ignore[attr-defined]  # a fake IPython hook on a stand-in module
     return module
 
 

@@ -74,7 +74,7 @@ def canonical_padding(padding: PaddingLike, n: int, layer: str, allowed: Sequenc
         raise ValueError(
             f"{layer}: `padding` needs one entry per spatial axis ({n}); got {padding}."
         )
-    return tuple(pairs)  # type: ignore[return-value]
+    return tuple(pairs)
 
 
 def conv_dimension_numbers(ndim: int) -> lax.ConvDimensionNumbers:

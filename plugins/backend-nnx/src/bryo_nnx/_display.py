@@ -77,9 +77,9 @@ def _leaf(value: object) -> str:
         return f"<function {value.__qualname__}>"
     if is_shaped(value):
         text = describe_leaf(value)
-        if getattr(value, "ndim", 1) == 0 and not jnp.issubdtype(value.dtype, jnp.dtype("V")):  # type: ignore[attr-defined]
+        if getattr(value, "ndim", 1) == 0 and not jnp.issubdtype(value.dtype, jnp.dtype("V")):  # type: ignore[attr-defined]  # is_shaped(value) checked above
             try:
-                return f"{text} {value.item()}"  # type: ignore[attr-defined]
+                return f"{text} {value.item()}"  # type: ignore[attr-defined]  # a 0-d array (checked above) has .item()
             except (TypeError, ValueError, NotImplementedError):  # a tracer, or a key
                 return text
         return text
@@ -147,9 +147,9 @@ def _param_totals(node: Object) -> tuple[int, int]:
     return count, size
 
 
-def _bytes(size: int) -> str:
+def _bytes(size: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if size < 1024 or unit == "GB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024  # type: ignore[assignment]
+        size /= 1024
     return f"{size} B"

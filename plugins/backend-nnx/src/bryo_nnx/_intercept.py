@@ -134,7 +134,7 @@ def own_variables(module: object) -> tuple[_Watch, list[Variable]] | None:
     variables = [source.variable for source in flat.sources[leaves.start : leaves.stop]]
     if not all(isinstance(v, Variable) for v in variables):
         return None
-    return flat.watch, variables  # type: ignore[return-value]
+    return flat.watch, variables  # type: ignore[return-value]  # all Variables (checked on the line above)
 
 
 def _write(variables: list[Variable], values: list[Any]) -> None:

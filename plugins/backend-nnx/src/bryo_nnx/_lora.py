@@ -130,7 +130,7 @@ class LoRALinear(Linear):
         b_metadata: Metadata = NO_METADATA,
         **kwargs: object,
     ) -> None:
-        super().__init__(in_features, out_features, rngs=rngs, **kwargs)  # type: ignore[arg-type]
+        super().__init__(in_features, out_features, rngs=rngs, **kwargs)  # type: ignore[arg-type]  # **kwargs are Linear's other keywords, passed on
         self.lora = LoRA(
             in_features,
             lora_rank,

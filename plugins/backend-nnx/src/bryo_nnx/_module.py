@@ -121,7 +121,7 @@ class Module(Object):
         if captures is not None:
             handled, out = captures.perturb(self, variable_type, name, value)
             if handled:
-                return out  # type: ignore[return-value]
+                return out  # type: ignore[return-value]  # value plus a perturbation of its structure: still an A
         existing = getattr(self, name, None)
         if existing is None:
             existing = variable_type(jax.tree.map(jnp.zeros_like, value))

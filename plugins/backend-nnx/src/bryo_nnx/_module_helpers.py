@@ -104,7 +104,7 @@ def with_attributes(
 
 def _view_keywords(module: object) -> tuple[set[str], bool]:
     """The keyword names `module.set_view` takes, and whether it takes `**kwargs`."""
-    params = inspect.signature(module.set_view).parameters.values()  # type: ignore[attr-defined]
+    params = inspect.signature(module.set_view).parameters.values()  # type: ignore[attr-defined]  # callers checked hasattr(module, 'set_view')
     named = {
         p.name
         for p in params
@@ -145,7 +145,7 @@ def view(
         if hasattr(value, "set_view") and predicate(path, value):
             named, takes_any = _view_keywords(value)
             taken = kwargs if takes_any else {k: v for k, v in kwargs.items() if k in named}
-            value.set_view(**taken)  # type: ignore[attr-defined]
+            value.set_view(**taken)  # type: ignore[attr-defined]  # hasattr(value, 'set_view') checked above
             unused.difference_update(kwargs if takes_any else named)
         return value
 
@@ -207,8 +207,8 @@ def view_info(node: object, /, *, only: Filter = ..., graph: bool | None = None)
     lines = []
     for cls in sorted(classes, key=lambda c: c.__qualname__):
         lines.append(f"{cls.__qualname__}:")
-        docs = _argument_docs(inspect.getdoc(cls.set_view) or "")  # type: ignore[attr-defined]
-        params = inspect.signature(cls.set_view).parameters.values()  # type: ignore[attr-defined]
+        docs = _argument_docs(inspect.getdoc(cls.set_view) or "")
+        params = inspect.signature(cls.set_view).parameters.values()
         for p in params:
             if p.name == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
                 continue

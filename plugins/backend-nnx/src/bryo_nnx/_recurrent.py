@@ -657,9 +657,9 @@ class RNN(Module):
                 keep_carries=keep_carries,
                 unroll=self.unroll,
             )
-        if keep_carries:
+        if keep_carries and seq_lengths is not None:  # implied; spelled out for the checker
             carries, outputs = outputs
-            carry = _last_carry(carries, seq_lengths)  # type: ignore[arg-type]
+            carry = _last_carry(carries, seq_lengths)
         if reverse and keep_order:
             outputs = flip_sequences(outputs, seq_lengths, n_batch, time_major)
         return (carry, outputs) if return_carry else outputs

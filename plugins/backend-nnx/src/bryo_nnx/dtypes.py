@@ -64,4 +64,4 @@ def canonicalize_dtype(
 def promote_dtype(args: T, /, *, dtype: DTypeLike | None = None, inexact: bool = True) -> T:
     """`args` (a tuple) cast to one dtype, chosen by `canonicalize_dtype`; Nones stay None."""
     target = canonicalize_dtype(*args, dtype=dtype, inexact=inexact)
-    return tuple(None if a is None else jnp.asarray(a, target) for a in args)  # type: ignore[return-value]
+    return tuple(None if a is None else jnp.asarray(a, target) for a in args)  # type: ignore[return-value]  # the same tuple shape as `args` (T), each entry cast
