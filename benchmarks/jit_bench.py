@@ -65,7 +65,7 @@ def pure_case(n: int, features: int) -> Callable[[], object]:
 def _stack(nnx: object, n: int, features: int) -> object:
     """N Linear layers in a Module, built with `nnx` (bryo.nnx or flax.nnx: same code)."""
 
-    class Stack(nnx.Module):  # type: ignore[name-defined]
+    class Stack(nnx.Module):  # type: ignore[name-defined]  # `nnx` is bryo.nnx or flax.nnx, passed as a module object
         def __init__(self, rngs: object) -> None:
             self.layers = nnx.List([nnx.Linear(features, features, rngs=rngs) for _ in range(n)])
 
@@ -74,7 +74,7 @@ def _stack(nnx: object, n: int, features: int) -> object:
                 x = layer(x)
             return x
 
-    return Stack(nnx.Rngs(0))  # type: ignore[attr-defined]
+    return Stack(nnx.Rngs(0))  # type: ignore[attr-defined]  # `nnx` is bryo.nnx or flax.nnx, passed as a module object
 
 
 def _nnx_case(library: str, tree_mode: bool) -> Callable[[int, int], Callable[[], object]]:

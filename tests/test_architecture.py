@@ -83,7 +83,7 @@ def imports_of(module: str, file: Path) -> list[Import]:
             if node.level:
                 target = _resolve(module, is_package, node.level, node.module)
             names = tuple(alias.name for alias in node.names)
-            found.append(Import(target, names, node.lineno))  # type: ignore[arg-type]
+            found.append(Import(target, names, node.lineno))  # type: ignore[arg-type]  # an absolute `from` import names its module; relative ones are resolved above
     return found
 
 

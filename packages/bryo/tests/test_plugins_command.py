@@ -178,9 +178,9 @@ def test_bad_commands_are_refused_with_the_rule():
     with pytest.raises(ValueError, match="one word"):
         commands.add_command("a b c", "too deep", lambda args: 0)
     with pytest.raises(ValueError, match="`handler` of command 'x' must be callable"):
-        commands.add_command("x", "no handler", None)  # type: ignore[arg-type]
+        commands.add_command("x", "no handler", None)  # type: ignore[arg-type]  # the wrong type on purpose: the error is what is tested
     with pytest.raises(ValueError, match=r"must be `bryo\.cli\.Argument`s"):
-        commands.add_command("x", "argparse style", lambda args: 0, ["--flag"])  # type: ignore[list-item]
+        commands.add_command("x", "argparse style", lambda args: 0, ["--flag"])  # type: ignore[list-item]  # the wrong type on purpose: the error is what is tested
     assert commands.added == []
 
 

@@ -28,7 +28,7 @@ class Scale(Object):
 def _plans(jitted: object) -> dict:
     """The call plans a jitted function holds: the `PlanCache` of the graph-mode jit whose
     bound `prepare` the returned `Jitted` calls."""
-    graph_jit = jitted._prepare.__self__  # type: ignore[attr-defined]
+    graph_jit = jitted._prepare.__self__  # type: ignore[attr-defined]  # reads the private plan cache of a Jitted on purpose
     assert type(graph_jit.cache).__name__ == "PlanCache"
     return graph_jit.cache.plans
 

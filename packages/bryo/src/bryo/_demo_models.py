@@ -151,7 +151,7 @@ class EquinoxBackend:
 
     def forward(self, model: Any, x: Batch, *, train: bool, key: jax.Array | None) -> jax.Array:
         if train:
-            keys = jax.random.split(key, x.shape[0])  # type: ignore[arg-type]
+            keys = jax.random.split(key, x.shape[0])  # type: ignore[arg-type]  # the training step passes a key with train=True (_demo.py)
             return jax.vmap(lambda xi, ki: model(xi, key=ki, train=True))(x, keys)
         return jax.vmap(lambda xi: model(xi, key=None, train=False))(x)
 

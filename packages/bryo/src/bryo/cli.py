@@ -111,7 +111,7 @@ class Argument:
             options["metavar"] = self.metavar
         if not self.positional:
             options["required"] = self.required
-        parser.add_argument(*self.names, **options)  # type: ignore[arg-type]
+        parser.add_argument(*self.names, **options)  # type: ignore[arg-type]  # `options` holds add_argument's keywords of several types, built up above
 
 
 def _check_argument(

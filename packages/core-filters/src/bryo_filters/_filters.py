@@ -213,7 +213,7 @@ def value_predicate(filter: object) -> ValuePredicate | None:
     except (TypeError, ValueError):  # builtins without a signature: `(path, value)` as before
         return None
     if _accepts(signature, 1) and not _accepts(signature, 2):
-        return ValuePredicate(filter)  # type: ignore[arg-type]
+        return ValuePredicate(filter)  # type: ignore[arg-type]  # a one-argument callable filter: its result is used as a bool
     return None
 
 

@@ -19,4 +19,4 @@ def plugin_predicate(filter: object) -> PluginPredicate | None:
     Loads the `filters` plugins keyed by the modules of the literal's class first, and
     the rest of the family only when none of those answers.
     """
-    return first_answer_for("bryo_filter_predicate", _predicate, family=FAMILY, filter=filter)  # type: ignore[return-value]
+    return first_answer_for("bryo_filter_predicate", _predicate, family=FAMILY, filter=filter)  # type: ignore[return-value]  # _predicate validates that the answer is a PluginPredicate

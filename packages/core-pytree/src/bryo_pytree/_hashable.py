@@ -54,11 +54,11 @@ class ByValue:
 def _freeze(value: object) -> Hashable:
     cls = type(value)
     if cls is list or cls is tuple:
-        return (cls, tuple(map(_freeze, value)))  # type: ignore[call-overload]
+        return (cls, tuple(map(_freeze, value)))  # type: ignore[call-overload]  # cls is list or tuple: `value` is iterable
     if cls is dict:
-        return (cls, tuple((k, _freeze(v)) for k, v in value.items()))  # type: ignore[attr-defined]
+        return (cls, tuple((k, _freeze(v)) for k, v in value.items()))  # type: ignore[attr-defined]  # cls is dict (checked by exact type, which the checker does not narrow on)
     if cls is set or cls is frozenset:
-        return (cls, frozenset(map(_freeze, value)))  # type: ignore[call-overload]
+        return (cls, frozenset(map(_freeze, value)))  # type: ignore[call-overload]  # cls is set or frozenset: `value` is iterable
     hash(value)
     return value
 
@@ -81,4 +81,4 @@ def hashable(value: object) -> Hashable:
 def unwrap_hashable(value: object) -> object:
     """The value `hashable` wrapped, or `value` unchanged."""
     cls = type(value)
-    return value.value if cls is ByIdentity or cls is ByValue else value  # type: ignore[attr-defined]
+    return value.value if cls is ByIdentity or cls is ByValue else value  # type: ignore[attr-defined]  # cls is ByIdentity or ByValue, both with `.value`

@@ -62,7 +62,7 @@ def as_key(value: object, *, name: str) -> jax.Array:
     elif is_array(value):
         dtype = value.dtype
         if jnp.issubdtype(dtype, jax.dtypes.prng_key):
-            return value  # type: ignore[return-value]
+            return value  # type: ignore[return-value]  # a typed key array (checked above) is a jax.Array
         if dtype == jnp.uint32 and value.shape[-1:] == (2,):
             return jax.random.wrap_key_data(jnp.asarray(value))
         if jnp.issubdtype(dtype, jnp.integer) and value.ndim == 0:
@@ -186,9 +186,9 @@ for _name in INITIALIZER_NAMES:
 
 
 def _scalar_text(value: object) -> str:
-    if getattr(value, "ndim", None) == 0 and not jnp.issubdtype(value.dtype, jax.dtypes.prng_key):  # type: ignore[attr-defined]
+    if getattr(value, "ndim", None) == 0 and not jnp.issubdtype(value.dtype, jax.dtypes.prng_key):  # type: ignore[attr-defined]  # ndim == 0: an array, with a dtype
         try:
-            return str(int(value))  # type: ignore[call-overload]
+            return str(int(value))  # type: ignore[call-overload]  # a 0-d non-key array converts to int
         except TypeError:  # a tracer (ConcretizationTypeError)
             pass
     return describe_leaf(value)
@@ -389,7 +389,7 @@ class Rngs(RandomMethods, Object):
         return self.stream(DEFAULT)()
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(vars(self).get(name), RngStream)  # type: ignore[arg-type]
+        return isinstance(vars(self).get(name), RngStream)  # type: ignore[arg-type]  # a non-str name is simply not found
 
     def __iter__(self) -> Iterator[str]:
         return iter(
@@ -422,7 +422,7 @@ class Rngs(RandomMethods, Object):
         forked = {}
         for name, stream in self.items():
             matched = first_match(rules, (name,), stream)
-            forked[name] = stream.fork(split=None if matched is NO_MATCH else matched)  # type: ignore[arg-type]
+            forked[name] = stream.fork(split=None if matched is NO_MATCH else matched)  # type: ignore[arg-type]  # split_rules checked each rule's splits (_check_splits)
         new = object.__new__(Rngs)
         for name, stream in forked.items():
             setattr(new, name, stream)
@@ -459,7 +459,7 @@ class Rngs(RandomMethods, Object):
             if matched is NO_MATCH or matched is None:
                 derived[name] = _to_stream(stream, name)
             else:
-                derived[name] = make(stream, matched)  # type: ignore[arg-type]
+                derived[name] = make(stream, matched)  # type: ignore[arg-type]  # split_rules checked each rule's splits (_check_splits)
         new = object.__new__(Rngs)
         for name, stream in derived.items():
             setattr(new, name, stream)
@@ -509,7 +509,7 @@ def split_rules(
 def _split_shape(k: object, tag: str) -> tuple[int, ...]:
     shape = k if isinstance(k, tuple) else (k,)
     if shape and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
-        return shape  # type: ignore[return-value]
+        return shape  # type: ignore[return-value]  # all entries checked to be positive ints just above
     raise ValueError(
         f"splitting or broadcasting rng stream {tag!r} needs a positive int or a tuple of "
         f"them (the new leading shape of its key); got {k!r}."

@@ -261,10 +261,10 @@ def _apply(
     def decorator(f: F) -> F:
         @functools.wraps(f)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            args, kwargs = on_copy((args, kwargs))  # type: ignore[misc]
+            args, kwargs = on_copy((args, kwargs))  # type: ignore[misc]  # on_copy returns a copy of its (args, kwargs) pair
             return f(*args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # the wrapper has f's signature (functools.wraps)
 
     return decorator
 
@@ -286,6 +286,6 @@ def _around_calls(split: Callable[[object], RngSplit]) -> Callable[[F], F]:
             with split((args, kwargs)):
                 return f(*args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # the wrapper has f's signature (functools.wraps)
 
     return decorator

@@ -142,10 +142,10 @@ def with_rngs(
             return value
         rule, splits = decision
         if rule.action == "split":
-            return value.split(splits)  # type: ignore[union-attr, arg-type]
+            return value.split(splits)  # type: ignore[union-attr, arg-type]  # decide() returns a decision only for RngStreams; splits checked by the rule
         if rule.action == "broadcast":
-            return value.broadcast(splits)  # type: ignore[union-attr, arg-type]
-        return value.fork()  # type: ignore[union-attr]
+            return value.broadcast(splits)  # type: ignore[union-attr, arg-type]  # decide() returns a decision only for RngStreams; splits checked by the rule
+        return value.fork()  # type: ignore[union-attr]  # decide() returns a decision only for RngStreams
 
     return recursive_map(replace, node, graph=graph)
 
@@ -157,6 +157,6 @@ def _decorator(transform: Callable[[object], Any]) -> Callable[[F], F]:
             args, kwargs = transform((args, kwargs))
             return f(*args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # the wrapper has f's signature (functools.wraps)
 
     return decorator

@@ -36,7 +36,7 @@ _ALIASES_HELP = (
 
 def _check_saving(value: object, option: str) -> bool | str:
     if value is True or value is False or value == "offload":
-        return value  # type: ignore[return-value]
+        return value  # type: ignore[return-value]  # True, False or 'offload', checked on this line
     raise ValueError(f"`{option}` must be True, False or 'offload'; got {value!r}.")
 
 
@@ -222,7 +222,7 @@ class ScanCheckpointPolicy:
             return block(carry, x)
 
         body = named_block if (name_carry or name_inputs) else block
-        return jax.checkpoint(body, policy=policy, prevent_cse=self.prevent_cse)  # type: ignore[return-value]
+        return jax.checkpoint(body, policy=policy, prevent_cse=self.prevent_cse)  # type: ignore[return-value]  # jax.checkpoint keeps the block's signature
 
     def outer_blocks(self, length: int, carry_bytes: int = 0, step_bytes: int = 0) -> int | None:
         """How many outer blocks a nested scan of `length` steps uses (None: not nested).

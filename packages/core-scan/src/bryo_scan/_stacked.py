@@ -157,7 +157,7 @@ def _argument_rules(
     """Rules for `(args, kwargs)`: `leading` for the first positional arguments (the
     stacked block, a shared input), `is_scanned` (default `per_layer`) for the rest."""
     extra = per_layer(axis) if is_scanned is None else scan_predicate(is_scanned)
-    return Inputs((*leading, *(extra,) * (n_args - len(leading))), extra)  # type: ignore[arg-type]
+    return Inputs((*leading, *(extra,) * (n_args - len(leading))), extra)  # type: ignore[arg-type]  # Inputs holds rules here: one predicate for every keyword
 
 
 def _call_block(block: Any, carry: Any, *args: Any, **kwargs: Any) -> Any:
@@ -325,7 +325,7 @@ class Stacked(Generic[M]):
     def get_layer(self, index: int) -> M:
         """The block of layer `index`, as a block of its own (no layers axis)."""
         info = _sized_axis(self.Block, "Stacked.get_layer")
-        index = _check_index(index, info.size)  # type: ignore[arg-type]
+        index = _check_index(index, info.size)  # type: ignore[arg-type]  # _sized_axis raised if the size is None
         tree, rebuild = self._split()
         layers = unbind_inputs(
             (tree,), {}, info, rules=every_array, names=ArgNames(("stacked",)), op="get_layer"
@@ -337,7 +337,7 @@ class Stacked(Generic[M]):
         return [self.get_layer(i) for i in range(len(self))]
 
     def __len__(self) -> int:
-        return _sized_axis(self.Block, "Stacked").size  # type: ignore[return-value]
+        return _sized_axis(self.Block, "Stacked").size  # type: ignore[return-value]  # _sized_axis raised if the size is None
 
     def __iter__(self) -> Iterator[M]:
         return iter(self.unstacked())
@@ -416,7 +416,7 @@ class BlockSeq(Generic[M]):
                 args, kwargs, info, rules=has_extent, names=names, op="BlockSeq.init"
             )
             blocks = []
-            for i in range(info.size):  # type: ignore[arg-type]
+            for i in range(info.size):  # type: ignore[arg-type]  # _sized_axis raised if the size is None
                 layer = _layer(inputs, i)
                 blocks.append(build(*layer.args, **layer.kwargs))
             return cls(blocks, Block, policy)

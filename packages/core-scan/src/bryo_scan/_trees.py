@@ -391,7 +391,7 @@ class OutputStacker:
             elif kind == "array":
                 out.append(next(it))
             else:
-                handler, element = payload  # type: ignore[misc]
+                handler, element = payload  # type: ignore[misc]  # a 'handler' plan's payload is a (handler, element) pair
                 out.append(handler.bind(element, axis, next(it)))
         return self._treedef.unflatten(out)
 

@@ -82,7 +82,7 @@ class _Reconciler:
             self.leaf = len(self.plan.sig.paths)
         else:
             self.build(pair_side(graphdef, 0))
-        return self.build(pair_side(graphdef, 1))  # type: ignore[return-value]
+        return self.build(pair_side(graphdef, 1))  # type: ignore[return-value]  # the pair graphdef builds the (inputs, outputs) tuple
 
     def next_leaf(self) -> LeafPlan:
         leaf_plan = self.graph.leaf_plans[self.leaf]
@@ -118,7 +118,7 @@ class _Reconciler:
                 variable = self.leaf_value(leaf_plan)
             else:
                 meta = leaf_plan.meta
-                variable = meta.type.from_metadata(self.leaf_value(leaf_plan), meta.metadata)  # type: ignore[union-attr]
+                variable = meta.type.from_metadata(self.leaf_value(leaf_plan), meta.metadata)  # type: ignore[union-attr]  # a leaf that is not KeptLeaf carries its Variable's meta
             self.built[entry.index] = variable
             return variable
         assert isinstance(entry, LeafEntry)
@@ -142,12 +142,12 @@ class _Reconciler:
             self.built[entry.index] = node
             init_key = node_type.init_key or node_type.set_key
             for key, child in entry.children:
-                init_key(node, key, (yield child))  # type: ignore[misc]
+                init_key(node, key, (yield child))  # type: ignore[misc]  # mutable node types (with `create`) define init_key or set_key
             return node
         built = []
         for key, child in entry.children:
             built.append((key, (yield child)))
-        node = node_type.unflatten(entry.type, entry.aux, built)  # type: ignore[misc]
+        node = node_type.unflatten(entry.type, entry.aux, built)  # type: ignore[misc]  # immutable node types (no `create`) define unflatten
         self.built[entry.index] = node
         return node
 
@@ -169,7 +169,7 @@ def _set_children(node: object, node_type: NodeType, children: list[tuple]) -> N
     current = dict(node_type.flatten(node)[0])
     for key, child in children:
         if key not in current or not _same(current[key], child):
-            node_type.set_key(node, key, child)  # type: ignore[misc]
+            node_type.set_key(node, key, child)  # type: ignore[misc]  # only mutable node types (with `create`) get here: they define set_key
     new_keys = {key for key, _ in children}
     removed = [key for key in current if key not in new_keys]
     for key in removed:

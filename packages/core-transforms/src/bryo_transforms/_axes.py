@@ -277,12 +277,12 @@ def check_axis(value: ArrayLike, axis: object, where: str, name: str) -> int | N
     if axis is None or axis is Carry:
         return None
     ndim = np.ndim(value)
-    if not -ndim <= axis < ndim:  # type: ignore[operator]
+    if not -ndim <= axis < ndim:  # type: ignore[operator]  # axis is an int here (None and Carry returned above)
         raise TransformError(
             f"`{name}` maps axis {axis} of {where}, which has shape {tuple(np.shape(value))}; "
             "give that value the axis, or map it with another axis (None to broadcast)."
         )
-    return int(np.shape(value)[axis])  # type: ignore[index]
+    return int(np.shape(value)[axis])  # type: ignore[index]  # axis is an int here (None and Carry returned above)
 
 
 def check_sizes(sizes: list[tuple[int, str]], name: str, size: int | None = None) -> int | None:

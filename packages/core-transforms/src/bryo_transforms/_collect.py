@@ -244,7 +244,7 @@ class _Collector:
         leaves, treedef = jax.tree_util.tree_flatten(value)
         if treedef.num_nodes == 1 or not any(isinstance(v, jax.Array) for v in leaves):
             return Const(value)  # a Python value, or a pytree without traced arrays
-        return InTree(treedef, tuple(self.place(group, leaf) for leaf in leaves))  # type: ignore[misc]
+        return InTree(treedef, tuple(self.place(group, leaf) for leaf in leaves))  # type: ignore[misc]  # place() on a leaf gives InGroup or Const, never InTree
 
 
 def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], object, OutPlan]:

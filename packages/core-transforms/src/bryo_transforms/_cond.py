@@ -52,7 +52,7 @@ def cond(
         pred, call.branch(true_fun), call.branch(false_fun), call.leaves(), call.arrays
     )
     call.write(leaves)
-    return call.unwrap_output(out)  # type: ignore[return-value]
+    return call.unwrap_output(out)  # type: ignore[return-value]  # the branches' output, rebuilt: the caller's type A
 
 
 def switch(
@@ -83,4 +83,4 @@ def switch(
         index, [call.branch(f) for f in branches], call.leaves(), call.arrays
     )
     call.write(leaves)
-    return call.unwrap_output(out)  # type: ignore[return-value]
+    return call.unwrap_output(out)  # type: ignore[return-value]  # the branches' output, rebuilt: the caller's type A

@@ -328,7 +328,7 @@ def _tangent_values(call: _Call, args: tuple, tangents: tuple, name: str) -> lis
     by_k: dict[int, object] = {}
     for i, j in call.roots.items():
         if j in call.diff_leaves:
-            flat = _flat_tangent(by_arg[i], i, name)  # type: ignore[index]
+            flat = _flat_tangent(by_arg[i], i, name)  # type: ignore[index]  # diff_args and roots index arguments by position (int) here
             for path, k in call.diff_leaves[j]:
                 if path in flat:
                     by_k[k] = _leaf_value(flat[path])
@@ -337,7 +337,7 @@ def _tangent_values(call: _Call, args: tuple, tangents: tuple, name: str) -> lis
     seen: dict[int | str, int] = {}
     for i in call.split.diff_arrays:
         argument = places[i]
-        tangent = by_arg[argument]  # type: ignore[index]
+        tangent = by_arg[argument]  # type: ignore[index]  # array places of differentiable arguments are positions (int)
         ordinal = seen[argument] = seen.get(argument, -1) + 1
         leaves = [tangent] if is_array(tangent) else _array_leaves(tangent)
         values.append(leaves[ordinal] if ordinal < len(leaves) else None)

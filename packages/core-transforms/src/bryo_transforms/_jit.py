@@ -344,7 +344,7 @@ def jit(
             donated += named_positions(f, donated_names)
             jit_kwargs.update(donate_argnums=donated, donate_argnames=donated_names)
         prepare = simple_jit(f, inputs, out_shardings, jit_kwargs)
-        return Jitted(f, prepare)  # type: ignore[return-value]
+        return Jitted(f, prepare)  # type: ignore[return-value]  # Jitted calls like f (and adds lower/eval_shape)
     unsupported = sorted(set(jit_kwargs) & _JIT_UNSUPPORTED)
     if unsupported:
         raise TypeError(
@@ -362,7 +362,7 @@ def jit(
         donated_names,
         jit_kwargs,
     )
-    return Jitted(f, graph_jit.prepare)  # type: ignore[return-value]
+    return Jitted(f, graph_jit.prepare)  # type: ignore[return-value]  # Jitted calls like f (and adds lower/eval_shape)
 
 
 def jit_partial(f: Callable[..., Any], *partial_args: Any, **jit_options: Any) -> Jitted:

@@ -67,7 +67,7 @@ class PairPath(NamedTuple):
     @classmethod
     def of(cls, path: Path) -> PairPath:
         side, root, *inner = path
-        return cls(side, root, tuple(inner))  # type: ignore[arg-type]
+        return cls(side, root, tuple(inner))  # type: ignore[arg-type]  # a pair path starts with the side and root indices (ints)
 
 
 def pair_side(graphdef: GraphDef, side: int) -> Entry:
@@ -182,7 +182,7 @@ def _index_leaves(
         if isinstance(entry, VariableEntry):
             of_variable[entry.index] = len(of_variable) + len(of_raw)
         elif isinstance(entry, LeafEntry):
-            of_raw[(parent, key)] = len(of_variable) + len(of_raw)  # type: ignore[index]
+            of_raw[(parent, key)] = len(of_variable) + len(of_raw)  # type: ignore[index]  # a LeafEntry is never the root: parent and key are set
         elif isinstance(entry, NodeEntry):
             stack.extend((child, entry.index, k) for k, child in reversed(entry.children))
 
@@ -324,7 +324,7 @@ def index_objects(graphdef: GraphDef, root: object) -> dict[int, object]:
         elif isinstance(entry, NodeEntry):
             objects[entry.index] = value
             node_type = registry.lookup(entry.type)  # (a JaxPytree entry: not type(value))
-            children = dict(node_type.flatten(value)[0])  # type: ignore[union-attr]
+            children = dict(node_type.flatten(value)[0])  # type: ignore[union-attr]  # a NodeEntry's type is registered (lookup found it when planning)
             stack.extend((child, children[key]) for key, child in reversed(entry.children))
     return objects
 

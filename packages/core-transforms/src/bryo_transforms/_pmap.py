@@ -80,5 +80,5 @@ def pmap(
     options["axis_size"] = axis_size
     if not graph_updates_on(graph, graph_updates):
         inputs = Inputs("pmap", tree_mode(graph))
-        return simple_vmap(fn, inputs, in_axes, {"out_axes": out_axes, **options}, jax.pmap)  # type: ignore[return-value]
-    return lifted_map("pmap", fn, in_axes, out_axes, axis_size, jax.pmap, options)  # type: ignore[return-value]
+        return simple_vmap(fn, inputs, in_axes, {"out_axes": out_axes, **options}, jax.pmap)  # type: ignore[return-value]  # the mapped function takes f's arguments
+    return lifted_map("pmap", fn, in_axes, out_axes, axis_size, jax.pmap, options)  # type: ignore[return-value]  # the mapped function takes f's arguments

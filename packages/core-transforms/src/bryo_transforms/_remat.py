@@ -57,7 +57,7 @@ def remat(
     if not graph_updates_on(graph, graph_updates):
         inputs = Inputs("remat", tree_mode(graph), argnums)
         options = {"prevent_cse": prevent_cse, "policy": policy}
-        return simple_remat(f, inputs, options)  # type: ignore[return-value]
+        return simple_remat(f, inputs, options)  # type: ignore[return-value]  # the checkpointed function takes f's arguments
     cache = PlanCache(size=16)
 
     @functools.wraps(f)
@@ -70,4 +70,4 @@ def remat(
 
         return lifted_call(plan, arrays, transform, f, Grouping())
 
-    return checkpointed  # type: ignore[return-value]
+    return checkpointed  # type: ignore[return-value]  # the wrapper has f's signature (functools.wraps)

@@ -168,17 +168,17 @@ def _split_output(out: object, position: object, out_axes: object) -> tuple[obje
         return out, None, None
     if position is None:
         return None, out, out_axes
-    if not isinstance(out, tuple) or len(out) != len(out_axes):  # type: ignore[arg-type]
+    if not isinstance(out, tuple) or len(out) != len(out_axes):  # type: ignore[arg-type]  # out_axes is a tuple when the carry is at `position`
         raise TransformError(
             f"`out_axes` {out_axes!r} says the function returns a tuple of "
-            f"{len(out_axes)} with the carry at {position}; it returned "  # type: ignore[arg-type]
+            f"{len(out_axes)} with the carry at {position}; it returned "  # type: ignore[arg-type]  # out_axes is a tuple when the carry is at `position`
             f"{type(out).__name__}{'' if not isinstance(out, tuple) else f' of {len(out)}'}."
         )
     rest = tuple(o for i, o in enumerate(out) if i != position)
-    rest_axes = tuple(a for i, a in enumerate(out_axes) if i != position)  # type: ignore[arg-type]
+    rest_axes = tuple(a for i, a in enumerate(out_axes) if i != position)  # type: ignore[arg-type]  # out_axes is a tuple when the carry is at `position`
     if len(rest) == 1:
-        return out[position], rest[0], rest_axes[0]  # type: ignore[index]
-    return out[position], rest, rest_axes  # type: ignore[index]
+        return out[position], rest[0], rest_axes[0]  # type: ignore[index]  # position is an int index into the output tuple
+    return out[position], rest, rest_axes  # type: ignore[index]  # position is an int index into the output tuple
 
 
 def _join_output(carry: object, ys: object, position: object, out_axes: object) -> object:
@@ -186,8 +186,8 @@ def _join_output(carry: object, ys: object, position: object, out_axes: object) 
         return carry
     if position is None:
         return ys
-    rest = [ys] if len(out_axes) == 2 else list(ys)  # type: ignore[arg-type]
-    rest.insert(position, carry)  # type: ignore[arg-type]
+    rest = [ys] if len(out_axes) == 2 else list(ys)  # type: ignore[arg-type]  # out_axes is a tuple when the carry is at `position`
+    rest.insert(position, carry)  # type: ignore[arg-type]  # position is an int index into the output tuple
     return tuple(rest)
 
 
@@ -241,7 +241,7 @@ def scan(
         ...     return h, y
     """
     if f is None:
-        return functools.partial(  # type: ignore[return-value]
+        return functools.partial(  # type: ignore[return-value]  # scan(f=None, ...) is a decorator: the partial takes f
             scan,
             length=length,
             reverse=reverse,
@@ -283,7 +283,7 @@ def scan(
             policy, reverse, unroll
         )
 
-    return scanned  # type: ignore[return-value]
+    return scanned  # type: ignore[return-value]  # the wrapper has f's signature (functools.wraps)
 
 
 class _Scan:
@@ -543,5 +543,5 @@ def _split_output_axes(out_axes: object, position: object) -> object:
         return None
     if position is None:
         return out_axes
-    rest = tuple(a for i, a in enumerate(out_axes) if i != position)  # type: ignore[arg-type]
+    rest = tuple(a for i, a in enumerate(out_axes) if i != position)  # type: ignore[arg-type]  # out_axes is a tuple when the carry is at `position`
     return rest[0] if len(rest) == 1 else rest

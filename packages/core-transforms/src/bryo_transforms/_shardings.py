@@ -138,12 +138,12 @@ class LeafOptions(NamedTuple):
             zip(sig.paths, sig.metas, plan.sources, strict=True)
         ):
             root = path[1]
-            spec = root_specs[root]  # type: ignore[index]
+            spec = root_specs[root]  # type: ignore[index]  # path[1] of a pair path is the root's index (an int)
             if isinstance(spec, StateSharding):
                 leaf = source.variable if source.variable is not None else source.value
                 spec = spec.for_leaf(path[2:], leaf)
             (raw_sh if meta is None else var_sh).append(spec)
-            if root_donated[root]:  # type: ignore[index]
+            if root_donated[root]:  # type: ignore[index]  # path[1] of a pair path is the root's index (an int)
                 donated_leaves.add(k)
         donated_arrays = frozenset(i for i, d in enumerate(array_donated) if d)
         return cls(var_sh, raw_sh, array_specs, frozenset(donated_leaves), donated_arrays)

@@ -96,9 +96,9 @@ def vmap(
     if not graph_updates_on(graph, graph_updates):
         options = {"out_axes": out_axes, "axis_name": axis_name, "axis_size": axis_size}
         options["spmd_axis_name"] = spmd_axis_name
-        return simple_vmap(fn, Inputs("vmap", tree_mode(graph)), in_axes, options)  # type: ignore[return-value]
+        return simple_vmap(fn, Inputs("vmap", tree_mode(graph)), in_axes, options)  # type: ignore[return-value]  # the mapped function takes f's arguments
     options = {"axis_name": axis_name, "axis_size": axis_size, "spmd_axis_name": spmd_axis_name}
-    return lifted_map("vmap", fn, in_axes, out_axes, axis_size, jax.vmap, options)  # type: ignore[return-value]
+    return lifted_map("vmap", fn, in_axes, out_axes, axis_size, jax.vmap, options)  # type: ignore[return-value]  # the mapped function takes f's arguments
 
 
 def lifted_map(

@@ -74,12 +74,12 @@ def _pure(tree: Any) -> Any:
 def _to_opt_state(leaf: object) -> OptState:
     if not _is_variable(leaf):
         return OptArray(leaf)
-    metadata = dict(leaf.metadata)  # type: ignore[attr-defined]
+    metadata = dict(leaf.metadata)  # type: ignore[attr-defined]  # _is_variable(leaf) checked above
     if "optimizer_sharding" in metadata:  # Flax's annotation for a differently sharded state
         for key in ("sharding", "sharding_names"):  # the older spellings of `out_sharding`
             metadata.pop(key, None)
         metadata["out_sharding"] = metadata.pop("optimizer_sharding")
-    return OptVariable(leaf.value, **metadata)  # type: ignore[attr-defined]
+    return OptVariable(leaf.value, **metadata)  # type: ignore[attr-defined]  # _is_variable(leaf) checked above
 
 
 def _key_parts(key: Any) -> tuple:
@@ -107,7 +107,7 @@ class _Layout:
 def _get(node: Mapping, path: Path) -> OptState:
     for key in path:
         node = node[key]
-    return node  # type: ignore[return-value]
+    return node  # type: ignore[return-value]  # the path leads to an OptState leaf of the optimizer state
 
 
 def _put(node: Dict, path: Path, leaf: OptState) -> None:

@@ -112,7 +112,7 @@ def _unusual_flatten(module: object, layout: _Layout) -> tuple[Children, Hashabl
 
 
 def _module_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
-    statics, unusual = aux  # type: ignore[misc]
+    statics, unusual = aux  # type: ignore[misc]  # the aux _module_flatten returns: a (statics, unusual) pair
     layout = _layout(cls)
     module = object.__new__(cls)
     if unusual is None and layout.direct:
@@ -198,7 +198,7 @@ def _frozen(value: object) -> object:
             return value
     if kind is _MAYBE_PYTREE:
         return value if is_graph_node(value) else PytreeView(value)
-    return kind(value)  # type: ignore[operator]
+    return kind(value)  # type: ignore[operator]  # the other kinds are the view classes
 
 
 def _child_kind(value: object) -> object:
@@ -226,15 +226,15 @@ def _plain_key(key: object, index: int) -> Key:
 
 
 def _pytree_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
-    return _unwrap(aux).unflatten([child for _, child in children])  # type: ignore[attr-defined]
+    return _unwrap(aux).unflatten([child for _, child in children])  # type: ignore[attr-defined]  # the aux _pytree_flatten kept: a jax treedef
 
 
 def _sequence_flatten(view: _Frozen) -> tuple[Children, Hashable]:
-    return [(i, _frozen(item)) for i, item in enumerate(view.value)], None  # type: ignore[arg-type]
+    return [(i, _frozen(item)) for i, item in enumerate(view.value)], None  # type: ignore[arg-type]  # a sequence view wraps a list or tuple
 
 
 def _dict_flatten(view: _Frozen) -> tuple[Children, Hashable]:
-    items = view.value.items()  # type: ignore[attr-defined]
+    items = view.value.items()  # type: ignore[attr-defined]  # a dict view wraps a dict
     try:
         items = sorted(items)
     except TypeError:  # keys of mixed types keep insertion order

@@ -54,7 +54,7 @@ class NamedArray:
 
     __slots__ = ("array", "axes")
     __array_ufunc__ = None  # NumPy defers to our reflected operators
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as arrays are (the usual spelling)
 
     array: jax.Array
     axes: tuple[Axis, ...]
@@ -383,4 +383,4 @@ def named(array: Any, axes: Shape | Sequence[AxisSelector] | AxisSelector) -> Na
             a if isinstance(a, Axis) else Axis(a, n) for a, n in zip(axes, array.shape, strict=True)
         ]
         check_unique(axes, "axes")
-    return NamedArray(array, axes)  # type: ignore[arg-type]
+    return NamedArray(array, axes)  # type: ignore[arg-type]  # otherwise `axes` is already a Shape: NamedArray checks it
