@@ -127,3 +127,16 @@ def test_repeated_equations_share_texts_not_attrs():
     assert first.attrs is not second.attrs
     second.attrs["new_sizes"] = (2, 4)  # a changed attr is no longer the shared texts'
     assert shared_texts(second) is None and shared_texts(first) is not None
+
+
+def test_attr_reader_decodes_equal_attributes_once_into_separate_dicts():
+    from bryo_mox.document import AttrReader
+
+    read = AttrReader()
+    items = [("new_sizes", "(2, 3)"), ("dimensions", "None")]
+    first, second = read.attrs(items), read.attrs(list(items))
+    assert first == second == {"new_sizes": (2, 3), "dimensions": None}
+    assert first is not second
+    array = [("a", "array('AAAAAA==', dtype('float32'), (1,))")]
+    one, two = read.attrs(array)["a"], read.attrs(array)["a"]
+    assert one.tolist() == two.tolist() == [0.0] and one is not two  # arrays: each its own

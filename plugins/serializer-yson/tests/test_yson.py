@@ -148,3 +148,18 @@ def test_attrs_key_equal_exactly_for_equal_attrs(escape):
         for j, b in enumerate(doc.children):
             same = type(a.attrs["a"]) is type(b.attrs["a"]) and repr(a.attrs) == repr(b.attrs)
             assert (keys[i] == keys[j]) == same, (values[i], values[j])
+
+
+@pytest.mark.parametrize("escape", ["", "\\n"], ids=["fast reader", "exact reader"])
+def test_equal_attrs_decode_once_into_separate_dicts(escape):
+    from bryo_yson._yson import loads
+
+    array = "<\"py\"=%true>\"array('AAAAAA==', dtype('float32'), (1,))\""
+    values = ["7", "[2;3]", "[2;3]", array, array, f'"x{escape}"', f'"x{escape}"']
+    children = ";".join(f'<"primitive"="p";"a"={v};"inputs"=[];"results"=[]>#' for v in values)
+    doc = loads(f'<"primitive"="m";"inputs"=[];"results"=[]>[{children}]')
+    first, second = doc.children[1], doc.children[2]
+    assert first.attrs == second.attrs == {"a": (2, 3)} and first.attrs is not second.attrs
+    one, two = doc.children[3].attrs["a"], doc.children[4].attrs["a"]
+    assert one.tolist() == two.tolist() == [0.0] and one is not two  # arrays: each its own
+    assert doc.children[5].attrs == doc.children[6].attrs == {"a": "x" + ("\n" if escape else "")}

@@ -396,7 +396,10 @@ class _Builder:
     def read(self, env: dict[str, Atom], port: Port, node: DocNode) -> Atom:
         """The atom a port reads: a variable of the scope or a literal, of its declared type."""
         self.at = port.source or node.source
-        aval = self.aval(port.type)
+        text = port.type
+        aval = self.avals.get(text) if type(text) is str else None
+        if aval is None:
+            aval = self.aval(text)
         if port.name is None:
             return jex.Literal(_literal(port.value, aval), aval)
         atom = env.get(port.name)
@@ -420,7 +423,10 @@ class _Builder:
             self.at = port.source or node.source
             if port.name is None:
                 raise MoxSerializationError(f"an output of <{node.tag}> has no variable name.")
-            aval = self.aval(port.type)
+            text = port.type
+            aval = self.avals.get(text) if type(text) is str else None
+            if aval is None:
+                aval = self.aval(text)
             if atom.aval is not aval and not same_type(atom.aval, aval):
                 raise MoxSerializationError(
                     f"<{node.tag}> output `{port.name}` is declared {port.type} but computes "
@@ -439,7 +445,7 @@ class _Builder:
         consts: list[Any],
     ) -> list[Atom]:
         attrs_key = node.attrs_key if node.attrs_key is not None else _freeze(node.attrs)
-        key = (node.tag, attrs_key, *(a.aval for a in ins))
+        key = (node.tag, attrs_key, *[a.aval for a in ins])
         traced = self.traced.get(key)
         if traced is None:
             params = dict(node.attrs)

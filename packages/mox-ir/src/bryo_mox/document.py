@@ -183,6 +183,19 @@ class AttrReader:
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}
+        self._attrs: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+
+    def attrs(self, items: list[tuple[str, str]]) -> dict[str, Any]:
+        """An element's attributes decoded: a new dict, the same values for equal texts
+        (decoded once when they are all immutable)."""
+        key = tuple(items)
+        hit = self._attrs.get(key)
+        if hit is not None:
+            return hit.copy()
+        attrs = {name: self(text) for name, text in items}
+        if all(text in self._cache for _, text in items):  # only immutable values are
+            self._attrs[key] = attrs.copy()
+        return attrs
 
     def __call__(self, text: str) -> Any:
         try:

@@ -180,6 +180,9 @@ def _element_bound(raw: bytes) -> int:
     return raw.count(b"<") - raw.count(b"</") - raw.count(b"<!") - raw.count(b"<?")
 
 
+_new_source = tuple.__new__
+
+
 class _Where(TypedDict):
     """Keyword arguments of an error raised at a byte offset (1-based)."""
 
@@ -207,7 +210,8 @@ class _Text:
 
     def source(self, element: etree._Element) -> Source:
         """Where an element is: its line; the column of its tag is found on errors."""
-        return Source(element.sourceline, None, None, element, self.column)
+        # (`tuple.__new__`: without the named tuple's Python-level `__new__`)
+        return _new_source(Source, (element.sourceline, None, None, element, self.column))
 
     def column(self, source: Source) -> Source:
         """`source` with the column of its element's tag: the n-th `<tag` on its line for
@@ -300,7 +304,7 @@ class _Reader:
         source = self.text.source(element)
         items = cast(list[tuple[str, str]], element.items())  # str: the text is parsed as UTF-8
         try:
-            attrs = {k: self.attr(v) for k, v in items}
+            attrs = self.attr.attrs(items)
         except MoxError as error:
             raise located(error, source) from None
         tag = element.tag
@@ -312,6 +316,11 @@ class _Reader:
 
     def port(self, element: etree._Element) -> Port:
         source = self.text.source(element)
+        items = element.items()
+        if len(items) == 1 and items[0][0] == "type":  # most ports: a type and a name
+            name = (element.text or "").strip()
+            if name:
+                return Port(name, cast(str, items[0][1]), None, None, source)
         type_ = element.get("type")
         if type_ is None:
             raise source.error(f"<{element.tag}> lacks its `type` attribute")

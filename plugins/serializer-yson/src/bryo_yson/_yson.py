@@ -183,11 +183,18 @@ class _ByPath:
         return self.reader.locate(source._replace(hint=offset))
 
 
+#: `Source(...)` without the named tuple's Python-level `__new__` (one per port).
+_new_source = tuple.__new__
+
+
 class _Builder:
     """Builds the document from the parsed YSON tree, iteratively."""
 
     def __init__(self, locate: Callable[[Source], Source]) -> None:
         self.locate = locate
+        #: decoded attrs by `attrs_key`, for attrs without `py`-tagged values (those may
+        #: be arrays, decoded and counted against the budget each time)
+        self.decoded: dict[str, dict[str, Any]] = {}
 
     def source(self, value: Any, path: str) -> Source:
         offset = value.offset if isinstance(value, Attributed) else 0
@@ -224,17 +231,23 @@ class _Builder:
         for kind in _PORT_KINDS:
             prefix = f"{base}/@{kind}"
             ports = self.items(attributes.pop(kind, []), prefix, source)
-            setattr(doc, kind, [self.port(p, f"{prefix}/{i}", tag, source) for i, p in ports])
+            setattr(doc, kind, [self.port(p, prefix, i, tag, source) for i, p in ports])
         consts = self.items(attributes.pop("consts", []), f"{base}/@consts", source)
         doc.consts = [self.const(c, f"{base}/@consts/{i}", source) for i, c in consts]
-        for key, value in attributes.items():
-            try:
-                doc.attrs[key] = _attr(value, 0)
-            except MoxError as error:
-                raise source.error(f"<{tag}> attribute `{key}`: {error}") from None
         # The attributes' repr tells their types apart (`True`/`1`/`1.0`, `-0.0`) and
         # leaves offsets out: equal keys mean equal attrs (the loader's trace cache key).
-        doc.attrs_key = repr(attributes)
+        doc.attrs_key = key = repr(attributes)
+        decoded = self.decoded.get(key)
+        if decoded is not None:
+            doc.attrs = decoded.copy()
+            return doc
+        for name, value in attributes.items():
+            try:
+                doc.attrs[name] = _attr(value, 0)
+            except MoxError as error:
+                raise source.error(f"<{tag}> attribute `{name}`: {error}") from None
+        if "Attributed(" not in key:  # no `py`-tagged value (a string may say so: no harm)
+            self.decoded[key] = doc.attrs.copy()
         return doc
 
     def items(self, value: Any, path: str, parent: Source) -> list[tuple[int, Any]]:
@@ -242,8 +255,11 @@ class _Builder:
             raise parent._replace(path=path).error("must be a list")
         return list(enumerate(value))
 
-    def port(self, value: Any, path: str, tag: str, parent: Source) -> Port:
-        source = Source(parent.line, parent.position, path, parent.hint, parent.resolve)
+    def port(self, value: Any, prefix: str, index: int, tag: str, parent: Source) -> Port:
+        path = f"{prefix}/{index}"
+        source = _new_source(
+            Source, (parent.line, parent.position, path, parent.hint, parent.resolve)
+        )
         if type(value) is dict:  # the common port: a named one, all strings
             type_, name, bind = value.get("type"), value.get("name"), value.get("bind")
             if type(type_) is str and type(name) is str and (bind is None or type(bind) is str):
