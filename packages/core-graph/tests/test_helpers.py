@@ -80,3 +80,14 @@ def test_iter_children_lists_graph_nodes_only():
     assert [k for k, _ in iter_children(model)] == ["items"]
     with pytest.raises(ValueError, match="takes a graph node"):
         list(iter_children(3))
+
+
+def test_iter_children_in_tree_mode_refuses_a_non_pytree_object():
+    class Opaque(Object, pytree=False):
+        def __init__(self):
+            self.x = 1
+
+    assert list(iter_children(Opaque())) == []  # graph mode walks it
+    with pytest.raises(ValueError, match="'iter_children' with graph=False on a 'Opaque'"):
+        list(iter_children(Opaque(), graph=False))
+    assert [k for k, _ in iter_children(Pair(), graph=False)] == ["items"]

@@ -19,9 +19,11 @@ from bryo_filters import Filter
 from bryo_pytree import Key, Path, path_str
 
 from ._graph import clone, merge, split, state
+from ._modes import graph_mode
 from ._nodes import node_types
 from ._object import Object, checks_after_init
 from ._state import State
+from ._tree_mode import check_pytree
 from ._variables import Variable
 
 A = TypeVar("A")
@@ -128,9 +130,11 @@ def iter_children(node: object, /, *, graph: bool | None = None) -> Iterator[tup
     listed.
 
     Raises:
-        ValueError: `node` is not a graph node.
+        ValueError: `node` is not a graph node; in tree mode (`graph=False`), an Object of
+            a `pytree=False` class.
     """
-    del graph  # the direct children are the same in graph and tree mode
+    if not graph_mode(graph):  # the same children, but tree mode walks only pytrees
+        check_pytree(node, (), "iter_children")
     registry = node_types()
     node_type = registry.lookup(type(node))
     if node_type is None:

@@ -21,7 +21,7 @@ from bryo_pytree import Path, keypath_to_path, path_str
 from ._compat import is_ref
 from ._cycles import CycleFound, check_acyclic
 from ._errors import GraphError
-from ._nodes import node_type_of
+from ._nodes import node_type_of, pytree_flatten
 from ._state import State, group_flat
 from ._variables import Variable, VariableMeta
 
@@ -127,14 +127,26 @@ def _check_leaf(
             advice = _advice(fn_name, transform=transform)
             raise _found_twice(f"Duplicate {leaf!r}", first, path, _SHARED, advice)
         return
-    node_type = node_type_of(leaf)
-    if node_type is not None and node_type.mutable:
+    check_pytree(leaf, path, fn_name, transform=transform)
+
+
+def check_pytree(node: object, path: Path, fn_name: str, *, transform: bool = False) -> None:
+    """Raise Flax's error if `node` is a mutable graph node JAX sees as a leaf (an Object
+    of a `pytree=False` class), which tree mode cannot walk; `path` is where it was met."""
+    node_type = node_type_of(node)
+    if node_type is not None and node_type.mutable and is_jax_leaf(node):
         raise ValueError(
-            f"Cannot use '{fn_name}' with graph=False on a '{type(leaf).__name__}' instance "
+            f"Cannot use '{fn_name}' with graph=False on a '{type(node).__name__}' instance "
             f"that has pytree=False. Found at path: {path_str(path)}. Pytree subclasses with "
             "pytree=False are not registered as JAX pytrees and cannot be used in tree mode. "
             + _advice(fn_name, transform=transform)
         )
+
+
+def is_jax_leaf(value: object) -> bool:
+    """Whether JAX flattens `value` to itself (it is not a registered pytree node)."""
+    treedef = pytree_flatten(value)[1]  # one level down only
+    return treedef.num_nodes == 1 and treedef.num_leaves == 1
 
 
 def check_tree(node: object, /, *, name: str) -> None:
