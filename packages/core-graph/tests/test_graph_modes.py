@@ -134,6 +134,17 @@ def test_bare_variables_and_arrays_are_graphs():
         update(v, Param(1), Param(2))
 
 
+@pytest.mark.parametrize("graph", [True, False])
+def test_a_bare_leaf_split_with_filters_is_its_own_state(graph):
+    x = jnp.array(1.0)
+    graphdef_, matched, rest = split(x, jax.Array, ..., graph=graph)
+    assert matched is x and isinstance(rest, State) and not rest
+    assert merge(graphdef_, matched, rest) is x
+    v = Param(jnp.ones(2))
+    graphdef_, params, rest = split(v, Param, ..., graph=graph)
+    assert params is v and merge(graphdef_, params, rest) is v
+
+
 def test_static_attributes_are_kept_whole_and_keep_the_cache():
     model = MLP()
     entry = graphdef(model).root.child("layers").child(0).child("sizes")

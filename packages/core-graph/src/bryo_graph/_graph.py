@@ -688,7 +688,10 @@ def split(node: object, /, *filters: Filter, graph: bool | None = None) -> tuple
     flat = flat_graph(node)
     if not filters:
         return flat.graphdef, _own_state(flat, flat.flat_state())
-    return (flat.graphdef, *flat.grouped(filters, require_all=True))
+    groups = flat.grouped(filters, require_all=True)
+    if type(flat.graphdef.root) is not NodeEntry:  # a bare Variable or array: itself
+        groups = tuple(_own_state(flat, group._flat) for group in groups)
+    return (flat.graphdef, *groups)
 
 
 def state(node: object, /, *filters: Filter, graph: bool | None = None) -> _Any:
@@ -740,9 +743,13 @@ def merge(
         return merge(graphdef, *parts, copy=copy)
     if state is _NO_STATE:
         raise TypeError(
-            "`merge` takes a GraphDef and the States `split` returned (or only GraphStates "
-            "from `unpack`); got a GraphDef and no State."
+            "merge() missing 1 required positional argument: 'state'. `merge` takes a "
+            "GraphDef and the States `split` returned (or only GraphStates from `unpack`); "
+            "got a GraphDef and no State."
         )
+    if states and any(not isinstance(each, Mapping) for each in (state, *states)):
+        # a bare Variable or array split with filters: its empty States go
+        state, *states = [s for s in (state, *states) if not (isinstance(s, Mapping) and not s)]
     if isinstance(graphdef, TreeDef):
         return tree_merge(graphdef, (state, *states), copy=copy)
     if not isinstance(graphdef, GraphDef):

@@ -167,7 +167,10 @@ def tree_split(node: object, filters: tuple[Filter, ...]) -> tuple[Any, ...]:
     treedef, flat = tree_flatten(node, "split")
     if not filters:
         return treedef, _state_of(flat)
-    return (treedef, *group_flat(flat, filters, require_all=True))
+    groups = group_flat(flat, filters, require_all=True)
+    if () in flat:  # a bare Variable or array: itself
+        groups = tuple(_state_of(group._flat) for group in groups)
+    return (treedef, *groups)
 
 
 def tree_state(node: object, filters: tuple[Filter, ...]) -> Any:
