@@ -122,9 +122,11 @@ def test_the_callers_variables_are_never_written():
 class SetupStats(nn.Module):
     def setup(self):
         self.norm = nn.BatchNorm(use_running_average=False)
+        self.shift = self.param("shift", nn.initializers.zeros, (4,))  # kept: runs on a copy
 
     def __call__(self, xs):
-        return self.norm(xs)
+        y = self.norm(xs)
+        return y + jnp.broadcast_to(self.shift, y.shape)
 
 
 @pytest.mark.parametrize(
@@ -136,16 +138,14 @@ class SetupStats(nn.Module):
     ids=["bypasses-flax", "no-method"],
 )
 def test_a_setup_module_whose_method_cannot_be_rerun_is_named(monkeypatch, method, why):
-    """A module with a `setup` runs again on a copy: a method run without Flax's wrapper
+    """A module whose `setup` keeps arrays runs again on a copy: a method run without Flax's wrapper
     (a custom wrapper in its place) never reaches the interceptor again, and a Flax that
     passes no method gives nothing to re-run: MoX refuses the call instead of recording a
     wrong node."""
     import bryo_flax._linen as linen
 
     monkeypatch.setattr(linen, "unwrapped_method", method)
-    stats = nn.BatchNorm(use_running_average=False).init(jax.random.key(0), X)
-    variables = {name: {"norm": collection} for name, collection in stats.items()}
-    bound = SetupStats().bind(variables, mutable=["batch_stats"])
+    bound = SetupStats().bind(SetupStats().init(jax.random.key(0), X), mutable=["batch_stats"])
     before = jax.tree.map(np.asarray, bound.variables["batch_stats"])
     with pytest.raises(yax.MoxError) as raised:
         yax.make_mox(lambda x: bound(x))(X)

@@ -164,6 +164,34 @@ def test_setup_modules_methods_and_shared_calls():
     assert yax.query("/mox/module_call", via_method)[0].attrs["method"] == "encode"
 
 
+class SetupNet(nn.Module):
+    """`setup` keeps only submodules: their variables are read through their scopes."""
+
+    def setup(self):
+        self.blocks = [Encoder(), Encoder()]
+        self.head = nn.Dense(3)
+
+    def __call__(self, xs):
+        for block in self.blocks:
+            xs = block(xs)
+        return self.head(xs)
+
+
+def test_modules_whose_setup_keeps_submodules():
+    model = SetupNet()
+    variables, mox = trace(model, X)
+    assert calls(mox, "/mox/module_call/module_call") == [
+        ("Encoder", "blocks_0"),
+        ("Encoder", "blocks_1"),
+        ("Dense", "head"),
+    ]
+    (root,) = mox.nodes
+    assert root.n_state == len(jax.tree.leaves(variables))  # every variable, once
+    (block,) = yax.query('//module_call[@name="blocks_1"][not(@method)]', mox)
+    assert block.n_state == 3  # dense's bias and kernel, scale
+    assert_tree_close(yax.eval_mox(mox, variables, X), model.apply(variables, X))
+
+
 class Block(nn.Module):
     @nn.compact
     def __call__(self, carry, _):

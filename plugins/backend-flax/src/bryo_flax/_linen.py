@@ -18,10 +18,11 @@ its own, so the in-place writes never touch the caller's variables. Mutable coll
 come back as new state; rng counters travel in the state as static values, so `pure`
 leaves the scope as it found it and `write_back` alone publishes a call's effects.
 
-A module with a `setup` of its own may keep values read there (`self.scale =
-self.param(...)`), which a call made in place would use instead of the state `pure` is
-given. Such a module runs as Flax's lifted transforms run it: on a copy bound to a new
-scope holding the given state, where `setup` runs again.
+A module whose `setup` kept arrays (`self.scale = self.param(...)`) would use them, in
+place, instead of the state `pure` is given. Such a module runs as Flax's lifted
+transforms run it: on a copy bound to a new scope holding the given state, where `setup`
+runs again. (Submodules and `Variable`s kept by `setup` read through their scopes: a
+module keeping only those runs in place.)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import flax.linen as nn
+import jax
 
 from ._compat import (
     InterceptorContext,
@@ -256,7 +258,7 @@ class _LinenCall:
         self.path = "/".join(scope.path)
         self.info = module_info(module, self.path, attributes(module, context.method_name))
         self.method: Callable[..., Any] | None = None
-        if _has_setup(type(module)):
+        if _has_setup(type(module)) and _keeps_arrays(module):
             self.method = unwrapped_method(context)
             if self.method is None:
                 raise MoxError(self._not_intercepted("Flax passed no method to re-run"))
@@ -357,6 +359,14 @@ class _LinenCall:
 def _has_setup(cls: type[nn.Module]) -> bool:
     """Whether a Linen module class (or a base other than `nn.Module`) defines `setup`."""
     return any("setup" in vars(base) for base in cls.__mro__ if base is not nn.Module)
+
+
+def _keeps_arrays(module: nn.Module) -> bool:
+    """Whether the module holds arrays in its attributes (kept by `setup`, or given as
+    fields): a call in place would not see the state `pure` is given through them."""
+    values = object.__getattribute__(module, "__dict__")
+    kept = [v for k, v in values.items() if k[:1] != "_" and k not in ("scope", "parent")]
+    return any(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(kept))
 
 
 def _describe(module: nn.Module) -> str:
