@@ -99,22 +99,28 @@ def register_data_type(cls: T, /) -> T:
 def is_data(value: object, /) -> bool:
     """Whether `value` is data by its type: an array, a Variable, a graph node (a module,
     an `Rngs`, a `List`, ...), or a registered data type."""
-    cls = type(value)
-    registry = node_types()
     memo = _is_data_type.get()
     try:
-        return memo[cls]
+        return memo[type(value)]
     except KeyError:
         pass
-    node_type = registry.lookup(cls)
+    cls = type(value)
+    node_type = node_types().lookup(cls)
     found = (
         issubclass(cls, Variable)
         or isinstance(value, jax.Array | np.ndarray)
         or cls in _registered
         or (node_type is not None and node_type.type not in _CONTAINERS)
     )
-    memo[cls] = found
+    _is_data_type.get()[cls] = found  # (the lookup may have loaded plugins: a new epoch)
     return found
+
+
+def data_types() -> dict[type, bool]:
+    """`type -> is_data` for the types `is_data` met under the current plugins: a loop
+    over many values reads it once and calls `is_data` for types it lacks (then reads it
+    again: a plugin loaded on the way starts a new one)."""
+    return _is_data_type.get()
 
 
 def has_data(value: object, /) -> list[object]:

@@ -31,7 +31,7 @@ from jax.tree_util import DictKey, GetAttrKey, SequenceKey, register_pytree_with
 from bryo_pytree import Key, safe_equal
 
 from ._fields import ATOMIC as _ATOMIC
-from ._fields import check_static, class_statuses, is_data, unmark
+from ._fields import check_static, class_statuses, data_types, is_data, unmark
 from ._nodes import Children, NodeType, dict_flatten
 from ._tracking import TREEDEF, WATCHES, changed_in
 
@@ -264,11 +264,17 @@ def _partition(
     status, else its value (`is_data`)."""
     statuses = namespace.get(_STATUSES) or _UNDECLARED
     data_keys, static_keys, static_values = [], [], []
+    known = data_types()
     for k, value in items:
         status = statuses.get(k)
         if status is None:
             status = declared.get(k)
-        if status if status is not None else is_data(value):
+        if status is None:
+            status = known.get(type(value))
+            if status is None:
+                status = is_data(value)
+                known = data_types()
+        if status:
             data_keys.append(k)
         else:
             static_keys.append(k)
