@@ -246,6 +246,17 @@ def test_leaves_of_refuses_nodes_sharing_with_an_earlier_part():
     assert _own_leaves(flat, model.layers[1]) == [model.layers[1].w]
 
 
+def test_node_spans_hold_every_mutable_node_with_its_leaves_of():
+    model = Model()
+    model.head = model.layers[0]
+    flat = flat_graph(model)
+    spans = flat.node_spans()
+    assert spans is flat.node_spans()
+    assert {id(node) for _, node in flat.nodes} == set(spans)
+    for _, node in flat.nodes:
+        assert spans[id(node)] == (node, flat.leaves_of(node))
+
+
 def test_leaves_of_a_node_outside_the_graph_or_a_leaf_is_none():
     model = Model()
     flat = flat_graph(model)

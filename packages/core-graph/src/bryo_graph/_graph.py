@@ -275,11 +275,17 @@ class FlatGraph:
         that look at many nested nodes of one model read them from the root's flattening
         instead of flattening each node (`make_mox` does, per module call).
         """
+        found = self.node_spans().get(id(node))
+        return found[1] if found is not None and found[0] is node else None
+
+    def node_spans(self) -> dict[int, tuple[object, range | None]]:
+        """`id(node) -> (node, leaves_of(node))` for every mutable node of this graph, made
+        on first use and shared (never mutate it): what a tool needs to answer `leaves_of`
+        after dropping this flattening (its GraphDef)."""
         spans = self._spans
         if spans is None:
             spans = self._spans = _node_spans(self.graphdef.root, dict(self.nodes))
-        found = spans.get(id(node))
-        return found[1] if found is not None and found[0] is node else None
+        return spans
 
     def flat_state(self) -> dict[Path, object]:
         return {

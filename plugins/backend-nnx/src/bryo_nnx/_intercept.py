@@ -59,8 +59,7 @@ class _Flattening(NamedTuple):
 
     @classmethod
     def of(cls, flat: FlatGraph, watch: _Watch) -> _Flattening:
-        spans = {id(node): (node, flat.leaves_of(node)) for _, node in flat.nodes}
-        return cls(watch, flat.sources, spans)
+        return cls(watch, flat.sources, flat.node_spans())
 
     def leaves_of(self, module: object) -> range | None:
         found = self.spans.get(id(module))
