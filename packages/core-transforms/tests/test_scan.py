@@ -319,6 +319,14 @@ def test_carried_variables_keep_their_structure() -> None:
     for modes in ({}, {"graph_updates": False}):
         with pytest.raises(TransformError, match=r"removed the carried Param `args\[0\]` at b"):
             scan(delete, **modes, **axes)(pair, xs)
+    with pytest.raises(
+        TransformError, match=r"Carry references must be the same.*at carry, a Pair"
+    ):
+        scan(lambda p, x: (Pair(), x), **axes)(pair, xs)
+    with pytest.raises(TransformError, match=r"scan Variable identity must be preserved.*at carry"):
+        scan(lambda w, x: (Param(w.value + x), x), graph_updates=False, **axes)(pair.w, xs)
+    with pytest.raises(ValueError, match=r"Duplicate Param[\s\S]*`scan` with graph_updates"):
+        scan(lambda w, x: (w, w), graph_updates=False, **axes)(pair.w, xs)  # w is stacked
     assert float(pair.w.value) == 1.0 and float(pair.b.value) == 2.0  # left unchanged
 
 

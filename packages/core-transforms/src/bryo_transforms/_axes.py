@@ -226,9 +226,16 @@ def leaf_axes(plan: CallPlan, root_specs: list, name: str = "in_axes") -> list:
     return axes
 
 
-def check_consistent_aliasing(plan: CallPlan, root_specs: list, name: str = "in_axes") -> None:
+def check_consistent_aliasing(
+    plan: CallPlan,
+    root_specs: list,
+    name: str = "in_axes",
+    resolve: Callable[[object, Path, Variable], object] | None = None,
+) -> None:
     """Raise if a Variable reached through several graph roots gets different axes from
-    their specs (`vmap(in_axes=(0, 1))(m, m)`): one Variable has one axis."""
+    their specs (`vmap(in_axes=(0, 1))(m, m)`): one Variable has one axis. `resolve(spec,
+    path, variable)` gives a Variable's axis from its root's spec (default: a StateAxes
+    resolved, any other spec as it is)."""
     roots = plan.roots
     if len(roots) < 2:
         return
@@ -246,7 +253,10 @@ def check_consistent_aliasing(plan: CallPlan, root_specs: list, name: str = "in_
                 if s.variable is not None
             ]
         for path, variable in entries:
-            axis = spec.axis_of(path, variable) if isinstance(spec, StateAxes) else spec
+            if resolve is not None:
+                axis = resolve(spec, path, variable)
+            else:
+                axis = spec.axis_of(path, variable) if isinstance(spec, StateAxes) else spec
             place = "/".join(map(str, (where, *path)))
             reached.setdefault(id(variable), []).append((place, axis))
             kinds[id(variable)] = type(variable).__name__

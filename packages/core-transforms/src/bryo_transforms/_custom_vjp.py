@@ -111,7 +111,7 @@ class _SimpleRules:
     ) -> None:
         self.inputs = inputs
         self.jax_fn: Any = jax.custom_vjp(inputs.with_updates(fun), nondiff_argnums=nondiff_argnums)
-        pure_fwd = inputs.with_updates(rules.fwd)
+        pure_fwd = inputs.with_updates(rules.fwd, output=_primal_output)
         n_nondiff = len(nondiff_argnums)
         bwd = rules.bwd
         pass_updates = _takes_updates_g(bwd)
@@ -142,6 +142,11 @@ class _SimpleRules:
         out, values, changed = self.jax_fn(*args)
         write_back(variables, values, changed)
         return out
+
+
+def _primal_output(fwd_result: tuple) -> object:
+    """The output of `fwd`'s `(output, residual)` (the residual may hold the arguments)."""
+    return fwd_result[0]
 
 
 def _tangents(result: object) -> tuple:

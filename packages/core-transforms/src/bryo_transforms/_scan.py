@@ -49,7 +49,7 @@ from ._layout import ArgLayout, is_graph_leaf, scan_args
 from ._options import positional, refuse_bound_method
 from ._plan import CallPlan, PairPath, PlanCache
 from ._rebuild import Inner, rebuild
-from ._simple import graph_updates_on, tree_mode
+from ._simple import check_no_aliases, graph_updates_on, tree_mode, variables_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -356,7 +356,7 @@ class _Scan:
         old = state_leaf(self.plan, k)
         if self.simple:
             raise TransformError(
-                f"`scan` Variable identity must be preserved across iterations: the scanned "
+                f"scan Variable identity must be preserved across iterations: the scanned "
                 f"function replaced the carried {type(old).__name__} {where} with a new "
                 f"{type(leaf).__name__}. With graph_updates=False (or graph=False) set its "
                 "value instead (`module.w.value = ...`)."
@@ -425,6 +425,8 @@ class _Scan:
                 arrays[i] = value
             args, kwargs, inner = rebuild(sig, leaves, arrays)
             carry_out, ys, _ = _split_output(self.f(*args, **kwargs), self.position, self.out_axes)
+            if self.simple and variables_of(ys):  # outputs are stacked: no argument's Variable
+                check_no_aliases("scan", {"args": (args, kwargs), "out": ys}, only="out")
             grouping.replaced = []
             groups, _, out_plan = collect(inner, ys, grouping)
             for update in out_plan.set_consts:
@@ -493,23 +495,37 @@ class _Scan:
             return []
         carry_in = args[self.carry_arg]
         in_leaves, in_def = jax.tree_util.tree_flatten(carry_in, is_leaf=is_graph_leaf)
-        out_leaves, out_def = jax.tree_util.tree_flatten(carry_out, is_leaf=is_graph_leaf)
+        out_with_paths, out_def = jax.tree_util.tree_flatten_with_path(
+            carry_out, is_leaf=is_graph_leaf
+        )
         if in_def != out_def:
             raise TransformError(
                 f"`scan`: the carry must keep its structure from step to step; it came in as "
                 f"{in_def} and went out as {out_def}."
             )
         arrays = []
-        for a, b in zip(in_leaves, out_leaves, strict=False):
+        for a, (keypath, b) in zip(in_leaves, out_with_paths, strict=False):
             if is_graph_leaf(a):
                 if a is not b:
-                    raise TransformError(
-                        "`scan`: the carry must hold the same graph nodes it came in with; "
-                        f"a {type(a).__name__} was replaced by {type(b).__name__}."
-                    )
+                    raise self._replaced_carry(a, b, "carry" + jax.tree_util.keystr(keypath))
             elif is_array_like(a):
                 arrays.append(b)
         return arrays
+
+    def _replaced_carry(self, before: object, after: object, where: str) -> TransformError:
+        """The error for a carry returning another graph node (or Variable) than it got;
+        worded as Flax NNX words it in each mode."""
+        kinds = f"a {type(before).__name__} came in and a new {type(after).__name__} went out"
+        if self.simple:
+            return TransformError(
+                f"scan Variable identity must be preserved across iterations: at {where}, "
+                f"{kinds}. Return the carry's own objects and change their values in place."
+            )
+        return TransformError(
+            f"Carry references must be the same between iterations: at {where}, {kinds}. "
+            "Return the carry's own objects and change them in place (`scan` writes their "
+            "new state back)."
+        )
 
     def _carry_result(self, carry_arrays: list) -> object:
         layout = self._carry_layout()

@@ -193,7 +193,9 @@ def shard_map(
     def sharded(*args: Any, **kwargs: Any) -> Any:
         key, roots, arrays = scan_args(args, kwargs)
         plan = cache.plan(key, roots)
-        options = LeafOptions.of(plan, args, kwargs, in_specs, lambda _: False, frozenset())
+        options = LeafOptions.of(
+            plan, args, kwargs, in_specs, lambda _: False, frozenset(), "in_specs"
+        )
         var_specs = iter(options.var_shardings)
         raw_specs = iter(options.raw_shardings)
         leaf_specs = [next(raw_specs if m is None else var_specs) for m in plan.sig.metas]

@@ -20,6 +20,7 @@ from bryo_filters import Filter, to_predicate
 from bryo_graph import Variable
 from bryo_pytree import Path, broadcast_prefix, keypath_to_path
 
+from ._axes import check_consistent_aliasing
 from ._layout import ARRAY, ROOT, StaticLayout, TreeLayout, is_graph_leaf
 from ._plan import CallPlan
 
@@ -105,9 +106,12 @@ class LeafOptions(NamedTuple):
         in_shardings: object,
         donated: Callable[[int | str], bool],
         static: frozenset[int | str],
+        name: str = "in_shardings",
     ) -> LeafOptions:
         """The per-leaf options of a call on `args`/`kwargs` (its `plan`); `static`
-        holds the static positions, which `in_shardings` skips as in `jax.jit`."""
+        holds the static positions, which `in_shardings` skips as in `jax.jit`. A
+        Variable shared by several arguments must get one sharding (`name`: the
+        option's name, for the error)."""
         sig = plan.sig
         root_specs: list = []
         array_specs: list = []
@@ -133,6 +137,8 @@ class LeafOptions(NamedTuple):
                 elif kind is ROOT:
                     root_specs.append(leaf_spec)
                     root_donated.append(donated(argument))
+        if in_shardings is not None:
+            check_consistent_aliasing(plan, root_specs, name, _sharding_of)
         var_sh, raw_sh, donated_leaves = [], [], set()
         for k, (path, meta, source) in enumerate(
             zip(sig.paths, sig.metas, plan.sources, strict=True)
@@ -147,6 +153,10 @@ class LeafOptions(NamedTuple):
                 donated_leaves.add(k)
         donated_arrays = frozenset(i for i, d in enumerate(array_donated) if d)
         return cls(var_sh, raw_sh, array_specs, frozenset(donated_leaves), donated_arrays)
+
+
+def _sharding_of(spec: object, path: Path, variable: Variable) -> object:
+    return spec.for_leaf(path, variable) if isinstance(spec, StateSharding) else spec
 
 
 def _per_argument(spec: object, n_args: int) -> tuple:

@@ -59,10 +59,14 @@ def variables_of(tree: object) -> list[Variable]:
     return [leaf for leaf in jax.tree.leaves(tree, is_leaf=is_variable) if is_variable(leaf)]
 
 
-def check_no_aliases(name: str, groups: dict[str, object], *, tree: bool = False) -> None:
+def check_no_aliases(
+    name: str, groups: dict[str, object], *, tree: bool = False, only: str | None = None
+) -> None:
     """Raise if a Variable is reached twice in `groups` (`{'args': ..., 'out': ...}`),
     naming both paths: simple mode (`graph_updates=False`) has no shared references. With
-    `tree`, also the other tree-mode errors (cycles, `pytree=False` objects)."""
+    `only`, only a second place in that group counts (the arguments may share Variables
+    in graph mode, the output may not hold them). With `tree`, also the other tree-mode
+    errors (cycles, `pytree=False` objects)."""
     seen: dict[int, str] = {}
     for label, tree_ in groups.items():
         for keypath, leaf in jax.tree_util.tree_leaves_with_path(tree_, is_leaf=is_variable):
@@ -70,7 +74,7 @@ def check_no_aliases(name: str, groups: dict[str, object], *, tree: bool = False
                 continue
             where = label + jax.tree_util.keystr(keypath)
             first = seen.setdefault(id(leaf), where)
-            if first != where:
+            if first != where and (only is None or label == only):
                 raise ValueError(
                     f"Duplicate {type(leaf).__name__}\nfound at paths:\n\n  - {first}\n"
                     f"  - {where}\n\n`{name}` with graph_updates=False (or graph=False) "
@@ -247,15 +251,27 @@ class Inputs:
     def _static_positions(self, n: int) -> set[int]:
         return {i % n if n and i < 0 else i for i in self.static_argnums}
 
-    def with_updates(self, f: Callable, split_aux: bool = False, every: bool = False) -> Pure:
+    def with_updates(
+        self,
+        f: Callable,
+        split_aux: bool = False,
+        every: bool = False,
+        output: Callable[[Any], object] = _same,
+    ) -> Pure:
         """`f` returning also the new values of the Variables it changed (of all its
-        Variables with `every`), and which changed."""
+        Variables with `every`), and which changed. `output(result)` is the part of its
+        result that may hold none of the arguments' Variables (custom_vjp's `fwd`: not
+        the residual)."""
 
         def pure(*args: Any, **kwargs: Any) -> tuple:
             args, kwargs = self.inside(args, kwargs)
             inner = variables_of(scan(*self.dynamic(args, kwargs), self.first))
             before = [v.raw_value for v in inner]
             out = f(*args, **kwargs)
+            returned = output(out)
+            if variables_of(returned):  # the output holds none of the arguments' Variables
+                groups = {"args": args, "kwargs": kwargs, "out": returned}
+                check_no_aliases(self.name, groups, only="out")
             changed = tuple(v.raw_value is not b for v, b in zip(inner, before, strict=True))
             values = [v.raw_value for v, c in zip(inner, changed, strict=True) if c or every]
             if split_aux:  # grad: (loss, aux) -> loss, (aux, updates)
@@ -315,8 +331,14 @@ def simple_jit(
         **jit_kwargs,
     )
 
+    in_shardings = jit_kwargs.get("in_shardings")
+
     def prepare(args: tuple, kwargs: dict) -> Prepared:
         variables = inputs.variables(args, kwargs)
+        if in_shardings is not None and not inputs.tree and _repeats(variables):
+            static = inputs._static_positions(len(args))
+            kept = tuple(a for i, a in enumerate(args) if i not in static)
+            _variable_axes(in_shardings, kept, {}, "in_shardings")  # one sharding per Variable
         args, kwargs = inputs.shared(args, kwargs, variables)
 
         def finish(result: tuple) -> Any:
@@ -354,19 +376,22 @@ def simple_vmap(
     return call
 
 
-def _variable_axes(in_axes: object, args: tuple, kwargs: dict) -> list[object]:
-    """The mapped axis of each Variable of the call, from `in_axes` (kwargs: axis 0)."""
+def _variable_axes(
+    in_axes: object, args: tuple, kwargs: dict, name: str = "in_axes"
+) -> list[object]:
+    """The mapped axis of each Variable of the call, from `in_axes` (kwargs: axis 0);
+    a Variable reached at several places must get one axis (`name`: the option's name)."""
     prefix = in_axes if isinstance(in_axes, tuple | list) else (in_axes,) * len(args)
     if len(prefix) != len(args):
         raise ValueError(
-            f"`in_axes` has {len(prefix)} entries for {len(args)} positional arguments; "
+            f"`{name}` has {len(prefix)} entries for {len(args)} positional arguments; "
             "give one axis (or prefix) per argument."
         )
     axes: list[object] = []
     reached: dict[int, list[tuple[str, object]]] = {}
     kinds: dict[int, str] = {}
     for i, (axis, arg) in enumerate(zip(prefix, args, strict=True)):
-        full = broadcast_prefix(axis, arg, is_leaf=is_variable, name="in_axes")
+        full = broadcast_prefix(axis, arg, is_leaf=is_variable, name=name)
         leaves = jax.tree_util.tree_structure(arg, is_leaf=is_variable).flatten_up_to(full)
         flat_args = jax.tree_util.tree_leaves_with_path(arg, is_leaf=is_variable)
         for ax, (keypath, leaf) in zip(leaves, flat_args, strict=True):
@@ -375,7 +400,7 @@ def _variable_axes(in_axes: object, args: tuple, kwargs: dict) -> list[object]:
                 place = f"{i}{jax.tree_util.keystr(keypath)}"
                 reached.setdefault(id(leaf), []).append((place, ax))
                 kinds[id(leaf)] = type(leaf).__name__
-    raise_inconsistent_aliasing(reached, kinds, "in_axes")
+    raise_inconsistent_aliasing(reached, kinds, name)
     axes += [0] * len(variables_of(kwargs))
     return axes
 
