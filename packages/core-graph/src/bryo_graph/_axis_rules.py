@@ -106,7 +106,7 @@ def _check_axes(axes: object, where: str) -> tuple[LogicalAxis, ...]:
             f"the `sharding` metadata of {where} must be a tuple with one entry per dimension "
             f"of its value, each a logical axis name, a tuple of names, or None; got {axes!r}."
         )
-    return tuple(entries)  # type: ignore[arg-type]
+    return tuple(entries)  # type: ignore[arg-type]  # checked above
 
 
 def variable_axes(variable: Variable, where: str) -> tuple[LogicalAxis, ...] | None:

@@ -24,8 +24,8 @@ from ._nodes import NodeType
 from ._variables import NO_METADATA, Variable
 
 _new = object.__new__
-_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
-_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]
+_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]  # a slot's descriptor
+_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 
 
 def variable_of(leaf: object, variable_type: type[Variable]) -> Variable:
@@ -137,7 +137,7 @@ def _bare_leaf(root: Entry, leaves: Sequence[object]) -> object:
         return variable_of(leaves[0], root.type)
     if type(root) is LeafEntry:
         return leaf_value(leaves[0])
-    return unwrap_hashable(root.value)  # type: ignore[union-attr]
+    return unwrap_hashable(root.value)  # type: ignore[union-attr]  # a StaticEntry root
 
 
 def _path(stack: list[_Frame], key: Key | None = None) -> Path:
@@ -169,12 +169,12 @@ def _close(frame: _Frame, built: dict[int, object]) -> object:
     node = frame.node
     if node is None:
         entry = frame.entry
-        node = node_type.unflatten(entry.type, entry.aux, items)  # type: ignore[misc]
+        node = node_type.unflatten(entry.type, entry.aux, items)  # type: ignore[misc]  # immutable: has unflatten
         built[entry.index] = node
     elif node_type.init_items is not None:
         node_type.init_items(node, items)
     else:
         init_key = node_type.init_key or node_type.set_key
         for key, child in items:
-            init_key(node, key, child)  # type: ignore[misc]
+            init_key(node, key, child)  # type: ignore[misc]  # mutable: has one of them
     return node

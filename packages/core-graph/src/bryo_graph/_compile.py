@@ -22,8 +22,8 @@ from ._object import object_create, object_init_items
 from ._variables import NO_METADATA, Variable
 
 _new = object.__new__
-_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
-_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]
+_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]  # a slot's descriptor
+_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 
 
 class _Compiler:

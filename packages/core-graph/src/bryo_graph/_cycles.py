@@ -99,7 +99,7 @@ def _untracked_children(value: object) -> Children | None:
     if type(value) in ATOMIC or isinstance(value, _LEAVES):
         return None
     if type(value) in (tuple, list):
-        return enumerate(value)  # type: ignore[arg-type]
+        return enumerate(value)  # type: ignore[arg-type]  # a tuple or list (checked)
     if type(value) is dict:
         return iter(value.items())
     children, treedef = pytree_flatten(value)
@@ -133,7 +133,7 @@ def check_acyclic(node: object) -> None:
                 if root is not None:
                     root.proofs.append(proof)
                 return
-            children: Children = iter(data_items(value))  # type: ignore[arg-type]
+            children: Children = iter(data_items(value))  # type: ignore[arg-type]  # a tracked node (checked above)
             if root is None:
                 root = _Root(value)
             else:

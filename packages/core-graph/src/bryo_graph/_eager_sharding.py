@@ -120,7 +120,7 @@ def axis_rules_for(metadata: Mapping[str, object], where: str) -> dict[str, Any]
     """The rules mapping a Variable's sharding names: the current `logical_axis_rules`
     with its own `sharding_rules` metadata on top (an entry they disagree on is an error)."""
     rules = dict(_RULES.rules)
-    for name, target in metadata.get("sharding_rules") or ():  # type: ignore[attr-defined]
+    for name, target in metadata.get("sharding_rules") or ():  # type: ignore[attr-defined]  # (name, target) pairs
         if name in rules and rules[name] != target:
             raise ValueError(
                 f"{where}: its `sharding_rules` map {name!r} to {target!r} but the current "

@@ -107,9 +107,9 @@ def entries_equal(a: Entry, b: Entry) -> bool:
         if type(x) is not type(y) or len(x) != len(y):
             return False
         if type(x) is NodeEntry:
-            if x[:3] != y[:3] or len(x.children) != len(y.children):  # type: ignore[union-attr]
+            if x[:3] != y[:3] or len(x.children) != len(y.children):  # type: ignore[union-attr]  # y has the type of x
                 return False
-            for (kx, cx), (ky, cy) in zip(x.children, y.children, strict=True):  # type: ignore[union-attr]
+            for (kx, cx), (ky, cy) in zip(x.children, y.children, strict=True):  # type: ignore[union-attr]  # y: as x
                 if kx != ky:
                     return False
                 stack.append((cx, cy))
@@ -152,4 +152,4 @@ def _render_leaf(entry: Entry) -> str:
         return f"{entry.type.__name__}#{entry.index}"
     if isinstance(entry, LeafEntry):  # raw in States unless its node type names a Variable
         return "<leaf>" if entry.type is Variable else f"<array as {entry.type.__name__}>"
-    return repr(entry.value)  # type: ignore[union-attr]
+    return repr(entry.value)  # type: ignore[union-attr]  # a StaticEntry (render takes NodeEntry)

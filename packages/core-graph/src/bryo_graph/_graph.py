@@ -341,18 +341,17 @@ def _node_spans(root: Entry, nodes: dict[Path, object]) -> dict[int, tuple[objec
                 spans[id(node)] = (node, range(start, position) if contained else None)
             continue
         entry, path = item
-        cls = type(entry)
-        if cls is VariableEntry or cls is LeafEntry:
+        if type(entry) is VariableEntry or type(entry) is LeafEntry:
             position += 1
-        elif cls is RefEntry:
+        elif type(entry) is RefEntry:
             for frame in reversed(open_nodes):  # indices grow inwards
                 if frame[0] <= entry.index:
                     break
                 frame[3] = False
-        elif cls is NodeEntry:
+        elif type(entry) is NodeEntry:
             open_nodes.append([entry.index, path, position, True])
             stack.append(None)
-            stack.extend((child, (*path, key)) for key, child in reversed(entry.children))  # type: ignore[union-attr]
+            stack.extend((child, (*path, key)) for key, child in reversed(entry.children))
     return spans
 
 
@@ -583,7 +582,7 @@ def _remember(
         while len(_table) >= _TABLE_SIZE:
             oldest = _table.pop(next(iter(_table)), None)
             if oldest is not None:
-                oldest.flat.watch.expire()  # type: ignore[union-attr]
+                oldest.flat.watch.expire()  # type: ignore[union-attr]  # a cached flattening has a watch
         _table[key] = _TableEntry(ref, flat)
 
 
@@ -613,7 +612,7 @@ def _clear_graph_caches() -> None:
         entries = list(_table.values())
         _table.clear()
     for entry in entries:
-        entry.flat.watch.expire()  # type: ignore[union-attr]
+        entry.flat.watch.expire()  # type: ignore[union-attr]  # a cached flattening has a watch
     for owner in list(_owners.values()):
         flat = owner.__dict__.pop(_CACHE, None)
         if flat is not None:
@@ -814,12 +813,12 @@ def update(node: object, state: State | Mapping, /, *states: State | Mapping) ->
         if source is None:
             parent, parent_type = parents[path]
             value = leaf.copy() if isinstance(leaf, Variable) else leaf
-            parent_type.set_key(parent, path[-1], value)  # type: ignore[misc]
+            parent_type.set_key(parent, path[-1], value)  # type: ignore[misc]  # _new_leaf_parents found a settable parent
         elif source.variable is not None:
             _write_variable(source.variable, leaf)
         else:
             value = leaf.raw_value if isinstance(leaf, Variable) else leaf
-            source.parent_type.set_key(source.parent, source.key, value)  # type: ignore[union-attr]
+            source.parent_type.set_key(source.parent, source.key, value)  # type: ignore[union-attr]  # settable: `frozen` is empty
 
 
 def _single_state(variable: Variable, states: tuple) -> object:
@@ -932,7 +931,7 @@ def pop(node: object, /, *filters: Filter) -> _Any:
     for group in states:
         for path in group._flat:
             source = flat.index[path]
-            source.parent_type.pop_key(source.parent, source.key)  # type: ignore[union-attr]
+            source.parent_type.pop_key(source.parent, source.key)  # type: ignore[union-attr]  # checked in the loop above
     return states[0] if len(filters) == 1 else states
 
 

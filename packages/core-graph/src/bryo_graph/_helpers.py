@@ -121,7 +121,7 @@ def recursive_map(f: Callable[[Path, Any], Any], node: A, /, *, graph: bool | No
             results[id(value)] = new_value
         return new_value
 
-    return visit((), copy)  # type: ignore[return-value]
+    return visit((), copy)  # type: ignore[return-value]  # f returns the new root
 
 
 def iter_children(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[Key, Any]]:

@@ -67,7 +67,7 @@ class _Setting:
             finally:
                 _defaults.stacks[self.name].pop()
 
-        return with_setting  # type: ignore[return-value]
+        return with_setting  # type: ignore[return-value]  # wraps(f): same signature
 
     @classmethod
     def current_value(cls) -> bool:

@@ -164,7 +164,7 @@ def pytree_flatten(node: object) -> tuple[list[tuple[Key, object]], Any]:
 
 
 def _pytree_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
-    return aux.unflatten([child for _, child in children])  # type: ignore[attr-defined]
+    return aux.unflatten([child for _, child in children])  # type: ignore[attr-defined]  # aux is the treedef
 
 
 def _pytree_set_key(node: object, key: Key, child: object) -> None:
@@ -198,11 +198,11 @@ def dict_flatten(node: dict) -> tuple[Children, Hashable]:
 
 
 def _setitem(node: object, key: Key, child: object) -> None:
-    node[key] = child  # type: ignore[index]
+    node[key] = child  # type: ignore[index]  # a list or dict node
 
 
 def _delitem(node: object, key: Key) -> None:
-    del node[key]  # type: ignore[attr-defined]
+    del node[key]  # type: ignore[attr-defined]  # a list or dict node
 
 
 def _rebuild_dict(cls: type, children: list[tuple[Key, object]]) -> dict:

@@ -122,9 +122,9 @@ class Object:
 
     def __init_subclass__(cls, *, pytree: bool = True, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        if "__slots__" in vars(cls) and cls.__slots__:  # type: ignore[attr-defined]
+        if "__slots__" in vars(cls) and cls.__slots__:  # type: ignore[attr-defined]  # in vars(cls)
             raise TypeError(
-                f"`{cls.__name__}` declares __slots__ {cls.__slots__!r}; Objects keep their "  # type: ignore[attr-defined]
+                f"`{cls.__name__}` declares __slots__ {cls.__slots__!r}; Objects keep their "  # type: ignore[attr-defined]  # in vars(cls)
                 "children in `__dict__`. Remove `__slots__`."
             )
         cls._object__pytree = pytree
@@ -362,7 +362,7 @@ class Dict(dict):
     (`layers.encoder`), as on Flax's `nnx.Dict`."""
 
     def __init__(self, items: object = (), /, **kwargs: object) -> None:
-        super().__init__(items, **kwargs)  # type: ignore[call-overload]
+        super().__init__(items, **kwargs)  # type: ignore[call-overload]  # list's or dict's
         for key, value in self.items():
             dict.__setitem__(self, key, _item(self, key, value))
 
@@ -431,10 +431,10 @@ for _name in ("__delitem__", "clear", "pop", "popitem"):
 
 def _list_setitem(self: List, index: object, value: object) -> None:
     if isinstance(index, slice):
-        list.__setitem__(self, index, [track(unmark(v)[0]) for v in value])  # type: ignore[attr-defined]
+        list.__setitem__(self, index, [track(unmark(v)[0]) for v in value])  # type: ignore[attr-defined]  # a slice takes an iterable
     else:
-        position = operator.index(index) % len(self) if len(self) else index  # type: ignore[arg-type]
-        list.__setitem__(self, index, _item(self, position, value))  # type: ignore[call-overload]
+        position = operator.index(index) % len(self) if len(self) else index  # type: ignore[arg-type]  # an int, else index() raises
+        list.__setitem__(self, index, _item(self, position, value))  # type: ignore[call-overload]  # an int, else index() raised
     _changed(self)
 
 
@@ -444,7 +444,7 @@ def _list_append(self: List, value: object) -> None:
 
 
 def _list_insert(self: List, index: object, value: object) -> None:
-    position = min(max(operator.index(index) % (len(self) + 1), 0), len(self))  # type: ignore[arg-type]
+    position = min(max(operator.index(index) % (len(self) + 1), 0), len(self))  # type: ignore[arg-type]  # an int, else index() raises
     list.insert(self, position, _item(self, position, value))
     _changed(self)
 
@@ -477,8 +477,8 @@ List.append = _list_append
 List.insert = _list_insert
 List.extend = _list_extend
 Dict.__setitem__ = _dict_setitem
-Dict.update = _dict_update  # type: ignore[method-assign]
-Dict.setdefault = _dict_setdefault  # type: ignore[method-assign]
+Dict.update = _dict_update  # type: ignore[method-assign]  # the tracking override
+Dict.setdefault = _dict_setdefault  # type: ignore[method-assign]  # the tracking override
 
 
 def _list_treedef(node: List) -> ObjectTreeDef:
@@ -550,8 +550,8 @@ def _container_getstate(node: object) -> dict[str, object]:
     return {k: v for k, v in vars(node).items() if k not in _CONTAINER_TRANSIENT}
 
 
-List.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]
-Dict.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]
+List.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]  # pickle as plain containers
+Dict.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]  # pickle as plain containers
 register_pytree_with_keys(
     List, _list_flatteners.flatten_with_keys, _unflatten_list, _list_flatteners.flatten
 )
@@ -617,12 +617,12 @@ def object_init_items(node: object, items: list[tuple[Key, object]]) -> None:
 
 def object_set_key(node: object, key: Key, child: object) -> None:
     """Set one attribute of a live node: a structural change."""
-    setattr(node, key, child)  # type: ignore[arg-type]
+    setattr(node, key, child)  # type: ignore[arg-type]  # keys are names
 
 
 def object_pop_key(node: object, key: Key) -> None:
     """Remove one attribute of a live node."""
-    delattr(node, key)  # type: ignore[arg-type]
+    delattr(node, key)  # type: ignore[arg-type]  # keys are names
 
 
 def object_node_type(cls: type[Object]) -> NodeType:
@@ -649,27 +649,27 @@ def _tracked_create(cls: type, aux: Hashable) -> object:
 
 
 def _list_init_items(node: object, items: list[tuple[Key, object]]) -> None:
-    list.extend(node, [child for _, child in items])  # type: ignore[arg-type]
+    list.extend(node, [child for _, child in items])  # type: ignore[arg-type]  # a List
 
 
 def _dict_init_items(node: object, items: list[tuple[Key, object]]) -> None:
-    dict.update(node, items)  # type: ignore[arg-type]
+    dict.update(node, items)  # type: ignore[arg-type]  # a Dict
 
 
 def _list_init_key(node: object, key: Key, child: object) -> None:
-    list.append(node, track(child))  # type: ignore[arg-type]  (keys arrive in order)
+    list.append(node, track(child))  # type: ignore[arg-type]  # a List; keys come in order
 
 
 def _dict_init_key(node: object, key: Key, child: object) -> None:
-    dict.__setitem__(node, key, track(child))  # type: ignore[arg-type]
+    dict.__setitem__(node, key, track(child))  # type: ignore[arg-type]  # a Dict
 
 
 def _setitem(node: object, key: Key, child: object) -> None:
-    node[key] = child  # type: ignore[index]  (the tracked __setitem__ reports it)
+    node[key] = child  # type: ignore[index]  # a List/Dict; it reports it
 
 
 def _delitem(node: object, key: Key) -> None:
-    del node[key]  # type: ignore[attr-defined]  (the tracked __delitem__ reports it)
+    del node[key]  # type: ignore[attr-defined]  # a List/Dict; it reports it
 
 
 def tracked_container_node_types() -> tuple[NodeType, ...]:
@@ -700,8 +700,8 @@ def tracked_container_node_types() -> tuple[NodeType, ...]:
 
 
 def _list_static_keys(node: object) -> frozenset:
-    return _list_treedef(node).static_set  # type: ignore[arg-type]
+    return _list_treedef(node).static_set  # type: ignore[arg-type]  # a List
 
 
 def _dict_static_keys(node: object) -> frozenset:
-    return _dict_treedef(node).static_set  # type: ignore[arg-type]
+    return _dict_treedef(node).static_set  # type: ignore[arg-type]  # a Dict

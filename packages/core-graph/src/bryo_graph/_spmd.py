@@ -56,7 +56,7 @@ def with_partitioning(
     Returns:
         The wrapped initializer (see `with_metadata`).
     """
-    return with_metadata(initializer, out_sharding=sharding, mesh=mesh, **metadata)  # type: ignore[return-value]
+    return with_metadata(initializer, out_sharding=sharding, mesh=mesh, **metadata)  # type: ignore[return-value]  # with_metadata keeps its signature
 
 
 # Axes added and removed by transforms -----------------------------------------------------
@@ -74,7 +74,7 @@ def _partition_name(transform_metadata: Mapping[str, object]) -> tuple[object, d
 
 
 def _removed(entries: object, index: int, value: object, key: str, where: str) -> tuple:
-    items = list(entries)  # type: ignore[call-overload]
+    items = list(entries)  # type: ignore[call-overload]  # the metadata tuple/list
     if not -len(items) <= index < len(items) or items[index] != value:
         found = items[index] if -len(items) <= index < len(items) else "nothing"
         raise ValueError(

@@ -340,7 +340,7 @@ def state_unflatten(cls: type, aux: object, children: list[tuple[Key, object]]) 
 
 
 def _state_set_key(state: object, key: Key, child: object) -> None:
-    state[key] = child  # type: ignore[index]
+    state[key] = child  # type: ignore[index]  # a State (the node type it is for)
 
 
 def _no_static_keys(state: object) -> frozenset:

@@ -379,7 +379,7 @@ class Variable(metaclass=_VariableType):
 
     def __setstate__(self, state: dict[str, object]) -> None:
         object.__setattr__(self, "raw_value", state["raw_value"])
-        object.__setattr__(self, "_metadata", as_metadata(state["metadata"]))  # type: ignore[arg-type]
+        object.__setattr__(self, "_metadata", as_metadata(state["metadata"]))  # type: ignore[arg-type]  # __getstate__ wrote a dict
 
     def __repr__(self) -> str:
         fields = [f"value={_value_repr(self.raw_value)}"]
@@ -435,8 +435,8 @@ class Variable(metaclass=_VariableType):
 
 _SLOT_NAMES = frozenset({"_metadata"})
 _new = object.__new__
-_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
-_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]
+_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]  # a slot's descriptor
+_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 
 
 def _written(current: object, index: object, value: object) -> object:
@@ -454,7 +454,7 @@ def _written(current: object, index: object, value: object) -> object:
         current = current.copy()
     elif index is Ellipsis and not hasattr(current, "__setitem__"):
         return value  # a scalar or None: `v[...] = x` replaces it
-    current[index] = value  # type: ignore[index]
+    current[index] = value  # type: ignore[index]  # has __setitem__
     return current
 
 
@@ -496,7 +496,7 @@ forward_operators(Variable, _reflected, ARITHMETIC_OPERATORS, prefix="r")
 forward_operators(Variable, _in_place, ARITHMETIC_OPERATORS, prefix="i")
 forward_operators(Variable, _forward, COMPARISON_OPERATORS)
 forward_operators(Variable, _unary, {**UNARY_OPERATORS, **CONVERSION_OPERATORS})
-Variable.__divmod__ = lambda self, other: divmod(self.get_value(), _value_of(other))  # type: ignore[method-assign]
+Variable.__divmod__ = lambda self, other: divmod(self.get_value(), _value_of(other))  # type: ignore[method-assign]  # divmod of the value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -433,7 +433,7 @@ class _Converter:
         chain = []
         while scope is not home and atom not in scope.closed:
             chain.append(scope)
-            scope = scope.parent  # type: ignore[assignment]
+            scope = scope.parent  # type: ignore[assignment]  # home encloses scope
         value = atom if scope is home else scope.closed[atom][1]
         for inner_scope in reversed(chain):
             local = jex.Var(atom.aval)
