@@ -754,7 +754,9 @@ def merge(
         )
     if states and any(not isinstance(each, Mapping) for each in (state, *states)):
         # a bare Variable or array split with filters: its empty States go
-        state, *states = [s for s in (state, *states) if not (isinstance(s, Mapping) and not s)]
+        kept = [s for s in (state, *states) if not (isinstance(s, Mapping) and not s)]
+        # normally only the leaf stays; any rest goes to State.merge, which takes States
+        state, states = kept[0], cast(tuple[State | Mapping, ...], tuple(kept[1:]))
     if isinstance(graphdef, TreeDef):
         return tree_merge(graphdef, (state, *states), copy=copy)
     if not isinstance(graphdef, GraphDef):
