@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 from bryo_filters import Filter, to_predicate
 from bryo_graph import State, Variable, iter_children, iter_graph, recursive_map
@@ -102,9 +102,19 @@ def with_attributes(
     return out
 
 
-def _view_keywords(module: object) -> tuple[set[str], bool]:
+class _Viewable(Protocol):
+    """A module with a `set_view` method, which `view` calls with the keywords it takes."""
+
+    def set_view(self, **kwargs: Any) -> None: ...
+
+
+def _is_viewable(value: object) -> TypeGuard[_Viewable]:
+    return hasattr(value, "set_view")
+
+
+def _view_keywords(module: _Viewable) -> tuple[set[str], bool]:
     """The keyword names `module.set_view` takes, and whether it takes `**kwargs`."""
-    params = inspect.signature(module.set_view).parameters.values()  # type: ignore[attr-defined]  # callers checked hasattr(module, 'set_view')
+    params = inspect.signature(module.set_view).parameters.values()
     named = {
         p.name
         for p in params
@@ -142,10 +152,10 @@ def view(
     unused = set(kwargs)
 
     def set_view(path: Path, value: object) -> object:
-        if hasattr(value, "set_view") and predicate(path, value):
+        if _is_viewable(value) and predicate(path, value):
             named, takes_any = _view_keywords(value)
             taken = kwargs if takes_any else {k: v for k, v in kwargs.items() if k in named}
-            value.set_view(**taken)  # type: ignore[attr-defined]  # hasattr(value, 'set_view') checked above
+            value.set_view(**taken)
             unused.difference_update(kwargs if takes_any else named)
         return value
 
