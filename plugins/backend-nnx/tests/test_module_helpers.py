@@ -135,6 +135,35 @@ def test_capture_takes_what_a_scanned_body_sows():
     assert float(y) == 4.0 and "steps" not in vars(model)  # the model is left unchanged
 
 
+def test_capture_method_outputs_sows_what_each_method_returns():
+    class Inner(Module):
+        def __call__(self, x):
+            return 2.0 * x
+
+        def process(self, x):
+            return x + 1.0
+
+    class Outer(Module):
+        def __init__(self):
+            self.inner = Inner()
+
+        def __call__(self, x):
+            self.sow(Intermediate, "mid", x)
+            return self.inner.process(self.inner(x))
+
+    model, x, plain = Outer(), jnp.ones(2), Inner.__call__
+    y, sown = capture(model, Intermediate, method_outputs=Intermediate)(x)
+    flat = {path: v.get_value()[0] for path, v in sown.flat_state().items()}
+    assert set(flat) == {("__call__",), ("mid",), ("inner", "__call__"), ("inner", "process")}
+    np.testing.assert_allclose(flat[("__call__",)], y)
+    np.testing.assert_allclose(flat[("inner", "__call__")], 2.0 * x)
+    # afterwards the classes' methods are the plain ones again, and other calls sow nothing
+    assert Inner.__call__ is plain
+    assert len(capture(model, Intermediate)(x)[1].flat_state()) == 1
+    with pytest.raises(TypeError, match="Variable types to capture"):
+        capture(model, Intermediate, method_outputs="intermediates")
+
+
 def test_capture_sow_of_an_uncaptured_type_returns_false_and_bad_input_is_named():
     class Probe(Module):
         def __call__(self):

@@ -10,12 +10,24 @@ attributes as before. Inside a lifted transform (`scan`, `vmap`) the modules are
 transform's copies, so their `sow` sets attributes, which the transform writes back
 (stacked along the axis their `StateAxes` give them); `adopt` then moves the new Variables
 of a captured type from the model's modules into the session.
+
+`capture(..., method_outputs=Intermediate)` also sows the result of every public method
+(and `__call__`) of the model's modules under the method's name. The methods of the
+model's classes are wrapped while at least one such capture runs (counted per class,
+under a lock, then restored); a wrapped method sows only for a module of the running
+thread's active session, so other modules and threads see the plain method. Modules
+copied inside lifted transforms are not the session's: their method outputs are not
+recorded (their `sow` calls are).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-from collections.abc import Callable, Sequence
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -48,8 +60,10 @@ class Captures:
         modules: Sequence[tuple[Path, object]],
         var_types: tuple[type[Variable], ...],
         init: State | None,
+        method_outputs: type[Variable] | None = None,
     ) -> None:
         self.var_types = var_types
+        self.method_outputs = method_outputs
         self.paths = {id(module): path for path, module in modules}
         self._modules = [module for _, module in modules]  # keeps the ids valid
         self.values: dict[Path, dict[type, dict[Key, Any]]] = {}
@@ -88,6 +102,12 @@ class Captures:
         store = self.values.setdefault(path, {}).setdefault(variable_type, {})
         store[name] = reduce_fn(store[name] if name in store else init_fn(), value)
         return True
+
+    def record_output(self, module: Any, name: str, result: object) -> None:
+        """Sow `result`, what method `name` of `module` returned, when this session
+        records method outputs and `module` is one of its modules."""
+        if self.method_outputs is not None and id(module) in self.paths:
+            module.sow(self.method_outputs, name, result)
 
     def perturb(
         self, module: object, variable_type: type[Variable], name: str, value: object
@@ -146,6 +166,50 @@ def variable_slots(modules: Sequence[tuple[Path, object]]) -> set[tuple[int, str
         for name, value in vars(module).items()
         if isinstance(value, Variable)
     }
+
+
+_RECORDING_LOCK = threading.Lock()
+_RECORDING: dict[type, int] = {}  # class -> open captures recording its methods' outputs
+
+
+def _recording(name: str, method: Callable) -> Callable:
+    @functools.wraps(method)
+    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        session = _ACTIVE.get()
+        if session is not None:
+            session.record_output(self, name, result)
+        return result
+
+    recording.__bryo_records_output__ = True  # type: ignore[attr-defined]
+    return recording
+
+
+@contextlib.contextmanager
+def recording_method_outputs(classes: Iterable[type]) -> Iterator[None]:
+    """While open, the public methods and `__call__` defined by `classes` (not their
+    bases) report their results to the active session (`Captures.record_output`)."""
+    classes = list(dict.fromkeys(classes))
+    with _RECORDING_LOCK:
+        for cls in classes:
+            if cls not in _RECORDING:
+                for name, method in list(vars(cls).items()):
+                    if inspect.isfunction(method) and (
+                        name == "__call__" or not name.startswith("_")
+                    ):
+                        setattr(cls, name, _recording(name, method))
+            _RECORDING[cls] = _RECORDING.get(cls, 0) + 1
+    try:
+        yield
+    finally:
+        with _RECORDING_LOCK:
+            for cls in classes:
+                _RECORDING[cls] -= 1
+                if _RECORDING[cls] == 0:
+                    del _RECORDING[cls]
+                    for name, method in list(vars(cls).items()):
+                        if getattr(method, "__bryo_records_output__", False):
+                            setattr(cls, name, method.__wrapped__)
 
 
 def active_captures() -> Captures | None:

@@ -21,7 +21,7 @@ from bryo_filters import Filter, to_predicate
 from bryo_graph import State, Variable, iter_children, iter_graph, recursive_map
 from bryo_pytree import Key, Path
 
-from ._capture import Captures, variable_slots
+from ._capture import Captures, recording_method_outputs, variable_slots
 from ._module import Module
 
 A = TypeVar("A")
@@ -231,16 +231,21 @@ def capture(
     fn: Callable[..., Any] | type[Variable],
     *var_types: type[Variable],
     init: State | None = None,
+    method_outputs: type[Variable] | None = None,
 ) -> Any:
     """Run `fn` and return what its model's modules `sow`, without changing the model.
 
     The model is `fn`'s first argument, or `fn` itself when it is a Module or a bound
-    method of one. `capture(Intermediate)` (types first) returns a decorator.
+    method of one. `capture(Intermediate)` (types first) returns a decorator. Values
+    sown inside lifted transforms (`scan`, `vmap`) are captured too.
 
     Args:
         fn: the function, module or bound method.
         *var_types: the Variable types to capture (`Intermediate`, ...).
         init: a State `capture` returned, to start from its values.
+        method_outputs: a Variable type (captured, i.e. among `var_types`) under which
+            the result of every public method and `__call__` of the model's modules is
+            sown, named after the method (outside lifted transforms).
 
     Returns:
         A function returning `(result, state)` for one type, `(result, *states)` for
@@ -251,8 +256,8 @@ def capture(
     """
     if isinstance(fn, type) and issubclass(fn, Variable):
         types = (fn, *var_types)
-        return lambda actual: capture(actual, *types, init=init)
-    for var_type in var_types:
+        return lambda actual: capture(actual, *types, init=init, method_outputs=method_outputs)
+    for var_type in (*var_types, *([method_outputs] if method_outputs is not None else [])):
         if not (isinstance(var_type, type) and issubclass(var_type, Variable)):
             raise TypeError(f"`capture` takes Variable types to capture; got {var_type!r}.")
     bound = getattr(fn, "__self__", None) if inspect.ismethod(fn) else None
@@ -268,7 +273,11 @@ def capture(
             )
         modules = list(iter_modules(model))
         before = variable_slots(modules)
-        with Captures(modules, var_types, init) as session:
+        classes = [type(module) for _, module in modules] if method_outputs else []
+        with (
+            Captures(modules, var_types, init, method_outputs) as session,
+            recording_method_outputs(classes),
+        ):
             result = fn(*args, **kwargs)
         session.adopt(modules, before)
         if not var_types:
