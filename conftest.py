@@ -1,8 +1,16 @@
-"""Settings every test of the monorepo runs under (pytest loads this for all test paths)."""
+"""Settings every test of the monorepo runs under (pytest loads this for all test paths).
+
+Strict JAX, as Equinox's suite runs: implicit rank promotion raises (a rank-1 bias added
+to a rank-3 output must be broadcast on purpose) and dtypes promote only where the types
+agree. Library code must be rank- and dtype-clean under both.
+"""
 
 import jax
 import numpy as np
 import pytest
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 
 @pytest.fixture(autouse=True)
