@@ -125,9 +125,9 @@ def test_simple_graph_mode_keeps_shared_variables_shared():
     value = remat(_add_through_first, graph=True, graph_updates=False)(a, b, jnp.array(1.0))
     assert float(value) == 4.0 and float(v[...]) == 2.0
     _, a, b = _shared_pair()
-    read = vmap(lambda a, b, x: (a.v is b.v) + x, in_axes=(None, None, 0), graph_updates=False)(
-        a, b, jnp.zeros(2)
-    )
+    read = vmap(
+        lambda a, b, x: float(a.v is b.v) + x, in_axes=(None, None, 0), graph_updates=False
+    )(a, b, jnp.zeros(2))
     np.testing.assert_array_equal(read, [1.0, 1.0])
 
 

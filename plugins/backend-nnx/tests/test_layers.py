@@ -87,7 +87,7 @@ def test_conv_1d_valid_matches_a_hand_written_convolution():
     x = jax.random.normal(KEY, (4, 7, 2))
     w, b = conv.kernel.value, conv.bias.value
     expected = (
-        jnp.stack([jnp.einsum("bki,kio->bo", x[:, t : t + 3], w) for t in range(5)], axis=1) + b
+        jnp.stack([jnp.einsum("bki,kio->bo", x[:, t : t + 3], w) for t in range(5)], axis=1) + b[None, None]
     )
     close(conv(x), expected)
 
