@@ -45,6 +45,22 @@ class LoRAParam(Param):
     """A low-rank adapter's parameter: the only state the fine-tuning step trains."""
 
 
+def _adam(learning_rate: float) -> optax.GradientTransformation:
+    """`optax.adam`, its update run under JAX's standard dtype promotion.
+
+    optax's bias correction (`optax.tree.bias_correction`, called by `optax.adam`'s update)
+    computes `1 - decay**count`, a float to the power of the int32 step count, which
+    `jax_numpy_dtype_promotion="strict"` refuses; the rest of the demo is strict-clean.
+    """
+    adam = optax.adam(learning_rate)
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        with jax.numpy_dtype_promotion("standard"):
+            return adam.update(updates, state, params)
+
+    return optax.GradientTransformation(adam.init, update)
+
+
 def _mse(pred: jax.Array, target: jax.Array) -> jax.Array:
     return jnp.mean((pred - target) ** 2)
 
@@ -115,7 +131,7 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
     )
 
     # 1. Train ------------------------------------------------------------------------
-    tx = optax.adam(config.learning_rate)
+    tx = _adam(config.learning_rate)
     opt_state = tx.init(params)
 
     @jax.jit
@@ -182,7 +198,7 @@ def run(config: DemoConfig, out: TextIO | None = None) -> dict[str, float]:
 
     combined = State.merge(params, lora)
     trainable, frozen = combined.split(LoRAParam, ...)
-    ft_tx = optax.adam(config.learning_rate)
+    ft_tx = _adam(config.learning_rate)
     ft_state = ft_tx.init(trainable)
 
     def adapted_loss(trainable: State, frozen: State, x: jax.Array, y: jax.Array) -> jax.Array:
