@@ -15,6 +15,7 @@ from typing import TypeVar
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
+from jax.typing import ArrayLike, DTypeLike
 
 from bryo_graph import Param, Variable
 from bryo_rngs import Rngs, RngStream
@@ -141,11 +142,25 @@ def get(variable: Param | None) -> jax.Array | None:
     return None if variable is None else variable[...]
 
 
+def standard_result_type(*args: ArrayLike | DTypeLike) -> jnp.dtype:
+    """The dtype JAX's standard promotion gives `args`, arrays or dtypes (`bfloat16` and
+    `float32` make `float32`), also under `jax_numpy_dtype_promotion="strict"`: choosing the
+    dtype a layer computes in is the layer's job, and it casts to that dtype explicitly."""
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.dtype(jnp.result_type(*args))
+
+
+def promoted(*arrays: jax.Array) -> tuple[jax.Array, ...]:
+    """`arrays` cast to the dtype standard promotion gives them (`standard_result_type`):
+    an operation on them then computes as it would under standard promotion."""
+    dtype = standard_result_type(*arrays)
+    return tuple(a.astype(dtype) for a in arrays)
+
+
 def add_bias(y: jax.Array, bias: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """`y + bias` with `bias` reshaped to `shape` (as many axes as `y`: no implicit rank
     promotion) and both cast to the dtype standard promotion gives them (a `float32`
     `preferred_element_type` output plus a `bfloat16` bias is `float32`), so layers stay
     correct under `jax_numpy_rank_promotion="raise"` and strict dtype promotion."""
-    with jax.numpy_dtype_promotion("standard"):
-        dtype = jnp.promote_types(y.dtype, bias.dtype)
+    dtype = standard_result_type(y.dtype, bias.dtype)
     return y.astype(dtype) + jnp.reshape(bias, shape).astype(dtype)

@@ -16,6 +16,7 @@ mapped axis (`vmap`, `pmap`, `shard_map`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import jax
@@ -25,7 +26,16 @@ from jax import lax
 from bryo_graph import BatchStat, Param
 
 from . import dtypes, initializers
-from ._common import NO_METADATA, Metadata, RngsArg, first_given, get, params_key
+from ._common import (
+    NO_METADATA,
+    Metadata,
+    RngsArg,
+    first_given,
+    get,
+    params_key,
+    promoted,
+    standard_result_type,
+)
 from ._module import Module
 
 Axes = int | Sequence[int]
@@ -60,7 +70,7 @@ def compute_stats(
     Without `use_mean` the mean is zero and the variance is `E[|x|²]` (RMSNorm). With
     `axis_name`, the statistics are averaged over that mapped axis in one `pmean`.
     """
-    dtype = jnp.promote_types(dtype if dtype is not None else jnp.result_type(x), jnp.float32)
+    dtype = standard_result_type(dtype if dtype is not None else jnp.result_type(x), jnp.float32)
     x = jnp.asarray(x, dtype)
     axes = canonical_axes(x.ndim, axes)
 
@@ -101,17 +111,19 @@ def normalize(
     feature_axes = canonical_axes(x.ndim, feature_axes)
     stats_shape = tuple(1 if a in reduction_axes else n for a, n in enumerate(x.shape))
     feature_shape = tuple(n if a in feature_axes else 1 for a, n in enumerate(x.shape))
-    y = x - mean.reshape(stats_shape)
+    # Each step computes in the dtype standard promotion gives its operands (`bfloat16`
+    # inputs with `float32` statistics compute in `float32`), cast explicitly.
+    y = operator.sub(*promoted(x, mean.reshape(stats_shape)))
     multiplier = lax.rsqrt(var.reshape(stats_shape) + epsilon)
     present = [x]
     if scale is not None:
         scale = scale.reshape(feature_shape)
-        multiplier *= scale
+        multiplier = operator.mul(*promoted(multiplier, scale))
         present.append(scale)
-    y *= multiplier
+    y = operator.mul(*promoted(y, multiplier))
     if bias is not None:
         bias = bias.reshape(feature_shape)
-        y += bias
+        y = operator.add(*promoted(y, bias))
         present.append(bias)
     return jnp.asarray(y, dtypes.canonicalize_dtype(*present, dtype=dtype))
 
