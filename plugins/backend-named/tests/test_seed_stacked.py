@@ -102,7 +102,8 @@ class TransformerBlock(eqx.Module):
         y = self.attention(self.ln1(x))
         x = x + y
         y = self.mlp(self.ln2(x))
-        return x + y * (1 + self.scale) / 4
+        # the seed's scale is `hax.arange(Layers)` (int32): cast it before it meets floats
+        return x + y * (1 + self.scale).astype(y.dtype) / 4
 
 
 class Transformer(eqx.Module):

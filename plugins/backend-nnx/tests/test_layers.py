@@ -87,7 +87,8 @@ def test_conv_1d_valid_matches_a_hand_written_convolution():
     x = jax.random.normal(KEY, (4, 7, 2))
     w, b = conv.kernel.value, conv.bias.value
     expected = (
-        jnp.stack([jnp.einsum("bki,kio->bo", x[:, t : t + 3], w) for t in range(5)], axis=1) + b[None, None]
+        jnp.stack([jnp.einsum("bki,kio->bo", x[:, t : t + 3], w) for t in range(5)], axis=1)
+        + b[None, None]
     )
     close(conv(x), expected)
 
@@ -187,7 +188,7 @@ def test_batch_norm_updates_running_stats_in_place_and_uses_them_in_eval():
     x = jax.random.normal(KEY, (16, 3)) * 2.0 + 1.0
     y = norm(x)
     mean, var = x.mean(0), x.var(0)
-    close(y, (x - mean) / jnp.sqrt(var + 1e-5), atol=1e-4)
+    close(y, (x - mean[None]) / jnp.sqrt(var[None] + 1e-5), atol=1e-4)
     close(norm.mean.value, 0.1 * mean)
     close(norm.var.value, 0.9 + 0.1 * var, atol=1e-5)
     stats = dict(graph.state(norm, BatchStat).flat_state())
@@ -196,7 +197,7 @@ def test_batch_norm_updates_running_stats_in_place_and_uses_them_in_eval():
     running_mean, running_var = norm.mean.value, norm.var.value
     norm.eval()
     assert norm.use_running_average is True
-    close(norm(x), (x - running_mean) / jnp.sqrt(running_var + 1e-5), atol=1e-5)
+    close(norm(x), (x - running_mean[None]) / jnp.sqrt(running_var[None] + 1e-5), atol=1e-5)
     close(norm.mean.value, running_mean)  # unchanged in eval
     norm.train()
     norm(x, use_running_average=True)
@@ -300,7 +301,8 @@ def test_dropout_modes_broadcast_and_collections():
 
 def reference_attention(mha: MultiHeadAttention, x: jax.Array, mask=None) -> jax.Array:
     def project(layer, inputs):
-        return jnp.einsum("...d,dhk->...hk", inputs, layer.kernel.value) + layer.bias.value
+        y = jnp.einsum("...d,dhk->...hk", inputs, layer.kernel.value)
+        return y + jnp.broadcast_to(layer.bias.value, y.shape)
 
     q, k, v = project(mha.query, x), project(mha.key, x), project(mha.value, x)
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1])
@@ -308,7 +310,8 @@ def reference_attention(mha: MultiHeadAttention, x: jax.Array, mask=None) -> jax
         logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
     weights = jax.nn.softmax(logits, axis=-1)
     out = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
-    return jnp.einsum("bqhd,hdo->bqo", out, mha.out.kernel.value) + mha.out.bias.value
+    y = jnp.einsum("bqhd,hdo->bqo", out, mha.out.kernel.value)
+    return y + jnp.broadcast_to(mha.out.bias.value, y.shape)
 
 
 @pytest.mark.slow
