@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 from bryo import nnx
+from bryo_graph import TreeDef
 
 SUBMODULE_NAMES = {
     "nn.activations": ["relu", "gelu", "PReLU"],
@@ -51,7 +52,7 @@ def test_compat_defaults_to_graph_mode_with_updates():
     model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
     with nnx.set_graph_mode(False):
         graphdef, _ = nnx.compat.split(model)
-        assert isinstance(graphdef, nnx.GraphDef)  # tree mode would give a TreeDef
+        assert not isinstance(graphdef, TreeDef)  # graph mode's GraphDef
 
         @nnx.compat.jit
         def grow(m):
@@ -61,7 +62,7 @@ def test_compat_defaults_to_graph_mode_with_updates():
     assert isinstance(model.extra, nnx.Param)
     with nnx.set_graph_mode(False):
         treedef, _ = nnx.compat.split(model, graph=False)  # explicit keywords win
-    assert not isinstance(treedef, nnx.GraphDef)
+    assert isinstance(treedef, TreeDef)
 
 
 def test_merge_state_joins_states_later_ones_win():

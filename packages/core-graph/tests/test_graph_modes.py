@@ -23,6 +23,7 @@ from bryo_graph import (
     Param,
     State,
     StaticEntry,
+    TreeDef,
     Variable,
     check_tree,
     clone,
@@ -143,6 +144,15 @@ def test_a_bare_leaf_split_with_filters_is_its_own_state(graph):
     v = Param(jnp.ones(2))
     graphdef_, params, rest = split(v, Param, ..., graph=graph)
     assert params is v and merge(graphdef_, params, rest) is v
+
+
+def test_tree_mode_graphdefs_are_graphdefs():
+    """Flax NNX 0.12: `split(..., graph=False)` returns a GraphDef too."""
+    treedef = graphdef(MLP(), graph=False)
+    assert isinstance(treedef, TreeDef) and isinstance(treedef, GraphDef)
+    assert issubclass(TreeDef, GraphDef) and not issubclass(GraphDef, TreeDef)
+    assert isinstance(unpack(MLP(), graph=False)._graphdef, GraphDef)
+    assert graphdef(MLP()) != treedef and treedef != graphdef(MLP())
 
 
 def test_static_attributes_are_kept_whole_and_keep_the_cache():
@@ -389,17 +399,17 @@ def test_tree_mode_iter_graph_yields_objects_without_data_as_nodes():
 def test_set_graph_mode_plain_context_and_decorator():
     model = MLP()
     with set_graph_mode(False):
-        assert not isinstance(graphdef(model), GraphDef)
-    assert isinstance(graphdef(model), GraphDef)
+        assert isinstance(graphdef(model), TreeDef)
+    assert not isinstance(graphdef(model), TreeDef)
 
     @set_graph_mode(False)
     def tree_graphdef():
         return graphdef(model)
 
-    assert not isinstance(tree_graphdef(), GraphDef) and isinstance(graphdef(model), GraphDef)
+    assert isinstance(tree_graphdef(), TreeDef) and not isinstance(graphdef(model), TreeDef)
     set_graph_mode(False)
     try:
-        assert not isinstance(graphdef(model), GraphDef)
+        assert isinstance(graphdef(model), TreeDef)
     finally:
         set_graph_mode(True)
     with pytest.raises(TypeError, match="takes True or False"):

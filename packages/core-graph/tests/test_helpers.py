@@ -18,7 +18,9 @@ from bryo_graph import (
     iter_children,
     map,
     map_state,
+    merge,
     recursive_map,
+    split,
     state,
 )
 
@@ -73,6 +75,18 @@ def test_recursive_map_visits_children_first_on_a_copy():
 
     with pytest.raises(ValueError, match="cannot set 0 of the tuple"):
         recursive_map(lambda p, v: v + 1 if isinstance(v, int) else v, (1, 2))
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_map_and_merge_keep_raw_values_without_recreating_variables(graph):
+    model = Pair()
+    raw = map(lambda path, v: 0, model, graph=graph, recreate_variables=False)
+    assert raw.a == 0 and raw.b == 0 and isinstance(model.a, Param)
+    wrapped = map(lambda path, v: 0, model, graph=graph)
+    assert isinstance(wrapped.a, Param) and wrapped.a[...] == 0
+    graphdef_, params, rest = split(model, Param, ..., graph=graph)
+    zeros = State.from_flat_path({p: 0 for p in params.flat_state()})
+    assert merge(graphdef_, zeros, rest, recreate_variables=False).a == 0
 
 
 def test_iter_children_lists_graph_nodes_only():

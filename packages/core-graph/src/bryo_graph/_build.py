@@ -83,9 +83,17 @@ class BuiltGraph:
         self.depth = depth
 
 
-def build_graph(root: Entry, leaves: Sequence[object], registry: TypeTable) -> BuiltGraph:
-    """A new graph from the GraphDef entry `root` and State leaves in GraphDef order."""
+def build_graph(
+    root: Entry, leaves: Sequence[object], registry: TypeTable, *, recreate_variables: bool = True
+) -> BuiltGraph:
+    """A new graph from the GraphDef entry `root` and State leaves in GraphDef order.
+
+    A raw value where the GraphDef has a Variable becomes a Variable of its type, unless
+    `recreate_variables=False` (then the raw value itself goes in its place).
+    """
     if type(root) is not NodeEntry:  # a graph of one bare Variable or array
+        if type(root) is VariableEntry and not recreate_variables:
+            return BuiltGraph(leaves[0], 0)
         return BuiltGraph(_bare_leaf(root, leaves), 0)
     built: dict[int, object] = {}
     position = 0
@@ -102,7 +110,7 @@ def build_graph(root: Entry, leaves: Sequence[object], registry: TypeTable) -> B
             if type(child) is VariableEntry:
                 value = leaves[position]
                 position += 1
-                if not isinstance(value, Variable):
+                if recreate_variables and not isinstance(value, Variable):
                     value = variable_of(value, child.type)
                 built[child.index] = value
             elif type(child) is StaticEntry:

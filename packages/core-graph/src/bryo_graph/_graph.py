@@ -67,12 +67,28 @@ _HOT_BUILDS = 16
 _COMPILE_MAX_DEPTH = 100
 
 
-class GraphDef:
+class _GraphDefType(type):
+    """`isinstance(treedef, GraphDef)` holds for tree mode's `TreeDef` too: in Flax NNX 0.12
+    both modes' `split` return a `GraphDef`."""
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        return type.__instancecheck__(cls, instance) or (
+            cls is GraphDef and isinstance(instance, TreeDef)
+        )
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return type.__subclasscheck__(cls, subclass) or (
+            cls is GraphDef and isinstance(subclass, type) and issubclass(subclass, TreeDef)
+        )
+
+
+class GraphDef(metaclass=_GraphDefType):
     """A graph's structure without its state: hashable, structurally comparable.
 
     The hash is computed once. Two GraphDefs are equal when their graphs have the same
     node types, keys, static values and sharing, whatever the values in their States.
     `root` is the graph's `NodeEntry` (see `bryo_graph.NodeEntry` for the entries).
+    Tree mode's `TreeDef` counts as a GraphDef for `isinstance`, as in Flax NNX 0.12.
     """
 
     __slots__ = (
@@ -102,7 +118,7 @@ class GraphDef:
         if self is other:
             return True
         return (
-            isinstance(other, GraphDef)
+            type(other) is GraphDef
             and self._hash == other._hash
             and entries_equal(self.root, other.root)
         )
@@ -658,21 +674,30 @@ def flatten(node: object, /) -> tuple[GraphDef, State]:
     return flat.graphdef, State._from_flat(flat.flat_state())
 
 
-def unflatten(graphdef: GraphDef, state: State | Mapping | object, /) -> _Any:
+def unflatten(
+    graphdef: GraphDef, state: State | Mapping | object, /, *, recreate_variables: bool = True
+) -> _Any:
     """Build a new graph from `graphdef` and a State that fits it exactly; the Variables
-    in the State become the new graph's (a bare Variable or array is its own State)."""
+    in the State become the new graph's (a bare Variable or array is its own State).
+    `recreate_variables=False` puts a raw value where the GraphDef has a Variable as it
+    is (Flax's `merge(..., recreate_variables=False)`)."""
     if not isinstance(state, Mapping):
         _check_fits(graphdef, {(): state})
-        return graphdef.build([state])
-    flat = state._flat if isinstance(state, State) else State(state)._flat
-    order = graphdef.leaf_order
-    if len(flat) == len(order) and tuple(flat) == order:
-        return graphdef.build(list(flat.values()))
-    _check_fits(graphdef, flat)
-    return graphdef.build([flat[path] for path in order])
+        leaves = [state]
+    else:
+        flat = state._flat if isinstance(state, State) else State(state)._flat
+        order = graphdef.leaf_order
+        if len(flat) == len(order) and tuple(flat) == order:
+            leaves = list(flat.values())
+        else:
+            _check_fits(graphdef, flat)
+            leaves = [flat[path] for path in order]
+    if recreate_variables:
+        return graphdef.build(leaves)
+    return build_graph(graphdef.root, leaves, node_types(), recreate_variables=False).root
 
 
-def _own_state(flat: FlatGraph, leaves: dict[Path, object]) -> _Any:
+def _own_state(flat: FlatGraph, leaves: dict[Path, _Any]) -> _Any:
     """The State of `leaves`, or the leaf itself when the graph is a bare Variable/array."""
     root_kind = type(flat.graphdef.root)
     if root_kind is NodeEntry or not leaves:
@@ -735,17 +760,20 @@ def merge(
     /,
     *states: State | Mapping,
     copy: bool = False,
+    recreate_variables: bool = True,
 ) -> _Any:
     """A new graph from `graphdef` and the States `split` returned (in any grouping), or
     from the GraphStates `unpack` returned (`merge(params, rest)`).
 
     The Variables in the States become the new graph's own, as in Flax NNX 0.12 (so
     `merge(*split(model))` shares them with `model`); `copy=True` copies them instead.
+    A raw value where the graph had a Variable becomes a Variable of that type and
+    metadata, or stays the raw value with `recreate_variables=False`.
     """
     if isinstance(graphdef, GraphState):
         given = states if state is _NO_STATE else (state, *states)
         graphdef, parts = graph_states_parts(graphdef, given)
-        return merge(graphdef, *parts, copy=copy)
+        return merge(graphdef, *parts, copy=copy, recreate_variables=recreate_variables)
     if state is _NO_STATE:
         raise TypeError(
             "merge() missing 1 required positional argument: 'state'. `merge` takes a "
@@ -758,7 +786,9 @@ def merge(
         # normally only the leaf stays; any rest goes to State.merge, which takes States
         state, states = kept[0], cast(tuple[State | Mapping, ...], tuple(kept[1:]))
     if isinstance(graphdef, TreeDef):
-        return tree_merge(graphdef, (state, *states), copy=copy)
+        return tree_merge(
+            graphdef, (state, *states), copy=copy, recreate_variables=recreate_variables
+        )
     if not isinstance(graphdef, GraphDef):
         raise TypeError(
             f"`merge` takes the GraphDef `split` returned first; got {type(graphdef).__name__}."
@@ -767,7 +797,7 @@ def merge(
     merged = State.merge(cast(State | Mapping, state), *states) if states else state
     if copy:
         merged = _copied(merged)
-    return unflatten(graphdef, merged)
+    return unflatten(graphdef, merged, recreate_variables=recreate_variables)
 
 
 def _copied(state: object) -> object:

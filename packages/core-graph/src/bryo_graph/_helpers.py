@@ -63,7 +63,14 @@ def map_state(f: Callable[[Path, Any], Any], state: State, /) -> State:
     return State.from_flat_path({path: f(path, leaf) for path, leaf in state.flat_state().items()})
 
 
-def map(f: Callable[[Path, Any], Any], node: A, /, *, graph: bool | None = None) -> A:
+def map(
+    f: Callable[[Path, Any], Any],
+    node: A,
+    /,
+    *,
+    graph: bool | None = None,
+    recreate_variables: bool = True,
+) -> A:
     """A new graph like `node` with `f(path, variable)` in place of each of its State
     leaves (live Variables, so `f` may also update them in place and return them).
 
@@ -71,6 +78,8 @@ def map(f: Callable[[Path, Any], Any], node: A, /, *, graph: bool | None = None)
         f: `(path, leaf) -> new leaf` (a Variable, or a raw value for a raw leaf).
         node: a graph node, or a bare Variable (then `f((), variable)` is returned).
         graph: False maps in tree mode.
+        recreate_variables: False puts a raw value `f` returns for a Variable in the
+            new graph as it is (True wraps it in a Variable of the old one's type).
 
     Returns:
         The new graph (its nodes are new; its Variables are what `f` returned).
@@ -79,9 +88,8 @@ def map(f: Callable[[Path, Any], Any], node: A, /, *, graph: bool | None = None)
         >>> zeros = map(lambda path, v: v.replace(jnp.zeros_like(v)), model)  # doctest: +SKIP
     """
     graphdef, state = split(node, graph=graph)
-    if isinstance(state, State):
-        return merge(graphdef, map_state(f, state))
-    return merge(graphdef, f((), state))
+    mapped = map_state(f, state) if isinstance(state, State) else f((), state)
+    return merge(graphdef, mapped, recreate_variables=recreate_variables)
 
 
 def recursive_map(f: Callable[[Path, Any], Any], node: A, /, *, graph: bool | None = None) -> A:

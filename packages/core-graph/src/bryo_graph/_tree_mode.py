@@ -182,7 +182,9 @@ def tree_state(node: object, filters: tuple[Filter, ...]) -> Any:
     return states[0] if len(filters) == 1 else states
 
 
-def tree_merge(treedef: TreeDef, states: tuple, *, copy: bool) -> Any:
+def tree_merge(
+    treedef: TreeDef, states: tuple, *, copy: bool, recreate_variables: bool = True
+) -> Any:
     """`merge(treedef, *states)`: the pytree rebuilt, raw values wrapped back into the
     Variables they came from (Variables given are used as they are, unless `copy`)."""
     flat = _flat_of(states)
@@ -199,7 +201,7 @@ def tree_merge(treedef: TreeDef, states: tuple, *, copy: bool) -> Any:
             + ". Merge the States `split(..., graph=False)` returned."
         )
     leaves = [
-        _leaf(flat[path], meta, copy)
+        _leaf(flat[path], meta if recreate_variables else None, copy)
         for path, meta in zip(treedef.paths, treedef.metas, strict=True)
     ]
     return treedef.treedef.unflatten(leaves)
