@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bryo_rngs import Rngs, RngStream, RngTraceError
+from bryo_rngs._variables import PickledKey
 
 
 def _same_key(a: jax.Array, b: jax.Array) -> bool:
@@ -68,6 +69,20 @@ def test_a_stream_from_an_outer_trace_raises_at_the_call_and_stays_intact():
     assert int(rngs.default.count.value) == 1
     with pytest.raises(RngTraceError):
         jax.vmap(lambda x: x + jax.random.normal(rngs.fork()(), ()))(jnp.zeros(2))
+
+
+def test_a_key_pickles_as_its_data_and_impl():
+    rngs = Rngs(jax.random.key(5, impl="rbg"))
+    state = rngs.default.key.__getstate__()
+    assert isinstance(state["raw_value"], PickledKey) and state["raw_value"].impl == "rbg"
+    twin = pickle.loads(pickle.dumps(rngs))
+    assert _same_key(twin.default.key.value, rngs.default.key.value)
+    assert jax.random.key_impl(twin.default.key.value) == jax.random.key_impl(
+        rngs.default.key.value
+    )
+    copied = copy.deepcopy(rngs.default.key)
+    assert copied.value is not None and _same_key(copied.value, rngs.default.key.value)
+    assert copied.get_metadata() == rngs.default.key.get_metadata()
 
 
 def test_copies_and_pickles_continue_the_stream():

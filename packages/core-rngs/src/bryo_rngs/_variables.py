@@ -6,6 +6,14 @@ as a filter (`'dropout'`) selects that stream's key and count.
 
 from __future__ import annotations
 
+import copy
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.core import Tracer
+
 from bryo_graph import Variable
 from bryo_pytree import describe_leaf
 
@@ -21,10 +29,48 @@ class RngState(Variable):
         return f"{type(self).__name__}({', '.join(fields)})"
 
 
+class PickledKey(NamedTuple):
+    """A typed key array as pickle stores it: its key data and the name of its PRNG impl."""
+
+    data: np.ndarray
+    impl: str
+
+
 class RngKey(RngState):
-    """A stream's root key: a typed `jax.random.key` array; `tag` is the stream name."""
+    """A stream's root key: a typed `jax.random.key` array; `tag` is the stream name.
+
+    Pickled as `PickledKey`: JAX 0.8 cannot pickle typed key arrays, and key data with an
+    impl name loads on every supported JAX. A deep copy keeps the key array itself.
+    """
 
     __slots__ = ()
+
+    def __deepcopy__(self, memo: dict[int, object]) -> RngKey:
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        Variable.__setstate__(clone, copy.deepcopy(Variable.__getstate__(self), memo))
+        return clone
+
+    def __getstate__(self) -> dict[str, object]:
+        state = super().__getstate__()
+        key = state["raw_value"]
+        if (
+            isinstance(key, jax.Array)
+            and not isinstance(key, Tracer)
+            and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+        ):
+            impl = str(jax.random.key_impl(key))
+            state["raw_value"] = PickledKey(np.asarray(jax.random.key_data(key)), impl)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        key = state["raw_value"]
+        if isinstance(key, PickledKey):
+            state = {
+                **state,
+                "raw_value": jax.random.wrap_key_data(jnp.asarray(key.data), impl=key.impl),
+            }
+        super().__setstate__(state)
 
 
 class RngCount(RngState):
