@@ -181,7 +181,7 @@ def _recording(name: str, method: Callable) -> Callable:
             session.record_output(self, name, result)
         return result
 
-    recording.__bryo_records_output__ = True  # type: ignore[attr-defined]
+    recording.__bryo_records_output__ = True  # type: ignore[attr-defined]  # a marker on the function object
     return recording
 
 
