@@ -24,14 +24,12 @@ import numpy as np
 from bryo_pytree import Key, Path
 
 from ._fields import ATOMIC
-from ._nodes import pytree_flatten
+from ._nodes import is_leaf_treedef, pytree_flatten
 from ._object import _ACYCLIC, Dict, List, Object, data_items
 from ._tracking import Watch, watch_all, write_count
 from ._variables import Variable
 
-_PROOF = _ACYCLIC  # a tracked node's `_Proof` that its subtree has no cycle
 _LEAVES = (Variable, Object, jax.Array, np.ndarray, np.generic)  # Object: of a non-pytree class
-_TRACKED = (Object, List, Dict)
 
 Children = Iterator[tuple[Key, Any]]
 
@@ -68,7 +66,7 @@ class _Root:
         if not watch_all(watch, self.tracked) or write_count() != self.writes + 1:
             return
         watches = (watch, *(w for proof in self.proofs for w in proof.watches))
-        vars(self.node)[_PROOF] = _Proof(watches)
+        vars(self.node)[_ACYCLIC] = _Proof(watches)
 
 
 class CycleFound(Exception):
@@ -82,7 +80,7 @@ class CycleFound(Exception):
 
 
 def _proof(node: object) -> _Proof | None:
-    proof = vars(node).get(_PROOF)
+    proof = vars(node).get(_ACYCLIC)
     return proof if proof is not None and proof.is_valid() else None
 
 
@@ -103,7 +101,7 @@ def _untracked_children(value: object) -> Children | None:
     if type(value) is dict:
         return iter(value.items())
     children, treedef = pytree_flatten(value)
-    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+    if is_leaf_treedef(treedef):
         return None
     return iter(children)
 
