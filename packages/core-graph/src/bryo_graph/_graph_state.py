@@ -9,6 +9,7 @@ model from GraphStates of one `unpack`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any
 
@@ -23,6 +24,7 @@ from ._state import (
     _state_flatten_with_keys,
     _state_unflatten,
     state_flatten,
+    state_node_type,
     state_unflatten,
 )
 
@@ -99,18 +101,14 @@ def _graph_state_unflatten(cls: type, graphdef: Any, children: list[tuple[Key, o
     return GraphState(graphdef, state_unflatten(State, None, children))
 
 
-def _graph_state_set_key(node: GraphState, key: Key, child: object) -> None:
-    node._state[key] = child
-
-
 def graph_state_node_type() -> NodeType:
-    """The NodeType of `GraphState`: its State's children; its GraphDef is the aux."""
-    return NodeType(
-        GraphState,
+    """The NodeType of `GraphState`: a State's, with its GraphDef as the aux (`set_key` goes
+    through `GraphState.__setitem__` to the State)."""
+    return dataclasses.replace(
+        state_node_type(),
+        type=GraphState,
         flatten=_graph_state_flatten,
         unflatten=_graph_state_unflatten,
-        set_key=_graph_state_set_key,
-        static_keys=lambda node: frozenset(),  # every child is state, as in a State
     )
 
 
