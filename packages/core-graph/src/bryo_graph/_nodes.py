@@ -163,6 +163,11 @@ def pytree_flatten(node: object) -> tuple[list[tuple[Key, object]], Any]:
     return [(key_to_plain(keypath[0]), child) for keypath, child in keyed if keypath], treedef
 
 
+def is_leaf_treedef(treedef: Any) -> bool:
+    """Whether a one-level treedef (`pytree_flatten`'s) is a JAX leaf's, not a pytree node's."""
+    return treedef.num_nodes == 1 and treedef.num_leaves == 1
+
+
 def _pytree_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
     return aux.unflatten([child for _, child in children])  # type: ignore[attr-defined]  # aux is the treedef
 

@@ -21,7 +21,7 @@ from bryo_pytree import Path, keypath_to_path, path_str
 from ._compat import is_ref
 from ._cycles import CycleFound, check_acyclic
 from ._errors import GraphError
-from ._nodes import node_type_of, pytree_flatten
+from ._nodes import is_leaf_treedef, node_type_of, pytree_flatten
 from ._state import State, group_flat
 from ._variables import Variable, VariableMeta
 
@@ -145,8 +145,7 @@ def check_pytree(node: object, path: Path, fn_name: str, *, transform: bool = Fa
 
 def is_jax_leaf(value: object) -> bool:
     """Whether JAX flattens `value` to itself (it is not a registered pytree node)."""
-    treedef = pytree_flatten(value)[1]  # one level down only
-    return treedef.num_nodes == 1 and treedef.num_leaves == 1
+    return is_leaf_treedef(pytree_flatten(value)[1])  # one level down only
 
 
 def check_tree(node: object, /, *, name: str) -> None:
@@ -232,8 +231,7 @@ def _iter_tree(
     children, treedef = jax.tree_util.tree_flatten_with_path(
         value, is_leaf=lambda x: x is not value
     )
-    is_leaf = treedef.num_nodes == 1 and treedef.num_leaves == 1  # not a pytree node
-    if isinstance(value, Variable) or is_leaf:
+    if isinstance(value, Variable) or is_leaf_treedef(treedef):
         _check_leaf(value, path, seen, "iter_graph", False)
         yield path, value
         return
