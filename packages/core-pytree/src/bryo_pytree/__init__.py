@@ -33,7 +33,7 @@ from ._operators import UNARY_OPERATORS as UNARY_OPERATORS
 from ._operators import forward_operators as forward_operators
 from ._paths import Key as Key
 from ._paths import Path as Path
-from ._paths import TreeDef as TreeDef
+from ._paths import PyTreeDef as PyTreeDef
 from ._paths import flatten_to_paths as flatten_to_paths
 from ._paths import flatten_with_treedef as flatten_with_treedef
 from ._paths import key_to_plain as key_to_plain

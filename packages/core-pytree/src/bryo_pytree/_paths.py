@@ -36,7 +36,7 @@ JaxKey: TypeAlias = Any
 """`DictKey | SequenceKey | GetAttrKey | FlattenedIndexKey`: jax declares those as `Any`-typed
 variables (C++ classes), which cannot form a type expression."""
 
-TreeDef: TypeAlias = Any
+PyTreeDef: TypeAlias = Any
 """`jax.tree_util.PyTreeDef`, which jax declares as a variable (no type expression)."""
 
 IsLeaf: TypeAlias = Callable[[object], bool] | None
@@ -163,7 +163,7 @@ def flatten_to_paths(tree: object, *, is_leaf: IsLeaf = None) -> dict[Path, obje
 
 def flatten_with_treedef(
     tree: object, *, is_leaf: IsLeaf = None
-) -> tuple[dict[Path, object], TreeDef]:
+) -> tuple[dict[Path, object], PyTreeDef]:
     """Like `flatten_to_paths`, also returning the treedef that `unflatten_paths` rebuilds.
 
     >>> flat, treedef = flatten_with_treedef({"w": 1.0, "b": 0.0})
@@ -179,7 +179,7 @@ def flatten_with_treedef(
     return dict(zip(paths, leaves, strict=True)), treedef
 
 
-def unflatten_paths(flat: Mapping[Path, object], treedef: TreeDef | None = None) -> object:
+def unflatten_paths(flat: Mapping[Path, object], treedef: PyTreeDef | None = None) -> object:
     """Rebuild a tree from a `{path: leaf}` dict.
 
     Args:
@@ -244,14 +244,14 @@ class _PathCache:
     """
 
     def __init__(self, max_paths: int = 2_000_000, recent: int = 32) -> None:
-        self._paths: dict[TreeDef, tuple[Path, ...]] = {}
-        self._recent: dict[int, tuple[TreeDef, tuple[Path, ...]]] = {}
+        self._paths: dict[PyTreeDef, tuple[Path, ...]] = {}
+        self._recent: dict[int, tuple[PyTreeDef, tuple[Path, ...]]] = {}
         self._max_recent = recent
         self._size = 0
         self._max_paths = max_paths
         self._lock = threading.Lock()
 
-    def get(self, treedef: TreeDef) -> tuple[Path, ...] | None:
+    def get(self, treedef: PyTreeDef) -> tuple[Path, ...] | None:
         seen = self._recent.get(id(treedef))
         if seen is not None and seen[0] is treedef:
             return seen[1]
@@ -263,7 +263,7 @@ class _PathCache:
             self._remember(treedef, paths)
         return paths
 
-    def put(self, treedef: TreeDef, paths: tuple[Path, ...]) -> None:
+    def put(self, treedef: PyTreeDef, paths: tuple[Path, ...]) -> None:
         if len(paths) > self._max_paths:
             return
         with self._lock:
@@ -279,7 +279,7 @@ class _PathCache:
                 self._size -= len(self._paths.pop(oldest))
         self._remember(treedef, paths)
 
-    def _remember(self, treedef: TreeDef, paths: tuple[Path, ...]) -> None:
+    def _remember(self, treedef: PyTreeDef, paths: tuple[Path, ...]) -> None:
         # The entry holds `treedef` alive, so its id cannot be reused while it is here.
         recent = self._recent
         recent[id(treedef)] = (treedef, paths)
@@ -299,7 +299,7 @@ class _PathCache:
 _PATH_CACHE = _PathCache()
 
 
-def _treedef_paths(treedef: TreeDef) -> tuple[Path, ...]:
+def _treedef_paths(treedef: PyTreeDef) -> tuple[Path, ...]:
     """The paths of `treedef`'s leaves, in order; read off a placeholder tree if unseen."""
     paths = _PATH_CACHE.get(treedef)
     if paths is None:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from bryo_pytree import TreeDef
+from bryo_pytree import PyTreeDef
 
 from ._ir import CUSTOM_DERIVATIVE_NAMES, JIT_NAME, Equation, ModuleCall
 
@@ -100,7 +100,7 @@ def equation_attrs(node: Equation) -> dict[str, Any]:
     return {key: equation_attr(node, key) for key in equation_attr_names(node)}
 
 
-def tree_example(treedef: TreeDef | None, first: int = 0) -> Any:
+def tree_example(treedef: PyTreeDef | None, first: int = 0) -> Any:
     """A structure of tuples/lists/dicts/None as a value whose leaves number the flat
     values from `first` (`(0, (1, 2))`), for the root's `in_tree`/`out_tree`; `None` when
     it has other nodes (modules)."""

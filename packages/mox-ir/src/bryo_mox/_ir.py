@@ -26,7 +26,7 @@ import jax
 import jax.core
 from jax.extend import core as jex
 
-from bryo_pytree import TreeDef
+from bryo_pytree import PyTreeDef
 
 from ._errors import MoxError
 from ._types import type_str
@@ -247,10 +247,10 @@ class Mox(Node):
     """
 
     block: Block
-    in_tree: TreeDef | None = None
-    out_tree: TreeDef | None = None
+    in_tree: PyTreeDef | None = None
+    out_tree: PyTreeDef | None = None
     extra_params: tuple[tuple[str, jax.ShapeDtypeStruct], ...] = ()
-    kwargs_tree: TreeDef | None = None
+    kwargs_tree: PyTreeDef | None = None
     static_kwargs: tuple[tuple[str, object], ...] = ()
     static_leaves: tuple[tuple[int, object], ...] = ()
     _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)

@@ -34,7 +34,7 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jex
 
-from bryo_pytree import TreeDef, run_frames
+from bryo_pytree import PyTreeDef, run_frames
 
 from ._compat import (
     DebugInfo,
@@ -170,7 +170,7 @@ def _extra(doc: DocNode, avals: Sequence[Any]) -> tuple[tuple[str, jax.ShapeDtyp
     )
 
 
-def _tree(doc: DocNode, attr: str, first: int = 0, leaves: int | None = None) -> TreeDef | None:
+def _tree(doc: DocNode, attr: str, first: int = 0, leaves: int | None = None) -> PyTreeDef | None:
     """The treedef written in attr `attr`: a tree of tuples/lists/dicts/None whose leaves
     number flat values in order from `first` (`(0, {'a': 1})`), or `None` when not written.
     With `leaves`, the tree must number exactly that many values."""

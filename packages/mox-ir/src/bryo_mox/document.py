@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from lxml import etree
 
-from bryo_pytree import TreeDef
+from bryo_pytree import PyTreeDef
 
 from ._attrs import CUSTOM_ATTRS as CUSTOM_ATTRS
 from ._attrs import JIT_ATTRS as JIT_ATTRS
@@ -590,7 +590,7 @@ class _Writer:
             return False
         return True
 
-    def tree(self, treedef: TreeDef | None, first: int = 0) -> Any:
+    def tree(self, treedef: PyTreeDef | None, first: int = 0) -> Any:
         """A treedef of tuples/lists/dicts/None as a value whose leaves number the flat
         values from `first` (`(0, {'a': 1})`), or None."""
         return tree_example(treedef, first)
