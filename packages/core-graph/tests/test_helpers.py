@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bryo_graph import (
+    GraphState,
     List,
     Object,
     Param,
@@ -15,6 +16,7 @@ from bryo_graph import (
     Variable,
     data,
     dataclass,
+    graphdef,
     iter_children,
     map,
     map_state,
@@ -22,6 +24,7 @@ from bryo_graph import (
     recursive_map,
     split,
     state,
+    unpack,
 )
 
 
@@ -87,6 +90,18 @@ def test_map_and_merge_keep_raw_values_without_recreating_variables(graph):
     graphdef_, params, rest = split(model, Param, ..., graph=graph)
     zeros = State.from_flat_path({p: 0 for p in params.flat_state()})
     assert merge(graphdef_, zeros, rest, recreate_variables=False).a == 0
+
+
+def test_recreate_variables_false_on_a_bare_variable_and_on_graph_states():
+    graphdef_, _ = split(Param(1))
+    assert merge(graphdef_, 0, recreate_variables=False) == 0
+    assert map(lambda path, v: v + 1, Param(1), recreate_variables=False) == 2
+    model = Pair()
+    _, rest = unpack(model, Param, ...)
+    zeros = GraphState(graphdef(model), State({"a": 0}))
+    raw = merge(zeros, rest, recreate_variables=False)
+    assert raw.a == 0 and isinstance(raw.b, Variable)
+    assert isinstance(merge(zeros, rest).a, Param)
 
 
 def test_iter_children_lists_graph_nodes_only():
