@@ -134,6 +134,14 @@ def test_capture_takes_what_a_scanned_body_sows():
     np.testing.assert_allclose(steps, [1.0, 2.0, 4.0])
     assert float(y) == 4.0 and "steps" not in vars(model)  # the model is left unchanged
 
+    def scan_then_fail(m, x):
+        m(x)
+        raise RuntimeError("after the scan")
+
+    with pytest.raises(RuntimeError, match="after the scan"):
+        capture(scan_then_fail, Intermediate)(model, jnp.array(1.0))
+    assert "steps" not in vars(model)  # what the scan sowed is not left on the model
+
 
 def test_capture_method_outputs_sows_what_each_method_returns():
     class Inner(Module):
@@ -160,8 +168,34 @@ def test_capture_method_outputs_sows_what_each_method_returns():
     # afterwards the classes' methods are the plain ones again, and other calls sow nothing
     assert Inner.__call__ is plain
     assert len(capture(model, Intermediate)(x)[1].flat_state()) == 1
-    with pytest.raises(TypeError, match="Variable types to capture"):
+    with pytest.raises(TypeError, match=r"method_outputs.*got 'intermediates'"):
         capture(model, Intermediate, method_outputs="intermediates")
+
+
+def test_capture_method_outputs_skips_the_methods_of_module_itself():
+    class Tagged(Module):
+        def tag(self, x):
+            return x * 3.0
+
+        def train(self, **attributes):  # overrides Module's: the framework's, not recorded
+            super().train(**attributes)
+
+    class Holder(Module):
+        def __init__(self):
+            self.plain = Module()  # its class is Module itself: sow, train, ... stay plain
+            self.tagged = Tagged()
+
+        def __call__(self, x):
+            self.plain.sow(Intermediate, "seen", x)
+            self.tagged.train()
+            return self.tagged.tag(x)
+
+    model, sow, train = Holder(), Module.sow, Tagged.train
+    y, sown = capture(model, Intermediate, method_outputs=Intermediate)(jnp.ones(2))
+    flat = {path: v.get_value()[0] for path, v in sown.flat_state().items()}
+    assert set(flat) == {("__call__",), ("plain", "seen"), ("tagged", "tag")}
+    np.testing.assert_allclose(flat[("tagged", "tag")], y)
+    assert Module.sow is sow and Tagged.train is train
 
 
 def test_capture_sow_of_an_uncaptured_type_returns_false_and_bad_input_is_named():

@@ -14,7 +14,8 @@ of a captured type from the model's modules into the session.
 `capture(..., method_outputs=Intermediate)` also sows the result of every public method
 (and `__call__`) of the model's modules under the method's name. The methods of the
 model's classes are wrapped while at least one such capture runs (counted per class,
-under a lock, then restored); a wrapped method sows only for a module of the running
+under a lock, then restored; the methods `Module` itself defines, `sow` included, never
+are); a wrapped method sows only for a module of the running
 thread's active session, so other modules and threads see the plain method. Modules
 copied inside lifted transforms are not the session's: their method outputs are not
 recorded (their `sow` calls are).
@@ -107,7 +108,7 @@ class Captures:
         """Sow `result`, what method `name` of `module` returned, when this session
         records method outputs and `module` is one of its modules."""
         if self.method_outputs is not None and id(module) in self.paths:
-            module.sow(self.method_outputs, name, result)
+            _plain(type(module).sow)(module, self.method_outputs, name, result)
 
     def perturb(
         self, module: object, variable_type: type[Variable], name: str, value: object
@@ -185,17 +186,33 @@ def _recording(name: str, method: Callable) -> Callable:
     return recording
 
 
+def _plain(method: Callable) -> Callable:
+    """`method` without the recording wrappers `recording_method_outputs` put on it."""
+    while getattr(method, "__bryo_records_output__", False):
+        method = method.__wrapped__  # type: ignore[attr-defined]  # set by functools.wraps
+    return method
+
+
 @contextlib.contextmanager
-def recording_method_outputs(classes: Iterable[type]) -> Iterator[None]:
+def recording_method_outputs(classes: Iterable[type], base: type) -> Iterator[None]:
     """While open, the public methods and `__call__` defined by `classes` (not their
-    bases) report their results to the active session (`Captures.record_output`)."""
-    classes = list(dict.fromkeys(classes))
+    bases) report their results to the active session (`Captures.record_output`).
+
+    `base` (the Module class) and its own bases are never wrapped, nor are methods
+    overriding one of theirs (`sow`, `train`, ...): those are the framework's, not the
+    model's computations.
+    """
+    framework = base.__mro__
+    own = {name for cls in framework for name in vars(cls)}
+    classes = [cls for cls in dict.fromkeys(classes) if cls not in framework]
     with _RECORDING_LOCK:
         for cls in classes:
             if cls not in _RECORDING:
                 for name, method in list(vars(cls).items()):
-                    if inspect.isfunction(method) and (
-                        name == "__call__" or not name.startswith("_")
+                    if (
+                        inspect.isfunction(method)
+                        and (name == "__call__" or not name.startswith("_"))
+                        and name not in own
                     ):
                         setattr(cls, name, _recording(name, method))
             _RECORDING[cls] = _RECORDING.get(cls, 0) + 1

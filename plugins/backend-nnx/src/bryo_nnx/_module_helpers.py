@@ -227,6 +227,10 @@ def view_info(node: object, /, *, only: Filter = ..., graph: bool | None = None)
     return "\n".join(lines)
 
 
+def _is_variable_type(value: object) -> TypeGuard[type[Variable]]:
+    return isinstance(value, type) and issubclass(value, Variable)
+
+
 def capture(
     fn: Callable[..., Any] | type[Variable],
     *var_types: type[Variable],
@@ -257,9 +261,14 @@ def capture(
     if isinstance(fn, type) and issubclass(fn, Variable):
         types = (fn, *var_types)
         return lambda actual: capture(actual, *types, init=init, method_outputs=method_outputs)
-    for var_type in (*var_types, *([method_outputs] if method_outputs is not None else [])):
-        if not (isinstance(var_type, type) and issubclass(var_type, Variable)):
+    for var_type in var_types:
+        if not _is_variable_type(var_type):
             raise TypeError(f"`capture` takes Variable types to capture; got {var_type!r}.")
+    if method_outputs is not None and not _is_variable_type(method_outputs):
+        raise TypeError(
+            "`capture(method_outputs=...)` takes the Variable type to sow method results "
+            f"as (e.g. `nnx.Intermediate`); got {method_outputs!r}."
+        )
     bound = getattr(fn, "__self__", None) if inspect.ismethod(fn) else None
     owner = fn if isinstance(fn, Module) else bound if isinstance(bound, Module) else None
 
@@ -276,10 +285,12 @@ def capture(
         classes = [type(module) for _, module in modules] if method_outputs else []
         with (
             Captures(modules, var_types, init, method_outputs) as session,
-            recording_method_outputs(classes),
+            recording_method_outputs(classes, Module),
         ):
-            result = fn(*args, **kwargs)
-        session.adopt(modules, before)
+            try:
+                result = fn(*args, **kwargs)
+            finally:  # the model is left unchanged even when `fn` raises
+                session.adopt(modules, before)
         if not var_types:
             return result
         return (result, *session.states())
