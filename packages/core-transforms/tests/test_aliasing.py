@@ -82,6 +82,7 @@ def test_one_variable_gets_one_sharding(updates):
     )
     with pytest.raises(
         ValueError,
-        match=r"Inconsistent aliasing[\s\S]*P(artitionSpec)?\(\)[\s\S]*P(artitionSpec)?\('x',?\)",
+        match=r"Inconsistent aliasing[\s\S]*`in_specs`[\s\S]*P(artitionSpec)?\(\)[\s\S]*"
+        r"P(artitionSpec)?\('x',?\)",
     ):
         mapped(shared, shared)

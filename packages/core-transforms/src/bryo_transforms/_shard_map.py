@@ -186,7 +186,7 @@ def shard_map(
     map_fn = _jax_shard_map(mesh, axis_names, check_vma)
     if not graph_updates_on(graph, graph_updates):
         inputs = Inputs("shard_map", tree_mode(graph))
-        return simple_vmap(f, inputs, in_specs, {"out_axes": out_specs}, map_fn)  # type: ignore[return-value]  # the mapped function takes f's arguments
+        return simple_vmap(f, inputs, in_specs, {"out_axes": out_specs}, map_fn, "in_specs")  # type: ignore[return-value]  # the mapped function takes f's arguments
     cache = PlanCache(size=16)
 
     @functools.wraps(f)

@@ -357,16 +357,18 @@ def simple_vmap(
     in_axes: object,
     vmap_kwargs: dict,
     map_fn: Callable[..., Callable] = jax.vmap,
+    option: str = "in_axes",
 ) -> Callable:
     """`vmap` in simple mode: `jax.vmap` (or `map_fn`, e.g. `jax.pmap`); changed
-    Variables come back on their in axis."""
+    Variables come back on their in axis. `option`: the name errors give `in_axes`
+    (`shard_map`'s is `in_specs`)."""
     pure = inputs.with_updates(f, every=True)
     out_axes = vmap_kwargs.pop("out_axes")
 
     @functools.wraps(f)
     def call(*args: Any, **kwargs: Any) -> Any:
         variables = inputs.variables(args, kwargs)
-        axes = _variable_axes(in_axes, args, kwargs)
+        axes = _variable_axes(in_axes, args, kwargs, option)
         mapped = map_fn(pure, in_axes=in_axes, out_axes=(out_axes, axes, None), **vmap_kwargs)
         shared_args, shared_kwargs = inputs.shared(args, kwargs, variables)
         out, values, changed = mapped(*shared_args, **shared_kwargs)
