@@ -91,6 +91,39 @@ def test_an_error_in_a_call_leaves_the_scopes_as_they_were():
     assert_clean(bound, before)
 
 
+FAILING = {"now": False}  # whether `DropsThenFails` raises, after drawing its mask
+
+
+class DropsThenFails(nn.Module):
+    @nn.compact
+    def __call__(self, xs):
+        xs = nn.Dropout(0.5, deterministic=False)(nn.Dense(4)(xs))
+        if FAILING["now"]:
+            raise ValueError("the model's own error")
+        return nn.Dense(4)(xs)
+
+
+def test_an_error_leaves_rngs_counters_and_names_as_they_were():
+    """After an error midway (a mask drawn, a compact submodule named), a later call
+    draws the same mask and names its submodules as a fresh run."""
+    model = DropsThenFails()
+    rngs = {"dropout": jax.random.key(3)}
+    variables = model.init({"params": jax.random.key(0), **rngs}, X)
+    expected = model.apply(variables, X, rngs=rngs)
+    bound = model.bind(variables, rngs=rngs)
+    FAILING["now"] = True
+    try:
+        with pytest.raises(ValueError, match="the model's own error"):
+            yax.make_mox(lambda x: bound(x))(X)
+    finally:
+        FAILING["now"] = False
+    mox = yax.make_mox(lambda x: bound(x))(X)
+    names = [n.name for n in yax.query("//module_call", mox)]
+    assert names == ["", "Dense_0", "Dropout_0", "Dense_1"]
+    np.testing.assert_allclose(yax.eval_mox(mox, X), expected)
+    np.testing.assert_allclose(bound(X), expected)  # the bound scope draws as a fresh one
+
+
 CALLER: dict = {}  # the variables `Peeks` checks; module fields would be frozen copies
 
 

@@ -1,6 +1,8 @@
 """Flax Linen models in MoX: one `module_call` per method call, with type, scope path and
 fields; variables and rng streams as inputs; mutable collections as new state."""
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -190,6 +192,44 @@ def test_modules_whose_setup_keeps_submodules():
     (block,) = yax.query('//module_call[@name="blocks_1"][not(@method)]', mox)
     assert block.n_state == 3  # dense's bias and kernel, scale
     assert_tree_close(yax.eval_mox(mox, variables, X), model.apply(variables, X))
+
+
+class Scale(nn.Module):
+    @nn.compact
+    def __call__(self, xs):
+        return xs * self.param("w", nn.initializers.ones, (1, 4))
+
+
+class HoldsScale(nn.Module):
+    def setup(self):
+        self.scale = Scale()
+
+    def __call__(self, xs):
+        return self.scale(xs)
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["through-setup", "submodule-directly"])
+def test_a_bound_module_called_before_is_traced_with_its_variables_as_state(direct):
+    """A submodule made in `setup` keeps its scope, and the references it took into the
+    caller's variables at the concrete call: the trace still reads the node's state."""
+    from bryo_flax._compat import root_variables
+
+    model = HoldsScale()
+    variables = model.init(jax.random.key(0), X)
+    bound = model.bind(variables)
+    bound(X)
+    mox = yax.make_mox(lambda x: bound.scale(x) if direct else bound(x))(X)
+    consts = mox.block.consts
+    assert len(consts) == len(jax.tree.leaves(variables))  # the params, as the root's state
+    other = dataclasses.replace(
+        mox, block=dataclasses.replace(mox.block, consts=tuple(2.0 * c for c in consts))
+    )
+    doubled = jax.tree.map(lambda a: 2.0 * a, variables)
+    assert_tree_close(yax.eval_mox(other, X), model.apply(doubled, X))
+    # the bound module still reads the caller's variables
+    assert root_variables(bound.scope)["params"] is variables["params"]
+    assert bound.scale.variables["params"]["w"] is variables["params"]["scale"]["w"]
+    assert_tree_close(bound(X), model.apply(variables, X))
 
 
 class Block(nn.Module):

@@ -39,6 +39,12 @@ def root_variables(root: Scope) -> dict[str, Any]:
     return root._variables
 
 
+def scope_variables(scope: Scope) -> dict[str, Any]:
+    """The collections `scope` holds: the root's are the variables themselves, a child
+    scope's are references into its parent's dicts, taken when it first reads them."""
+    return scope._variables
+
+
 def unwrapped_method(context: InterceptorContext) -> Callable[..., Any] | None:
     """The user's method behind an intercepted call (`orig_method` is
     `functools.partial(method, module)`), with Flax's state-managing wrapper around it so

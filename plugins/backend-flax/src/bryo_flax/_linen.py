@@ -11,18 +11,24 @@ statistics and the `rngs={"dropout": key}` given to `apply` are inputs of the no
 The call runs on the module itself, in Flax's interceptor chain, with nothing rebound:
 `pure` writes the state it is given into the scope's variable dicts in place (and the
 rng streams into the scope), runs the call, reads the variables back as the new state,
-and puts the old values back. Scopes under the module keep references into those dicts,
-so submodules read the values `pure` wrote. The variable dicts of immutable collections
-belong to the caller: the first call under a root scope replaces them with copies of
-its own, so the in-place writes never touch the caller's variables. Mutable collections
-come back as new state; rng counters travel in the state as static values, so `pure`
-leaves the scope as it found it and `write_back` alone publishes a call's effects.
+and puts the old values back. The scopes of the module's compact submodules are made
+during the call and look their variables up through it, so they read the values `pure`
+wrote. The variable dicts of immutable collections belong to the caller: the first call
+under a root scope swaps them for copies of the trace's own, so the in-place writes
+never touch the caller's variables, and the trace's end swaps the caller's back. Mutable
+collections come back as new state; rng counters travel in the state as static values,
+so `pure` leaves the scope as it found it and `write_back` alone publishes a call's
+effects.
 
-A module whose `setup` kept arrays (`self.scale = self.param(...)`) would use them, in
-place, instead of the state `pure` is given. Such a module runs as Flax's lifted
-transforms run it: on a copy bound to a new scope holding the given state, where `setup`
-runs again. (Submodules and `Variable`s kept by `setup` read through their scopes: a
-module keeping only those runs in place.)
+A scope keeps a reference to its part of its parent's dicts once it has read a
+variable. Scopes that outlive a call (made by `setup`) may thus still refer to the
+caller's dicts, and arrays kept by `setup` (`self.scale = self.param(...)`) are read
+once. A module with a `setup` therefore runs as Flax's lifted transforms run it: on a
+copy bound to a new scope holding the given state, where `setup` runs again and every
+scope under it is new. A compact module runs in place; its own scope and its parents'
+forget, for the call, the references they took before the swap. (Submodules given to a
+compact module as fields are bound once too; their scopes may still refer to the
+caller's dicts: such a call evaluates right, with those variables as constants.)
 """
 
 from __future__ import annotations
@@ -30,13 +36,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import functools
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import flax.linen as nn
-import jax
 
 from ._compat import (
     InterceptorContext,
@@ -46,6 +50,7 @@ from ._compat import (
     export_state,
     naming,
     root_variables,
+    scope_variables,
     set_naming,
     unwrapped_method,
 )
@@ -71,14 +76,24 @@ _NOT_INTERCEPTED = (
 _handler: contextvars.ContextVar[Handler | None] = contextvars.ContextVar(
     "bryo_flax_linen_handler", default=None
 )
-# Root scopes whose immutable collections are this trace's copies: `id(root) -> root`.
-_owned: contextvars.ContextVar[dict[int, Scope] | None] = contextvars.ContextVar(
+
+
+class _Owned(NamedTuple):
+    """A root scope whose immutable collections are this trace's copies."""
+
+    root: Scope
+    originals: dict[str, Any]  # the caller's dicts, swapped back when the trace ends
+
+
+# `id(root) -> _Owned` for the roots of this trace.
+_owned: contextvars.ContextVar[dict[int, _Owned] | None] = contextvars.ContextVar(
     "bryo_flax_linen_owned", default=None
 )
 # The copy whose own call `_call_copy` is starting: that call runs, it is not routed again.
 _starting: contextvars.ContextVar[nn.Module | None] = contextvars.ContextVar(
     "bryo_flax_linen_starting", default=None
 )
+_ABSENT = object()  # a scope that had not looked a collection up
 _installed = threading.local()  # Flax's interceptor stack is per thread: install once
 
 
@@ -100,6 +115,7 @@ def intercept(handler: Handler) -> Iterator[None]:
     finally:
         _installed.depth = depth
         if owned is not None:
+            _give_back(_owned.get() or {})
             _owned.reset(owned)
         _handler.reset(token)
 
@@ -206,21 +222,67 @@ def _restore(tree: Tree, saved: Mapping[str, Any]) -> None:
             del tree[key]
 
 
-def _own(root: Scope, copied: bool = False) -> None:
+def _own(root: Scope, copied: bool = False) -> _Owned:
     """Give `root` copies of its immutable collections (once per trace), so that `pure`
     can write into them without touching the caller's variables (`copied`: they are
     copies already)."""
     owned = _owned.get()
     assert owned is not None, "Linen calls are intercepted only inside `intercept`"
-    if owned.get(id(root)) is root:
-        return
-    owned[id(root)] = root
-    if copied:
-        return
+    known = owned.get(id(root))
+    if known is not None and known.root is root:
+        return known
     collections = root_variables(root)
-    for collection, tree in list(collections.items()):
-        if isinstance(tree, Mapping) and not root.is_mutable_collection(collection):
-            collections[collection] = _copy_tree(tree)
+    originals = (
+        {}
+        if copied
+        else {
+            collection: tree
+            for collection, tree in collections.items()
+            if isinstance(tree, Mapping) and not root.is_mutable_collection(collection)
+        }
+    )
+    for collection, tree in originals.items():
+        collections[collection] = _copy_tree(tree)
+    owned[id(root)] = _Owned(root, originals)
+    return owned[id(root)]
+
+
+def _give_back(owned: Mapping[int, _Owned]) -> None:
+    """Swap the caller's immutable collections back into the roots the trace owned."""
+    for root, originals in owned.values():
+        root_variables(root).update(originals)
+
+
+class _Reference(NamedTuple):
+    """What a scope held for a collection: its reference into its parent's dict, or
+    `_ABSENT` (it had not looked the collection up)."""
+
+    scope: Scope
+    collection: str
+    reference: Any
+
+
+def _forget_references(scope: Scope, collections: Iterable[str]) -> list[_Reference]:
+    """Make `scope` and its parents (but the root) look `collections` up again from the
+    root: references they took before `_own` lead to the caller's dicts. Returns what
+    they held, for `_remember_references`."""
+    held = []
+    while scope.parent is not None:
+        cache = scope_variables(scope)
+        for collection in collections:
+            held.append(_Reference(scope, collection, cache.pop(collection, _ABSENT)))
+        scope = scope.parent
+    return held
+
+
+def _remember_references(held: list[_Reference]) -> None:
+    """Give the scopes back the references `_forget_references` took away."""
+    for scope, collection, reference in held:
+        cache = scope_variables(scope)
+        if reference is _ABSENT:
+            cache.pop(collection, None)
+        else:
+            cache[collection] = reference
 
 
 def _subtrees(scope: Scope) -> dict[str, Tree]:
@@ -258,14 +320,15 @@ class _LinenCall:
         self.path = "/".join(scope.path)
         self.info = module_info(module, self.path, attributes(module, context.method_name))
         self.method: Callable[..., Any] | None = None
-        if _has_setup(type(module)) and _keeps_arrays(module):
+        self.swapped: tuple[str, ...] = ()  # the collections `_own` swapped for copies
+        if _has_setup(type(module)):
             self.method = unwrapped_method(context)
             if self.method is None:
                 raise MoxError(self._not_intercepted("Flax passed no method to re-run"))
 
     def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         scope = self.scope
-        _own(scope.root)
+        self.swapped = tuple(_own(scope.root).originals)
         state = LinenState(
             {c: _copy_tree(tree) for c, tree in _subtrees(scope).items()},
             dict(scope.rngs),
@@ -277,11 +340,12 @@ class _LinenCall:
 
     def _pure(self, state: LinenState, *args: Any, **kwargs: Any) -> tuple[LinenState, Any]:
         scope = self.scope
-        saved = {c: _copy_tree(tree) for c, tree in _subtrees(scope).items()}
+        held = _forget_references(scope, self.swapped)
+        live = _subtrees(scope)
+        saved = {c: _copy_tree(tree) for c, tree in live.items()}
         rngs, counters = scope.rngs, _copy_counters(scope.rng_counters)
         names = naming(self.module, scope)
         try:
-            live = _subtrees(scope)
             for collection, values in state.variables.items():
                 if collection in live:
                     _write(live[collection], values)
@@ -301,6 +365,7 @@ class _LinenCall:
             _assign_counters(scope.rng_counters, counters)
             for collection, tree in _subtrees(scope).items():
                 _restore(tree, saved.get(collection, {}))
+            _remember_references(held)
         return new_state, out
 
     def _pure_copy(self, state: LinenState, *args: Any, **kwargs: Any) -> tuple[LinenState, Any]:
@@ -355,18 +420,9 @@ class _LinenCall:
         set_naming(self.module, scope, new_state.naming.value)
 
 
-@functools.cache
 def _has_setup(cls: type[nn.Module]) -> bool:
     """Whether a Linen module class (or a base other than `nn.Module`) defines `setup`."""
     return any("setup" in vars(base) for base in cls.__mro__ if base is not nn.Module)
-
-
-def _keeps_arrays(module: nn.Module) -> bool:
-    """Whether the module holds arrays in its attributes (kept by `setup`, or given as
-    fields): a call in place would not see the state `pure` is given through them."""
-    values = object.__getattribute__(module, "__dict__")
-    kept = [v for k, v in values.items() if k[:1] != "_" and k not in ("scope", "parent")]
-    return any(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(kept))
 
 
 def _describe(module: nn.Module) -> str:
