@@ -150,13 +150,6 @@ def standard_result_type(*args: ArrayLike | DTypeLike) -> jnp.dtype:
         return jnp.dtype(jnp.result_type(*args))
 
 
-def promoted(*arrays: jax.Array) -> tuple[jax.Array, ...]:
-    """`arrays` cast to the dtype standard promotion gives them (`standard_result_type`):
-    an operation on them then computes as it would under standard promotion."""
-    dtype = standard_result_type(*arrays)
-    return tuple(a.astype(dtype) for a in arrays)
-
-
 def add_bias(y: jax.Array, bias: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """`y + bias` with `bias` reshaped to `shape` (as many axes as `y`: no implicit rank
     promotion) and both cast to the dtype standard promotion gives them (a `float32`

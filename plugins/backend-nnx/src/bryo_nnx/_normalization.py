@@ -16,7 +16,6 @@ mapped axis (`vmap`, `pmap`, `shard_map`).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 
 import jax
@@ -33,7 +32,6 @@ from ._common import (
     first_given,
     get,
     params_key,
-    promoted,
     standard_result_type,
 )
 from ._module import Module
@@ -113,17 +111,21 @@ def normalize(
     feature_shape = tuple(n if a in feature_axes else 1 for a, n in enumerate(x.shape))
     # Each step computes in the dtype standard promotion gives its operands (`bfloat16`
     # inputs with `float32` statistics compute in `float32`), cast explicitly.
-    y = operator.sub(*promoted(x, mean.reshape(stats_shape)))
+    y, m = dtypes.promote_dtype((x, mean.reshape(stats_shape)), inexact=False)
+    y = y - m
     multiplier = lax.rsqrt(var.reshape(stats_shape) + epsilon)
     present = [x]
     if scale is not None:
         scale = scale.reshape(feature_shape)
-        multiplier = operator.mul(*promoted(multiplier, scale))
+        multiplier, s = dtypes.promote_dtype((multiplier, scale), inexact=False)
+        multiplier = multiplier * s
         present.append(scale)
-    y = operator.mul(*promoted(y, multiplier))
+    y, multiplier = dtypes.promote_dtype((y, multiplier), inexact=False)
+    y = y * multiplier
     if bias is not None:
         bias = bias.reshape(feature_shape)
-        y = operator.add(*promoted(y, bias))
+        y, b = dtypes.promote_dtype((y, bias), inexact=False)
+        y = y + b
         present.append(bias)
     return jnp.asarray(y, dtypes.canonicalize_dtype(*present, dtype=dtype))
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
+
+from ._common import standard_result_type
 
 T = TypeVar("T", bound=tuple)
 
@@ -50,10 +51,9 @@ def canonicalize_dtype(
     if dtype is None:
         # Promoting is this function's job: by JAX's standard rules, also when a test
         # suite runs under `jax_numpy_dtype_promotion="strict"`.
-        with jax.numpy_dtype_promotion("standard"):
-            dtype = jnp.result_type(*(jnp.asarray(a) for a in args if a is not None))
-            if inexact and not jnp.issubdtype(dtype, jnp.inexact):
-                dtype = jnp.promote_types(jnp.float32, dtype)
+        dtype = standard_result_type(*(jnp.asarray(a) for a in args if a is not None))
+        if inexact and not jnp.issubdtype(dtype, jnp.inexact):
+            dtype = standard_result_type(jnp.float32, dtype)
     if inexact and not jnp.issubdtype(dtype, jnp.inexact):
         raise ValueError(
             f"`dtype` must be a floating or complex dtype here; got {jnp.dtype(dtype).name}."
