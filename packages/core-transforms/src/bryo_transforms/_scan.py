@@ -125,8 +125,7 @@ def _carry_position(out_axes: object) -> object:
 def _check_out_axes(out_axes: object) -> None:
     """Raise if `out_axes` broadcasts an output (None) or carries part of a node's state
     (`StateAxes({...: Carry})`): every output of a step is stacked (as in Flax NNX)."""
-    is_leaf = lambda x: x is None or x is Carry or isinstance(x, StateAxes)
-    for keypath, axes in jax.tree_util.tree_leaves_with_path(out_axes, is_leaf=is_leaf):
+    for keypath, axes in jax.tree_util.tree_leaves_with_path(out_axes, is_leaf=is_axis_leaf):
         where = "out_axes" + jax.tree_util.keystr(keypath)
         if axes is None:
             raise TransformError(
