@@ -434,15 +434,14 @@ class _Scan:
                         f"`scan`: {sig.describe_leaf(update.k)} was set to the Python value "
                         f"{update.value!r}; carried and scanned state must hold arrays."
                     )
-            new_state = [leaves[k] for k in self.carry_ks]
-            for update in out_plan.sets:
-                if update.group == 0:
-                    new_state[inner_carry_index[update.k]] = groups[0][update.position]
             replaced = _replacements(out_plan, grouping.replaced)
-            for position, k in replaced:
+            # (position in the carry group, carried leaf k): the set ones, then new Variables
+            carried = [(u.position, u.k) for u in out_plan.sets if u.group == 0] + replaced
+            new_state = [leaves[k] for k in self.carry_ks]
+            for position, k in carried:
                 new_state[inner_carry_index[k]] = groups[0][position]
             self._check_carry_kept(out_plan, [k for _, k in replaced])
-            record["replaced"] = replaced
+            record["carried"] = carried
             carry_arrays = self._carry_arrays_out(carry_out, args, inner)
             record["plan"] = out_plan
             record["sizes"] = [len(g) for g in groups[1:]]
@@ -452,12 +451,7 @@ class _Scan:
         final, ys = checkpointed_scan(body, init, xs, self.length, policy, reverse, unroll)
         out_plan = record["plan"]
         groups: list[list] = [[] for _ in axes]
-        for update in out_plan.sets:
-            if update.group == 0:
-                pos = update.position
-                groups[0].extend([None] * (pos + 1 - len(groups[0])))
-                groups[0][pos] = final[0][inner_carry_index[update.k]]
-        for pos, k in record["replaced"]:
+        for pos, k in record["carried"]:
             groups[0].extend([None] * (pos + 1 - len(groups[0])))
             groups[0][pos] = final[0][inner_carry_index[k]]
         offset = 0
