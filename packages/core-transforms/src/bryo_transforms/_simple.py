@@ -172,14 +172,17 @@ def _is_alias(value: object) -> bool:
 
 class ReadVariables(list):
     """The caller's Variables of one simple-mode call (a list), with the values they held
-    when the call read them and the transform's name (for `ConcurrentUpdateError`)."""
+    when the call read them, the transform's name (for `ConcurrentUpdateError`) and
+    `repeats`: whether one is reached more than once (graph mode only; the arguments
+    then need `Inputs.shared`)."""
 
-    __slots__ = ("before", "name")
+    __slots__ = ("before", "name", "repeats")
 
-    def __init__(self, variables: list[Variable], before: list, name: str) -> None:
+    def __init__(self, variables: list[Variable], before: list, name: str, repeats: bool) -> None:
         super().__init__(variables)
         self.before = before
         self.name = name
+        self.repeats = repeats
 
 
 class Inputs:
@@ -217,12 +220,13 @@ class Inputs:
         variables = variables_of(scan(*dynamic, self.first))
         with WRITE_LOCK:
             before = [v.raw_value for v in variables]
-        return ReadVariables(variables, before, self.name)
+        repeats = not self.tree and _repeats(variables)
+        return ReadVariables(variables, before, self.name, repeats)
 
-    def shared(self, args: tuple, kwargs: dict, variables: list[Variable]) -> tuple[tuple, dict]:
+    def shared(self, args: tuple, kwargs: dict, variables: ReadVariables) -> tuple[tuple, dict]:
         """The arguments to give JAX: in graph mode, a Variable they share is given once,
         its other places hold an `Alias` (see `mark_aliases`)."""
-        if self.tree or not _repeats(variables):
+        if not variables.repeats:
             return args, kwargs
         return self._rewrite(args, kwargs, mark_aliases)
 
@@ -335,7 +339,7 @@ def simple_jit(
 
     def prepare(args: tuple, kwargs: dict) -> Prepared:
         variables = inputs.variables(args, kwargs)
-        if in_shardings is not None and not inputs.tree and _repeats(variables):
+        if in_shardings is not None and variables.repeats:
             static = inputs._static_positions(len(args))
             kept = tuple(a for i, a in enumerate(args) if i not in static)
             _variable_axes(in_shardings, kept, {}, "in_shardings")  # one sharding per Variable
@@ -425,7 +429,7 @@ def simple_grad(
     @functools.wraps(f)
     def call(*args: Any, **kwargs: Any) -> Any:
         variables = inputs.variables(args, kwargs)
-        if not inputs.tree and _repeats(variables):  # the walk only when one may differ
+        if variables.repeats:  # the walk only when one may differ
             _check_diff_aliasing(args, nums)
         shared_args, shared_kwargs = inputs.shared(args, kwargs, variables)
         (loss, (aux, values, changed)), grads = transformed(*shared_args, **shared_kwargs)
