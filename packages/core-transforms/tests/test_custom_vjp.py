@@ -1,6 +1,9 @@
 """`custom_vjp` over graph nodes: State cotangents and tangents in graph mode, module
 tangents and `updates_g` in simple mode, changes written back, and its errors."""
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -116,14 +119,22 @@ def test_simple_mode_gives_module_tangents_and_updates_g(modes):
     assert int(m.seen.value) == 1  # the changed value came back
 
 
-@pytest.mark.parametrize("modes", SIMPLE)
-def test_simple_mode_int_nondiff_variable_changes_come_back(modes):
+def counting(modes: dict, bwd: Callable | None = None) -> Any:
+    """`f(x, counter) = 2 * x`, counting its calls in the non-differentiated Variable
+    `counter`; its backward pass is `bwd`, by default `3 * g`."""
+
     @custom_vjp(nondiff_argnums=(1,), **modes)
     def f(x, counter):
         counter.value = counter.value + 1
         return 2.0 * x
 
-    f.defvjp(lambda x, counter: (f(x, counter), None), lambda counter, res, g: (3.0 * g,))
+    f.defvjp(lambda x, counter: (f(x, counter), None), bwd or (lambda counter, res, g: (3.0 * g,)))
+    return f
+
+
+@pytest.mark.parametrize("modes", SIMPLE)
+def test_simple_mode_int_nondiff_variable_changes_come_back(modes):
+    f = counting(modes)
     counter = BatchStat(jnp.array(0))
     assert float(f(jnp.array(1.0), counter)) == 2.0 and int(counter.value) == 1
     assert float(jax.grad(lambda x: f(x, counter))(1.0)) == 3.0
@@ -167,17 +178,12 @@ def test_simple_grad_refuses_a_variable_both_differentiated_and_not():
 
 @pytest.mark.parametrize("modes", SIMPLE)
 def test_simple_mode_bwd_gets_copies_of_the_non_differentiated_arguments(modes):
-    @custom_vjp(nondiff_argnums=(1,), **modes)
-    def f(x, counter):
-        counter.value = counter.value + 1
-        return 2.0 * x
-
     def bwd(counter, res, g):
         assert int(counter.value) == 1  # the value after the call
         counter.value = jnp.array(100)  # a copy: the caller's Variable keeps its value
         return (3.0 * g,)
 
-    f.defvjp(lambda x, counter: (f(x, counter), None), bwd)
+    f = counting(modes, bwd)
     counter = BatchStat(jnp.array(0))
     assert float(jax.grad(f)(1.0, counter)) == 3.0
     assert int(counter.value) == 1
