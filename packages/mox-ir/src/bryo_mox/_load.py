@@ -396,10 +396,7 @@ class _Builder:
     def read(self, env: dict[str, Atom], port: Port, node: DocNode) -> Atom:
         """The atom a port reads: a variable of the scope or a literal, of its declared type."""
         self.at = port.source or node.source
-        text = port.type
-        aval = self.avals.get(text) if type(text) is str else None
-        if aval is None:
-            aval = self.aval(text)
+        aval = self.aval(port.type)
         if port.name is None:
             return jex.Literal(_literal(port.value, aval), aval)
         atom = env.get(port.name)
@@ -423,10 +420,7 @@ class _Builder:
             self.at = port.source or node.source
             if port.name is None:
                 raise MoxSerializationError(f"an output of <{node.tag}> has no variable name.")
-            text = port.type
-            aval = self.avals.get(text) if type(text) is str else None
-            if aval is None:
-                aval = self.aval(text)
+            aval = self.aval(port.type)
             if atom.aval is not aval and not same_type(atom.aval, aval):
                 raise MoxSerializationError(
                     f"<{node.tag}> output `{port.name}` is declared {port.type} but computes "
