@@ -412,14 +412,9 @@ class _Writer:
         self.equation_attrs: dict[Any, tuple[dict[str, Any], dict[str, tuple[Any, str]]]] = {}
 
     def port(self, atom: Any) -> Port:
-        if type(atom) is not Literal:  # most ports: a variable named before, a known aval
-            name = self.namer.names.get(atom)
-            aval = atom.aval
-            hit = self.types.get(id(aval))
-            if name is not None and hit is not None and hit[0] is aval:
-                return Port(name, hit[1])
-            return Port(self.namer(atom), self.type_of(aval))
-        return Port(None, self.type_of(atom.aval), _scalar(atom.val))
+        if type(atom) is Literal:
+            return Port(None, self.type_of(atom.aval), _scalar(atom.val))
+        return Port(self.namer(atom), self.type_of(atom.aval))
 
     def port_list(self, atoms: Any) -> list[Port]:
         return [self.port(atom) for atom in atoms]
