@@ -204,6 +204,54 @@ def encode_attr(value: Any, *, strict: bool = True) -> str:
     return encode(value, strict=strict)
 
 
+#: Types whose values are equal only when they write the same text (a `bool` is not
+#: an `int` here: the key holds the type).
+_EXACT_TYPES = frozenset({str, int, bool, type(None)})
+
+
+def value_key(value: Any, *, mutable: bool = False) -> Any:
+    """A hashable key of an attribute value such that equal keys mean values that write
+    the same text and read back equal: types are kept apart (`True`/`1`/`1.0`,
+    tuple/list/named tuple), floats compare by their text (`-0.0`, `nan`).
+
+    `None` for a value with no such key: callables and other objects, and lists, dicts
+    and arrays unless `mutable` (then keyed by content: for a reader that does not hand
+    one value to two places, as the writer's cache of params would)."""
+    kind = type(value)
+    if kind in _EXACT_TYPES:
+        return (kind, value)
+    if kind is float or kind is complex:
+        return (kind, repr(value))
+    if (
+        kind is tuple
+        or (kind.__base__ is tuple and hasattr(value, "_fields"))
+        or (mutable and kind is list)
+    ):
+        items: list[Any] = [kind]
+        for item in value:
+            if type(item) is str:  # a str equals only itself: its own key
+                items.append(item)
+                continue
+            key = value_key(item, mutable=mutable)
+            if key is None:
+                return None
+            items.append(key)
+        return tuple(items)
+    if isinstance(value, (np.dtype, enum.Enum)):
+        return (kind, value)
+    if mutable and kind is dict:
+        pairs: list[Any] = [kind]
+        for item in value.items():
+            key = value_key(item, mutable=True)
+            if key is None:
+                return None
+            pairs.append(key)
+        return tuple(pairs)
+    if mutable and isinstance(value, np.ndarray):
+        return (np.ndarray, value.dtype.str, value.shape, value.tobytes())
+    return None
+
+
 @functools.lru_cache(maxsize=4096)
 def _encode_str(value: str) -> str:
     try:

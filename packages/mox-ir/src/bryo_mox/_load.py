@@ -36,6 +36,7 @@ from jax.extend import core as jex
 
 from bryo_pytree import PyTreeDef, run_frames
 
+from ._codec import value_key
 from ._compat import (
     DebugInfo,
     DropVar,
@@ -872,23 +873,9 @@ def _expect(node: DocNode, regions: Any, expected: set[RegionKey]) -> None:
 
 def _freeze(value: Any) -> Any:
     """A hashable key for a decoded attribute value: equal keys mean equal values, with
-    types kept apart (`True` is not `1`, `-0.0` is not `0.0`)."""
-    kind = type(value)
-    if kind is str or kind is int or value is None:
-        return value
-    if kind is dict:
-        return (dict, tuple((_freeze(k), _freeze(v)) for k, v in value.items()))
-    if kind in (float, complex, bool):
-        return (kind, repr(value))
-    if isinstance(value, (tuple, list)):
-        return (kind, tuple(_freeze(v) for v in value))
-    if isinstance(value, np.ndarray):
-        return (np.ndarray, value.dtype.str, value.shape, value.tobytes())
-    try:
-        hash(value)
-    except TypeError:
-        return (kind, id(value))  # alive as long as the document that holds it
-    return (kind, value)
+    types kept apart (`True` is not `1`, `-0.0` is not `0.0`); see `value_key`."""
+    key = value_key(value, mutable=True)
+    return (type(value), id(value)) if key is None else key  # alive with its document
 
 
 def _fingerprint(node: DocNode) -> tuple[Any, ...]:

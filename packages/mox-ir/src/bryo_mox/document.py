@@ -53,6 +53,7 @@ from ._codec import decode_attr as decode_attr
 from ._codec import encode as encode
 from ._codec import encode_array as encode_array
 from ._codec import encode_attr as encode_attr
+from ._codec import value_key
 from ._errors import MoxError, MoxSerializationError
 from ._ir import (
     CUSTOM_DERIVATIVE_NAMES,
@@ -542,7 +543,7 @@ class _Writer:
         set of params when writing a file (the attrs are a copy, the texts shared)."""
         key = None
         if self.strict and not node.regions:
-            key = _exact_key((node.primitive.name, *node.params.items()))
+            key = value_key((node.primitive.name, *node.params.items()))
             hit = self.equation_attrs.get(key) if key is not None else None
             if hit is not None:
                 return dict(hit[0]), hit[1]
@@ -607,37 +608,6 @@ def _rule_regions(root: Block) -> dict[int, tuple[str, Block]]:
     ]
     regions = derivative_rule_regions(customs)
     return {id(n): r for n, r in zip(customs, regions, strict=True)}
-
-
-#: Types whose values are equal only when they write the same text (a `bool` is not
-#: an `int` here: the key holds the type).
-_EXACT_TYPES = frozenset({str, int, bool, type(None)})
-
-
-def _exact_key(value: Any) -> Any:
-    """A hashable key of a param value (or tuple of them) such that equal keys mean values
-    that write the same and read back the same: types are kept apart (`True`/`1`/`1.0`,
-    tuple/list/named tuple), floats compare by their text (`-0.0`, `nan`); `None` for a
-    value with no such key (arrays, callables, ...)."""
-    kind = type(value)
-    if kind in _EXACT_TYPES:
-        return (kind, value)
-    if kind is tuple or (kind.__base__ is tuple and hasattr(value, "_fields")):
-        items: list[Any] = [kind]
-        for item in value:
-            if type(item) is str:  # a str equals only itself: its own key
-                items.append(item)
-                continue
-            key = _exact_key(item)
-            if key is None:
-                return None
-            items.append(key)
-        return tuple(items)
-    if kind is float:
-        return (kind, repr(value))
-    if isinstance(value, (np.dtype, enum.Enum)):
-        return (kind, value)
-    return None
 
 
 def _scalar(value: Any) -> Any:
