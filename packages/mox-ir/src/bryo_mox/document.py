@@ -177,24 +177,37 @@ def read_const(name: str, type: str, text: str, source: Source | None = None) ->
 
 
 class AttrReader:
-    """`decode_attr` with a cache for one file: files repeat the same attribute texts.
+    """`decode_attr` with a cache for one file: files repeat the same attribute texts,
+    and the same sets of attributes (`attrs`, `decoded_attrs`).
 
     Only immutable values are cached; arrays are decoded (and counted) each time.
     """
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}
-        self._attrs: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+        self._attrs: dict[Any, dict[str, Any]] = {}
 
     def attrs(self, items: list[tuple[str, str]]) -> dict[str, Any]:
-        """An element's attributes decoded: a new dict, the same values for equal texts
-        (decoded once when they are all immutable)."""
-        key = tuple(items)
+        """An element's attributes (name and text pairs) decoded: a new dict, the same
+        values for equal texts (decoded once when they are all immutable)."""
+
+        def decode() -> tuple[dict[str, Any], bool]:
+            attrs = {name: self(text) for name, text in items}
+            return attrs, all(text in self._cache for _, text in items)
+
+        return self.decoded_attrs(tuple(items), decode)
+
+    def decoded_attrs(
+        self, key: Any, decode: Callable[[], tuple[dict[str, Any], bool]]
+    ) -> dict[str, Any]:
+        """A node's attributes by `key` (a hashable form of their text: equal keys mean
+        equal attributes): a new dict; `decode()` gives them and whether they may be
+        kept for the next equal key (only when every value is immutable)."""
         hit = self._attrs.get(key)
         if hit is not None:
             return hit.copy()
-        attrs = {name: self(text) for name, text in items}
-        if all(text in self._cache for _, text in items):  # only immutable values are
+        attrs, immutable = decode()
+        if immutable:
             self._attrs[key] = attrs.copy()
         return attrs
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from bryo_mox import MoxError, MoxSerializationError
 from bryo_mox.document import (
+    AttrReader,
     Const,
     DocNode,
     Limits,
@@ -192,9 +193,7 @@ class _Builder:
 
     def __init__(self, locate: Callable[[Source], Source]) -> None:
         self.locate = locate
-        #: decoded attrs by `attrs_key`, for attrs without `py`-tagged values (those may
-        #: be arrays, decoded and counted against the budget each time)
-        self.decoded: dict[str, dict[str, Any]] = {}
+        self.attrs = AttrReader()
 
     def source(self, value: Any, path: str) -> Source:
         offset = value.offset if isinstance(value, Attributed) else 0
@@ -237,17 +236,19 @@ class _Builder:
         # The attributes' repr tells their types apart (`True`/`1`/`1.0`, `-0.0`) and
         # leaves offsets out: equal keys mean equal attrs (the loader's trace cache key).
         doc.attrs_key = key = repr(attributes)
-        decoded = self.decoded.get(key)
-        if decoded is not None:
-            doc.attrs = decoded.copy()
-            return doc
-        for name, value in attributes.items():
-            try:
-                doc.attrs[name] = _attr(value, 0)
-            except MoxError as error:
-                raise source.error(f"<{tag}> attribute `{name}`: {error}") from None
-        if "Attributed(" not in key:  # no `py`-tagged value (a string may say so: no harm)
-            self.decoded[key] = doc.attrs.copy()
+
+        def decode() -> tuple[dict[str, Any], bool]:
+            attrs = {}
+            for name, value in attributes.items():
+                try:
+                    attrs[name] = _attr(value, 0)
+                except MoxError as error:
+                    raise source.error(f"<{tag}> attribute `{name}`: {error}") from None
+            # `py`-tagged values may be arrays, decoded and counted against the budget
+            # each time (a string that says `Attributed(` only costs a cache miss)
+            return attrs, "Attributed(" not in key
+
+        doc.attrs = self.attrs.decoded_attrs(key, decode)
         return doc
 
     def items(self, value: Any, path: str, parent: Source) -> list[tuple[int, Any]]:
