@@ -14,6 +14,7 @@ comes back as an `Attributed`; lists as Python lists, maps as dicts, `#` as `Non
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -315,8 +316,26 @@ _PLAIN_STRING = re.compile(r"^[\x20-\x7e]*$")
 _QUOTE_ESCAPES = re.compile(r'["\\]')
 
 
+#: Strings up to this length are quoted through a cache (`quote`).
+MAX_CACHED_QUOTE = 256
+
+
 def quote(text: str) -> str:
-    """A YSON string literal: `"..."` with `"`, `\\` and non-ASCII bytes escaped."""
+    """A YSON string literal: `"..."` with `"`, `\\` and non-ASCII bytes escaped.
+
+    Short texts are cached: a file repeats its types, variable names and attribute texts
+    (long ones, constants' data, are not kept alive)."""
+    if len(text) <= MAX_CACHED_QUOTE:
+        return _cached_quote(text)
+    return _quote(text)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cached_quote(text: str) -> str:
+    return _quote(text)
+
+
+def _quote(text: str) -> str:
     if _PLAIN_STRING.match(text):
         if '"' in text or "\\" in text:
             text = _QUOTE_ESCAPES.sub(lambda m: "\\" + m.group(0), text)

@@ -16,7 +16,6 @@ first child). Files written by `yt.yson` (its pretty format) read the same.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -75,13 +74,9 @@ def _tagged(value: Any) -> str:
     return '<"py"=%true>' + quote(encode(value))
 
 
-#: `quote`, cached: a file repeats its types and variable names.
-_quote = functools.lru_cache(maxsize=1 << 16)(quote)
-
-
 def _port(port: Port) -> str:
     if port.name is not None and port.bind is None:  # most ports
-        return f'{{"type"={_quote(port.type)};"name"={_quote(port.name)}}}'
+        return f'{{"type"={quote(port.type)};"name"={quote(port.name)}}}'
     items = [f'"type"={quote(port.type)}']
     if port.name is not None:
         items.append(f'"name"={quote(port.name)}')
