@@ -33,10 +33,11 @@ are allocated.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from lxml import etree
@@ -46,14 +47,13 @@ from bryo_pytree import PyTreeDef
 from ._attrs import CUSTOM_ATTRS as CUSTOM_ATTRS
 from ._attrs import JIT_ATTRS as JIT_ATTRS
 from ._attrs import RESERVED_TAGS, equation_attrs, is_xml_name, module_attrs, tree_example
-from ._codec import Unencodable
+from ._codec import Unencodable, value_key
 from ._codec import decode as decode
 from ._codec import decode_array as decode_array
 from ._codec import decode_attr as decode_attr
 from ._codec import encode as encode
 from ._codec import encode_array as encode_array
 from ._codec import encode_attr as encode_attr
-from ._codec import value_key
 from ._errors import MoxError, MoxSerializationError
 from ._ir import (
     CUSTOM_DERIVATIVE_NAMES,
@@ -109,6 +109,9 @@ class Source(NamedTuple):
 
 
 NOWHERE = Source()
+#: `new_source((line, position, path, hint, resolve))`: a `Source` made without the
+#: named tuple's Python-level `__new__`, for readers that make one per port.
+new_source = cast(Callable[[tuple[Any, ...]], Source], functools.partial(tuple.__new__, Source))
 
 
 def located(error: MoxError, source: Source | None) -> MoxSerializationError:

@@ -40,6 +40,7 @@ from bryo_mox.document import (
     current_budget,
     element_tag,
     located,
+    new_source,
     port_attrs,
     read_const,
     shared_texts,
@@ -180,9 +181,6 @@ def _element_bound(raw: bytes) -> int:
     return raw.count(b"<") - raw.count(b"</") - raw.count(b"<!") - raw.count(b"<?")
 
 
-_new_source = tuple.__new__
-
-
 class _Where(TypedDict):
     """Keyword arguments of an error raised at a byte offset (1-based)."""
 
@@ -210,8 +208,7 @@ class _Text:
 
     def source(self, element: etree._Element) -> Source:
         """Where an element is: its line; the column of its tag is found on errors."""
-        # (`tuple.__new__`: without the named tuple's Python-level `__new__`)
-        return _new_source(Source, (element.sourceline, None, None, element, self.column))
+        return new_source((element.sourceline, None, None, element, self.column))
 
     def column(self, source: Source) -> Source:
         """`source` with the column of its element's tag: the n-th `<tag` on its line for

@@ -32,6 +32,7 @@ from bryo_mox.document import (
     decode,
     encode,
     located,
+    new_source,
     read_const,
     shared_texts,
 )
@@ -179,10 +180,6 @@ class _ByPath:
         return self.reader.locate(source._replace(hint=offset))
 
 
-#: `Source(...)` without the named tuple's Python-level `__new__` (one per port).
-_new_source = tuple.__new__
-
-
 class _Builder:
     """Builds the document from the parsed YSON tree, iteratively."""
 
@@ -253,9 +250,7 @@ class _Builder:
 
     def port(self, value: Any, prefix: str, index: int, tag: str, parent: Source) -> Port:
         path = f"{prefix}/{index}"
-        source = _new_source(
-            Source, (parent.line, parent.position, path, parent.hint, parent.resolve)
-        )
+        source = new_source((parent.line, parent.position, path, parent.hint, parent.resolve))
         if type(value) is dict:  # the common port: a named one, all strings
             type_, name, bind = value.get("type"), value.get("name"), value.get("bind")
             if type(type_) is str and type(name) is str and (bind is None or type(bind) is str):
