@@ -322,12 +322,10 @@ def _eval(node: ast.AST) -> Any:
         return tuple(_eval(e) for e in node.elts)
     if isinstance(node, ast.List):
         return [_eval(e) for e in node.elts]
-    if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
-        return {
-            _eval(k): _eval(v)
-            for k, v in zip(node.keys, node.values, strict=False)
-            if k is not None  # none is (checked above): narrows the type
-        }
+    if isinstance(node, ast.Dict):
+        keys = [k for k in node.keys if k is not None]  # None: a `**mapping` entry
+        if len(keys) == len(node.keys):
+            return {_eval(k): _eval(v) for k, v in zip(keys, node.values, strict=True)}
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         cls = _CLASSES.get(node.value.id)
         if cls is not None and issubclass(cls, enum.Enum) and node.attr in cls.__members__:

@@ -105,17 +105,19 @@ def bind_with_regions(
         regions[key], hoisted[key] = _hoist(closed, open_params.get(key, False))
     if any(hoisted.values()):
         ins = _thread(prim.name, params, ins, regions, hoisted, where)
-    grouped: dict[str, dict[int | None, Any]] = {}
+    wholes: dict[str, Any] = {}  # a param that is one region
+    parts: dict[str, dict[int, Any]] = {}  # a param that is a tuple of them, by index
     for (key, index), region in regions.items():
-        grouped.setdefault(key, {})[index] = region
-    for key, by_index in grouped.items():
-        if None in by_index:
-            params[key] = by_index[None]
+        if index is None:
+            wholes[key] = region
         else:
+            parts.setdefault(key, {})[index] = region
+    params.update(wholes)
+    for key, by_index in parts.items():
+        if key not in wholes:
             old = list(params[key])
             for index, region in by_index.items():
-                if index is not None:  # always: None is not a key here (checked above)
-                    old[index] = region
+                old[index] = region
             params[key] = tuple(old)
     out = prim.bind(*ins, **params)
     return list(out) if prim.multiple_results else [out]
