@@ -124,6 +124,59 @@ def test_an_error_leaves_rngs_counters_and_names_as_they_were():
     np.testing.assert_allclose(bound(X), expected)  # the bound scope draws as a fresh one
 
 
+class DenseThenFails(nn.Module):
+    @nn.compact
+    def __call__(self, xs):
+        xs = nn.Dense(4)(xs)
+        if FAILING["now"]:
+            raise ValueError("the model's own error")
+        return xs
+
+
+class HoldsFields(nn.Module):
+    """Calls the submodules given as its fields; `setup` or compact."""
+
+    first: nn.Module
+    second: nn.Module
+
+    @nn.compact
+    def __call__(self, xs):
+        return self.second(self.first(xs))
+
+
+class HoldsFieldsInSetup(HoldsFields):
+    def setup(self):
+        self.head = nn.Dense(4)
+
+    def __call__(self, xs):
+        return self.head(self.second(self.first(xs)))
+
+
+@pytest.mark.parametrize("holder", [HoldsFields, HoldsFieldsInSetup], ids=["compact", "setup"])
+def test_an_error_in_a_field_submodule_leaves_the_callers_variables_alone(holder):
+    """Field submodules keep the scopes of their first call: an error midway in a trace
+    leaves the caller's dicts and arrays in place, and no tracer in the bound module."""
+    model = holder(nn.BatchNorm(use_running_average=False), DenseThenFails())
+    variables = model.init(jax.random.key(0), X, mutable=True)
+    leaves = jax.tree.leaves(variables)
+    bound = model.bind(variables, mutable=["batch_stats"])
+    bound(X)  # adopts the fields, their scopes take references into `variables`
+    params = bound.variables["params"]
+    FAILING["now"] = True
+    try:
+        with pytest.raises(ValueError, match="the model's own error"):
+            yax.make_mox(lambda x: bound(x))(X)
+    finally:
+        FAILING["now"] = False
+    assert all(a is b for a, b in zip(jax.tree.leaves(variables), leaves, strict=True))
+    assert bound.variables["params"] is params
+    assert not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(bound.variables))
+    stats = jax.tree.map(np.asarray, bound.variables["batch_stats"])
+    mox = yax.make_mox(lambda x: bound(x))(X)
+    expected, _ = model.apply({**variables, "batch_stats": stats}, X, mutable=["batch_stats"])
+    np.testing.assert_allclose(yax.eval_mox(mox, X), expected, rtol=1e-6)
+
+
 CALLER: dict = {}  # the variables `Peeks` checks; module fields would be frozen copies
 
 

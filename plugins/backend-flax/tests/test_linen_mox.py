@@ -208,28 +208,109 @@ class HoldsScale(nn.Module):
         return self.scale(xs)
 
 
+def with_consts(mox, consts):
+    """`mox` with other values for its constants (a bound module's variables)."""
+    return dataclasses.replace(mox, block=dataclasses.replace(mox.block, consts=tuple(consts)))
+
+
+def assert_traced_with_variables_as_state(model, variables, bound, traced):
+    """`traced` (a trace of `bound`, a bound `model` already called) takes `variables` as
+    its constants, one per leaf: evaluated with others, it follows them, its gradient
+    is `apply`'s; and `bound` still reads the caller's dicts."""
+    from bryo_flax._compat import root_variables
+
+    consts = traced.block.consts
+    assert len(consts) == len(jax.tree.leaves(variables))  # the params, as the root's state
+    doubled = jax.tree.map(lambda a: 2.0 * a, variables)
+    evaluate = lambda cs: yax.eval_mox(with_consts(traced, cs), X)
+    assert_tree_close(evaluate([2.0 * c for c in consts]), model.apply(doubled, X))
+    assert_tree_close(jax.jit(evaluate)([2.0 * c for c in consts]), model.apply(doubled, X))
+    loss = lambda f: lambda v: jnp.sum(f(v) ** 2)
+    expected = jax.grad(loss(lambda v: model.apply(v, X)))(variables)
+    assert_tree_close(jax.grad(loss(evaluate))(list(consts)), jax.tree.leaves(expected))
+    # the bound module still reads the caller's variables, and no tracer
+    assert root_variables(bound.scope)["params"] is variables["params"]
+    assert not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(bound.variables))
+    assert_tree_close(bound(X), model.apply(variables, X))
+
+
 @pytest.mark.parametrize("direct", [False, True], ids=["through-setup", "submodule-directly"])
 def test_a_bound_module_called_before_is_traced_with_its_variables_as_state(direct):
     """A submodule made in `setup` keeps its scope, and the references it took into the
     caller's variables at the concrete call: the trace still reads the node's state."""
-    from bryo_flax._compat import root_variables
-
     model = HoldsScale()
     variables = model.init(jax.random.key(0), X)
     bound = model.bind(variables)
     bound(X)
     mox = yax.make_mox(lambda x: bound.scale(x) if direct else bound(x))(X)
-    consts = mox.block.consts
-    assert len(consts) == len(jax.tree.leaves(variables))  # the params, as the root's state
-    other = dataclasses.replace(
-        mox, block=dataclasses.replace(mox.block, consts=tuple(2.0 * c for c in consts))
-    )
-    doubled = jax.tree.map(lambda a: 2.0 * a, variables)
-    assert_tree_close(yax.eval_mox(other, X), model.apply(doubled, X))
-    # the bound module still reads the caller's variables
-    assert root_variables(bound.scope)["params"] is variables["params"]
+    assert_traced_with_variables_as_state(model, variables, bound, mox)
     assert bound.scale.variables["params"]["w"] is variables["params"]["scale"]["w"]
-    assert_tree_close(bound(X), model.apply(variables, X))
+
+
+class Wraps(nn.Module):
+    """A compact module calling the submodules given as its fields."""
+
+    inner: nn.Module
+    more: tuple = ()
+
+    @nn.compact
+    def __call__(self, xs):
+        xs = self.inner(xs)
+        for module in self.more:
+            xs = module(xs)
+        return xs
+
+
+class WrapsInSetup(nn.Module):
+    """A module with a `setup` calling a submodule given as its field."""
+
+    inner: nn.Module
+
+    def setup(self):
+        self.head = nn.Dense(4)
+
+    def __call__(self, xs):
+        return self.head(self.inner(xs))
+
+
+FIELD_MODELS = {
+    "field": lambda: Wraps(nn.Dense(4)),
+    "setup-module-field": lambda: WrapsInSetup(nn.Dense(4)),
+    "list-of-fields": lambda: Wraps(nn.Dense(4), more=[nn.Dense(4), HoldsScale()]),
+    "nested-fields": lambda: Wraps(WrapsInSetup(Wraps(nn.Dense(4))), more=(Wraps(Scale()),)),
+}
+
+
+@pytest.mark.parametrize("make", FIELD_MODELS.values(), ids=FIELD_MODELS.keys())
+def test_submodules_given_as_fields_are_traced_with_their_variables_as_state(make):
+    """A submodule given as a field is adopted once, at the first call, and keeps its
+    scope (under the root scope of that call: Flax gives the root a new one after each
+    compact call): a trace after a concrete call still reads the node's state."""
+    model = make()
+    variables = model.init(jax.random.key(0), X)
+    bound = model.bind(variables)
+    bound(X)
+    mox = yax.make_mox(lambda x: bound(x))(X)
+    names = [node.name for node in yax.query("//module_call", mox)]
+    assert names[:2] == ["", "inner"]
+    assert_traced_with_variables_as_state(model, variables, bound, mox)
+
+
+def test_a_field_submodule_and_its_holder_traced_together():
+    """`bound.inner` and `bound` (two root scopes sharing one set of variable dicts)
+    called in one trace: both read the node's state, and both are given back."""
+    model = Wraps(nn.Dense(4))
+    variables = model.init(jax.random.key(0), X)
+    bound = model.bind(variables)
+    bound(X)
+    mox = yax.make_mox(lambda x: bound(x) + bound.inner(x))(X)
+    consts = mox.block.consts
+    doubled = jax.tree.map(lambda a: 2.0 * a, variables)
+    expected = 2.0 * model.apply(doubled, X)
+    assert_tree_close(yax.eval_mox(with_consts(mox, [2.0 * c for c in consts]), X), expected)
+    assert not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(bound.variables))
+    assert bound.inner.variables["params"]["kernel"] is variables["params"]["inner"]["kernel"]
+    assert_tree_close(bound.inner(X), model.apply(variables, X))
 
 
 class Block(nn.Module):

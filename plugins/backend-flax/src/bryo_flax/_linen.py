@@ -21,14 +21,16 @@ so `pure` leaves the scope as it found it and `write_back` alone publishes a cal
 effects.
 
 A scope keeps a reference to its part of its parent's dicts once it has read a
-variable. Scopes that outlive a call (made by `setup`) may thus still refer to the
-caller's dicts, and arrays kept by `setup` (`self.scale = self.param(...)`) are read
-once. A module with a `setup` therefore runs as Flax's lifted transforms run it: on a
-copy bound to a new scope holding the given state, where `setup` runs again and every
-scope under it is new. A compact module runs in place; its own scope and its parents'
-forget, for the call, the references they took before the swap. (Submodules given to a
-compact module as fields are bound once too; their scopes may still refer to the
-caller's dicts: such a call evaluates right, with those variables as constants.)
+variable, and scopes that outlive a call (made by `setup`, or by the adoption of a
+submodule given as a field: `Outer(inner=nn.Dense(4))`, lists and dicts of them) may
+still refer to the caller's dicts. Any scope a call runs in place in, and its parents,
+therefore forget, for the call, the references they took before the swap, and look
+their variables up from the root again. Arrays kept by `setup` (`self.scale =
+self.param(...)`) are read once, though: a module with a `setup` runs as Flax's lifted
+transforms run it, on a deep copy bound to a new scope holding the given state, where
+`setup` runs again, field submodules are adopted again, and every scope under it is new.
+Flax gives a compact module a new scope after each call (`Scope.rewound`: for the root,
+a new root sharing its variable dicts), so the trace owns variable dicts, not scopes.
 """
 
 from __future__ import annotations
@@ -79,13 +81,13 @@ _handler: contextvars.ContextVar[Handler | None] = contextvars.ContextVar(
 
 
 class _Owned(NamedTuple):
-    """A root scope whose immutable collections are this trace's copies."""
+    """A root scope's variables, whose immutable collections are this trace's copies."""
 
-    root: Scope
+    variables: dict[str, Any]  # `{collection: tree}`, shared by the root and its rewounds
     originals: dict[str, Any]  # the caller's dicts, swapped back when the trace ends
 
 
-# `id(root) -> _Owned` for the roots of this trace.
+# `id(variables) -> _Owned` for the root variables of this trace.
 _owned: contextvars.ContextVar[dict[int, _Owned] | None] = contextvars.ContextVar(
     "bryo_flax_linen_owned", default=None
 )
@@ -228,10 +230,10 @@ def _own(root: Scope, copied: bool = False) -> _Owned:
     copies already)."""
     owned = _owned.get()
     assert owned is not None, "Linen calls are intercepted only inside `intercept`"
-    known = owned.get(id(root))
-    if known is not None and known.root is root:
-        return known
     collections = root_variables(root)
+    known = owned.get(id(collections))
+    if known is not None and known.variables is collections:
+        return known
     originals = (
         {}
         if copied
@@ -243,14 +245,14 @@ def _own(root: Scope, copied: bool = False) -> _Owned:
     )
     for collection, tree in originals.items():
         collections[collection] = _copy_tree(tree)
-    owned[id(root)] = _Owned(root, originals)
-    return owned[id(root)]
+    owned[id(collections)] = _Owned(collections, originals)
+    return owned[id(collections)]
 
 
 def _give_back(owned: Mapping[int, _Owned]) -> None:
     """Swap the caller's immutable collections back into the roots the trace owned."""
-    for root, originals in owned.values():
-        root_variables(root).update(originals)
+    for variables, originals in owned.values():
+        variables.update(originals)
 
 
 class _Reference(NamedTuple):
@@ -369,8 +371,9 @@ class _LinenCall:
         return new_state, out
 
     def _pure_copy(self, state: LinenState, *args: Any, **kwargs: Any) -> tuple[LinenState, Any]:
-        """`pure` for a module with a `setup`: a copy bound to a new scope that holds
-        `state` runs the call; the module's own scope is not touched."""
+        """`pure` for a module with a `setup`: a deep copy bound to a new scope that
+        holds `state` runs the call (its field submodules are copies it adopts, as
+        Flax's lifted transforms do); the module's own scope is not touched."""
         from bryo_mox import MoxError
 
         scope = self.scope
@@ -383,7 +386,7 @@ class _LinenCall:
         )
         inner.rng_counters = _copy_counters(state.counters.value)
         _own(inner, copied=True)
-        copy = self.module.clone(parent=inner)
+        copy = self.module.clone(parent=inner, _deep_clone=True)
         adopt_state(copy, export_state(self.module))
         assert self.method is not None
         token = _starting.set(copy)
