@@ -1,3 +1,4 @@
+import copy
 import gc
 import weakref
 from typing import ClassVar
@@ -327,3 +328,14 @@ def test_eval_cache_is_freed_with_the_mox(toy, mlp, x):
     del mox
     gc.collect()
     assert mox_ref() is None and all(ref() is None for ref in equations)
+
+
+def test_copies_of_a_mox_are_the_mox(toy, mlp, x):
+    # every node is immutable; a jaxpr cannot be deep-copied, so copying must not try
+    mox = make_mox(apply)(mlp, x)
+    (root,) = mox.nodes
+    assert copy.deepcopy(mox) is mox and copy.copy(mox) is mox
+    assert copy.deepcopy(root) is root
+    twin = copy.deepcopy({"mox": mox, "n": [1]})
+    assert twin["mox"] is mox
+    np.testing.assert_allclose(eval_mox(twin["mox"], mlp, x), mlp(x))

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple, Self, TypeVar, cast
 
 import jax
 import jax.core
@@ -108,6 +108,15 @@ class Node:
 
     def __str__(self) -> str:
         return repr(self) if _text_form is None else _text_form(self)
+
+    # Nodes are immutable (frozen, tuples all the way down, equations and constants
+    # included), so a copy is the node itself: `copy.deepcopy(mox)` works although JAX's
+    # jaxprs cannot be deep-copied.
+    def __copy__(self) -> Self:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Self:
+        return self
 
 
 @dataclass(frozen=True, eq=False)
