@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import importlib
 
+import jax
 import jax.numpy as jnp
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from bryo import nnx
 from bryo_graph import TreeDef
@@ -78,3 +81,22 @@ def test_statelib_diff_keeps_the_paths_the_other_state_lacks():
     assert nnx.statelib.diff(params, nnx.state(model)) == nnx.State({})
     kept = nnx.statelib.diff(params, nnx.State({"bias": 0}))
     assert list(kept.flat_state()) == [("kernel",)]
+
+
+@pytest.mark.skipif(not hasattr(jax, "set_mesh"), reason="needs jax.set_mesh")
+def test_abstract_with_sharding_warns_and_gives_as_abstracts_result():
+    auto = (jax.sharding.AxisType.Auto,)
+    mesh = jax.make_mesh((1,), ("a",), axis_types=auto, devices=jax.devices()[:1])
+
+    class Model(nnx.Module):
+        def __init__(self):
+            init = nnx.with_partitioning(lambda: jnp.ones((2, 4)), ("a", None), mesh=mesh)
+            self.w = nnx.Param(init())
+
+    abstract = nnx.eval_shape(Model)
+    assert abstract.w[...].sharding is None
+    with pytest.warns(DeprecationWarning, match="nnx.as_abstract"):
+        annotated = nnx.abstract_with_sharding(abstract)
+    assert annotated.w[...].sharding == nnx.as_abstract(abstract).w[...].sharding
+    assert annotated.w[...].sharding == NamedSharding(mesh, P("a", None))
+    assert nnx.spmd.abstract_with_sharding is nnx.abstract_with_sharding

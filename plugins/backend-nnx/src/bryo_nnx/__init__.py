@@ -69,6 +69,10 @@ from ._normalization import GroupNorm as GroupNorm
 from ._normalization import InstanceNorm as InstanceNorm
 from ._normalization import LayerNorm as LayerNorm
 from ._normalization import RMSNorm as RMSNorm
+from ._pooling import avg_pool as avg_pool
+from ._pooling import max_pool as max_pool
+from ._pooling import min_pool as min_pool
+from ._pooling import pool as pool
 from ._recurrent import RNN as RNN
 from ._recurrent import Bidirectional as Bidirectional
 from ._recurrent import GRUCell as GRUCell

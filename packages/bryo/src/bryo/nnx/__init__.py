@@ -60,6 +60,7 @@ from bryo_nnx import LinearGeneral as LinearGeneral
 from bryo_nnx import Module as Module
 from bryo_nnx import MultiHeadAttention as MultiHeadAttention
 from bryo_nnx import RMSNorm as RMSNorm
+from bryo_nnx import avg_pool as avg_pool
 from bryo_nnx import celu as celu
 from bryo_nnx import combine_masks as combine_masks
 from bryo_nnx import display as display
@@ -79,8 +80,11 @@ from bryo_nnx import log_softmax as log_softmax
 from bryo_nnx import logsumexp as logsumexp
 from bryo_nnx import make_attention_mask as make_attention_mask
 from bryo_nnx import make_causal_mask as make_causal_mask
+from bryo_nnx import max_pool as max_pool
+from bryo_nnx import min_pool as min_pool
 from bryo_nnx import mish as mish
 from bryo_nnx import one_hot as one_hot
+from bryo_nnx import pool as pool
 from bryo_nnx import relu as relu
 from bryo_nnx import relu6 as relu6
 from bryo_nnx import selu as selu
@@ -217,6 +221,7 @@ from . import graphlib as graphlib
 from . import spmd as spmd
 from . import statelib as statelib
 from . import variablelib as variablelib
+from .spmd import abstract_with_sharding as abstract_with_sharding
 
 merge_state = _State.merge
 A = _TypeVar("A")
