@@ -98,6 +98,31 @@ def test_a_closed_over_model_whose_state_changes_is_refused():
     assert not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(nnx.state(net)))
 
 
+def test_where_nnx_update_does_not_check_the_trace_the_route_does(monkeypatch):
+    """flax 0.12.0's `nnx.update` writes a Variable of another trace without a word: there
+    the route refuses the write itself, with Flax's error, before updating anything."""
+    from flax import errors
+
+    import bryo_flax._nnx as routing
+
+    net = Net(nnx.Rngs(1))
+    updated, update = [], nnx.update
+
+    def spy(module, *states):
+        updated.append(module)
+        update(module, *states)
+
+    monkeypatch.setattr(routing, "UPDATE_CHECKS_TRACE", False)
+    monkeypatch.setattr(routing.nnx, "update", spy)
+    before = nnx.clone(net)
+    with pytest.raises(yax.MoxError, match="Pass the module as an argument") as raised:
+        yax.make_mox(lambda x: net(x))(X)
+    assert isinstance(raised.value.__cause__, errors.TraceContextError)
+    assert "from a different trace level" in str(raised.value.__cause__)
+    assert updated and not any(module is net for module in updated)  # only traced copies
+    assert_same(nnx.state(net), nnx.state(before))
+
+
 def test_split_and_merged_inside():
     net = Net(nnx.Rngs(2))
     graphdef, state = nnx.split(net)

@@ -10,18 +10,18 @@ private too, and so are the autoname cursors a call advances. Checked against fl
 0.12.0 and 0.12.8.
 
 NNX: `nnx.update` checks that a Variable belongs to the current trace in flax 0.12.8
-(`Variable._can_update`), not in flax 0.12.0; `check_can_update` makes the check on
-versions without it.
+(`Variable._can_update`), not in flax 0.12.0 (`UPDATE_CHECKS_TRACE`); both versions keep
+the Variable's trace state, which `in_current_trace` reads.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import flax.linen as nn
-from flax import errors, nnx
+from flax import nnx
 from flax.core.scope import Scope as Scope
 from flax.linen.module import InterceptorContext as InterceptorContext
 from flax.linen.module import wrap_method_once
@@ -85,24 +85,7 @@ def adopt_state(module: nn.Module, state: Any) -> None:
     object.__setattr__(module, "_state", state)
 
 
-def check_can_update(
-    module: object,
-    paths: set[tuple[Any, ...]],
-    walk: Callable[[object], Iterable[tuple[tuple[Any, ...], object]]],
-) -> None:
-    """Raise Flax's `TraceContextError` if a Variable of `module` at one of `paths`
-    belongs to another trace than the current one (a module created outside a traced
-    function, mutated inside it), as flax 0.12.8's `nnx.update` does itself.
-
-    A no-op where `nnx.update` checks (`UPDATE_CHECKS_TRACE`): walking the module graph
-    for every call would be paid twice. On flax 0.12.0 the check is made here from the
-    Variable's `_trace_state`, which both versions keep.
-    """
-    if UPDATE_CHECKS_TRACE:
-        return
-    for path, node in walk(module):
-        if path in paths and isinstance(node, nnx.Variable):
-            if not node._trace_state.is_valid():
-                raise errors.TraceContextError(
-                    f"Cannot mutate {type(node).__name__} from a different trace level"
-                )
+def in_current_trace(variable: nnx.Variable) -> bool:
+    """Whether `variable` was created in the current trace (or both are concrete): the
+    `_trace_state` every Variable keeps, in flax 0.12.0 and 0.12.8."""
+    return variable._trace_state.is_valid()

@@ -23,7 +23,7 @@ from flax import errors, nnx
 
 from bryo_plugins import CallRouter
 
-from ._compat import check_can_update
+from ._compat import UPDATE_CHECKS_TRACE, in_current_trace
 
 Handler = Callable[..., Any]
 
@@ -36,6 +36,7 @@ _CLOSED_OVER = (
     "`make_mox(lambda s, x: nnx.merge(graphdef, s)(x))(state, x)`), or put it in eval "
     "mode (`model.eval()`) if it should not change."
 )
+_OTHER_TRACE = "Cannot mutate {kind} from a different trace level"  # flax 0.12.8's words
 
 
 @contextlib.contextmanager
@@ -110,7 +111,8 @@ def _route(
             return
         updates = [(p, v) for p, v in nnx.to_flat_state(new_state) if p in changed]
         try:
-            check_can_update(module, changed, _walk)
+            if not UPDATE_CHECKS_TRACE:  # flax 0.12.0's update would write the tracers
+                _check_same_trace(module, changed)
             nnx.update(module, nnx.from_flat_state(updates))
         except errors.TraceContextError as error:
             if restoring:
@@ -126,6 +128,15 @@ def _route(
         written.append(True)
 
     return handler(info, state, pure, write_back, args, kwargs)
+
+
+def _check_same_trace(module: nnx.Module, paths: set[tuple[Any, ...]]) -> None:
+    """Raise Flax's `TraceContextError`, as flax 0.12.8's `nnx.update` does, if a
+    Variable of `module` at one of `paths` belongs to another trace than the current one
+    (a module created outside a traced function, mutated inside it)."""
+    for path, node in _walk(module):
+        if path in paths and isinstance(node, nnx.Variable) and not in_current_trace(node):
+            raise errors.TraceContextError(_OTHER_TRACE.format(kind=type(node).__name__))
 
 
 _router = CallRouter("bryo_flax_nnx_mox", _route)
