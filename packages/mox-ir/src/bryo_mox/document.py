@@ -47,13 +47,14 @@ from bryo_pytree import PyTreeDef
 from ._attrs import CUSTOM_ATTRS as CUSTOM_ATTRS
 from ._attrs import JIT_ATTRS as JIT_ATTRS
 from ._attrs import RESERVED_TAGS, equation_attrs, is_xml_name, module_attrs, tree_example
-from ._codec import Unencodable, value_key
+from ._codec import Unencodable
 from ._codec import decode as decode
 from ._codec import decode_array as decode_array
 from ._codec import decode_attr as decode_attr
 from ._codec import encode as encode
 from ._codec import encode_array as encode_array
 from ._codec import encode_attr as encode_attr
+from ._codec import value_key as value_key
 from ._errors import MoxError, MoxSerializationError
 from ._ir import (
     CUSTOM_DERIVATIVE_NAMES,
@@ -427,6 +428,9 @@ class _Writer:
         #: `(primitive, exact key of its params) -> (attrs, texts)`: the equations of a
         #: model repeat (128 blocks, one set of params), so each set is encoded once.
         self.equation_attrs: dict[Any, tuple[dict[str, Any], dict[str, tuple[Any, str]]]] = {}
+        #: `value_key(value) -> encode_attr(value)`: module calls repeat their attributes.
+        self.attr_texts: dict[Any, str] = {}
+        self.attr_names: set[str] = set()  # module attribute names checked (`ATTR_NAME`)
 
     def port(self, atom: Any) -> Port:
         if type(atom) is Literal:
@@ -543,12 +547,15 @@ class _Writer:
 
     def module_attrs(self, node: ModuleCall) -> dict[str, Any]:
         for key in node.info.attrs:
+            if key in self.attr_names:
+                continue
             if self.strict and not ATTR_NAME.match(key):
                 raise MoxSerializationError(
                     f"attribute {key!r} of module_call {node.name!r} is not a name XML can "
                     "hold and XPath can query (letters, digits, `_`, `-`, `.`); rename it in "
                     "the backend."
                 )
+            self.attr_names.add(key)
         return {
             key: self.checked(value, f"attribute `{key}` of module_call {node.name!r}")
             for key, value in module_attrs(node).items()
@@ -579,13 +586,19 @@ class _Writer:
     def checked(self, value: Any, what: str) -> Any:
         if not self.strict:
             return value  # the element view writes it with `encode(strict=False)`
-        try:
-            self.encoded.append(encode_attr(value))
-        except Unencodable as error:
-            raise MoxSerializationError(
-                f"{what} cannot be serialized: {error}. Replace the equation (`sub`) "
-                "or keep this MoX in memory."
-            ) from None
+        key = value_key(value)
+        text = self.attr_texts.get(key) if key is not None else None
+        if text is None:
+            try:
+                text = encode_attr(value)
+            except Unencodable as error:
+                raise MoxSerializationError(
+                    f"{what} cannot be serialized: {error}. Replace the equation (`sub`) "
+                    "or keep this MoX in memory."
+                ) from None
+            if key is not None:
+                self.attr_texts[key] = text
+        self.encoded.append(text)
         return value
 
     def texts(self, attrs: dict[str, Any]) -> dict[str, tuple[Any, str]] | None:

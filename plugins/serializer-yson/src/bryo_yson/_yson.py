@@ -17,7 +17,7 @@ first child). Files written by `yt.yson` (its pretty format) read the same.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from bryo_mox import MoxError, MoxSerializationError
 from bryo_mox.document import (
@@ -35,6 +35,7 @@ from bryo_mox.document import (
     new_source,
     read_const,
     shared_texts,
+    value_key,
 )
 
 from ._fast import read_fast
@@ -95,16 +96,24 @@ def _const(const: Const) -> str:
     )
 
 
-def _attributes(doc: DocNode, known: dict[tuple[str, int], list[str]]) -> str:
-    """The attributes of a node; `known` caches the tag and attrs part by
-    `(tag, id(shared_texts(doc)))` (equal params share it; the documents outlive it)."""
+class _Known(NamedTuple):
+    """What one `dumps` writes again and again (the documents outlive it)."""
+
+    #: the tag and attrs part of a node by `(tag, id(shared_texts(doc)))`: equal params
+    heads: dict[tuple[str, int], list[str]]
+    #: one attribute, `"name"=value`, by `(name, value_key(value))`: module calls
+    items: dict[tuple[str, Any], str]
+
+
+def _attributes(doc: DocNode, known: _Known) -> str:
+    """The attributes of a node (its head from `known` when an equal one was written)."""
     texts = shared_texts(doc)
     key = (doc.tag, id(texts)) if texts is not None else None
-    head = known.get(key) if key is not None else None
+    head = known.heads.get(key) if key is not None else None
     if head is None:
-        head = _head(doc)
+        head = _head(doc, known.items)
         if key is not None:
-            known[key] = head
+            known.heads[key] = head
     items = head.copy()
     for key, ports in (("inputs", doc.inputs), ("outputs", doc.outputs), ("results", doc.results)):
         if ports or key != "outputs":
@@ -114,19 +123,26 @@ def _attributes(doc: DocNode, known: dict[tuple[str, int], list[str]]) -> str:
     return "<" + ";".join(items) + ">"
 
 
-def _head(doc: DocNode) -> list[str]:
+def _head(doc: DocNode, known: dict[tuple[str, Any], str]) -> list[str]:
     clash = _RESERVED & set(doc.attrs)
     if clash:
         raise MoxSerializationError(f"<{doc.tag}> has attrs {sorted(clash)} reserved by YSON.")
     items = [f'"primitive"={quote(doc.tag)}']
-    items.extend(f"{quote(k)}={_value(v)}" for k, v in doc.attrs.items())
+    for name, value in doc.attrs.items():
+        key = (name, value_key(value))
+        item = known.get(key) if key[1] is not None else None
+        if item is None:
+            item = f"{quote(name)}={_value(value)}"
+            if key[1] is not None:
+                known[key] = item
+        items.append(item)
     return items
 
 
 def dumps(doc: DocNode) -> str:
     """The YSON text of a document: one node per line, children indented."""
     out: list[str] = []
-    known: dict[tuple[str, int], list[str]] = {}
+    known = _Known({}, {})
     stack: list[tuple[DocNode, int, bool]] = [(doc, 0, False)]
     while stack:
         node, depth, closing = stack.pop()
