@@ -50,7 +50,6 @@ from bryo_mox.document import (
 MAX_BYTES = Limits().max_bytes
 #: Nesting levels that get their own indentation (two spaces each) in written files.
 MAX_INDENT = 24
-_PORTS = {"input": "inputs", "output": "outputs", "outputs": "results"}
 _DECLARATION = re.compile(rb"<!")
 _ENCODING = re.compile(rb"""^\s*<\?xml[^>]*?encoding\s*=\s*["']([^"']*)["']""")
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
@@ -278,17 +277,27 @@ class _Reader:
 
     def read(self, root: etree._Element) -> DocNode:
         top = self.node(root)
+        column = self.text.column
         stack = [(root, top, 1)]
         while stack:
             element, doc, depth = stack.pop()
+            ports = {"input": doc.inputs, "output": doc.outputs, "outputs": doc.results}
             for child in element:
                 tag = child.tag
-                if not isinstance(tag, str):
+                into = ports.get(tag)
+                if into is not None:
+                    items = child.items()
+                    if len(items) == 1 and items[0][0] == "type":  # most ports: a type, a name
+                        name = (child.text or "").strip()
+                        if name:
+                            where = new_source((child.sourceline, None, None, child, column))
+                            into.append(Port(name, cast(str, items[0][1]), None, None, where))
+                            continue
+                    into.append(self.port(child))
+                elif not isinstance(tag, str):
                     continue
-                if tag == "const":
+                elif tag == "const":
                     doc.consts.append(self.const(child))
-                elif tag in _PORTS:
-                    getattr(doc, _PORTS[tag]).append(self.port(child))
                 else:
                     node = self.node(child)
                     line = node.source.line if node.source is not None else None
@@ -312,12 +321,8 @@ class _Reader:
         return DocNode(tag, attrs, source=source, attrs_key=tuple(items))
 
     def port(self, element: etree._Element) -> Port:
+        """A port (`read` reads the common ones, a type and a name, itself)."""
         source = self.text.source(element)
-        items = element.items()
-        if len(items) == 1 and items[0][0] == "type":  # most ports: a type and a name
-            name = (element.text or "").strip()
-            if name:
-                return Port(name, cast(str, items[0][1]), None, None, source)
         type_ = element.get("type")
         if type_ is None:
             raise source.error(f"<{element.tag}> lacks its `type` attribute")
