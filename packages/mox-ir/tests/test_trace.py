@@ -157,6 +157,15 @@ def test_bad_args(toy, mlp, x):
     mox = make_mox(apply)(mlp, x)
     with pytest.raises(MoxError, match="structure"):
         eval_mox(mox, x, mlp)
+    with pytest.raises(MoxError, match="are 1 positional arguments; the MoX was traced with 2"):
+        eval_mox(mox, mlp)
+    # the message names where the arguments differ and what each side holds
+    dict_for_array = r"at args\[1\] .* hold a dict \(\['a'\]\); .* an array leaf"
+    with pytest.raises(MoxError, match=dict_for_array):
+        eval_mox(mox, mlp, {"a": x})
+    tuple_for_model = r"at args\[0\] .* hold a tuple; the MoX was traced with a MLP"
+    with pytest.raises(MoxError, match=tuple_for_model):
+        eval_mox(mox, (mlp,), x)
 
 
 def test_leaves_that_are_not_arrays_are_static(x):

@@ -18,7 +18,7 @@ import jax
 import jax.core
 from jax.extend import core as jex
 
-from bryo_pytree import safe_equal
+from bryo_pytree import PyTreeDef, safe_equal
 
 from ._compat import DebugInfo, new_jaxpr_eqn
 from ._errors import MoxError
@@ -75,9 +75,18 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
     else:
         leaves, tree = jax.tree_util.tree_flatten(tuple(args))
         if tree != mox.in_tree:
+            traced = len(mox.in_tree.children())
+            if len(args) != traced:
+                raise MoxError(
+                    f"`args` are {len(args)} positional arguments; the MoX was traced with "
+                    f"{traced}. Pass arguments of the traced structure."
+                )
+            where, got, want = _first_difference(tree, mox.in_tree)
             raise MoxError(
-                f"`args` have structure {tree}, but the MoX was traced with {mox.in_tree}. "
-                "Pass arguments of the traced structure."
+                f"`args` do not have the structure the MoX was traced with: at "
+                f"args{''.join(where)} (children in flattening order) they hold {got}; "
+                f"the MoX was traced with {want}. Pass arguments of the traced structure "
+                "(the model itself, not its `nnx.split` state, when the model was traced)."
             )
     leaves += _kwarg_leaves(mox, kwargs)
     if mox.static_leaves:
@@ -93,6 +102,36 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
                 f"{type_str(var.aval)}."
             )
     return leaves + extra
+
+
+def _first_difference(
+    got: PyTreeDef, want: PyTreeDef, where: tuple[str, ...] = ()
+) -> tuple[tuple[str, ...], str, str]:
+    """The first place two treedefs differ, as `([0]['layers'], got, want)` texts."""
+    got_node, want_node = got.node_data(), want.node_data()
+    got_children, want_children = got.children(), want.children()
+    if (
+        got_node is None
+        or want_node is None
+        or got_node[0] is not want_node[0]
+        or len(got_children) != len(want_children)
+    ):
+        return where, _describe(got), _describe(want)
+    keys = got_node[1] if isinstance(got_node[1], (list, tuple)) else None
+    for index, (g, w) in enumerate(zip(got_children, want_children, strict=True)):
+        if g != w:
+            key = keys[index] if keys is not None and len(keys) == len(got_children) else index
+            return _first_difference(g, w, (*where, f"[{key!r}]"))
+    return where, _describe(got), _describe(want)
+
+
+def _describe(tree: PyTreeDef) -> str:
+    node = tree.node_data()
+    if node is None:
+        return "an array leaf" if tree.num_leaves == 1 else "None"
+    kind, aux = node
+    text = "" if aux is None else f" ({aux})"
+    return f"a {kind.__name__}{text if len(text) <= 240 else text[:240] + '...)'}"
 
 
 def _kwarg_leaves(mox: Mox, kwargs: dict[str, Any]) -> list[Any]:
