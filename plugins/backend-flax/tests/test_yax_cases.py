@@ -2,6 +2,8 @@
 dynamic_test.py, custom_jvp_test.py), on bryo: trace `model.apply`, check the nodes,
 evaluate with exactly what `apply` takes."""
 
+import copy
+import functools
 import operator
 
 import flax.linen as nn
@@ -226,3 +228,46 @@ def test_custom_jvp_survives():
     expected, actual = grad(model.apply), grad(lambda v, x: yax.eval_mox(mox, v, x))
     for a, b in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+class Trained(nn.Module):
+    """The README's flow on a model with everything Linen hands MoX: a submodule given as
+    a field, `setup` submodules, batch statistics and dropout."""
+
+    head: nn.Module
+
+    def setup(self):
+        self.blocks = [ResBlock(), ResBlock()]
+        self.norm = nn.BatchNorm(use_running_average=False)
+        self.drop = nn.Dropout(0.5, deterministic=False)
+
+    def __call__(self, xs):
+        for block in self.blocks:
+            xs = block(xs)
+        return self.head(self.drop(self.norm(xs)))
+
+
+@pytest.mark.slow
+def test_readme_flow_jitted_and_on_a_deep_copy():
+    """`make_mox(mod.apply)`, then `eval_mox` eagerly, and on a `copy.deepcopy` of the
+    MoX under `jax.jit` and `jax.grad`: all agree with `apply`."""
+    batch = jnp.linspace(-1.0, 1.0, 8).reshape(2, 4)
+    model = Trained(nn.Dense(3))
+    rngs = {"dropout": jax.random.key(2)}
+    variables = jax.jit(model.init)({"params": jax.random.key(42), **rngs}, batch)
+    mutable = ["batch_stats"]
+    mox = yax.make_mox(model.apply)(variables, batch, rngs=rngs, mutable=mutable)
+    assert [n.name for n in yax.query("//module_call", mox)][-2:] == ["drop", "head"]
+    twin = copy.deepcopy({"model": mox})["model"]
+    apply = functools.partial(model.apply, mutable=mutable)
+    run = functools.partial(yax.eval_mox, twin, mutable=mutable)  # static: not jitted
+    expected = apply(variables, batch, rngs=rngs)
+    eager = yax.eval_mox(mox, variables, batch, rngs=rngs, mutable=mutable)
+    for actual in (eager, jax.jit(run)(variables, batch, rngs=rngs)):
+        for a, b in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+    loss = lambda f: jax.jit(jax.grad(lambda v: jnp.sum(f(v, batch, rngs=rngs)[0] ** 2)))
+    for a, b in zip(
+        jax.tree.leaves(loss(run)(variables)), jax.tree.leaves(loss(apply)(variables)), strict=True
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
