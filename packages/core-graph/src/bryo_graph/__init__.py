@@ -32,6 +32,8 @@ from ._entries import RefEntry as RefEntry
 from ._entries import StaticEntry as StaticEntry
 from ._entries import VariableEntry as VariableEntry
 from ._errors import GraphError as GraphError
+from ._fields import Data as Data
+from ._fields import Static as Static
 from ._fields import data as data
 from ._fields import has_data as has_data
 from ._fields import is_data as is_data
@@ -44,6 +46,7 @@ from ._graph import clear_caches as clear_caches
 from ._graph import clone as clone
 from ._graph import flat_graph as flat_graph
 from ._graph import flatten as flatten
+from ._graph import flatten_state as flatten_state
 from ._graph import graphdef as graphdef
 from ._graph import iter_graph as iter_graph
 from ._graph import merge as merge
@@ -55,11 +58,16 @@ from ._graph import unpack as unpack
 from ._graph import update as update
 from ._graph import variables as variables
 from ._graph_state import GraphState as GraphState
+from ._helpers import PureState as PureState
 from ._helpers import as_pure as as_pure
+from ._helpers import cached_partial as cached_partial
+from ._helpers import call as call
 from ._helpers import dataclass as dataclass
+from ._helpers import find_duplicates as find_duplicates
 from ._helpers import iter_children as iter_children
 from ._helpers import map as map
 from ._helpers import map_state as map_state
+from ._helpers import pure as pure
 from ._helpers import recursive_map as recursive_map
 from ._helpers import set_metadata as set_metadata
 from ._modes import set_graph_mode as set_graph_mode
@@ -72,6 +80,7 @@ from ._object import Dict as Dict
 from ._object import List as List
 from ._object import Object as Object
 from ._object import Pytree as Pytree
+from ._object import check_pytree as check_pytree
 from ._object import object_attributes as object_attributes
 from ._object import object_node_type as object_node_type
 from ._placement import get_named_sharding as get_named_sharding
@@ -84,6 +93,7 @@ from ._spmd import as_abstract as as_abstract
 from ._spmd import get_abstract_model as get_abstract_model
 from ._spmd import remove_axis as remove_axis
 from ._spmd import with_partitioning as with_partitioning
+from ._state import FlatState as FlatState
 from ._state import State as State
 from ._state import filter_state as filter_state
 from ._state import from_flat_state as from_flat_state
@@ -95,6 +105,9 @@ from ._state import to_pure_dict as to_pure_dict
 from ._tracking import structure_changed as structure_changed
 from ._tree_mode import TreeDef as TreeDef
 from ._tree_mode import check_tree as check_tree
+from ._variable_names import register_variable_name as register_variable_name
+from ._variable_names import variable_name_from_type as variable_name_from_type
+from ._variable_names import variable_type_from_name as variable_type_from_name
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate

@@ -6,7 +6,9 @@ registered with `register_data_type`; anything else (numbers, strings, functions
 containers of those) is *static*: it rides in the treedef and `jax.jit` recompiles when it
 changes. `data(value)` and `static(value)` override the choice for one assignment, and
 `x: int = data()` / `static()` on the class for every instance (the markers are
-`dataclasses.field`s, so dataclass-style modules can use them too).
+`dataclasses.field`s, so dataclass-style modules can use them too). The annotations
+`x: Data[int]` / `Static[int]` say the same (Flax's older spelling; deprecated there and
+here, with a warning naming the replacement).
 
 A static attribute must not hide data: a plain list of arrays or modules is refused, with
 a message naming the attribute and the fixes (`nnx.List`, `nnx.data`).
@@ -16,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from typing import Any, TypeVar
+import warnings
+from typing import Annotated, Any, TypeVar
 
 import jax
 import numpy as np
@@ -31,6 +34,27 @@ T = TypeVar("T", bound=type)
 
 _STATUS = "bryo_data"  # field metadata: True for data, False for static
 _VALUE = "bryo_value"  # field metadata: the value `data(value)` / `static(value)` wraps
+
+
+class _Mark:
+    """The metadata of the `Data`/`Static` annotations."""
+
+    __slots__ = ("status",)
+
+    def __init__(self, status: bool) -> None:
+        self.status = status
+
+    def __repr__(self) -> str:
+        return "data" if self.status else "static"
+
+
+Data = Annotated[A, _Mark(True)]
+"""`x: Data[int]` on a class: the attribute is data (as `x: int = data()`, the spelling
+to prefer)."""
+
+Static = Annotated[A, _Mark(False)]
+"""`x: Static[int]` on a class: the attribute is static (as `x: int = static()`, the
+spelling to prefer)."""
 
 _CONTAINERS = (dict, list, tuple)
 # Values of these types never hold data: skip the scan of their pytree leaves.
@@ -80,13 +104,41 @@ def unmark(value: object) -> tuple[object, bool | None]:
 
 
 def class_statuses(cls: type) -> dict[str, bool]:
-    """The statuses `cls` and its bases declare with `x = data()` / `x = static()`."""
+    """The statuses `cls` and its bases declare with `x = data()` / `x = static()`, or
+    with the annotations `x: Data[T]` / `x: Static[T]` (a warning names the former)."""
     statuses: dict[str, bool] = {}
     for base in reversed(cls.__mro__):
+        for name, annotation in vars(base).get("__annotations__", {}).items():
+            status = annotation_status(annotation)
+            if status is not None:
+                _warn_annotation(base, name, status)
+                statuses[name] = status
         for name, value in vars(base).items():
             if type(value) is dataclasses.Field and _STATUS in value.metadata:
                 statuses[name] = value.metadata[_STATUS]
     return statuses
+
+
+def annotation_status(annotation: object) -> bool | None:
+    """True for `Data[T]`, False for `Static[T]` (also as the strings postponed
+    annotations leave, `'nnx.Data[int]'`), else None."""
+    if isinstance(annotation, str):
+        head = annotation.split("[", 1)[0].rsplit(".", 1)[-1].strip()
+        return {"Data": True, "Static": False}.get(head) if "[" in annotation else None
+    for mark in getattr(annotation, "__metadata__", ()):
+        if isinstance(mark, _Mark):
+            return mark.status
+    return None
+
+
+def _warn_annotation(cls: type, name: str, status: bool) -> None:
+    spelling, marker = ("Data", "data") if status else ("Static", "static")
+    warnings.warn(
+        f"`{name}: nnx.{spelling}[T]` on {cls.__name__} is deprecated (as in Flax); write "
+        f"`{name}: T = nnx.{marker}()` instead.",
+        DeprecationWarning,
+        stacklevel=4,
+    )
 
 
 def register_data_type(cls: T, /) -> T:

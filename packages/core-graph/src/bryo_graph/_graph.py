@@ -39,6 +39,7 @@ from bryo_pytree import Key, Path, hashable, is_shaped, path_str
 
 from ._build import build_graph
 from ._caches import clear_registered
+from ._calls import MethodCaller, Step, method_of
 from ._compile import compile_graphdef
 from ._entries import (
     Entry,
@@ -56,7 +57,7 @@ from ._graph_state import GraphState, graph_states_parts
 from ._modes import graph_mode
 from ._nodes import JAX_PYTREE, JaxPytree, NodeType, is_pytree_node, node_types
 from ._object import Dict, List, Object
-from ._state import State, group_flat
+from ._state import FlatState, State, group_flat
 from ._tracking import Watch, watch_all, write_count
 from ._tree_mode import TreeDef, tree_flatten, tree_iter, tree_merge, tree_split, tree_state
 from ._variables import NO_METADATA, Variable
@@ -179,6 +180,22 @@ class GraphDef(metaclass=_GraphDefType):
     def __class_getitem__(cls, item: object) -> types.GenericAlias:
         """`GraphDef[Model]`: a typing alias (GraphDefs are not generic at runtime)."""
         return types.GenericAlias(cls, item)
+
+    def apply(self, state: State | Mapping | object, /, *states: State | Mapping) -> MethodCaller:
+        """Call a method of the graph this GraphDef and `state` describe, purely.
+
+        `graphdef.apply(state)(x)` calls the node, `graphdef.apply(state).encoder.reset()`
+        or `graphdef.apply(state)['b'].increment()` a method found by attribute and item
+        access; each returns `(output, (graphdef, state))`, the graph as it is after the
+        call. The graph runs on copies of the given Variables: `state` is left unchanged.
+        """
+
+        def run(steps: tuple[Step, ...], args: tuple, kwargs: dict[str, _Any]) -> tuple:
+            node = merge(self, state, *states, copy=True)
+            out = method_of(node, steps)(*args, **kwargs)
+            return out, split(node, graph=True)
+
+        return MethodCaller(run)
 
 
 jax.tree_util.register_static(GraphDef)  # a GraphDef passes through `jax.jit` as static data
@@ -668,20 +685,58 @@ def _list_paths(paths: list[Path], limit: int = 6) -> str:
 # Public functions -------------------------------------------------------------------
 
 
-def flatten(node: object, /) -> tuple[GraphDef, State]:
+def flatten_state(node: object, /) -> tuple[GraphDef, State]:
     """`node`'s GraphDef and its whole State (`graph.flatten` of seed 000)."""
     flat = flat_graph(node)
     return flat.graphdef, State._from_flat(flat.flat_state())
 
 
+def flatten(
+    node: object, /, *, with_paths: bool = True, graph: bool | None = None
+) -> tuple[GraphDef | TreeDef, FlatState | list]:
+    """`node`'s GraphDef and its State leaves as a `FlatState` of `(path, leaf)` pairs
+    (Flax NNX's `nnx.flatten`), or as a bare list of leaves with `with_paths=False`.
+
+    The leaves are the live Variables (and raw array leaves), in the order `unflatten`
+    takes them back. `graph=False` flattens in tree mode (a `TreeDef`).
+    """
+    if graph_mode(graph):
+        flat = flat_graph(node)
+        graphdef_, leaves = flat.graphdef, flat.flat_state()
+    else:
+        graphdef_, leaves = tree_flatten(node, "flatten")
+    if with_paths:
+        return graphdef_, FlatState(leaves.items())
+    return graphdef_, list(leaves.values())
+
+
 def unflatten(
-    graphdef: GraphDef, state: State | Mapping | object, /, *, recreate_variables: bool = True
+    graphdef: GraphDef | TreeDef,
+    state: State | Mapping | FlatState | list | object,
+    /,
+    *,
+    recreate_variables: bool = True,
 ) -> _Any:
     """Build a new graph from `graphdef` and a State that fits it exactly; the Variables
     in the State become the new graph's (a bare Variable or array is its own State).
-    `recreate_variables=False` puts a raw value where the GraphDef has a Variable as it
-    is (Flax's `merge(..., recreate_variables=False)`)."""
-    if not isinstance(state, Mapping):
+
+    `state` may also be what `flatten` returned: a `FlatState`, or the bare list of
+    leaves (`with_paths=False`) in the GraphDef's order. `recreate_variables=False` puts a
+    raw value where the GraphDef has a Variable as it is (Flax's `merge(...,
+    recreate_variables=False)`)."""
+    if isinstance(graphdef, TreeDef):
+        if type(state) is list:
+            state = FlatState.from_sorted_keys_values(
+                graphdef.paths, _counted(graphdef.paths, state)
+            )
+        if isinstance(state, FlatState):
+            state = State.from_flat_path(state)
+        return tree_merge(graphdef, (state,), copy=False, recreate_variables=recreate_variables)
+    if isinstance(state, FlatState):
+        state = State.from_flat_path(state)
+    if type(state) is list and type(graphdef.root) is NodeEntry:
+        leaves = _counted(graphdef.leaf_order, state)
+    elif not isinstance(state, Mapping):
         _check_fits(graphdef, {(): state})
         leaves = [state]
     else:
@@ -695,6 +750,17 @@ def unflatten(
     if recreate_variables:
         return graphdef.build(leaves)
     return build_graph(graphdef.root, leaves, node_types(), recreate_variables=False).root
+
+
+def _counted(order: tuple[Path, ...], leaves: list) -> list:
+    """`leaves` if there is one per path of `order`; else a `GraphError` saying so."""
+    if len(leaves) != len(order):
+        raise GraphError(
+            f"`unflatten` got {len(leaves)} leaves for a GraphDef of {len(order)} "
+            f"({_list_paths(list(order))}); pass the leaves `flatten(..., with_paths=False)` "
+            "returned for this GraphDef, in their order."
+        )
+    return leaves
 
 
 def _own_state(flat: FlatGraph, leaves: dict[Path, _Any]) -> _Any:

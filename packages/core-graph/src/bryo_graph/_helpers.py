@@ -1,5 +1,6 @@
 """Small graph utilities of Flax NNX 0.12: `dataclass`, `map`, `map_state`,
-`recursive_map`, `iter_children`, `as_pure` and `set_metadata`.
+`recursive_map`, `iter_children`, `find_duplicates`, `call`, `cached_partial`, `as_pure`
+and `set_metadata`.
 
 They are thin layers over `split`/`merge`/`clone` and the node types: `map` maps a
 function over a graph's State and merges the result, `recursive_map` rebuilds a copy of
@@ -10,16 +11,19 @@ a graph bottom-up through a function of `(path, node)` (the copy shares the Vari
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import jax
 
-from bryo_filters import Filter
+from bryo_filters import Filter, to_predicate
 from bryo_pytree import Key, Path, path_str
 
-from ._graph import clone, merge, split, state
+from ._calls import MethodCaller
+from ._graph import GraphDef, clone, merge, split, state
 from ._modes import graph_mode
+from ._modes import graph_updates as _graph_updates
 from ._nodes import node_types
 from ._object import Object, checks_after_init
 from ._state import State
@@ -27,6 +31,12 @@ from ._tree_mode import check_pytree
 from ._variables import Variable
 
 A = TypeVar("A")
+
+PureState = tuple[GraphDef[A], State]
+"""The `(graphdef, state)` pair `split` returns, as a type: `PureState[Model]`-style
+annotations read `tuple[GraphDef[Model], State]`."""
+
+_CONTAINERS = (dict, list, tuple)  # walked anew at each occurrence, as JAX walks pytrees
 
 
 def dataclass(cls: type[A] | None = None, /, **options: Any) -> Any:
@@ -156,6 +166,140 @@ def iter_children(node: object, /, *, graph: bool | None = None) -> Iterator[tup
             yield key, child
 
 
+def find_duplicates(node: object, /, *, only: Filter = ...) -> list[list[Path]]:
+    """The paths of every graph node and Variable that `node` reaches more than once.
+
+    Each inner list holds the paths of one shared module, `List`, `Rngs`, ... or
+    Variable, in walking order (attributes sorted), the first path first. Plain dicts,
+    lists and tuples are walked at each occurrence and never reported themselves (JAX
+    copies them), but what they hold is.
+
+    >>> from bryo_graph import Object, Param
+    >>> class Tied(Object):
+    ...     def __init__(self):
+    ...         self.a = Param(1.0)
+    ...         self.b = self.a
+    >>> find_duplicates(Tied())
+    [[('a',), ('b',)]]
+
+    Args:
+        node: a graph node.
+        only: a filter of the nodes and Variables to consider (default: all).
+
+    Returns:
+        One list of paths per duplicated node or Variable.
+    """
+    predicate = to_predicate(only)
+    registry = node_types()
+    found: dict[int, list[Path]] = {}
+    visited: set[int] = set()
+    open_containers: set[int] = set()  # plain containers being walked (a cycle check)
+    walked: list[object] = []  # keeps nodes a `flatten` makes on the fly alive (their ids)
+    # (value, path, children): `children` is None until the value's children are listed
+    stack: list[tuple[object, Path, Iterator[tuple[Key, object]] | None]] = [(node, (), None)]
+    while stack:
+        value, path, children = stack[-1]
+        if children is None:
+            node_type = registry.lookup(type(value))
+            if node_type is not None and node_type.type in _CONTAINERS:
+                if id(value) in open_containers:
+                    raise ValueError(
+                        f"`find_duplicates` met a plain {type(value).__name__} that contains "
+                        f"itself, at {path_str(path)}; a cyclic graph needs `List`/`Dict`."
+                    )
+                open_containers.add(id(value))
+            elif node_type is not None or isinstance(value, Variable):
+                seen = id(value) in visited
+                if predicate(path, value):
+                    found.setdefault(id(value), []).append(path)
+                if seen or node_type is None:
+                    stack.pop()
+                    continue
+                visited.add(id(value))
+                walked.append(value)
+            else:  # a leaf
+                stack.pop()
+                continue
+            children = iter(list(node_type.flatten(value)[0]))
+            stack[-1] = (value, path, children)
+        child = next(children, None)  # children are (key, value) pairs, never None
+        if child is None:
+            stack.pop()
+            open_containers.discard(id(value))
+        else:
+            key, child_value = child
+            stack.append((child_value, (*path, key), None))
+    return [paths for paths in found.values() if len(paths) > 1]
+
+
+def call(graphdef_state: tuple, /) -> MethodCaller:
+    """Call a method of the graph that a `(graphdef, state)` pair describes, purely.
+
+    `call(pair)(x)` calls the node, `call(pair).method(x)` or `call(pair)['b'].method(x)`
+    a method reached by attribute and item access; each returns `(output, new_pair)`, the
+    graph split again after the call. The pair given is unchanged (the call runs on
+    copies of its Variables), so `call` fits inside `jax.jit`:
+
+    >>> @jax.jit                                             # doctest: +SKIP
+    ... def forward(x, pair):
+    ...     return call(pair)(x)  # (y, pair after the call)
+
+    Args:
+        graphdef_state: what `split(node)` returned: a GraphDef (or tree mode's TreeDef)
+            and its States.
+
+    Returns:
+        The proxy that picks and calls the method.
+    """
+    if not isinstance(graphdef_state, tuple) or len(graphdef_state) < 2:
+        raise TypeError(
+            "`call` takes the `(graphdef, state)` pair `split` returned, e.g. "
+            f"`call(nnx.split(model))(x)`; got {type(graphdef_state).__name__}."
+        )
+    graphdef, *states = graphdef_state
+    if not isinstance(graphdef, GraphDef):
+        raise TypeError(
+            "`call` takes the `(graphdef, state)` pair `split` returned; its first item is "
+            f"a {type(graphdef).__name__}, not a GraphDef."
+        )
+    return graphdef.apply(*states)
+
+
+def cached_partial(
+    f: Callable[..., A],
+    /,
+    *cached_args: object,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Callable[..., A]:
+    """`f` with its first arguments given, for a step function called again and again
+    with the same models (`train_step(model, optimizer, x, y)`), as Flax's
+    `nnx.cached_partial`.
+
+    bryo caches a graph's flattening until its structure changes, so the result is a
+    plain partial application; unlike Flax's, it stays valid when `f` changes the
+    models' structure. Like Flax's, it is a graph-mode API (`graph=True`,
+    `graph_updates=True`, the defaults unless `set_graph_mode`/`set_graph_updates`
+    changed them).
+
+    Args:
+        f: the function, usually a lifted transform such as `nnx.jit(train_step)`.
+        *cached_args: its first positional arguments (the models).
+        graph: graph mode (None: the current default); must be True.
+        graph_updates: state updates flow back (None: the current default); must be True.
+
+    Returns:
+        The function of the remaining arguments.
+    """
+    if not graph_mode(graph) or not _graph_updates(graph_updates):
+        raise ValueError(
+            "`cached_partial` is a graph-mode API and needs graph=True and "
+            "graph_updates=True; got tree mode or graph_updates=False. Use "
+            "`functools.partial` in tree mode, or `nnx.compat.cached_partial`."
+        )
+    return functools.partial(f, *cached_args)
+
+
 def as_pure(tree: A) -> A:
     """`tree` with every Variable replaced by its raw value (for export or serialization).
 
@@ -167,6 +311,9 @@ def as_pure(tree: A) -> A:
         return as_pure(leaf.get_raw_value()) if isinstance(leaf, Variable) else leaf
 
     return jax.tree.map(pure, tree, is_leaf=lambda x: isinstance(x, Variable))
+
+
+pure = as_pure  # Flax NNX's older name
 
 
 def set_metadata(node: object, /, *, only: Filter = Variable, **metadata: object) -> None:

@@ -196,6 +196,25 @@ def check_static_attributes(node: Object) -> None:
             check_static(node, name, value, explicit=False, declared=True)
 
 
+def check_pytree(pytree: object, /) -> None:
+    """Check every attribute of a Pytree (Object) against the data/static rules now:
+    raise the error an assignment would have raised for a static attribute that holds
+    data (a plain list that got an array appended since, for instance).
+
+    Args:
+        pytree: the Object (a module, `List`, `Dict`, `Rngs`, ...).
+    """
+    if isinstance(pytree, List | Dict):  # their items are all data
+        return
+    if not isinstance(pytree, Object):
+        raise TypeError(
+            f"`check_pytree` takes a Pytree (a module or other `Object`); got "
+            f"{type(pytree).__name__}."
+        )
+    if type(pytree)._object__pytree:  # graph-only Objects have no static attributes
+        check_static_attributes(pytree)
+
+
 def _check_assignment(node: Object, name: str, value: object, status: bool | None) -> None:
     """Record an explicit `data`/`static` status, and refuse data in static attributes."""
     namespace = vars(node)

@@ -228,10 +228,17 @@ class State(Mapping[Key, _Any]):
         return cast(dict, unflatten_paths(self._flat))  # without a treedef: nested dicts
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, State):
+        """Equal paths and leaves; a nested plain mapping compares by its leaves too (as
+        Flax's `State({}) == {}`)."""
+        if isinstance(other, State):
+            theirs = other._flat
+        elif isinstance(other, Mapping):
+            theirs = State(other)._flat
+        else:
             return NotImplemented
-        return self._flat.keys() == other._flat.keys() and all(
-            _leaf_equal(a, other._flat[p]) for p, a in self._flat.items()
+        mine = self._flat
+        return mine.keys() == theirs.keys() and all(
+            _leaf_equal(a, theirs[p]) for p, a in mine.items()
         )
 
     __hash__ = None
@@ -361,13 +368,71 @@ def state_node_type() -> NodeType:
 # Flax NNX's module-level State functions ----------------------------------------------------
 
 
-def to_flat_state(state: State) -> list[tuple[Path, _Any]]:
-    """The `(path, leaf)` pairs of `state`, in its order (Flax's `FlatState` as a list).
+class FlatState(list[tuple[Path, _Any]]):
+    """A State as a list of `(path, leaf)` pairs, in the State's order (Flax's
+    `FlatState`): a plain list that also reads its `paths` and `leaves` apart.
+
+    >>> flat = FlatState([(("a",), 1), (("b", "c"), 2)])
+    >>> flat.paths, flat.leaves
+    ((('a',), ('b', 'c')), [1, 2])
+    """
+
+    __slots__ = ()
+
+    @staticmethod
+    def from_sorted_keys_values(paths: Iterable[Path], leaves: Iterable[_Any], /) -> FlatState:
+        """The FlatState pairing `paths` with `leaves` (equally many, in that order)."""
+        return FlatState(zip(paths, leaves, strict=True))
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """The paths, in order."""
+        return tuple(path for path, _ in self)
+
+    @property
+    def leaves(self) -> list[_Any]:
+        """The leaves, in order."""
+        return [leaf for _, leaf in self]
+
+    def to_nested_state(self) -> State:
+        """The State of these pairs."""
+        return State.from_flat_path(self)
+
+    @overload
+    def filter(self, first: Filter, /) -> FlatState: ...
+    @overload
+    def filter(
+        self, first: Filter, second: Filter, /, *filters: Filter
+    ) -> tuple[FlatState, ...]: ...
+    def filter(self, first: Filter, /, *filters: Filter) -> FlatState | tuple[FlatState, ...]:
+        """The pairs matching each filter (`State.filter`), one FlatState per filter."""
+        found = self.to_nested_state().filter(first, *filters)
+        return _flat_states(found)
+
+    @overload
+    def split(self, first: Filter, /) -> FlatState: ...
+    @overload
+    def split(
+        self, first: Filter, second: Filter, /, *filters: Filter
+    ) -> tuple[FlatState, ...]: ...
+    def split(self, first: Filter, /, *filters: Filter) -> FlatState | tuple[FlatState, ...]:
+        """Every pair in the FlatState of the first filter matching it (`State.split`)."""
+        return _flat_states(self.to_nested_state().split(first, *filters))
+
+
+def _flat_states(states: State | tuple[State, ...]) -> FlatState | tuple[FlatState, ...]:
+    if isinstance(states, State):
+        return FlatState(states._flat.items())
+    return tuple(FlatState(state._flat.items()) for state in states)
+
+
+def to_flat_state(state: State) -> FlatState:
+    """The `(path, leaf)` pairs of `state`, in its order, as a `FlatState` (a list).
 
     >>> to_flat_state(State({"a": {"b": 1}, "c": 2}))
     [(('a', 'b'), 1), (('c',), 2)]
     """
-    return list(_as_state(state, "to_flat_state")._flat.items())
+    return FlatState(_as_state(state, "to_flat_state")._flat.items())
 
 
 def from_flat_state(flat: Mapping[Path, object] | Iterable[tuple[Path, object]]) -> State:

@@ -18,6 +18,7 @@ import jax
 from bryo_filters import Filter
 from bryo_pytree import Path, keypath_to_path, path_str
 
+from ._calls import MethodCaller, Step, method_of
 from ._compat import is_ref
 from ._cycles import CycleFound, check_acyclic
 from ._errors import GraphError
@@ -81,6 +82,17 @@ class TreeDef:
 
     def __repr__(self) -> str:
         return f"TreeDef({self.treedef})"
+
+    def apply(self, state: Any, /, *states: Any) -> MethodCaller:
+        """`GraphDef.apply` for tree mode: `(output, (treedef, state))` of a method call
+        on the pytree merged from copies of `state`'s Variables (`state` is unchanged)."""
+
+        def run(steps: tuple[Step, ...], args: tuple, kwargs: dict[str, Any]) -> tuple:
+            node = tree_merge(self, (state, *states), copy=True)
+            out = method_of(node, steps)(*args, **kwargs)
+            return out, tree_split(node, ())
+
+        return MethodCaller(run)
 
 
 jax.tree_util.register_static(TreeDef)

@@ -10,7 +10,7 @@ from ._entries import StaticEntry as StaticEntry
 from ._entries import VariableEntry as VariableEntry
 from ._graph import GraphDef as GraphDef
 from ._graph import clone as clone
-from ._graph import flatten as flatten
+from ._graph import flatten_state
 from ._graph import graphdef as graphdef
 from ._graph import iter_graph as iter_graph
 from ._graph import merge as merge
@@ -21,3 +21,5 @@ from ._graph import unflatten as unflatten
 from ._graph import update as update
 from ._graph_state import GraphState as GraphState
 from ._nodes import is_graph_node as is_graph_node
+
+flatten = flatten_state  # seed 000's `graph.flatten`: `(graphdef, State)`

@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from bryo_graph import Intermediate, State, Variable
+from bryo_graph import Intermediate, State, Variable, register_variable_name
 from bryo_pytree import Key, Path
 
 _ACTIVE: contextvars.ContextVar[Captures | None] = contextvars.ContextVar(
@@ -42,6 +42,7 @@ _ACTIVE: contextvars.ContextVar[Captures | None] = contextvars.ContextVar(
 )
 
 
+@register_variable_name("perturbations")
 class Perturbation(Intermediate):
     """A value `Module.perturb` adds to an intermediate, to take gradients with respect to
     that intermediate (capture the zeros first, then differentiate w.r.t. them)."""
