@@ -217,6 +217,23 @@ from bryo_graph import with_metadata as with_metadata
 from bryo_graph import with_partitioning as with_partitioning
 from bryo_training import EMA as EMA
 
+# isort: split
+# Graph utilities, pytree markers and Variable names of Flax NNX 0.12 (issue 12; owner: core).
+from bryo_graph import Data as Data
+from bryo_graph import FlatState as FlatState
+from bryo_graph import PureState as PureState
+from bryo_graph import Static as Static
+from bryo_graph import cached_partial as cached_partial
+from bryo_graph import call as call
+from bryo_graph import check_pytree as check_pytree
+from bryo_graph import find_duplicates as find_duplicates
+from bryo_graph import flatten as flatten
+from bryo_graph import pure as pure
+from bryo_graph import register_variable_name as register_variable_name
+from bryo_graph import unflatten as unflatten
+from bryo_graph import variable_name_from_type as variable_name_from_type
+from bryo_graph import variable_type_from_name as variable_type_from_name
+
 from . import graphlib as graphlib
 from . import spmd as spmd
 from . import statelib as statelib

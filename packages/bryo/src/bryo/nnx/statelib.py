@@ -1,5 +1,6 @@
 """`bryo.nnx.statelib`: Flax NNX's `nnx.statelib` names, over `bryo_graph`'s `State`."""
 
+from bryo_graph import FlatState as FlatState
 from bryo_graph import State as State
 from bryo_graph import filter_state as filter_state
 from bryo_graph import from_flat_state as from_flat_state
