@@ -144,3 +144,31 @@ def test_attr_reader_decodes_equal_attributes_once_into_separate_dicts():
     array = [("a", "array('AAAAAA==', dtype('float32'), (1,))")]
     one, two = read.attrs(array)["a"], read.attrs(array)["a"]
     assert one.tolist() == two.tolist() == [0.0] and one is not two  # arrays: each its own
+
+
+def test_repeated_literals_load_with_their_own_types_and_arrays():
+    from bryo_mox import make_mox
+    from bryo_mox._ir import Equation, Literal, iter_nodes
+    from bryo_mox._load import from_document
+    from bryo_mox.document import loading, to_document
+
+    def f(x, i):
+        y = x * 2.0 + x * 2.0 + x * np.float32(2.0) + x * np.float32(2.0)
+        return y + x * -0.0 + x * 0.0, i + 1 + i * 1
+
+    mox = make_mox(f)(jnp.ones(3), jnp.int32(4))
+    with loading(1 << 20, None):
+        loaded = from_document(to_document(mox))
+
+    def literals(m):
+        nodes = [n for n in iter_nodes(m.block) if isinstance(n, Equation)]
+        return [a for n in nodes for a in n.invars if isinstance(a, Literal)]
+
+    def seen(a):
+        return np.asarray(a.val).dtype, repr(np.asarray(a.val).item()), a.aval
+
+    before, after = literals(mox), literals(loaded)
+    assert len(after) == len(before) >= 8
+    assert [seen(a) for a in after] == [seen(a) for a in before]
+    strong = [a.val for a in after if isinstance(a.val, np.ndarray)]
+    assert len(strong) >= 2 and len({id(v) for v in strong}) == len(strong)

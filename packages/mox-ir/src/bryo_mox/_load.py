@@ -98,11 +98,16 @@ def primitive(name: str) -> jex.Primitive:
 def check_depth(doc: DocNode) -> None:
     """Refuse documents nested deeper than the load's `Limits.max_depth`, iteratively."""
     budget = current_budget()
+    limit = budget.limits.max_depth
     stack = [(doc, 1)]
     while stack:
         node, depth = stack.pop()
-        budget.check_depth(depth, **_where(node.source))
-        stack.extend((child, depth + 1) for child in node.children)
+        if depth > limit:
+            budget.check_depth(depth, **_where(node.source))
+        if depth < limit:  # a child without children is within the limit: nothing to check
+            stack.extend((child, depth + 1) for child in node.children if child.children)
+        else:
+            stack.extend((child, depth + 1) for child in node.children)
 
 
 def from_document(doc: DocNode) -> Mox:
@@ -256,6 +261,7 @@ class _Builder:
     def __init__(self) -> None:
         self.budget = current_budget()
         self.avals: dict[str, jax.core.ShapedArray] = {}
+        self.literals: dict[Any, Any] = {}  # see `literal`
         self.traced: dict[Any, _Traced] = {}
         self.attr_names: set[str] = set()
         self.jit_templates: dict[tuple[int, int], _JitTemplate] = {}
@@ -369,9 +375,10 @@ class _Builder:
 
     def aval(self, text: Any) -> Any:
         """The abstract value of a type string, with its size bounded."""
-        hit = self.avals.get(text) if isinstance(text, str) else None
-        if hit is not None:
-            return hit
+        try:
+            return self.avals[text]
+        except (KeyError, TypeError):  # a new type, or not a string (refused below)
+            pass
         if not isinstance(text, str):
             raise MoxSerializationError(
                 f"a `type` must be a string such as 'f32[2,3]', got {text!r:.40}."
@@ -383,6 +390,18 @@ class _Builder:
             sds.shape, sds.dtype, weak_type=sds.weak_type
         )
         return aval
+
+    def literal(self, value: Any, aval: Any) -> Any:
+        """`_literal(value, aval)`, once per scalar value and type: models repeat their
+        literals (`x * 0.5` in every block). Arrays are made (and counted) each time."""
+        if type(value) not in _SCALARS:
+            return _literal(value, aval)
+        key = (value_key(value), aval)
+        hit = self.literals.get(key)
+        if hit is None:
+            hit = self.literals[key] = _literal(value, aval)
+        # a strongly typed literal is a 0-d array: each Literal gets its own
+        return hit.copy() if isinstance(hit, np.ndarray) else hit
 
     def define(self, env: dict[str, Atom], name: Any, atom: Atom, doc: DocNode, what: str) -> None:
         if not isinstance(name, str) or not name:
@@ -399,7 +418,7 @@ class _Builder:
         self.at = port.source or node.source
         aval = self.aval(port.type)
         if port.name is None:
-            return jex.Literal(_literal(port.value, aval), aval)
+            return jex.Literal(self.literal(port.value, aval), aval)
         atom = env.get(port.name)
         if atom is None:
             raise MoxSerializationError(
@@ -757,6 +776,9 @@ def _inline(
             )
         )
     return [sub[a] if isinstance(a, jex.Var) else a for a in jaxpr.outvars]
+
+
+_SCALARS = frozenset({bool, int, float, complex})
 
 
 def _literal(value: Any, aval: Any) -> Any:
