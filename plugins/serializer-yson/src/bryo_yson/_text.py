@@ -316,26 +316,8 @@ _PLAIN_STRING = re.compile(r"^[\x20-\x7e]*$")
 _QUOTE_ESCAPES = re.compile(r'["\\]')
 
 
-#: Strings up to this length are quoted through a cache (`quote`).
-MAX_CACHED_QUOTE = 256
-
-
 def quote(text: str) -> str:
-    """A YSON string literal: `"..."` with `"`, `\\` and non-ASCII bytes escaped.
-
-    Short texts are cached: a file repeats its types, variable names and attribute texts
-    (long ones, constants' data, are not kept alive)."""
-    if len(text) <= MAX_CACHED_QUOTE:
-        return _cached_quote(text)
-    return _quote(text)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _cached_quote(text: str) -> str:
-    return _quote(text)
-
-
-def _quote(text: str) -> str:
+    """A YSON string literal: `"..."` with `"`, `\\` and non-ASCII bytes escaped."""
     if _PLAIN_STRING.match(text):
         if '"' in text or "\\" in text:
             text = _QUOTE_ESCAPES.sub(lambda m: "\\" + m.group(0), text)
@@ -349,6 +331,11 @@ def _quote(text: str) -> str:
         else:
             out.append(f"\\x{byte:02X}")
     return '"' + "".join(out) + '"'
+
+
+#: `quote`, cached: for the short texts a file repeats (types, variable names, attribute
+#: names); constants' data and other long texts go through `quote` (not kept alive).
+cached_quote = functools.lru_cache(maxsize=1 << 16)(quote)
 
 
 def scalar(value: bool | int | float | str | None) -> str:

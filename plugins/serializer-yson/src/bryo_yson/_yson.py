@@ -39,7 +39,7 @@ from bryo_mox.document import (
 )
 
 from ._fast import read_fast
-from ._text import Attributed, Reader, quote, scalar
+from ._text import Attributed, Reader, cached_quote, quote, scalar
 
 #: Files larger than this are refused before parsing (see `Limits.max_bytes`).
 MAX_BYTES = Limits().max_bytes
@@ -78,14 +78,14 @@ def _tagged(value: Any) -> str:
 
 def _port(port: Port) -> str:
     if port.name is not None and port.bind is None:  # most ports
-        return f'{{"type"={quote(port.type)};"name"={quote(port.name)}}}'
-    items = [f'"type"={quote(port.type)}']
+        return f'{{"type"={cached_quote(port.type)};"name"={cached_quote(port.name)}}}'
+    items = [f'"type"={cached_quote(port.type)}']
     if port.name is not None:
-        items.append(f'"name"={quote(port.name)}')
+        items.append(f'"name"={cached_quote(port.name)}')
     else:
         items.append(f'"value"={_value(port.value)}')
     if port.bind is not None:
-        items.append(f'"bind"={quote(port.bind)}')
+        items.append(f'"bind"={cached_quote(port.bind)}')
     return "{" + ";".join(items) + "}"
 
 
@@ -127,12 +127,12 @@ def _head(doc: DocNode, known: dict[tuple[str, Any], str]) -> list[str]:
     clash = _RESERVED & set(doc.attrs)
     if clash:
         raise MoxSerializationError(f"<{doc.tag}> has attrs {sorted(clash)} reserved by YSON.")
-    items = [f'"primitive"={quote(doc.tag)}']
+    items = [f'"primitive"={cached_quote(doc.tag)}']
     for name, value in doc.attrs.items():
         key = (name, value_key(value))
         item = known.get(key) if key[1] is not None else None
         if item is None:
-            item = f"{quote(name)}={_value(value)}"
+            item = f"{cached_quote(name)}={_value(value)}"
             if key[1] is not None:
                 known[key] = item
         items.append(item)
