@@ -68,6 +68,20 @@ def test_linear_dtype_and_shape_errors():
         Linear(3, 2, rngs=0)
 
 
+def test_linear_takes_inputs_matching_its_kernel_shard():
+    """Inside `shard_map` a kernel sharded along its input axis holds one slice: the layer
+    contracts what its kernel holds (tensor parallelism), and says so when inputs differ."""
+    layer = Linear(8, 2, use_bias=False, rngs=Rngs(0))
+    full = layer.kernel.value
+    layer.kernel.value = full[:4]  # what one of two devices holds
+    np.testing.assert_allclose(layer(jnp.ones((1, 4))), jnp.ones((1, 4)) @ full[:4])
+    with pytest.raises(
+        ValueError, match=r"`in_features`=8 \(4 in this shard\); got shape \(1, 8\)"
+    ):
+        layer(jnp.ones((1, 8)))
+    assert layer.kernel.value.shape == (4, 2)  # the failed call changed nothing
+
+
 def test_linear_general_contracts_several_axes():
     layer = LinearGeneral((2, 3), (4, 5), axis=(-2, -1), rngs=Rngs(0))
     x = jax.random.normal(KEY, (6, 2, 3))

@@ -134,14 +134,17 @@ class Linear(Module):
         self.preferred_element_type = preferred_element_type
 
     def __call__(self, inputs: jax.Array, out_sharding: OutSharding | None = None) -> jax.Array:
-        if inputs.shape[-1:] != (self.in_features,):
+        kernel = self.kernel[...]
+        # The kernel's own input axis, not `in_features`: inside `shard_map` a kernel
+        # sharded along it holds only this device's slice (tensor parallelism).
+        kernel_in = kernel.shape[0]
+        if inputs.shape[-1:] != (kernel_in,):
+            shard = "" if kernel_in == self.in_features else f" ({kernel_in} in this shard)"
             raise ValueError(
-                f"Linear expects inputs whose last axis is `in_features`={self.in_features}; "
-                f"got shape {tuple(inputs.shape)}."
+                f"Linear expects inputs whose last axis is `in_features`={self.in_features}"
+                f"{shard}; got shape {tuple(inputs.shape)}."
             )
-        x, kernel, bias = self.promote_dtype(
-            (inputs, self.kernel[...], get(self.bias)), dtype=self.dtype
-        )
+        x, kernel, bias = self.promote_dtype((inputs, kernel, get(self.bias)), dtype=self.dtype)
         y = self.dot_general(
             x,
             kernel,
