@@ -213,3 +213,35 @@ def test_mismatch_names_the_first_disagreeing_path(strategies, data):
     assert info.value.path == bad_path
     assert re.search(f"the value at {re.escape(path_str(bad_path))}:", str(info.value))
     assert tree == tree_copy and prefix == prefix_copy
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class InsertionOrdered:
+    """A mapping node that flattens in insertion order (as a State written by hand does)."""
+
+    def __init__(self, items: dict) -> None:
+        self.items = dict(items)
+
+    def tree_flatten_with_keys(self):
+        keys = tuple(self.items)
+        children = [(jax.tree_util.DictKey(k), v) for k, v in self.items.items()]
+        return children, keys
+
+    @classmethod
+    def tree_unflatten(cls, keys, children):
+        return cls(dict(zip(keys, children, strict=True)))
+
+
+def test_a_mapping_prefix_with_its_keys_in_another_order_lines_up_by_key():
+    value = InsertionOrdered({"bias": A1, "kernel": {"k": A2}})
+    prefix = InsertionOrdered({"kernel": 1, "bias": 0})
+    full = broadcast_prefix(prefix, value)
+    assert list(full.items) == ["bias", "kernel"]
+    assert full.items == {"bias": 0, "kernel": {"k": 1}}
+    assert list(prefix.items) == ["kernel", "bias"]  # the caller's prefix is left as it was
+
+
+def test_a_mapping_prefix_with_other_keys_still_names_both_key_lists():
+    value = InsertionOrdered({"bias": A1, "kernel": A2})
+    with pytest.raises(PrefixError, match=r"keys \['kernel', 'scale'\].*keys \['bias', 'kernel'\]"):
+        broadcast_prefix(InsertionOrdered({"kernel": 1, "scale": 0}), value)

@@ -60,3 +60,34 @@ def test_new_state_inside_is_an_error_naming_it():
     with pytest.raises(ValueError, match="added a Param at extra"):
         grow(model)
     assert not hasattr(model, "extra")
+
+
+def test_state_sharding_from_a_state_of_specs_shards_by_path():
+    from bryo_graph import State
+
+    model = Affine()
+    spec = State({"kernel": P(None, "a"), "bias": P(), "calls": P()})  # not split's order
+    sharding = StateSharding(spec)
+    assert sharding.for_leaf(("kernel",), model.kernel) == P(None, "a")
+    assert sharding.for_leaf(("bias",), model.bias) == P()
+
+    @shard_map(mesh=MESH, in_specs=(sharding,), out_specs=P())
+    def count(m):
+        m.calls.value = m.calls.value + 1
+
+    count(model)
+    assert int(model.calls.value) == 1
+    assert model.kernel.value.sharding.spec == P(None, "a")
+
+
+def test_simple_mode_takes_a_state_of_specs_in_any_key_order():
+    from bryo_graph import State, split
+
+    _, params, _ = split(Affine(), Param, ...)
+    spec = State({"kernel": P(None, "a"), "bias": P()})  # split's State is ordered otherwise
+
+    @shard_map(mesh=MESH, in_specs=(spec,), out_specs=P(), graph=False)
+    def width(s):
+        return jnp.array(s["kernel"].value.shape[1])
+
+    assert int(width(params)) == 8

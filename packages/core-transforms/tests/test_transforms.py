@@ -470,3 +470,21 @@ def test_state_axes_and_carry_marker() -> None:
         StateAxes({...: "zero"})
     with pytest.raises(TypeError, match="marker"):
         Carry()
+
+
+def test_state_axes_from_a_state_give_each_path_its_axis() -> None:
+    model = Linear(2, 2)
+    model.kernel = Param(jnp.ones((3, 2, 2)))  # three kernels, one shared bias
+    spec = State({"kernel": 0, "bias": None, "calls": None})
+    axes = StateAxes(spec)
+    assert axes.axis_of(("kernel",), model.kernel) == 0
+    assert axes.axis_of(("bias",), model.bias) is None
+    assert spec.flat_state() == {("kernel",): 0, ("bias",): None, ("calls",): None}  # kept
+
+    out = vmap(lambda m, x: m(x), in_axes=(axes, None))(model, X)
+    assert out.shape == (3, *X.shape[:-1], 2)
+
+
+def test_state_axes_from_a_state_of_unhashable_values_name_the_path() -> None:
+    with pytest.raises(TypeError, match=r"`StateAxes` given a State needs hashable.*kernel"):
+        StateAxes(State({"kernel": [0]}))

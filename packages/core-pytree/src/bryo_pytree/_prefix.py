@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from jax.tree_util import tree_flatten, tree_structure
 
-from ._paths import Path, _is_leaf, node_children, path_str
+from ._paths import Key, Path, _is_leaf, node_children, path_str
 
 
 class PrefixError(ValueError):
@@ -75,6 +75,9 @@ def _walk(
     tree_children = node_children(tree, is_leaf)
     prefix_keys = [key for key, _ in prefix_children]
     tree_keys = [key for key, _ in tree_children]
+    if type(prefix) is type(tree) and prefix_keys != tree_keys:
+        prefix_children = _in_key_order(prefix_children, tree_keys)
+        prefix_keys = [key for key, _ in prefix_children]
     if type(prefix) is not type(tree) or prefix_keys != tree_keys:
         raise PrefixError(
             f"`{name}` does not fit the value at {path_str(path)}: `{name}` has "
@@ -85,6 +88,16 @@ def _walk(
         )
     for (key, prefix_child), (_, tree_child) in zip(prefix_children, tree_children, strict=True):
         _walk(prefix_child, tree_child, (*path, key), on_leaf, is_leaf, name)
+
+
+def _in_key_order(children: list[tuple[Key, object]], keys: list[Key]) -> list[tuple[Key, object]]:
+    """`children` in the order of `keys` when they hold the same keys in another order (a
+    mapping node built in another insertion order, such as a State written by hand);
+    unchanged otherwise."""
+    by_key = dict(children)
+    if len(by_key) != len(children) or by_key.keys() != set(keys):
+        return children
+    return [(key, by_key[key]) for key in keys]
 
 
 def _describe(node: object, keys: Sequence[object]) -> str:

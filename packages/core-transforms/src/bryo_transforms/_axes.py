@@ -16,8 +16,8 @@ import jax
 import numpy as np
 from jax.typing import ArrayLike
 
-from bryo_filters import Filter, filters_to_predicates
-from bryo_graph import Variable, VariableState, flat_graph
+from bryo_filters import Filter, PathIn, filters_to_predicates
+from bryo_graph import State, Variable, VariableState, flat_graph
 from bryo_pytree import Path, PrefixError, broadcast_prefix
 
 from ._collect import Grouping
@@ -40,6 +40,23 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def path_filters(state: State, owner: str) -> list[tuple[Filter, object]]:
+    """A State of per-leaf values (axes, shardings) as `(PathIn(*paths), value)` pairs, one
+    pair per distinct value in first-seen order: how `StateAxes(state)` and
+    `StateSharding(state)` read a State (as Flax's do)."""
+    paths_of: dict[object, list[Path]] = {}
+    for path, leaf in state.flat_state().items():
+        value = leaf.get_value() if isinstance(leaf, Variable) else leaf
+        try:
+            paths_of.setdefault(value, []).append(path)
+        except TypeError:
+            raise TypeError(
+                f"`{owner}` given a State needs hashable values; got {value!r} at "
+                f"{'.'.join(map(str, path))}. Give it `{{filter: value}}` pairs instead."
+            ) from None
+    return [(PathIn(*paths), value) for value, paths in paths_of.items()]
+
+
 class StateAxes:
     """Which axis each part of a graph node's state is mapped over: filter -> axis.
 
@@ -52,15 +69,19 @@ class StateAxes:
     (0, None)
 
     Args:
-        filter_axes: a mapping `{filter: axis}` or an iterable of `(filter, axis)` pairs.
+        filter_axes: a mapping `{filter: axis}`, an iterable of `(filter, axis)` pairs,
+            or a State holding each leaf's axis (its paths become `PathIn` filters).
     """
 
     __slots__ = ("_hash", "axes", "filters", "predicates")
 
     def __init__(
-        self, filter_axes: Mapping[Filter, object] | Iterable[tuple[Filter, object]]
+        self, filter_axes: State | Mapping[Filter, object] | Iterable[tuple[Filter, object]]
     ) -> None:
-        items = list(filter_axes.items() if isinstance(filter_axes, Mapping) else filter_axes)
+        if isinstance(filter_axes, State):
+            items = path_filters(filter_axes, "StateAxes")
+        else:
+            items = list(filter_axes.items() if isinstance(filter_axes, Mapping) else filter_axes)
         for filter, axis in items:
             if not (axis is None or axis is Carry or _is_int(axis)):
                 raise TypeError(

@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 import jax
 
 from bryo_filters import Filter, to_predicate
-from bryo_graph import Variable
+from bryo_graph import State, Variable
 from bryo_pytree import Path, broadcast_prefix, keypath_to_path
 
-from ._axes import check_consistent_aliasing
+from ._axes import check_consistent_aliasing, path_filters
 from ._layout import ARRAY, ROOT, StaticLayout, TreeLayout, is_graph_leaf
 from ._plan import CallPlan
 
@@ -30,14 +30,22 @@ class StateSharding:
 
     Example:
         >>> StateSharding({PathContains("kernel"): row_sharding, ...: replicated})  # doctest: +SKIP
+
+    A State of shardings (`State({'kernel': P(None, 'a'), 'bias': P()})`) gives each
+    path its own sharding.
     """
 
     def __init__(
-        self, filter_sharding: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]], /
+        self,
+        filter_sharding: State | Mapping[Filter, Any] | Iterable[tuple[Filter, Any]],
+        /,
     ) -> None:
-        items = tuple(
-            filter_sharding.items() if isinstance(filter_sharding, Mapping) else filter_sharding
-        )
+        if isinstance(filter_sharding, State):  # a State of specs: its paths become PathIns
+            items = tuple(path_filters(filter_sharding, "StateSharding"))
+        else:
+            items = tuple(
+                filter_sharding.items() if isinstance(filter_sharding, Mapping) else filter_sharding
+            )
         self.filters: tuple[Filter, ...] = tuple(f for f, _ in items)
         self.shardings: tuple[Any, ...] = tuple(s for _, s in items)
         self._predicates = [to_predicate(f) for f in self.filters]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 
@@ -373,8 +373,13 @@ def simple_vmap(
     def call(*args: Any, **kwargs: Any) -> Any:
         variables = inputs.variables(args, kwargs)
         axes = _variable_axes(in_axes, args, kwargs, option)
-        mapped = map_fn(pure, in_axes=in_axes, out_axes=(out_axes, axes, None), **vmap_kwargs)
         shared_args, shared_kwargs = inputs.shared(args, kwargs, variables)
+        # JAX gets the axes expanded to the arguments' own structure (a State prefix whose
+        # keys come in another order lines up by key), unless aliases changed that structure.
+        given = axes.per_argument if shared_args is args else in_axes
+        mapped = map_fn(
+            pure, in_axes=given, out_axes=(out_axes, axes.variables, None), **vmap_kwargs
+        )
         out, values, changed = mapped(*shared_args, **shared_kwargs)
         write_back(variables, values, changed)
         return out
@@ -382,9 +387,16 @@ def simple_vmap(
     return call
 
 
-def _variable_axes(
-    in_axes: object, args: tuple, kwargs: dict, name: str = "in_axes"
-) -> list[object]:
+class CallAxes(NamedTuple):
+    """A simple-mode map's axes: `variables`, each Variable's (positional arguments in
+    order, then kwargs: axis 0); `per_argument`, `in_axes` expanded to each positional
+    argument's full structure."""
+
+    variables: list[object]
+    per_argument: tuple[object, ...]
+
+
+def _variable_axes(in_axes: object, args: tuple, kwargs: dict, name: str = "in_axes") -> CallAxes:
     """The mapped axis of each Variable of the call, from `in_axes` (kwargs: axis 0);
     a Variable reached at several places must get one axis (`name`: the option's name)."""
     prefix = in_axes if isinstance(in_axes, tuple | list) else (in_axes,) * len(args)
@@ -394,10 +406,12 @@ def _variable_axes(
             "give one axis (or prefix) per argument."
         )
     axes: list[object] = []
+    per_argument: list[object] = []
     reached: dict[int, list[tuple[str, object]]] = {}
     kinds: dict[int, str] = {}
     for i, (axis, arg) in enumerate(zip(prefix, args, strict=True)):
         full = broadcast_prefix(axis, arg, is_leaf=is_variable, name=name)
+        per_argument.append(full)
         leaves = jax.tree_util.tree_structure(arg, is_leaf=is_variable).flatten_up_to(full)
         flat_args = jax.tree_util.tree_leaves_with_path(arg, is_leaf=is_variable)
         for ax, (keypath, leaf) in zip(leaves, flat_args, strict=True):
@@ -408,7 +422,7 @@ def _variable_axes(
                 kinds[id(leaf)] = type(leaf).__name__
     raise_inconsistent_aliasing(reached, kinds, name)
     axes += [0] * len(variables_of(kwargs))
-    return axes
+    return CallAxes(axes, tuple(per_argument))
 
 
 def simple_grad(
