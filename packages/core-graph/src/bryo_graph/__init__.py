@@ -22,6 +22,7 @@ from ._axis_rules import add_sharding_axis as add_sharding_axis
 from ._axis_rules import get_partition_spec as get_partition_spec
 from ._axis_rules import logical_to_mesh as logical_to_mesh
 from ._caches import register_cache as register_cache
+from ._compat import is_array_ref as is_array_ref
 from ._eager_sharding import logical_axis_rules as logical_axis_rules
 from ._eager_sharding import use_eager_sharding as use_eager_sharding
 from ._eager_sharding import using_eager_sharding as using_eager_sharding
@@ -70,6 +71,8 @@ from ._helpers import map_state as map_state
 from ._helpers import pure as pure
 from ._helpers import recursive_map as recursive_map
 from ._helpers import set_metadata as set_metadata
+from ._helpers import vars_as as vars_as
+from ._helpers import with_vars as with_vars
 from ._modes import set_graph_mode as set_graph_mode
 from ._modes import set_graph_updates as set_graph_updates
 from ._nodes import NodeType as NodeType
@@ -105,6 +108,8 @@ from ._state import to_pure_dict as to_pure_dict
 from ._tracking import structure_changed as structure_changed
 from ._tree_mode import TreeDef as TreeDef
 from ._tree_mode import check_tree as check_tree
+from ._var_defaults import VarDefaults as VarDefaults
+from ._var_defaults import var_defaults as var_defaults
 from ._variable_names import register_variable_name as register_variable_name
 from ._variable_names import variable_name_from_type as variable_name_from_type
 from ._variable_names import variable_type_from_name as variable_type_from_name

@@ -40,6 +40,7 @@ from bryo_pytree import Key, Path, hashable, is_shaped, path_str
 from ._build import build_graph
 from ._caches import clear_registered
 from ._calls import MethodCaller, Step, method_of
+from ._compat import is_ref
 from ._compile import compile_graphdef
 from ._entries import (
     Entry,
@@ -986,7 +987,9 @@ def _write_variable(variable: Variable, leaf: object) -> None:
     if leaf is variable:
         return
     if isinstance(leaf, Variable):
-        variable.copy_from(leaf)
+        variable.copy_from(leaf)  # a ref-backed Variable takes the value into its ref
+    elif is_ref(current := variable.raw_value):
+        current[...] = leaf[...] if is_ref(leaf) else leaf  # type: ignore[index]  # a ref
     else:
         variable.set_raw_value(leaf)
 

@@ -1,23 +1,25 @@
 """Small graph utilities of Flax NNX 0.12: `dataclass`, `map`, `map_state`,
-`recursive_map`, `iter_children`, `find_duplicates`, `call`, `cached_partial`, `as_pure`
-and `set_metadata`.
+`recursive_map`, `iter_children`, `find_duplicates`, `call`, `cached_partial`, `as_pure`,
+`set_metadata` and `with_vars`.
 
 They are thin layers over `split`/`merge`/`clone` and the node types: `map` maps a
 function over a graph's State and merges the result, `recursive_map` rebuilds a copy of
 a graph bottom-up through a function of `(path, node)` (the copy shares the Variables),
-`iter_children` lists a node's direct graph-node children.
+`iter_children` lists a node's direct graph-node children, `with_vars` converts a graph's
+Variables to (or from) array-ref backed ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import jax
 
-from bryo_filters import Filter, to_predicate
+from bryo_filters import Filter, Predicate, to_predicate
 from bryo_pytree import Key, Path, path_str
 
 from ._calls import MethodCaller
@@ -28,6 +30,7 @@ from ._nodes import node_types
 from ._object import Object, checks_after_init
 from ._state import State
 from ._tree_mode import check_pytree
+from ._var_defaults import check_flag
 from ._variables import Variable
 
 A = TypeVar("A")
@@ -333,3 +336,86 @@ def set_metadata(node: object, /, *, only: Filter = Variable, **metadata: object
     for leaf in selected.flat_state().values():
         if isinstance(leaf, Variable):
             leaf.set_metadata(**metadata)
+
+
+def with_vars(
+    node: A,
+    /,
+    *,
+    hijax: bool | None = None,
+    ref: bool | None = None,
+    only: Filter = ...,
+    allow_duplicates: bool = False,
+) -> A:
+    """A copy of `node` whose Variables are array-ref backed (`ref=True`) or plain
+    (`ref=False`), as Flax 0.12's `nnx.with_vars`.
+
+    Only the Variables that differ from the request and match `only` are copied
+    (`Variable.copy(ref=...)`: a new ref of the value, or the value out of its ref); the
+    others are shared with `node`. The graph's nodes are new.
+
+    >>> import jax
+    >>> from bryo_graph import Param
+    >>> model = {"w": Param(1.0), "b": Param(0.0)}
+    >>> refs = with_vars(model, ref=True, only=lambda path, v: path[0] == "w")
+    >>> refs["w"].ref, isinstance(refs["w"].get_raw_value(), jax.Ref), refs["b"] is model["b"]
+    (True, True, True)
+
+    Args:
+        node: a graph, State or bare Variable.
+        hijax: False only (bryo has no hijax Variables; True raises a ValueError).
+        ref: True for ref-backed Variables, False for plain ones, None to keep them.
+        only: a filter of the Variables to convert (all by default).
+        allow_duplicates: convert a Variable reached by several paths anyway (its
+            copies then differ per path); by default that is a ValueError naming them.
+
+    Returns:
+        The converted copy of `node`.
+    """
+    if hijax is not None:
+        check_flag("hijax", hijax, "`with_vars`")
+    if ref is None:
+        return map(lambda path, leaf: leaf, node, recreate_variables=False)
+    check_flag("ref", ref, "`with_vars`")
+    selected = to_predicate(only)
+
+    def converts(path: Path, value: object) -> bool:
+        return isinstance(value, Variable) and value.ref is not ref and selected(path, value)
+
+    if not allow_duplicates:
+        _refuse_duplicates(node, converts)
+
+    def convert(path: Path, leaf: Any) -> Any:
+        return leaf.copy(ref=ref) if converts(path, leaf) else leaf
+
+    return map(convert, node, recreate_variables=False)
+
+
+def _refuse_duplicates(node: object, converts: Predicate) -> None:
+    """A ValueError naming the paths of a Variable to convert that `node` shares."""
+    duplicates = find_duplicates(node, only=converts)
+    if duplicates:
+        listed = "; ".join(", ".join(path_str(p) for p in paths) for paths in duplicates)
+        raise ValueError(
+            f"Found duplicate at paths {listed}: `with_vars` would turn a Variable reached "
+            "by several paths into one copy per path. Convert a model without shared Variables, "
+            "narrow `only=`, or pass `allow_duplicates=True`."
+        )
+
+
+def vars_as(
+    node: A,
+    /,
+    *,
+    hijax: bool | None = None,
+    ref: bool | None = None,
+    only: Filter = ...,
+    allow_duplicates: bool = False,
+) -> A:
+    """The older name of `with_vars` (deprecated in Flax 0.12): warns, then converts."""
+    warnings.warn(
+        "`vars_as` is deprecated; use `with_vars` (same arguments).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return with_vars(node, hijax=hijax, ref=ref, only=only, allow_duplicates=allow_duplicates)

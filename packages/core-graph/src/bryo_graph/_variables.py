@@ -7,6 +7,10 @@ Variable behaves like its value: arithmetic, comparisons (`Param(a) == Param(b)`
 values), indexing (`v[...]`, `v[...] = 3`) and `jnp` functions all see the value, read and
 written through `get_value`/`set_value`, which subclasses may override to transform it.
 
+A Variable made with `ref=True` (or under `var_defaults(ref=True)`) keeps its value in a
+JAX mutable array (`jax.new_ref`): reads and writes go through the ref, so a write inside
+`jax.jit` is seen outside, and `v.ref` is True (its metadata holds `ref=True`).
+
 Every Variable class is a JAX pytree with one child, its value, and its metadata as aux
 data, so `jax.tree.map(f, param)` returns a new `Param` and `jax.jit`/`jax.grad` take
 Variables (and modules holding them) directly. A Variable's metadata dict is never changed
@@ -42,8 +46,10 @@ from bryo_pytree import (
     safe_equal,
 )
 
+from ._compat import is_ref, new_ref
 from ._eager_sharding import placed
 from ._tracking import WATCHES, structure_changed
+from ._var_defaults import check_default_hijax, check_flag, default_ref
 
 
 class _Missing:
@@ -173,12 +179,37 @@ class Variable(metaclass=_VariableType):
     # WATCHES: the watches of cached flattenings, which a metadata change expires
     __slots__ = ("__weakref__", WATCHES, "_metadata", "raw_value")
 
-    def __init__(self, value: object, **metadata: object) -> None:
+    def __init__(
+        self,
+        value: object,
+        *,
+        hijax: bool | None = None,
+        ref: bool | None = None,
+        **metadata: object,
+    ) -> None:
         if type(value) is VariableMetadata:  # from an initializer `with_metadata` wrapped
             metadata = {**metadata, **value.metadata}
             value = value.raw_value
+        if "ref" in metadata or "hijax" in metadata:  # from `with_metadata(..., ref=True)`
+            ref = _flag_once(metadata, "ref", ref)
+            hijax = _flag_once(metadata, "hijax", hijax)
+        where = f"`{type(self).__name__}(...)`"
+        if hijax is None:
+            check_default_hijax(where)
+        else:
+            check_flag("hijax", hijax, where)
+        ref = default_ref() if ref is None else check_flag("ref", ref, where)
+        if is_ref(value):
+            raise ValueError(
+                f"`{type(self).__name__}(...)` got a `jax.Ref` as its value; pass the array "
+                "with `ref=True` to make a ref-backed Variable (or `set_raw_value(ref)` to "
+                "put an existing ref in one)."
+            )
         if metadata and isinstance(value, jax.Array):  # under a mesh: placed
             value = placed(value, metadata, type(self).__name__)
+        if ref:
+            value = _as_ref(value, type(self).__name__)
+            metadata["ref"] = True
         object.__setattr__(self, "raw_value", value)
         object.__setattr__(self, "_metadata", Metadata(metadata) if metadata else NO_METADATA)
 
@@ -190,6 +221,8 @@ class Variable(metaclass=_VariableType):
     def get_value(self, *, index: object = MISSING) -> _Any:
         """The value, or `value[index]`; subclasses override it to transform reads."""
         value = self.raw_value
+        if is_ref(value):  # (a traced ref is also a `jax.Array` on JAX 0.7)
+            return value[Ellipsis if index is MISSING else index]
         if index is MISSING:
             return value
         whole = index is Ellipsis
@@ -205,8 +238,12 @@ class Variable(metaclass=_VariableType):
         `v[...] = 3` keeps the array's shape and dtype); a NumPy array is copied first;
         other containers (dicts, lists) are written in place.
         """
+        current = self.raw_value
+        if is_ref(current):  # written into the ref: every holder of it sees the write
+            current[Ellipsis if index is MISSING else index] = _value_of(value)
+            return
         if index is not MISSING:
-            value = _written(self.raw_value, index, value)
+            value = _written(current, index, value)
         object.__setattr__(self, "raw_value", value)
 
     @property
@@ -225,6 +262,17 @@ class Variable(metaclass=_VariableType):
     def set_raw_value(self, value: object) -> None:
         """Store `value` as is, without `set_value`'s transformation."""
         object.__setattr__(self, "raw_value", value)
+
+    @property
+    def ref(self) -> bool:
+        """Whether the Variable was made array-ref backed (`ref=True`): its metadata says
+        so, kept by pytree round trips even where JAX gave plain arrays back."""
+        return self._metadata.get("ref") is True
+
+    @property
+    def hijax(self) -> bool:
+        """Always False: bryo has no hijax Variables (see `var_defaults`)."""
+        return False
 
     @property
     def type(self) -> type[Variable]:
@@ -283,7 +331,7 @@ class Variable(metaclass=_VariableType):
                 "value (`set_metadata('tag', 'x')`) or keywords (`set_metadata(tag='x')`); "
                 f"got {args!r}."
             )
-        self._replace_metadata(new)
+        self._set_user_metadata(new)
 
     def has_metadata(self, name: str) -> bool:
         """Whether the metadata has an entry `name`."""
@@ -296,7 +344,20 @@ class Variable(metaclass=_VariableType):
                 f"{type(self).__name__} has no metadata {name!r} to delete; its metadata is "
                 f"{sorted(self._metadata)}."
             )
-        self._replace_metadata({k: v for k, v in self._metadata.items() if k != name})
+        self._set_user_metadata({k: v for k, v in self._metadata.items() if k != name})
+
+    def _set_user_metadata(self, metadata: Mapping[str, object]) -> None:
+        """`_replace_metadata` for the user's metadata setters, which keep `ref`/`hijax`."""
+        ref = metadata.get("ref", False)
+        if ref is not self._metadata.get("ref", False) or metadata.get("hijax", False):
+            raise ValueError(
+                f"cannot change the `ref`/`hijax` metadata of a {type(self).__name__} in "
+                f"place (it has ref={self.ref}); make a converted copy with "
+                "`nnx.with_vars(node, ref=...)` or `variable.copy(ref=...)`."
+            )
+        self._replace_metadata(
+            {k: v for k, v in metadata.items() if k != "hijax" and not (k == "ref" and not v)}
+        )
 
     def _replace_metadata(self, metadata: Mapping[str, object]) -> None:
         # Filters read metadata, and bryo caches their results with the structure.
@@ -325,10 +386,12 @@ class Variable(metaclass=_VariableType):
             self.set_value(value)
         elif name == "raw_value" or name in _SLOT_NAMES:
             object.__setattr__(self, name, value)
+        elif name in _FLAGS:  # properties of what the metadata says; never changed in place
+            self._set_user_metadata({**self._metadata, name: value})
         elif name.startswith("__") or isinstance(getattr(type(self), name, None), property):
             object.__setattr__(self, name, value)  # dunders and subclasses' properties
         else:
-            self._replace_metadata({**self._metadata, name: value})
+            self._set_user_metadata({**self._metadata, name: value})
 
     def __delattr__(self, name: str) -> None:
         if name in self._metadata:
@@ -350,6 +413,8 @@ class Variable(metaclass=_VariableType):
     @classmethod
     def from_metadata(cls, value: object, metadata: Mapping[str, object]) -> Variable:
         """A Variable of this class with `value` and `metadata`, without calling `__init__`."""
+        if "ref" in metadata or "hijax" in metadata:
+            metadata = _without_false_flags(metadata, cls.__name__)
         variable = _new(cls)
         _set_raw_value(variable, value)
         _set_metadata(variable, as_metadata(metadata))
@@ -357,9 +422,15 @@ class Variable(metaclass=_VariableType):
 
     def copy(self, value: object = MISSING, **metadata: object) -> Variable:
         """A new Variable of the same class: this value (or `value`), this metadata updated
-        with `metadata`."""
+        with `metadata`.
+
+        A ref-backed copy (this Variable's `ref`, or `ref=True` given) gets a new ref of
+        the value, so the two never write into each other; `ref=False` copies the value
+        out of the ref."""
         new_value = self.raw_value if value is MISSING else value
         merged = {**self._metadata, **metadata} if metadata else self._metadata
+        if is_ref(new_value) or merged.get("ref"):
+            return _copied_ref(type(self), new_value, merged)
         return type(self).from_metadata(new_value, merged)
 
     replace = copy
@@ -367,10 +438,17 @@ class Variable(metaclass=_VariableType):
     to_variable = copy
 
     def copy_from(self, other: Variable) -> None:
-        """Take `other`'s value and metadata, in place."""
-        object.__setattr__(self, "raw_value", other.raw_value)
-        if not metadata_equal(self._metadata, other._metadata):
-            self._replace_metadata(other._metadata)
+        """Take `other`'s value and metadata, in place (a ref-backed Variable keeps its
+        ref and takes the value into it)."""
+        current = self.raw_value
+        if is_ref(current):
+            current[...] = _dereferenced(other.raw_value)
+            other_metadata = {**other._metadata, "ref": True}
+        else:
+            object.__setattr__(self, "raw_value", other.raw_value)
+            other_metadata = other._metadata
+        if not metadata_equal(self._metadata, other_metadata):
+            self._replace_metadata(other_metadata)
 
     update_from_state = copy_from
 
@@ -434,9 +512,57 @@ class Variable(metaclass=_VariableType):
 
 
 _SLOT_NAMES = frozenset({"_metadata"})
+_FLAGS = frozenset({"ref", "hijax"})
 _new = object.__new__
 _set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 _set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor
+
+
+def _flag_once(metadata: dict[str, object], name: str, given: bool | None) -> bool | None:
+    """The `ref`/`hijax` flag given once: as a keyword or in wrapped metadata, not both."""
+    if name not in metadata:
+        return given
+    wrapped = metadata.pop(name)
+    if given is not None and given != wrapped:
+        raise ValueError(
+            f"`{name}` given twice with different values: {name}={given!r} as a keyword and "
+            f"{name}={wrapped!r} in the initializer's metadata (`with_metadata`); drop one."
+        )
+    return wrapped  # type: ignore[return-value]  # checked by `check_flag` next
+
+
+def _as_ref(value: object, where: str) -> object:
+    """`value` in a new JAX mutable array, or a TypeError naming the Variable class."""
+    try:
+        return new_ref(value)
+    except TypeError:
+        raise TypeError(
+            f"`{where}(..., ref=True)` keeps its value in a `jax.new_ref` mutable array, "
+            f"which takes one array or number; got a {type(value).__name__}. Use a "
+            "Variable per array, or `ref=False`."
+        ) from None
+
+
+def _without_false_flags(metadata: Mapping[str, object], where: str) -> Mapping[str, object]:
+    """Metadata as bryo keeps it: `ref` only when True, `hijax` never (True refused)."""
+    check_flag("hijax", metadata.get("hijax", False), f"`{where}.from_metadata`")
+    if metadata.get("ref", True) is False or "hijax" in metadata:
+        return {k: v for k, v in metadata.items() if k != "hijax" and not (k == "ref" and not v)}
+    return metadata
+
+
+def _dereferenced(value: object) -> object:
+    """The value a ref holds, or `value` itself when it is no ref."""
+    return value[...] if is_ref(value) else value  # type: ignore[index]  # a ref reads whole with [...]
+
+
+def _copied_ref(cls: type[Variable], value: object, metadata: Mapping[str, object]) -> Variable:
+    """A copy of a ref-backed Variable (or one asked to be): a new ref, or the plain value."""
+    value = _dereferenced(value)
+    metadata = _without_false_flags(metadata, cls.__name__)
+    if metadata.get("ref"):
+        value = _as_ref(value, cls.__name__)
+    return cls.from_metadata(value, metadata)
 
 
 def _written(current: object, index: object, value: object) -> object:

@@ -234,6 +234,12 @@ from bryo_graph import unflatten as unflatten
 from bryo_graph import variable_name_from_type as variable_name_from_type
 from bryo_graph import variable_type_from_name as variable_type_from_name
 
+# isort: split
+# Array-ref backed Variables (issue 13; owner: vars).
+from bryo_graph import var_defaults as var_defaults
+from bryo_graph import vars_as as vars_as
+from bryo_graph import with_vars as with_vars
+
 from . import graphlib as graphlib
 from . import spmd as spmd
 from . import statelib as statelib

@@ -26,3 +26,5 @@ from bryo_graph import unflatten as unflatten
 from bryo_graph import unpack as unpack
 from bryo_graph import update as update
 from bryo_graph import variables as variables
+from bryo_graph import vars_as as vars_as
+from bryo_graph import with_vars as with_vars
