@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any
 
+import jax
+
 from bryo_graph import (
     Entry,
     GraphError,
@@ -96,7 +98,8 @@ class _Reconciler:
                 return source.variable
             changed = leaf_plan.changed
             return source.value if changed is None else changed.resolve(self.groups, ())
-        return leaf_plan.place.resolve(self.groups, ())
+        value = leaf_plan.place.resolve(self.groups, ())
+        return jax.new_ref(value) if leaf_plan.ref else value
 
     def build(self, entry: Entry) -> object:
         """The object for `entry`, its nodes built with an explicit stack of `build_node`

@@ -23,6 +23,7 @@ from bryo_graph import (
     VariableMeta,
     VariableState,
     flat_graph,
+    is_array_ref,
 )
 from bryo_pytree import Path, is_array
 
@@ -106,11 +107,13 @@ class KeptLeaf(NamedTuple):
 
 
 class NewLeaf(NamedTuple):
-    """A leaf the function created: its value's place, and its Variable's meta (or None
-    for a raw array)."""
+    """A leaf the function created: its value's place, its Variable's meta (or None for a
+    raw array), and whether it was a JAX mutable array made inside (it leaves as its
+    value, which becomes a new ref outside, as Flax's `ArrayRefOutput`)."""
 
     place: Place
     meta: VariableMeta | None
+    ref: bool = False
 
 
 LeafPlan: TypeAlias = KeptLeaf | NewLeaf
@@ -302,7 +305,10 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
         else:
             group = grouping.output_group(root_specs[where.root], where.inner, leaf)
         meta = meta_of(variable) if variable is not None else None
-        leaf_plans.append(NewLeaf(place(group, value), meta))
+        if is_array_ref(value):  # a ref made inside cannot leave: its value does
+            leaf_plans.append(NewLeaf(place(group, value[...]), meta, ref=True))  # type: ignore[index]  # a ref reads whole with [...]
+        else:
+            leaf_plans.append(NewLeaf(place(group, value), meta))
 
     inputs_before = pair_side(sig.graphdef, 0)
     # compared as GraphDefs: their `==` walks entries of any depth (tuples' stops at ~1000)
