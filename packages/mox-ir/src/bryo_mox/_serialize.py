@@ -4,7 +4,7 @@ Loading is safe on untrusted files: it runs under a budget (`Limits`) that bound
 memory a file can make it allocate, and every malformed file raises
 `MoxSerializationError` (or its `MoxLimitError`), never another exception.
 
-Writing and reading pause Python's cyclic garbage collector (`_collector_paused`): they
+Writing and reading pause Python's cyclic garbage collector (`_collector`): they
 allocate many small objects that all stay alive until they return, which the collector
 would otherwise scan again and again (a third of a load's time on a large model); what
 they drop is freed by reference counting, and the collector resumes afterwards.
@@ -12,12 +12,10 @@ they drop is freed by reference counting, and the collector resumes afterwards.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
+from ._collector import collector_paused
 from ._errors import MoxError, MoxSerializationError
 from ._hooks import Serializer, serializer_for
 from ._ir import Mox
@@ -77,7 +75,7 @@ def load(
 def _write(serializer: Serializer, mox: Mox) -> str | bytes:
     if not isinstance(mox, Mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
-    with _collector_paused():
+    with collector_paused():
         return serializer.dumps(to_document(mox))
 
 
@@ -86,7 +84,7 @@ def _read(serializer: Serializer, data: str | bytes, limits: Limits | None) -> M
         raise MoxError(f"`data` must be str or bytes, got {type(data).__name__}.")
     size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
     try:
-        with loading(size, limits), _collector_paused():
+        with loading(size, limits), collector_paused():
             # the document is freed when `from_document` returns, before the collector
             # resumes (and scans what was allocated meanwhile)
             return from_document(_document(serializer, data))
@@ -109,17 +107,3 @@ def _document(serializer: Serializer, data: str | bytes) -> DocNode:
             f"the `{serializer.format}` serializer returned {type(doc).__name__}, not a DocNode."
         )
     return doc
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (if it runs) for the block; see the module
-    docstring."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()

@@ -36,6 +36,7 @@ from jax.extend import core as jex
 
 from bryo_pytree import is_array  # leaves traced as inputs of a call; the rest is static
 
+from ._collector import collector_paused
 from ._compat import DropVar, new_jaxpr_eqn
 from ._errors import MoxError
 from ._hooks import interceptors
@@ -204,7 +205,10 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
     Calls of modules of any installed backend become `module_call` nodes (type, name,
     static attributes; their parameters are inputs of the node); everything else is kept
     as jaxpr equations, higher-order ones (`jit`, `custom_jvp_call`, ...) as single nodes.
-    The function is traced once, as `jax.make_jaxpr` traces it.
+    The function is traced once, as `jax.make_jaxpr` traces it, with Python's cyclic
+    garbage collector paused (process-wide; it resumes when the outermost trace, `dumps`
+    or `loads` running ends): a trace keeps nearly everything it allocates, so the
+    collector's passes would only scan it again and again.
 
     Args:
         fun: the function to trace. The array leaves of its positional arguments, and
@@ -245,11 +249,13 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
             out_leaves, out_store["tree"] = jax.tree_util.tree_flatten(out)
             return out_leaves
 
-        with intercepting():
-            closed = jax.make_jaxpr(flat_fun)(*(every[i] for i in traced))
+        with collector_paused():
+            with intercepting():
+                closed = jax.make_jaxpr(flat_fun)(*(every[i] for i in traced))
+            block = convert_closed(closed)
         kept = set(traced)
         return Mox(
-            convert_closed(closed),
+            block,
             in_tree,
             out_store["tree"],
             kwargs_tree=kw_tree if traced_kwargs else None,
