@@ -125,6 +125,26 @@ def test_shared_references_and_cycles_survive():
     assert copy.parent is copy
 
 
+def test_a_plain_dict_met_twice_is_copied_its_variables_stay_shared():
+    inner = {"w": Param(jnp.ones(2)), "raw": jnp.zeros(2), "n": 1}
+    tree = [inner, inner]
+    graphdef_, state_ = split(tree)
+    assert set(state_.flat_state()) == {(0, "w"), (0, "raw"), (1, "raw")}
+    rebuilt = merge(graphdef_, state_)
+    assert rebuilt[0] is not rebuilt[1] and rebuilt[0]["w"] is rebuilt[1]["w"]
+    shared = Dict(inner)  # a graph node stays one node
+    rebuilt = merge(*split(List([shared, shared])))
+    assert rebuilt[0] is rebuilt[1]
+
+
+def test_a_plain_list_containing_itself_is_refused():
+    looped: list = [Param(1.0)]
+    looped.append(looped)
+    with pytest.raises(GraphError, match=r"plain list at \[1\] contains itself.*nnx.List"):
+        split(looped)
+    assert len(looped) == 2
+
+
 def test_graphdef_is_hashable_and_structural():
     a, b = MLP([2, 3]), MLP([2, 3])
     assert graphdef(a) == graphdef(b) and hash(graphdef(a)) == hash(graphdef(b))

@@ -422,6 +422,20 @@ class _Frame:
         self.entries: list[tuple[Key, Entry]] = []
 
 
+# Plain containers and the JAX pytrees nodes hold are walked at each occurrence, never
+# shared: as in Flax NNX 0.12 (where they are pytrees, not graph nodes), a plain dict met
+# twice is two dicts after `merge` (the Variables in it stay shared).
+_COPIED = frozenset({dict, list, tuple, JaxPytree})
+
+
+def _refuse_copied_cycle(node: object, path: Path) -> None:
+    raise GraphError(
+        f"The plain {type(node).__name__} at {path_str(path)} contains itself. Plain dicts, "
+        "lists and tuples are copied at each occurrence (as JAX pytrees are), so they cannot "
+        "form cycles: use `nnx.List`/`nnx.Dict` (graph nodes) for a cyclic structure."
+    )
+
+
 class _Flattener:
     """One walk of a graph, depth first and iterative, numbering nodes and Variables."""
 
@@ -436,6 +450,7 @@ class _Flattener:
         # made on the fly (Equinox's frozen containers) must not free its id for reuse.
         self.walked: list[object] = []
         self.cacheable = True
+        self.open_copied: set[int] = set()  # ids of the `_COPIED` nodes being walked
 
     def flatten(self, root: object, node_type: NodeType) -> NodeEntry:
         stack = [self.open(root, node_type, (), (), Variable)]
@@ -474,10 +489,13 @@ class _Flattener:
                 ):
                     child_type = JAX_PYTREE  # walked as Flax walks pytrees
                 if child_type is not None:
-                    seen = index.get(id(child))
-                    if seen is not None:
-                        entries.append((key, RefEntry(seen)))
-                        continue
+                    if child_type.type not in _COPIED:
+                        seen = index.get(id(child))
+                        if seen is not None:
+                            entries.append((key, RefEntry(seen)))
+                            continue
+                    elif id(child) in self.open_copied:
+                        _refuse_copied_cycle(child, (*frame.path, key))
                     path = (*frame.path, key)
                     stack.append(self.open(child, child_type, path, key, leaf_type))
                     break
@@ -491,6 +509,8 @@ class _Flattener:
                     entries.append((key, StaticEntry(hashable(child))))
             else:
                 stack.pop()
+                if parent_type.type in _COPIED:
+                    self.open_copied.discard(id(node))
                 cls = JaxPytree if parent_type is JAX_PYTREE else type(node)
                 entry = NodeEntry(cls, frame.index, frame.aux, tuple(entries))
                 if parent_type.mutable:
@@ -513,7 +533,12 @@ class _Flattener:
         self, node: object, node_type: NodeType, path: Path, key: Key, leaf_type: type
     ) -> _Frame:
         """Number `node` and start walking its children."""
-        self.index[id(node)] = position = len(self.index)
+        position = len(self.index)
+        if node_type.type in _COPIED:  # numbered, but never found again by its id
+            self.index[~position] = position
+            self.open_copied.add(id(node))
+        else:
+            self.index[id(node)] = position
         self.walked.append(node)
         if not node_type.cacheable:
             self.cacheable = False
