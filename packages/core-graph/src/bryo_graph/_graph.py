@@ -962,15 +962,13 @@ def _new_leaf_parents(
     if not paths:
         return {}
     registry = node_types()
-    nodes = dict(flat.nodes)  # the mutable nodes; a plain dict or list is looked up
+    # the mutable nodes by path; plain dicts and lists are looked up, and remembered
+    live: dict[Path, object] = dict(flat.nodes)
+    live[()] = root
     parents: dict[Path, tuple[object, NodeType]] = {}
     orphans = []
     for path in paths:
-        parent = _NO_NODE
-        if path:
-            parent = nodes.get(path[:-1], _NO_NODE)
-            if parent is _NO_NODE:
-                parent = _live_node(root, path[:-1], registry)
+        parent = _live_node(live, path[:-1], registry) if path else _NO_NODE
         node_type = registry.lookup(type(parent)) if parent is not _NO_NODE else None
         if node_type is None or node_type.set_key is None:
             orphans.append(path)
@@ -991,17 +989,23 @@ def _new_leaf_parents(
     return parents
 
 
-def _live_node(root: object, path: Path, registry: TypeTable[NodeType]) -> object:
-    """The node at `path` under `root`, walking its node types' children; else `_NO_NODE`."""
-    node = root
-    for key in path:
+def _live_node(known: dict[Path, object], path: Path, registry: TypeTable[NodeType]) -> object:
+    """The node at `path`, walked down from its nearest ancestor in `known` (which holds
+    the root at `()`), each node on the way remembered there; else `_NO_NODE`."""
+    start = len(path)
+    while path[:start] not in known:
+        start -= 1
+    node = known[path[:start]]
+    for depth in range(start, len(path)):
         node_type = registry.lookup(type(node))
         if node_type is None:
             return _NO_NODE
         children, _ = node_type.flatten(node)
+        key = path[depth]
         node = next((child for k, child in children if k == key), _NO_NODE)
         if node is _NO_NODE:
             return _NO_NODE
+        known[path[: depth + 1]] = node
     return node
 
 
