@@ -24,6 +24,7 @@ functions in tree mode (`_tree_mode`); `set_graph_mode` changes the default.
 
 from __future__ import annotations
 
+import abc
 import threading
 import types
 import weakref
@@ -69,22 +70,7 @@ _HOT_BUILDS = 16
 _COMPILE_MAX_DEPTH = 100
 
 
-class _GraphDefType(type):
-    """`isinstance(treedef, GraphDef)` holds for tree mode's `TreeDef` too: in Flax NNX 0.12
-    both modes' `split` return a `GraphDef`."""
-
-    def __instancecheck__(cls, instance: object) -> bool:
-        return type.__instancecheck__(cls, instance) or (
-            cls is GraphDef and isinstance(instance, TreeDef)
-        )
-
-    def __subclasscheck__(cls, subclass: type) -> bool:
-        return type.__subclasscheck__(cls, subclass) or (
-            cls is GraphDef and isinstance(subclass, type) and issubclass(subclass, TreeDef)
-        )
-
-
-class GraphDef(metaclass=_GraphDefType):
+class GraphDef(abc.ABC):  # noqa: B024  # an ABC only so that TreeDef can be registered below
     """A graph's structure without its state: hashable, structurally comparable.
 
     The hash is computed once. Two GraphDefs are equal when their graphs have the same
@@ -200,6 +186,9 @@ class GraphDef(metaclass=_GraphDefType):
 
 
 jax.tree_util.register_static(GraphDef)  # a GraphDef passes through `jax.jit` as static data
+# `isinstance(treedef, GraphDef)` holds for tree mode's `TreeDef` too: in Flax NNX 0.12 both
+# modes' `split` return a `GraphDef`.
+GraphDef.register(TreeDef)
 
 
 # GraphDefs holding a compiled builder, by id, for `clear_caches` (held weakly)
