@@ -4,6 +4,8 @@ A facade only: every name lives in a core package or the NNX-style backend. Code
 for `from flax import nnx` runs with the import line changed.
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 import bryo_filters as filterlib
 from bryo_filters import All as All
 from bryo_filters import Any as Any
@@ -249,3 +251,16 @@ from .spmd import abstract_with_sharding as abstract_with_sharding
 merge_state = _State.merge
 A = _TypeVar("A")
 M = _TypeVar("M", bound=Module)
+
+# isort: split
+# Linen interop (owner: bridge): `nnx.bridge` imports Flax, so only when first used.
+if _TYPE_CHECKING:
+    from . import bridge as bridge
+
+
+def __getattr__(name: str) -> object:
+    if name == "bridge":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.bridge")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
