@@ -429,3 +429,33 @@ def test_recurrent_dropout_style_broadcast_stream() -> None:
     assert int(drop.steps.value) == 6 and int(drop.rngs.count.value) == 1
     _, again = run(drop, jnp.ones(8), jnp.ones((6, 8)))
     assert not np.array_equal(masks[0], again[0])  # the next call draws a new mask
+
+
+@pytest.mark.parametrize("modes", [{}, {"graph_updates": False}, {"graph": False}])
+def test_scan_takes_a_module_shaped_prefix_as_in_axes(modes) -> None:
+    from bryo_filters import PathContains
+    from bryo_transforms import prefix
+
+    class Shifted(Object):
+        def __init__(self) -> None:
+            self.w = Param(jnp.arange(3.0))  # one weight per step
+            self.shift = Param(jnp.array(10.0))  # the same at every step
+
+    model = Shifted()
+    axes = prefix(model, {PathContains("w"): 0, ...: None})
+
+    @scan(in_axes=(axes, Carry), out_axes=Carry, **modes)
+    def total(m: Shifted, x: jax.Array) -> jax.Array:
+        return x + m.w[...] + m.shift[...]
+
+    assert float(total(model, jnp.array(0.0))) == 0 + 1 + 2 + 3 * 10
+    assert model.w[...].shape == (3,)  # the caller's model is left as it was
+
+
+def test_a_module_shaped_prefix_holding_a_non_axis_names_the_path() -> None:
+    from bryo_transforms import prefix
+
+    model = Layer(0)
+    axes = prefix(model, lambda path, leaf: "zero" if path == ("w",) else None)
+    with pytest.raises(TransformError, match=r"module-shaped prefix.*got 'zero' at w"):
+        scan(lambda m, x: x, in_axes=(axes, Carry), out_axes=Carry)(model, jnp.zeros(2))

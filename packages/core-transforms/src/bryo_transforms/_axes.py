@@ -18,11 +18,11 @@ from jax.typing import ArrayLike
 
 from bryo_filters import Filter, PathIn, filters_to_predicates
 from bryo_graph import State, Variable, VariableState, flat_graph
-from bryo_pytree import Path, PrefixError, broadcast_prefix
+from bryo_pytree import Path, PrefixError, broadcast_prefix, keypath_to_path
 
 from ._collect import Grouping
 from ._errors import TransformError
-from ._layout import ARRAY, ROOT, ArgLayout, LeafLayout, StaticLayout
+from ._layout import ARRAY, ROOT, ArgLayout, LeafLayout, StaticLayout, is_graph_leaf
 from ._plan import CallPlan, PairPath, Signature
 
 
@@ -207,6 +207,8 @@ def arg_specs(
 def _expand(spec: object, layout: ArgLayout, where: str) -> list[tuple[object, object]]:
     """`(leaf kind, axis spec)` per leaf of an argument, from the argument's prefix."""
     if isinstance(layout, LeafLayout):
+        if layout is ROOT and not is_axis_leaf(spec) and is_graph_leaf(spec):
+            spec = _module_prefix_axes(spec, where)
         if not is_axis_leaf(spec):
             raise TransformError(
                 f"`{where}` must be an int, None or StateAxes for this argument (a single "
@@ -217,6 +219,22 @@ def _expand(spec: object, layout: ArgLayout, where: str) -> list[tuple[object, o
         return []
     specs = _broadcast(spec, layout.treedef, list(layout.kinds), where)
     return list(zip(layout.kinds, specs, strict=True))
+
+
+def _module_prefix_axes(spec: object, where: str) -> StateAxes:
+    """A module-shaped prefix (`prefix(model, {...})`: the model's pytree with an axis in
+    place of each Variable) as the StateAxes giving each of its paths that axis."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(spec, is_leaf=lambda x: x is None)
+    paths_of: dict[object, list[Path]] = {}
+    for keypath, axis in flat:
+        path = keypath_to_path(keypath)
+        if not is_axis_leaf(axis) or isinstance(axis, StateAxes):
+            raise TransformError(
+                f"`{where}` is a module-shaped prefix, so it must hold an int, None or `Carry` "
+                f"at each Variable; got {axis!r} at {'.'.join(map(str, path))}."
+            )
+        paths_of.setdefault(axis, []).append(path)
+    return StateAxes([(PathIn(*paths), axis) for axis, paths in paths_of.items()])
 
 
 def state_leaf(plan: CallPlan, k: int) -> object:
