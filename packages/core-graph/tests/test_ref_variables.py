@@ -1,6 +1,8 @@
 """Array-ref backed Variables (Flax 0.12's `ref=True`), `var_defaults` and `with_vars`;
 bryo has no hijax Variables, so `hijax=True` is refused by name."""
 
+import copy
+import pickle
 import threading
 import warnings
 
@@ -103,6 +105,15 @@ def test_copy_of_a_ref_variable_has_its_own_ref():
     np.testing.assert_array_equal(out[...], [1.0, 1.0])
     back = out.copy(ref=True)
     assert back.ref and is_ref(back.get_raw_value())
+
+
+def test_deepcopy_and_pickle_give_a_ref_of_their_own():
+    v = Param(jnp.ones(2), ref=True, tag="w")
+    for twin in (copy.deepcopy(v), pickle.loads(pickle.dumps(v))):
+        assert twin.ref and twin.tag == "w" and is_ref(twin.get_raw_value())
+        assert twin.get_raw_value() is not v.get_raw_value()
+        twin[...] = jnp.zeros(2)
+        np.testing.assert_array_equal(v[...], [1.0, 1.0])
 
 
 def test_from_metadata_drops_false_flags():
