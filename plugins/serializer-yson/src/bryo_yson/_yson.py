@@ -237,8 +237,7 @@ class _Builder:
         base = path.rstrip("/")
         for kind in _PORT_KINDS:
             prefix = f"{base}/@{kind}"
-            ports = self.items(attributes.pop(kind, []), prefix, source)
-            setattr(doc, kind, [self.port(p, prefix, i, tag, source) for i, p in ports])
+            setattr(doc, kind, self.ports(attributes.pop(kind, []), prefix, tag, source))
         consts = self.items(attributes.pop("consts", []), f"{base}/@consts", source)
         doc.consts = [self.const(c, f"{base}/@consts/{i}", source) for i, c in consts]
         # The attributes' repr tells their types apart (`True`/`1`/`1.0`, `-0.0`) and
@@ -264,13 +263,27 @@ class _Builder:
             raise parent._replace(path=path).error("must be a list")
         return list(enumerate(value))
 
+    def ports(self, values: Any, prefix: str, tag: str, parent: Source) -> list[Port]:
+        """A node's ports of one kind (`prefix`: their list's path); the common port, a
+        named one of strings, is read here, the others by `port`."""
+        if not isinstance(values, list):
+            raise parent._replace(path=prefix).error("must be a list")
+        line, position, _, hint, resolve = parent
+        ports = []
+        for index, value in enumerate(values):
+            if type(value) is dict:
+                type_, name, bind = value.get("type"), value.get("name"), value.get("bind")
+                if type(type_) is str and type(name) is str and (bind is None or type(bind) is str):
+                    where = new_source((line, position, f"{prefix}/{index}", hint, resolve))
+                    ports.append(Port(name, type_, None, bind, where))
+                    continue
+            ports.append(self.port(value, prefix, index, tag, parent))
+        return ports
+
     def port(self, value: Any, prefix: str, index: int, tag: str, parent: Source) -> Port:
+        """A literal port, or a malformed one (its error located at its path)."""
         path = f"{prefix}/{index}"
         source = new_source((parent.line, parent.position, path, parent.hint, parent.resolve))
-        if type(value) is dict:  # the common port: a named one, all strings
-            type_, name, bind = value.get("type"), value.get("name"), value.get("bind")
-            if type(type_) is str and type(name) is str and (bind is None or type(bind) is str):
-                return Port(name, type_, None, bind, source)
         if not isinstance(value, dict) or not isinstance(value.get("type"), str):
             raise source.error(f"a port of `{tag}` must be a map with a string `type`")
         name, bind = value.get("name"), value.get("bind")
