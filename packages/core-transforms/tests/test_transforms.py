@@ -480,6 +480,9 @@ def test_state_axes_from_a_state_give_each_path_its_axis() -> None:
     assert axes.axis_of(("kernel",), model.kernel) == 0
     assert axes.axis_of(("bias",), model.bias) is None
     assert spec.flat_state() == {("kernel",): 0, ("bias",): None, ("calls",): None}  # kept
+    assert axes.map_prefix(("kernel",), None) == 0 and axes.map_prefix(("bias",), None) is None
+    with pytest.raises(ValueError, match=r"no filter matching the path extra\.w"):
+        axes.map_prefix(("extra", "w"), None)
 
     out = vmap(lambda m, x: m(x), in_axes=(axes, None))(model, X)
     assert out.shape == (3, *X.shape[:-1], 2)

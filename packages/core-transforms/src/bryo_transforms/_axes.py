@@ -100,6 +100,17 @@ class StateAxes:
                 return axis
         raise LookupError(path)
 
+    def map_prefix(self, path: Path, variable: object) -> object:
+        """The axis of `(path, variable)` (Flax's name): as `axis_of`, but a path no filter
+        matches raises ValueError naming it."""
+        try:
+            return self.axis_of(tuple(path), variable)
+        except LookupError:
+            raise ValueError(
+                f"{self!r} has no filter matching the path {'.'.join(map(str, path))}; end it "
+                "with `...: None` to broadcast the rest."
+            ) from None
+
     def items(self) -> list[tuple[Filter, object]]:
         """`(filter, axis)` pairs, in order."""
         return list(zip(self.filters, self.axes, strict=False))
