@@ -393,3 +393,22 @@ def test_round_trip_through_both_wrappers():
     graph.update(nnx_model, graph.State(variables["params"]))
     assert np.array_equal(nnx_model(X), linen_model.apply(variables, X))
     assert graph.state(nnx_model, Not(Param), Not(graph.Variable)) is not None
+
+
+# functional -----------------------------------------------------------------------------
+
+
+def test_functional_init_then_apply_matches_flax():
+    ours = bridge.functional(bryo_nnx.Linear)(4, 3)
+    theirs = flax_nnx.bridge.functional(flax_nnx.Linear)(4, 3)
+    with pytest.raises(ValueError, match=r"call `state = f.init\(rngs=nnx.Rngs\(0\)\)` first"):
+        ours.apply({})
+    state = ours.init(rngs=Rngs(0))
+    assert _equal_trees(
+        graph.to_pure_dict(state), flax_nnx.to_pure_dict(theirs.init(rngs=flax_nnx.Rngs(0)))
+    )
+    out, (graphdef, new_state) = ours.apply(state)(X)
+    assert np.array_equal(out, theirs.apply(theirs.init(rngs=flax_nnx.Rngs(0)))(X)[0])
+    assert graphdef == ours.graphdef and _equal_trees(new_state, state)
+    with pytest.raises(TypeError, match=r"module class \(e.g. `nnx.Linear`\) as `cls`"):
+        bridge.functional(bryo_nnx.Linear(4, 3, rngs=Rngs(0)))  # type: ignore[arg-type]  # the mistake under test

@@ -5,9 +5,11 @@ inside Linen models (`ToLinen`, `to_linen`). Importing it needs Flax (`pip insta
 `bryo.nnx` imports it only when `nnx.bridge` is first used.
 """
 
+from bryo_nnx.bridge import Functional as Functional
 from bryo_nnx.bridge import NNXMeta as NNXMeta
 from bryo_nnx.bridge import ToLinen as ToLinen
 from bryo_nnx.bridge import ToNNX as ToNNX
+from bryo_nnx.bridge import functional as functional
 from bryo_nnx.bridge import lazy_init as lazy_init
 from bryo_nnx.bridge import to_linen as to_linen
 from bryo_nnx.bridge import with_partitioning as with_partitioning

@@ -84,7 +84,8 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata[A]):
 
     def to_nnx_variable(self) -> Variable:
         """The Variable this box stands for."""
-        return self.var_type(self.value, **self.metadata)
+        metadata: dict[str, Any] = dict(self.metadata)
+        return self.var_type(self.value, **metadata)
 
 
 def to_linen_var(variable: Variable) -> Any:
