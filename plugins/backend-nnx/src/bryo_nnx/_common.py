@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +26,8 @@ V = TypeVar("V", bound=Variable)
 RngsArg = Rngs | RngStream
 """What a layer accepts as `rngs=`: an `Rngs`, or one of its streams."""
 
-Metadata = Mapping[str, object]
+# Values typed Any: they go to Variable(**metadata), whose `ref=`/`hijax=` keywords are typed.
+Metadata = Mapping[str, Any]
 """What a layer's `*_metadata=` keywords take: metadata for one of its `Param`s."""
 
 NO_METADATA: Metadata = MappingProxyType({})
