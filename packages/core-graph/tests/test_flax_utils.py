@@ -188,12 +188,23 @@ def test_flatten_without_paths_and_in_tree_mode():
     assert unflatten(treedef, flat.leaves).w is counter.w
 
 
+def test_merge_takes_what_flatten_returned_also_for_a_bare_leaf():
+    x = jnp.ones(2)
+    for mode in (True, False):
+        graphdef, flat = flatten(x, graph=mode)
+        assert flat[0][1] is x and merge(graphdef, flat) is x
+    counter = Counter()
+    assert merge(*flatten(counter)).w is counter.w
+
+
 def test_unflatten_refuses_the_wrong_number_of_leaves():
     graphdef, leaves = flatten(Counter(), with_paths=False)
     given = leaves[:1]
-    with pytest.raises(GraphError, match="got 1 leaves for a GraphDef of 2 \\(count, w\\)"):
+    with pytest.raises(GraphError, match="got 1 for a GraphDef of 2 \\(count, w\\)"):
         unflatten(graphdef, given)
     assert len(given) == 1
+    with pytest.raises(GraphError, match="Incorrect number of leaves: 0 given, 2 expected"):
+        unflatten(graphdef, State({}))
 
 
 def test_graph_flatten_keeps_the_seed_spelling():

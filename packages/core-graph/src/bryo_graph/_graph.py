@@ -685,8 +685,13 @@ def _check_fits(graphdef: GraphDef, flat: Mapping[Path, object]) -> None:
         problems.append(f"missing {_list_paths(missing)}")
     if extra:
         problems.append(f"not in the graph {_list_paths(extra)}")
+    count = (
+        f" (Incorrect number of leaves: {len(flat)} given, {len(expected)} expected)"
+        if len(flat) != len(expected)
+        else ""
+    )
     raise GraphError(
-        f"the state does not fit the graphdef: {'; '.join(problems)}. Merge states that "
+        f"the state does not fit the graphdef{count}: {'; '.join(problems)}. Merge states that "
         "came from splitting a graph with this GraphDef (all of its groups), or rebuild the "
         "GraphDef from the model you want to merge into."
     )
@@ -771,7 +776,8 @@ def _counted(order: tuple[Path, ...], leaves: list) -> list:
     """`leaves` if there is one per path of `order`; else a `GraphError` saying so."""
     if len(leaves) != len(order):
         raise GraphError(
-            f"`unflatten` got {len(leaves)} leaves for a GraphDef of {len(order)} "
+            f"Incorrect number of leaves: `unflatten` got {len(leaves)} for a GraphDef of "
+            f"{len(order)} "
             f"({_list_paths(list(order))}); pass the leaves `flatten(..., with_paths=False)` "
             "returned for this GraphDef, in their order."
         )
@@ -861,6 +867,8 @@ def merge(
             "GraphDef and the States `split` returned (or only GraphStates from `unpack`); "
             "got a GraphDef and no State."
         )
+    if isinstance(state, FlatState):  # what `flatten` returned
+        state = State.from_flat_path(state)
     if states and any(not isinstance(each, Mapping) for each in (state, *states)):
         # a bare Variable or array split with filters: its empty States go
         kept = [s for s in (state, *states) if not (isinstance(s, Mapping) and not s)]
