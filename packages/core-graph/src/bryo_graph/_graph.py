@@ -59,7 +59,7 @@ from ._graph_state import GraphState, graph_states_parts
 from ._modes import graph_mode
 from ._nodes import JAX_PYTREE, JaxPytree, NodeType, is_pytree_node, node_types
 from ._object import Dict, List, Object
-from ._state import FlatState, State, group_flat
+from ._state import FlatState, State, check_catch_all_last, group_flat
 from ._tracking import Watch, watch_all, write_count
 from ._tree_mode import TreeDef, tree_flatten, tree_iter, tree_merge, tree_split, tree_state
 from ._variables import NO_METADATA, Variable
@@ -317,6 +317,7 @@ class FlatGraph:
 
     def grouped(self, filters: tuple[Filter, ...], *, require_all: bool) -> tuple[State, ...]:
         """The leaves grouped by the first matching filter, as `State`s."""
+        check_catch_all_last(filters)
         predicates = filters_to_predicates(filters)
         if not all(map(is_builtin_filter, predicates)):
             return group_flat(self.flat_state(), predicates, require_all=require_all)

@@ -290,10 +290,22 @@ def _as_flat(state: State | Mapping) -> dict[Path, object]:
     return flat
 
 
+def check_catch_all_last(filters: tuple[Filter, ...]) -> None:
+    """Refuse `...`/`True` before the last filter (as Flax NNX 0.12): later ones match nothing."""
+    for index, filter_ in enumerate(filters[:-1]):
+        if filter_ is ... or filter_ is True:
+            raise ValueError(
+                f"`{filter_!r}` matches everything, so it can only be the last filter; got it at "
+                f"index {index} of {len(filters)} filters. Move it to the end (e.g. "
+                "`split(model, Param, ...)`)."
+            )
+
+
 def group_flat(
     flat: Mapping[Path, object], filters: tuple[Filter, ...], *, require_all: bool
 ) -> tuple[State, ...]:
     """Group `flat` by the first matching filter (seed 000); `require_all` as `split` does."""
+    check_catch_all_last(filters)
     predicates = filters_to_predicates(filters)
     groups: list[dict[Path, object]] = [{} for _ in predicates]
     for path, leaf in flat.items():
