@@ -459,3 +459,28 @@ def test_a_module_shaped_prefix_holding_a_non_axis_names_the_path() -> None:
     axes = prefix(model, lambda path, leaf: "zero" if path == ("w",) else None)
     with pytest.raises(TransformError, match=r"module-shaped prefix.*got 'zero' at w"):
         scan(lambda m, x: x, in_axes=(axes, Carry), out_axes=Carry)(model, jnp.zeros(2))
+
+
+def test_state_sown_under_a_module_shaped_prefix_is_refused_naming_the_path() -> None:
+    # a prefix lists the paths that existed before the scan: state made inside matches none
+    from bryo_transforms import prefix
+
+    class Sows(Object):
+        def __init__(self) -> None:
+            self.w = Param(jnp.ones(()))
+
+        def step(self, c: jax.Array) -> jax.Array:
+            self.data = Intermediate(c + self.w[...])  # what a sow inside the step makes
+            return c + 1
+
+    model = Sows()
+    axes = prefix(model, {Intermediate: 0, ...: None})
+    run = scan(Sows.step, in_axes=(axes, Carry), out_axes=Carry, length=3)
+    refused = r"added a Intermediate at data to .*StateAxes\(\{PathIn"
+    with pytest.raises(TransformError, match=refused):
+        run(model, jnp.zeros(()))
+    assert not hasattr(model, "data") and float(model.w[...]) == 1.0  # the model is unchanged
+    stacks = StateAxes({Intermediate: 0, ...: None})
+    stacked = scan(Sows.step, in_axes=(stacks, Carry), out_axes=Carry, length=3)
+    assert float(stacked(model, jnp.zeros(()))) == 3.0
+    np.testing.assert_allclose(model.data[...], [1.0, 2.0, 3.0])

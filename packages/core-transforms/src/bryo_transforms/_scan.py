@@ -82,7 +82,17 @@ class _ScanGrouping(Grouping):
             self.replaced.append(k)
             return 0
         spec = self.root_specs[root]
-        axis = spec.axis_of(path, leaf) if isinstance(spec, StateAxes) else spec
+        try:
+            axis = spec.axis_of(path, leaf) if isinstance(spec, StateAxes) else spec
+        except LookupError:
+            raise TransformError(
+                f"`scan`: the scanned function added a {type(leaf).__name__} at "
+                f"{'/'.join(map(str, path))} to an argument whose `in_axes` ({spec!r}) have no "
+                "filter for it (an `nnx.prefix` lists the paths that existed before the scan); "
+                "new state can only be stacked: give that argument a StateAxes with a filter "
+                "for it, e.g. `StateAxes({Intermediate: 0, ...: None})`, or create it before "
+                "the scan."
+            ) from None
         if isinstance(axis, int) and axis in self.index:
             return self.index[axis]
         raise TransformError(
