@@ -2,6 +2,10 @@
 `out_shardings`, `.lower().compile()`, `jit_partial` and `prefix`, in graph and simple
 mode."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,6 +64,44 @@ def test_in_shardings_place_the_callers_variables():
     assert float(whole(model)) == 12.0 and model.count[...].sharding == _mesh_sharding()
     out = jit(lambda m: m.w[...], out_shardings=kernel)(model)
     assert out.sharding == kernel
+
+
+_REPLACED_SHARDED_VARIABLE = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from bryo_filters import PathContains
+from bryo_graph import Object, Param
+from bryo_transforms import StateSharding, jit
+
+mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
+class Model(Object):
+    def __init__(self):
+        self.w = Param(jnp.ones((4, 4)))
+
+@jit(in_shardings=(StateSharding({PathContains("w"): NamedSharding(mesh, P("a", "b"))}), None))
+def transpose_layout(m, x):
+    moved = jax.lax.with_sharding_constraint(m.w[...] * x, NamedSharding(mesh, P("b", "a")))
+    m.w = Param(moved)  # a new Variable at the sharded path, laid out otherwise inside
+
+model = Model()
+transpose_layout(model, 2.0)
+assert model.w[...].sharding.spec == P("a", "b"), model.w[...].sharding
+np.testing.assert_array_equal(model.w[...], np.full((4, 4), 2.0))
+"""
+
+
+def test_a_variable_the_function_puts_in_place_of_a_sharded_one_gets_its_sharding():
+    # 4 host devices: JAX fixes its device count at start, so this runs in a subprocess
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    run = subprocess.run(
+        [sys.executable, "-c", _REPLACED_SHARDED_VARIABLE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
 
 
 def test_sharding_prefixes_are_checked():

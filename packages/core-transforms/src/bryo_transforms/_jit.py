@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 import jax
 
-from bryo_graph import check_tree
+from bryo_graph import Variable, check_tree, iter_graph
+from bryo_pytree import is_array_like
 
 from ._apply import apply
 from ._call import pure_function
@@ -29,7 +30,7 @@ from ._options import (
     named_positions,
     static_args,
 )
-from ._plan import CallPlan, PlanCache, Signature
+from ._plan import CallPlan, PairPath, PlanCache, Signature
 from ._shardings import LeafOptions, check_prefix
 from ._simple import Inputs, graph_updates_on, simple_jit, tree_mode
 
@@ -181,9 +182,32 @@ class _GraphJit:
                 out = apply(plan, out_plan, groups, direct, "jit")
             if optioned is not None and self.in_shardings is not None:
                 _place_inputs(plan, optioned.options)
+                if out_plan.graph is not None:  # the function may have replaced a Variable
+                    _place_replaced(plan, optioned.options)
             return out
 
         return Prepared(fn, flat, {}, finish)
+
+
+def _place_replaced(plan: CallPlan, options: LeafOptions) -> None:
+    """Put a Variable the function put in place of a sharded input Variable (at the same
+    path of the same argument) on that input's sharding, as Flax NNX's `jit` does: the
+    arguments leave the call with their `in_shardings`."""
+    var_it, raw_it = iter(options.var_shardings), iter(options.raw_shardings)
+    wanted: dict[int, dict[tuple, jax.sharding.Sharding]] = {}
+    for k, meta in enumerate(plan.sig.metas):
+        sharding = next(raw_it) if meta is None else next(var_it)
+        if meta is not None and isinstance(sharding, jax.sharding.Sharding):
+            place = PairPath.of(plan.sig.paths[k])
+            wanted.setdefault(place.root, {})[place.inner] = sharding
+    for root, shardings in wanted.items():
+        for path, value in iter_graph(plan.roots[root]):
+            sharding = shardings.get(path)
+            if sharding is None or not isinstance(value, Variable):
+                continue
+            raw = value.raw_value
+            if is_array_like(raw) and getattr(raw, "sharding", sharding) != sharding:
+                value.set_raw_value(jax.device_put(raw, sharding))
 
 
 def _place_inputs(plan: CallPlan, options: LeafOptions) -> None:
