@@ -24,6 +24,7 @@ from ._collect import Grouping, Static, collect
 from ._layout import ARRAY, scan_args
 from ._options import as_argnums, decorator_or_none
 from ._plan import CallPlan, PlanCache, Signature
+from ._prefixes import check_prefix
 from ._rebuild import rebuild
 from ._simple import Inputs, graph_updates_on, simple_grad, tree_mode
 
@@ -251,16 +252,8 @@ def _grad_core(
 
 
 def _plain_argnums(argnums: int | DiffState | Sequence[int | DiffState]) -> int | Sequence[int]:
-    """`argnums` for simple mode, which takes no `DiffState` (a TypeError saying so)."""
-    items = argnums if isinstance(argnums, Sequence) else [argnums]  # a DiffState is no sequence
-    if not any(isinstance(item, DiffState) for item in items):
-        return cast("int | Sequence[int]", argnums)  # no DiffState in it: checked just above
-    raise TypeError(
-        "`DiffState` in `argnums` needs graph mode with updates (the default): simple "
-        "mode differentiates every inexact leaf of an argument. Drop `graph=False` / "
-        "`graph_updates=False`, or split the model (`nnx.split(model, filter, ...)`) and "
-        "differentiate the State you want."
-    )
+    """`argnums` for simple mode, which takes no `DiffState`."""
+    return cast("int | Sequence[int]", argnums)  # `check_prefix` refused DiffStates here
 
 
 def _grad_transform(
@@ -285,7 +278,9 @@ def _grad_transform(
         return partial
     assert f is not None
     jax_kwargs = {"holomorphic": holomorphic, "allow_int": allow_int}
-    if not graph_updates_on(graph, graph_updates):
+    updates = graph_updates_on(graph, graph_updates)
+    check_prefix(argnums, "argnums", "grad", graph_updates=updates, mappings=(DiffState,))
+    if not updates:
         plain_argnums = _plain_argnums(argnums)
         first = (plain_argnums,) if isinstance(plain_argnums, int) else tuple(plain_argnums)
         inputs = Inputs("grad", tree_mode(graph), first=first)

@@ -31,7 +31,8 @@ from ._options import (
     static_args,
 )
 from ._plan import CallPlan, PairPath, PlanCache, Signature
-from ._shardings import LeafOptions, check_prefix
+from ._prefixes import check_prefix
+from ._shardings import LeafOptions, StateSharding
 from ._simple import Inputs, graph_updates_on, simple_jit, tree_mode
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -356,8 +357,8 @@ def jit(
     donated = as_argnums(donate_argnums, "donate_argnums")
     donated_names = as_argnames(donate_argnames)
     graph_on = graph_updates_on(graph, graph_updates)
-    check_prefix(in_shardings, "in_shardings", graph=graph_on)
-    check_prefix(out_shardings, "out_shardings", graph=graph_on)
+    for name, shardings in (("in_shardings", in_shardings), ("out_shardings", out_shardings)):
+        check_prefix(shardings, name, "jit", graph_updates=graph_on, mappings=(StateSharding,))
     if not graph_on:
         # the pure function takes `*args`: JAX cannot map names to positions itself
         positions = argnums + named_positions(f, argnames)

@@ -17,7 +17,7 @@ import jax
 from ._axis_metadata import with_axis_metadata
 from ._options import decorator_or_none
 from ._simple import Inputs, graph_updates_on, simple_vmap, tree_mode
-from ._vmap import lifted_map
+from ._vmap import check_prefixes, lifted_map
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,6 +75,7 @@ def pmap(
     if partial is not None:
         return partial
     assert f is not None
+    check_prefixes("pmap", in_axes, out_axes, graph_updates_on(graph, graph_updates))
     fn = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
     options: dict[str, Any] = {"axis_name": axis_name, "devices": devices, "backend": backend}
     options["axis_size"] = axis_size

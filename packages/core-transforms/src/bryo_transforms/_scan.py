@@ -48,6 +48,7 @@ from ._errors import TransformError
 from ._layout import ArgLayout, is_graph_leaf, scan_args
 from ._options import positional, refuse_bound_method
 from ._plan import CallPlan, PairPath, PlanCache
+from ._prefixes import check_prefix
 from ._rebuild import Inner, rebuild
 from ._simple import check_no_aliases, graph_updates_on, tree_mode, variables_of
 
@@ -263,6 +264,9 @@ def scan(
             graph_updates=graph_updates,
         )
     refuse_bound_method("scan", f)
+    for name, axes in (("in_axes", in_axes), ("out_axes", out_axes)):
+        updates = graph_updates_on(graph, graph_updates)
+        check_prefix(axes, name, "scan", graph_updates=updates, mappings=(StateAxes,))
     fn = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
     policy = ScanCheckpointPolicy.from_remat(remat)
     trees = tree_mode(graph)

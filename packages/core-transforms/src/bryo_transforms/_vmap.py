@@ -18,6 +18,7 @@ import numpy as np
 from ._axes import (
     AxisGrouping,
     Carry,
+    StateAxes,
     arg_specs,
     check_axis,
     check_consistent_aliasing,
@@ -31,6 +32,7 @@ from ._errors import TransformError
 from ._layout import scan_args
 from ._options import decorator_or_none, positional
 from ._plan import PlanCache
+from ._prefixes import check_prefix
 from ._simple import Inputs, graph_updates_on, simple_vmap, tree_mode
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -92,6 +94,7 @@ def vmap(
     if partial is not None:
         return partial
     assert f is not None
+    check_prefixes("vmap", in_axes, out_axes, graph_updates_on(graph, graph_updates))
     fn = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
     if not graph_updates_on(graph, graph_updates):
         options = {"out_axes": out_axes, "axis_name": axis_name, "axis_size": axis_size}
@@ -99,6 +102,12 @@ def vmap(
         return simple_vmap(fn, Inputs("vmap", tree_mode(graph)), in_axes, options)  # type: ignore[return-value]  # the mapped function takes f's arguments
     options = {"axis_name": axis_name, "axis_size": axis_size, "spmd_axis_name": spmd_axis_name}
     return lifted_map("vmap", fn, in_axes, out_axes, axis_size, jax.vmap, options)  # type: ignore[return-value]  # the mapped function takes f's arguments
+
+
+def check_prefixes(transform: str, in_axes: object, out_axes: object, updates: bool) -> None:
+    """`check_prefix` of a mapping transform's `in_axes` and `out_axes`."""
+    for name, axes in (("in_axes", in_axes), ("out_axes", out_axes)):
+        check_prefix(axes, name, transform, graph_updates=updates, mappings=(StateAxes,))
 
 
 def lifted_map(
