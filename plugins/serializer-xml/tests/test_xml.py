@@ -305,3 +305,47 @@ def test_dumps_and_loads_leave_the_garbage_collector_as_they_found_it(bryo_plugi
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# The loader remembers each (computed type, declared type text) pair it checked and skips
+# the check for the next port like it; these make sure a remembered pair never lets a
+# wrong declaration, an undefined variable or a second definition through.
+
+
+def _adds(*lines: str) -> str:
+    return '<mox>\n  <input type="f32[2]">a</input>\n' + "".join(lines) + "</mox>"
+
+
+def _add(x: str, y: str, out: str, out_type: str = "f32[2]", in_type: str = "f32[2]") -> str:
+    return (
+        f'  <add><input type="{in_type}">{x}</input><input type="{in_type}">{y}</input>'
+        f'<output type="{out_type}">{out}</output></add>\n'
+    )
+
+
+def test_checked_types_still_refuse_a_wrong_later_declaration(bryo_plugin_manager):
+    good = [_add("a", "a", "b"), _add("b", "a", "c"), _add("c", "b", "d")]
+    back = yax.loads(_adds(*good, '  <outputs type="f32[2]">d</outputs>\n'))
+    np.testing.assert_allclose(yax.eval_mox(back, jnp.ones(2))[0], 5 * jnp.ones(2))
+    wrong = r"declares `c` as f32\[3\], but `c` is f32\[2\]"
+    with pytest.raises(MoxSerializationError, match=wrong):
+        yax.loads(_adds(*good, _add("c", "c", "e", in_type="f32[3]")))
+    with pytest.raises(MoxSerializationError, match=r"output `e` is declared f32\[3\]") as info:
+        yax.loads(_adds(*good, _add("c", "c", "e", out_type="f32[3]")))
+    assert info.value.line == 6
+    with pytest.raises(MoxSerializationError, match="defines variable `c` twice"):
+        yax.loads(_adds(*good, _add("c", "c", "c")))
+    with pytest.raises(MoxSerializationError, match="`z` is used in <add> before it is defined"):
+        yax.loads(_adds(*good, _add("c", "z", "e")))
+
+
+def test_weak_and_strong_spellings_of_a_type_both_read(bryo_plugin_manager):
+    # `same_type` ignores weak typing: the first spelling is checked, the second too
+    text = _adds(
+        _add("a", "a", "b"),
+        _add("b", "b", "c", in_type="f32[2]{weak}"),
+        _add("b", "c", "d"),
+        '  <outputs type="f32[2]">d</outputs>\n',
+    )
+    back = yax.loads(text)
+    np.testing.assert_allclose(yax.eval_mox(back, jnp.ones(2))[0], 6 * jnp.ones(2))

@@ -262,6 +262,9 @@ class _Builder:
         self.budget = current_budget()
         self.avals: dict[str, jax.core.ShapedArray] = {}
         self.literals: dict[Any, Any] = {}  # see `literal`
+        #: `(id(aval), type string) -> aval` for the pairs `check_type` found equal
+        self.checked: dict[tuple[int, Any], Any] = {}
+        self.same_pairs: dict[tuple[int, int], tuple[Any, Any]] = {}
         self.traced: dict[Any, _Traced] = {}
         self.attr_names: set[str] = set()
         self.jit_templates: dict[tuple[int, int], _JitTemplate] = {}
@@ -319,10 +322,20 @@ class _Builder:
             name = port.bind or port.name
             self.define(env, name, var, doc, "a root input" if root else "an input")
         eqns: list[jex.JaxprEqn] = [] if into is None else into.eqns
+        attr_names, read, checked = self.attr_names, self.read, self.checked
         for child in doc.children:
             self.at = child.source
-            _check_attr_names(child, self.attr_names)
-            ins = [self.read(env, port, child) for port in child.inputs]
+            if not attr_names.issuperset(child.attrs):
+                _check_attr_names(child, attr_names)
+            ins = []
+            for port in child.inputs:
+                # the common port: a defined variable whose type was checked against this
+                # type string before; `read` does the rest, and raises every error
+                name, text = port.name, port.type
+                atom = env.get(name) if type(name) is str and type(text) is str else None
+                if atom is None or checked.get((id(atom.aval), text)) is not atom.aval:
+                    atom = read(env, port, child)
+                ins.append(atom)
             self.at = child.source
             if child.tag == "region":
                 raise MoxSerializationError(f"a <region> may not appear directly in <{doc.tag}>.")
@@ -424,11 +437,7 @@ class _Builder:
             raise MoxSerializationError(
                 f"variable `{port.name}` is used in <{node.tag}> before it is defined."
             )
-        if atom.aval is not aval and not same_type(atom.aval, aval):
-            raise MoxSerializationError(
-                f"<{node.tag}> declares `{port.name}` as {port.type}, but `{port.name}` is "
-                f"{type_str(atom.aval)}."
-            )
+        self.check_type(atom, port, node, "input")
         return atom
 
     def bind_outputs(self, env: dict[str, Atom], node: DocNode, outs: Sequence[Atom]) -> None:
@@ -436,17 +445,40 @@ class _Builder:
             raise MoxSerializationError(
                 f"<{node.tag}> computes {len(outs)} values but lists {len(node.outputs)} outputs."
             )
+        checked = self.checked
         for port, atom in zip(node.outputs, outs, strict=True):
+            name = port.name
+            # the common output: a new name, of a type checked against this string before
+            if (
+                type(name) is type(port.type) is str
+                and name
+                and name not in env
+                and checked.get((id(atom.aval), port.type)) is atom.aval
+            ):
+                env[name] = atom
+                continue
             self.at = port.source or node.source
             if port.name is None:
                 raise MoxSerializationError(f"an output of <{node.tag}> has no variable name.")
-            aval = self.aval(port.type)
-            if atom.aval is not aval and not same_type(atom.aval, aval):
+            self.check_type(atom, port, node, "output")
+            self.define(env, port.name, atom, node, "an output")
+
+    def check_type(self, atom: Atom, port: Port, node: DocNode, kind: str) -> None:
+        """Refuse `atom` unless its type is the port's; remember each (aval, type string)
+        found equal (`checked`), so that the next port like it is not parsed or compared."""
+        aval = self.aval(port.type)
+        if atom.aval is not aval and not same_type(atom.aval, aval):
+            if kind == "output":
                 raise MoxSerializationError(
                     f"<{node.tag}> output `{port.name}` is declared {port.type} but computes "
                     f"{type_str(atom.aval)}."
                 )
-            self.define(env, port.name, atom, node, "an output")
+            raise MoxSerializationError(
+                f"<{node.tag}> declares `{port.name}` as {port.type}, but `{port.name}` is "
+                f"{type_str(atom.aval)}."
+            )
+        # the aval is kept alive by the value, so its id stays its own
+        self.checked[id(atom.aval), port.type] = atom.aval
 
     # -- the kinds of node --------------------------------------------------------------
 
@@ -604,10 +636,22 @@ class _Builder:
         )
         return outvars
 
+    def same_type(self, a: Any, b: Any) -> bool:
+        """`same_type(a, b)`, remembered for the pair of avals (models repeat them)."""
+        if a is b:
+            return True
+        hit = self.same_pairs.get((id(a), id(b)))
+        if hit is not None and hit[0] is a and hit[1] is b:
+            return True
+        if not same_type(a, b):
+            return False
+        self.same_pairs[id(a), id(b)] = (a, b)  # holding them keeps their ids unique
+        return True
+
     def check_body(self, node: DocNode, ins: Sequence[Atom], body_avals: Sequence[Any]) -> None:
         """A body whose inputs have types `body_avals` takes values of the types of `ins`."""
         if len(body_avals) != len(ins) or not all(
-            same_type(a, b.aval) for a, b in zip(body_avals, ins, strict=True)
+            self.same_type(a, b.aval) for a, b in zip(body_avals, ins, strict=True)
         ):
             raise MoxSerializationError(
                 f"<{node.tag}> passes ({', '.join(type_str(a.aval) for a in ins)}) to a body "
