@@ -15,6 +15,7 @@ from bryo_plugins import add_builtin as _add_builtin
 from bryo_plugins import add_hookspecs as _add_hookspecs
 
 from . import _plugin as _builtin_plugin
+from . import extract as extract
 from . import graph as graph
 from . import hookspecs as _hookspecs
 from ._axis_rules import ShardingError as ShardingError
@@ -105,9 +106,20 @@ from ._state import restore_int_paths as restore_int_paths
 from ._state import split_state as split_state
 from ._state import to_flat_state as to_flat_state
 from ._state import to_pure_dict as to_pure_dict
+from ._to_tree import NodeStates as NodeStates
+from ._to_tree import clear_non_graph_nodes as clear_non_graph_nodes
+from ._to_tree import from_tree as from_tree
+from ._to_tree import to_tree as to_tree
 from ._tracking import structure_changed as structure_changed
 from ._tree_mode import TreeDef as TreeDef
 from ._tree_mode import check_tree as check_tree
+from ._update_context import MergeContext as MergeContext
+from ._update_context import SplitContext as SplitContext
+from ._update_context import UpdateContext as UpdateContext
+from ._update_context import current_update_context as current_update_context
+from ._update_context import merge_context as merge_context
+from ._update_context import split_context as split_context
+from ._update_context import update_context as update_context
 from ._var_defaults import VarDefaults as VarDefaults
 from ._var_defaults import var_defaults as var_defaults
 from ._variable_names import register_variable_name as register_variable_name

@@ -9,15 +9,20 @@ Both builders follow the same rules: mutable nodes are created before their chil
 (so a child may refer back to them: cycles), immutable ones after (from their rebuilt
 children); a `RefEntry` is the object built for its index; Variables are made from their
 State leaves by `variable_of` (a Variable leaf is put into the graph as it is).
+
+An update context's outer merge (`_update_context`) builds with `known` objects (what a
+`RefEntry` may name beyond the GraphDef) and `reuse`d ones: a mutable node or Variable
+whose index is in `reuse` is the existing object, updated in place, not a new one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from bryo_plugins import TypeTable
 from bryo_pytree import Key, Path, path_str, unwrap_hashable
 
+from ._compat import is_ref
 from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
 from ._errors import GraphError
 from ._nodes import NodeType
@@ -37,6 +42,18 @@ def variable_of(leaf: object, variable_type: type[Variable]) -> Variable:
     _set_raw_value(variable, leaf)
     _set_metadata(variable, NO_METADATA)
     return variable
+
+
+def write_variable(variable: Variable, leaf: object) -> None:
+    """Write a State leaf (a Variable or a raw value) into a live `variable`, in place."""
+    if leaf is variable:
+        return
+    if isinstance(leaf, Variable):
+        variable.copy_from(leaf)  # a ref-backed Variable takes the value into its ref
+    elif is_ref(current := variable.raw_value):
+        current[...] = leaf[...] if is_ref(leaf) else leaf  # type: ignore[index]  # a ref
+    else:
+        variable.set_raw_value(leaf)
 
 
 def leaf_value(leaf: object) -> object:
@@ -63,13 +80,16 @@ def cycle_through_immutable(path: Path) -> GraphError:
 class _Frame:
     """A node whose children are being built."""
 
-    __slots__ = ("entry", "items", "key", "node", "node_type")
+    __slots__ = ("entry", "items", "key", "node", "node_type", "reused")
 
-    def __init__(self, entry: NodeEntry, node_type: NodeType, node: object, key: Key) -> None:
+    def __init__(
+        self, entry: NodeEntry, node_type: NodeType, node: object, key: Key, reused: bool = False
+    ) -> None:
         self.entry = entry
         self.node_type = node_type
         self.node = node  # None until built, for immutable nodes
         self.key = key
+        self.reused = reused  # `node` is a live node to update in place
         self.items: list[tuple[Key, object]] = []
 
 
@@ -84,20 +104,35 @@ class BuiltGraph:
 
 
 def build_graph(
-    root: Entry, leaves: Sequence[object], registry: TypeTable, *, recreate_variables: bool = True
+    root: Entry,
+    leaves: Sequence[object],
+    registry: TypeTable,
+    *,
+    recreate_variables: bool = True,
+    known: dict[int, object] | None = None,
+    reuse: Mapping[int, object] | None = None,
 ) -> BuiltGraph:
     """A new graph from the GraphDef entry `root` and State leaves in GraphDef order.
 
     A raw value where the GraphDef has a Variable becomes a Variable of its type, unless
-    `recreate_variables=False` (then the raw value itself goes in its place).
+    `recreate_variables=False` (then the raw value itself goes in its place). `known`, when
+    given, holds the objects built so far by index and receives this build's (a
+    `RefEntry` may name one built by an earlier call); a mutable node or Variable whose
+    index is in `reuse` is that live object, updated in place (the caller checked types).
     """
+    built: dict[int, object] = {} if known is None else known
+    if type(root) is RefEntry:  # a graph met whole by an earlier call of the same context
+        return BuiltGraph(built[root.index], 0)
     if type(root) is not NodeEntry:  # a graph of one bare Variable or array
         if type(root) is VariableEntry and not recreate_variables:
             return BuiltGraph(leaves[0], 0)
-        return BuiltGraph(_bare_leaf(root, leaves), 0)
-    built: dict[int, object] = {}
+        value = _bare_leaf(root, leaves)
+        if type(root) is VariableEntry:
+            value = _reused_variable(value, root.index, reuse)  # type: ignore[arg-type]  # a Variable
+            built[root.index] = value
+        return BuiltGraph(value, 0)
     position = 0
-    stack = [_open(root, registry, built, ())]
+    stack = [_open(root, registry, built, (), reuse=reuse)]
     depth = 1
     while True:
         frame = stack[-1]
@@ -112,6 +147,8 @@ def build_graph(
                 position += 1
                 if recreate_variables and not isinstance(value, Variable):
                     value = variable_of(value, child.type)
+                if reuse is not None:
+                    value = _reused_variable(value, child.index, reuse)
                 built[child.index] = value
             elif type(child) is StaticEntry:
                 value = unwrap_hashable(child.value)
@@ -133,11 +170,20 @@ def build_graph(
                 return BuiltGraph(node, depth)
             stack[-1].items.append((frame.key, node))
             continue
-        stack.append(_open(child, registry, built, key, stack))
+        stack.append(_open(child, registry, built, key, stack, reuse))
         depth = max(depth, len(stack))
 
 
 _MISSING = object()
+
+
+def _reused_variable(value: object, index: int, reuse: Mapping[int, object] | None) -> object:
+    """The live Variable `reuse` holds at `index`, updated to `value`; else `value`."""
+    live = reuse.get(index) if reuse is not None else None
+    if not isinstance(live, Variable):
+        return value
+    write_variable(live, value)
+    return live
 
 
 def _bare_leaf(root: Entry, leaves: Sequence[object]) -> object:
@@ -159,11 +205,15 @@ def _open(
     built: dict[int, object],
     key: Key,
     stack: list[_Frame] | None = None,
+    reuse: Mapping[int, object] | None = None,
 ) -> _Frame:
-    """Start building the node of `entry`: mutable nodes are created now."""
+    """Start building the node of `entry`: mutable nodes are created now (or reused)."""
     node_type = registry.lookup(entry.type)
     if node_type is None:
         raise unknown_node_type(entry.type, _path(stack or [], key) if stack else ())
+    if reuse is not None and node_type.create is not None and entry.index in reuse:
+        node = built[entry.index] = reuse[entry.index]
+        return _Frame(entry, node_type, node, key, reused=True)
     node = None
     if node_type.create is not None:
         node = node_type.create(entry.type, entry.aux)
@@ -175,7 +225,9 @@ def _close(frame: _Frame, built: dict[int, object]) -> object:
     """Finish the node of `frame` from its built children."""
     node_type, items = frame.node_type, frame.items
     node = frame.node
-    if node is None:
+    if frame.reused:
+        _update_in_place(node, node_type, items)
+    elif node is None:
         entry = frame.entry
         node = node_type.unflatten(entry.type, entry.aux, items)  # type: ignore[misc]  # immutable: has unflatten
         built[entry.index] = node
@@ -186,3 +238,19 @@ def _close(frame: _Frame, built: dict[int, object]) -> object:
         for key, child in items:
             init_key(node, key, child)  # type: ignore[misc]  # mutable: has one of them
     return node
+
+
+def _update_in_place(node: object, node_type: NodeType, items: list[tuple[Key, object]]) -> None:
+    """Make a live mutable node's children `items`: stale keys go, the rest are set."""
+    keep = {key for key, _ in items}
+    stale = [key for key, _ in node_type.flatten(node)[0] if key not in keep]
+    if stale and node_type.pop_key is None:
+        raise GraphError(
+            f"cannot update the {type(node).__name__} in place: its children "
+            f"{', '.join(map(repr, stale))} went away and its node type cannot remove children."
+        )
+    for key in stale:
+        node_type.pop_key(node, key)  # type: ignore[misc]  # checked above
+    set_key = node_type.set_key or node_type.init_key
+    for key, child in items:
+        set_key(node, key, child)  # type: ignore[misc]  # mutable: has one of them

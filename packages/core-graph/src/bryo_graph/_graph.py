@@ -38,10 +38,9 @@ from bryo_filters import Filter, filters_to_predicates, is_builtin_filter
 from bryo_plugins import Stamped, TypeTable
 from bryo_pytree import Key, Path, hashable, is_shaped, path_str
 
-from ._build import build_graph
+from ._build import build_graph, write_variable
 from ._caches import clear_registered
 from ._calls import MethodCaller, Step, method_of
-from ._compat import is_ref
 from ._compile import compile_graphdef
 from ._entries import (
     Entry,
@@ -130,6 +129,21 @@ class GraphDef(abc.ABC):  # noqa: B024  # an ABC only so that TreeDef can be reg
         if self._leaf_paths is None:
             self._leaf_paths = frozenset(self.leaf_order)
         return self._leaf_paths
+
+    @property
+    def nodes(self) -> tuple[NodeEntry | VariableEntry | RefEntry, ...]:
+        """The entries of the graph's nodes, Variables and references, depth first: the
+        first is the root's (a `RefEntry` when a `SplitContext` met the root before)."""
+        found: list[NodeEntry | VariableEntry | RefEntry] = []
+        stack = [self.root]
+        while stack:
+            entry = stack.pop()
+            if type(entry) is NodeEntry:
+                found.append(entry)
+                stack.extend(child for _, child in reversed(entry.children))
+            elif type(entry) is VariableEntry or type(entry) is RefEntry:
+                found.append(entry)
+        return tuple(found)
 
     def build(self, leaves: list) -> object:
         """A new graph from State leaves given in `leaf_order` (no checks).
@@ -753,24 +767,27 @@ def unflatten(
         if isinstance(state, FlatState):
             state = State.from_flat_path(state)
         return tree_merge(graphdef, (state,), copy=False, recreate_variables=recreate_variables)
-    if isinstance(state, FlatState):
-        state = State.from_flat_path(state)
-    if type(state) is list and type(graphdef.root) is NodeEntry:
-        leaves = _counted(graphdef.leaf_order, state)
-    elif not isinstance(state, Mapping):
-        _check_fits(graphdef, {(): state})
-        leaves = [state]
-    else:
-        flat = state._flat if isinstance(state, State) else State(state)._flat
-        order = graphdef.leaf_order
-        if len(flat) == len(order) and tuple(flat) == order:
-            leaves = list(flat.values())
-        else:
-            _check_fits(graphdef, flat)
-            leaves = [flat[path] for path in order]
+    leaves = leaves_in_order(graphdef, state)
     if recreate_variables:
         return graphdef.build(leaves)
     return build_graph(graphdef.root, leaves, node_types(), recreate_variables=False).root
+
+
+def leaves_in_order(graphdef: GraphDef, state: State | Mapping | FlatState | list | object) -> list:
+    """The leaves of `state` in `graphdef.leaf_order`; a `GraphError` if it does not fit."""
+    if isinstance(state, FlatState):
+        state = State.from_flat_path(state)
+    if type(state) is list and type(graphdef.root) is NodeEntry:
+        return _counted(graphdef.leaf_order, state)
+    if not isinstance(state, Mapping):
+        _check_fits(graphdef, {(): state})
+        return [state]
+    flat = state._flat if isinstance(state, State) else State(state)._flat
+    order = graphdef.leaf_order
+    if len(flat) == len(order) and tuple(flat) == order:
+        return list(flat.values())
+    _check_fits(graphdef, flat)
+    return [flat[path] for path in order]
 
 
 def _counted(order: tuple[Path, ...], leaves: list) -> list:
@@ -910,7 +927,7 @@ def update(node: object, state: State | Mapping, /, *states: State | Mapping) ->
     `GraphError` naming the paths, and leaves the model exactly as it was.
     """
     if isinstance(node, Variable):
-        _write_variable(node, _single_state(node, (state, *states)))
+        write_variable(node, _single_state(node, (state, *states)))
         return
     flat = flat_graph(node)
     given = [s._state if isinstance(s, GraphState) else s for s in (state, *states)]
@@ -937,7 +954,7 @@ def update(node: object, state: State | Mapping, /, *states: State | Mapping) ->
             value = leaf.copy() if isinstance(leaf, Variable) else leaf
             parent_type.set_key(parent, path[-1], value)  # type: ignore[misc]  # _new_leaf_parents found a settable parent
         elif source.variable is not None:
-            _write_variable(source.variable, leaf)
+            write_variable(source.variable, leaf)
         else:
             value = leaf.raw_value if isinstance(leaf, Variable) else leaf
             source.parent_type.set_key(source.parent, source.key, value)  # type: ignore[union-attr]  # settable: `frozen` is empty
@@ -1008,17 +1025,6 @@ def _live_node(known: dict[Path, object], path: Path, registry: TypeTable[NodeTy
 
 
 _NO_NODE = object()
-
-
-def _write_variable(variable: Variable, leaf: object) -> None:
-    if leaf is variable:
-        return
-    if isinstance(leaf, Variable):
-        variable.copy_from(leaf)  # a ref-backed Variable takes the value into its ref
-    elif is_ref(current := variable.raw_value):
-        current[...] = leaf[...] if is_ref(leaf) else leaf  # type: ignore[index]  # a ref
-    else:
-        variable.set_raw_value(leaf)
 
 
 def clone(

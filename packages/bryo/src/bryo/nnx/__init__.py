@@ -237,6 +237,21 @@ from bryo_graph import variable_name_from_type as variable_name_from_type
 from bryo_graph import variable_type_from_name as variable_type_from_name
 
 # isort: split
+# Update contexts: split/merge across a function boundary (issue 13; owner: upctx).
+from bryo_graph import MergeContext as MergeContext
+from bryo_graph import SplitContext as SplitContext
+from bryo_graph import UpdateContext as UpdateContext
+from bryo_graph import current_update_context as current_update_context
+from bryo_graph import merge_context as merge_context
+from bryo_graph import split_context as split_context
+from bryo_graph import update_context as update_context
+
+from . import extract as extract
+from .extract import NodeStates as NodeStates
+from .extract import from_tree as from_tree
+from .extract import to_tree as to_tree
+
+# isort: split
 # Array-ref backed Variables (issue 13; owner: vars).
 from bryo_graph import var_defaults as var_defaults
 from bryo_graph import vars_as as vars_as
