@@ -77,6 +77,10 @@ class ModuleInfo:
             )
         object.__setattr__(self, "attrs", MappingProxyType(dict(self.attrs)))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a mappingproxy cannot be pickled: rebuild from a plain dict of the attrs
+        return (ModuleInfo, (self.type, self.name, dict(self.attrs)))
+
     @property
     def short_type(self) -> str:
         """The class name without its module: `"Linear"` for `"bryo_nnx.Linear"`."""
@@ -84,6 +88,14 @@ class ModuleInfo:
 
 
 _text_form: Callable[[Node], str] | None = None
+_pickler: Callable[[Mox], tuple[Any, ...]] | None = None
+
+
+def set_pickler(reduce: Callable[[Mox], tuple[Any, ...]]) -> None:
+    """Make `pickle` write a `Mox` as `reduce(mox)` (the serializers install theirs:
+    they sit above this module)."""
+    global _pickler
+    _pickler = reduce
 
 
 def set_text_form(format_node: Callable[[Node], str]) -> None:
@@ -297,6 +309,13 @@ class Mox(Node):
     def __repr__(self) -> str:
         types = " ".join(type_str(v.aval) for v in self.invars)
         return f"Mox(lambda {types}: {len(self.nodes)} nodes)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle support: jax's jaxprs cannot be pickled, so the block travels as the
+        text `dumps` writes (`_serialize.pickled`, installed by `set_pickler`)."""
+        if _pickler is None:  # pragma: no cover  -- importing bryo_mox installs it
+            raise MoxError("pickling a Mox needs bryo_mox's serializers (import bryo_mox).")
+        return _pickler(self)
 
     def memo(self, key: str, build: Callable[[], _T]) -> _T:
         """The value derived from this MoX under `key`, built by `build()` on first use.

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ._collector import collector_paused
 from ._errors import MoxError, MoxSerializationError
 from ._hooks import Serializer, serializer_for
-from ._ir import Mox
+from ._ir import Mox, set_pickler
 from ._limits import Limits, loading
 from ._load import from_document
 from .document import DocNode, to_document
@@ -70,6 +71,49 @@ def load(
     """Read a MoX from `path`; the format follows the extension unless given (see `loads`)."""
     serializer = serializer_for(format, str(path))
     return _read(serializer, Path(path).read_bytes(), limits)
+
+
+#: The formats a pickled MoX is written in, in order of preference: YSON holds any
+#: string, XML 1.0 not every one.
+PICKLE_FORMATS = ("yson", "xml")
+#: The fields of a `Mox` besides its block; a pickle carries them as they are (a file
+#: drops static leaves, and static keyword arguments it cannot write).
+_FIELDS = ("in_tree", "out_tree", "extra_params", "kwargs_tree", "static_kwargs", "static_leaves")
+
+
+def pickled(mox: Mox) -> tuple[Any, ...]:
+    """`mox.__reduce__()`: its block as the text `dumps` writes in the first installed
+    format of `PICKLE_FORMATS`, and its other fields as they are.
+
+    Raises:
+        MoxSerializationError: the MoX cannot be written (a Python callback, say).
+        MoxError: no serializer plugin is installed.
+    """
+    for format in PICKLE_FORMATS:
+        try:
+            serializer = serializer_for(format)
+        except MoxError:
+            continue
+        fields = {name: getattr(mox, name) for name in _FIELDS}
+        return (_unpickle, (format, _write(serializer, mox), fields))
+    raise MoxError(
+        f"pickling a Mox needs a serializer plugin ({', '.join(PICKLE_FORMATS)}); install "
+        "bryo-serializer-yson or bryo-serializer-xml."
+    )
+
+
+def _unpickle(format: str, data: str | bytes, fields: dict[str, Any]) -> Mox:
+    """The MoX `pickled` wrote. A pickle is trusted (unpickling runs code anyway), so the
+    size budgets grow with the text; the depth budget stays."""
+    size = len(data)
+    limits = Limits(
+        max_bytes=max(Limits.max_bytes, 4 * size), max_nodes=max(Limits.max_nodes, size)
+    )
+    loaded = _read(serializer_for(format), data, limits)
+    return Mox(loaded.block, **fields)
+
+
+set_pickler(pickled)
 
 
 def _write(serializer: Serializer, mox: Mox) -> str | bytes:
