@@ -13,7 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bryo_graph import BatchStat, Dict, List, Object, Param, State, Variable, state
+from bryo_graph import (
+    BatchStat,
+    Dict,
+    List,
+    Object,
+    Param,
+    State,
+    Variable,
+    merge,
+    split,
+    state,
+)
 from bryo_transforms import (
     Carry,
     StateAxes,
@@ -423,6 +434,21 @@ def test_grad_of_a_dict_of_variables_graph() -> None:
     grads = grad(f)(graph)
     np.testing.assert_allclose(grads["w"].value, [3.0, 12.0])
     assert int(graph["steps"].value) == 1
+
+
+def test_grad_differentiates_a_state_argument_whole_not_only_its_params() -> None:
+    model = Dict(w=Param(jnp.array(2.0)), stat=BatchStat(jnp.array(3.0)))
+    graphdef, stats, params = split(model, BatchStat, ...)
+
+    def loss(stats: State, params: State) -> jax.Array:
+        m = merge(graphdef, stats, params)
+        return m["w"][...] * m["stat"][...]
+
+    g_stats, g_params = grad(loss, argnums=(0, 1))(stats, params)
+    assert isinstance(g_stats["stat"], BatchStat) and float(g_stats["stat"][...]) == 2.0
+    assert float(g_params["w"][...]) == 3.0
+    g_model = grad(lambda m: m["w"][...] * m["stat"][...])(model)  # a model: its Params
+    assert set(dict(g_model.flat_state())) == {("w",)}
 
 
 def test_grad_inside_jit() -> None:

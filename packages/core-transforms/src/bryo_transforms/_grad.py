@@ -96,11 +96,18 @@ def state_entries(plan: CallPlan, argnums: tuple[int, ...]) -> dict[int, list[St
     return per_root
 
 
+def _everything(path: Path, leaf: object) -> bool:
+    return True
+
+
 def select_leaves(
     plan: CallPlan, entries: dict[int, list[StateEntry]], filters: dict[int, Filter]
 ) -> tuple[list[int], dict[int, list[tuple[Path, int]]]]:
     """State leaves to differentiate, and per root of a differentiated argument its
-    `[(path, k)]`; `filters` selects them per argument (its position)."""
+    `[(path, k)]`; `filters` selects them per argument (its position). A State is no
+    model whose Params are chosen: all of it is differentiated (as in Flax NNX, where a
+    State is a pytree that `jax.grad` sees whole; `nnx.split(model, ...)` then `grad` of
+    the States is the functional style)."""
     predicates: dict[int | str, Callable] = dict(
         zip(filters, filters_to_predicates(tuple(filters.values())), strict=True)
     )
@@ -108,6 +115,8 @@ def select_leaves(
     per_root: dict[int, list[tuple[Path, int]]] = {}
     for j, root_entries in entries.items():
         predicate = predicates[plan.sig.root_places[j].argument]
+        if isinstance(plan.roots[j], State):  # a pytree of state, not a model: all of it
+            predicate = _everything
         per_root[j] = [(e.path, e.k) for e in root_entries if predicate(e.path, e.leaf)]
         chosen.update(k for _, k in per_root[j])
     return sorted(chosen), per_root
