@@ -484,3 +484,32 @@ def test_state_sown_under_a_module_shaped_prefix_is_refused_naming_the_path() ->
     stacked = scan(Sows.step, in_axes=(stacks, Carry), out_axes=Carry, length=3)
     assert float(stacked(model, jnp.zeros(()))) == 3.0
     np.testing.assert_allclose(model.data[...], [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("modes", [{}, {"graph_updates": False}])
+def test_eager_calls_reuse_the_step_trace_with_the_new_values(modes) -> None:
+    traced = []
+
+    class Scale(Object):
+        def __init__(self) -> None:
+            self.w = Param(jnp.array(2.0))  # broadcast: in_axes None
+
+    @scan(in_axes=(Carry, None, 0, None), **modes)
+    def run(total, model, x, offset):
+        traced.append(1)
+        return total + x * model.w[...] + offset, x
+
+    model = Scale()
+    total, _ = run(jnp.zeros(()), model, jnp.arange(3.0), jnp.ones(()))
+    assert float(total) == 2 * 3 + 3 and len(traced) == 1
+    model.w[...] = jnp.array(10.0)  # new values, same structure: the kept trace, fed anew
+    total, _ = run(total, model, jnp.arange(3.0), jnp.zeros(()))
+    assert float(total) == 9 + 30 and len(traced) == 1
+    run(total, model, jnp.arange(4.0), jnp.zeros(()))  # another length: traced again
+    assert len(traced) == 2
+
+    @jax.jit
+    def inside(total):
+        return run(total, model, jnp.arange(3.0), jnp.zeros(()))[0]
+
+    assert float(inside(jnp.zeros(()))) == 30 and len(traced) == 3  # under jit: jit's cache

@@ -17,10 +17,13 @@ is carried in its place (graph mode with updates), a carried attribute deleted i
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 import jax
+import jax.core
 import jax.numpy as jnp
 
 from bryo_graph import Variable, check_tree
@@ -53,6 +56,13 @@ from ._rebuild import Inner, rebuild
 from ._simple import check_no_aliases, graph_updates_on, tree_mode, variables_of
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+try:  # JAX 0.8+
+    from jax.extend.core import get_opaque_trace_state
+except ImportError:  # JAX 0.7
+    from jax.core import get_opaque_trace_state  # type: ignore[attr-defined,no-redef]  # moved in 0.8
+
+_EAGER = get_opaque_trace_state()  # modules are imported eagerly
 
 
 class _ScanGrouping(Grouping):
@@ -276,6 +286,7 @@ def scan(
     carry_only = in_axes is Carry
     thread_broadcast = not graph_updates_on(graph, graph_updates)
     cache = PlanCache(size=16)
+    traces = StepTraces(size=16)
 
     @functools.wraps(fn)
     def scanned(*args: Any, **kwargs: Any) -> Any:
@@ -293,7 +304,7 @@ def scan(
         plan = cache.plan(key, roots)
         axes = (Carry,) if carry_only else in_axes
         return _Scan(plan, arrays, fn, axes, out_axes, position, length, thread_broadcast).run(
-            policy, reverse, unroll
+            policy, reverse, unroll, traces
         )
 
     return scanned  # type: ignore[return-value]  # the wrapper has f's signature (functools.wraps)
@@ -403,7 +414,13 @@ class _Scan:
                     "delete it outside the scan."
                 )
 
-    def run(self, policy: ScanCheckpointPolicy, reverse: bool, unroll: int | bool) -> Any:
+    def run(
+        self,
+        policy: ScanCheckpointPolicy,
+        reverse: bool,
+        unroll: int | bool,
+        traces: StepTraces | None = None,
+    ) -> Any:
         plan, sig = self.plan, self.plan.sig
         y_specs_axes = self._y_axes()
         stack_axes = sorted(
@@ -425,9 +442,26 @@ class _Scan:
         )
         record: dict[str, Any] = {}
         inner_carry_index = {k: n for n, k in enumerate(self.carry_ks)}
+        # broadcast arrays are inputs of the step (not constants of its trace), so that a
+        # trace can serve later calls with other values
+        const_ks = [
+            k
+            for k, axis in enumerate(self.leaf_axes)
+            if axis is None and is_array_like(self.values[k])
+        ]
+        const_arrays = [
+            i
+            for i, axis in enumerate(self.array_axes)
+            if axis is None and is_array_like(self.arrays[i])
+        ]
+        consts = ([self.values[k] for k in const_ks], [self.arrays[i] for i in const_arrays])
 
-        def body(carry: tuple, slices: list) -> tuple:
+        def body(consts: tuple, carry: tuple, slices: list) -> tuple:
             leaves, arrays = list(self.values), list(self.arrays)
+            for k, value in zip(const_ks, consts[0], strict=True):
+                leaves[k] = value
+            for i, value in zip(const_arrays, consts[1], strict=True):
+                arrays[i] = value
             for k, value in zip(self.carry_ks, carry[0], strict=False):
                 leaves[k] = value
             for i, value in zip(self.carry_arrays, carry[1], strict=False):
@@ -462,7 +496,8 @@ class _Scan:
             stacked = [y for group in groups[1:] for y in group]
             return (new_state, carry_arrays), stacked
 
-        final, ys = checkpointed_scan(body, init, xs, self.length, policy, reverse, unroll)
+        step = self._step(body, consts, init, xs, record, traces)
+        final, ys = checkpointed_scan(step, init, xs, self.length, policy, reverse, unroll)
         out_plan = record["plan"]
         groups: list[list] = [[] for _ in axes]
         for pos, k in record["carried"]:
@@ -479,6 +514,37 @@ class _Scan:
         ys_out = apply(plan, out_plan, groups, None)
         carry_out = self._carry_result(final[1])
         return _join_output(carry_out, ys_out, self.position, self.out_axes)
+
+    def _step(
+        self,
+        body: Callable,
+        consts: tuple,
+        init: tuple,
+        xs: list,
+        record: dict[str, Any],
+        traces: StepTraces | None,
+    ) -> Callable[[tuple, list], tuple]:
+        """The scan's step. Called eagerly (no JAX trace running), the step is traced
+        once per input structure and kept in `traces`, so that calling the scanned function
+        again on equally structured inputs runs the kept trace without calling the Python
+        function again (as Flax NNX's `scan` does, through `jax.lax.scan`'s trace cache)."""
+        key = _trace_key(self.plan.sig, self.length, consts, init, xs, self.values, self.arrays)
+        if traces is None or key is None or not is_eager():
+            return lambda carry, slices: body(consts, carry, slices)
+        kept = traces.get(key)
+        if kept is None:
+            slices = [jax.ShapeDtypeStruct(x.shape[1:], x.dtype, weak_type=_weak(x)) for x in xs]
+            closed, shape = jax.make_jaxpr(body, return_shape=True)(consts, init, slices)
+            kept = StepTrace(closed, jax.tree_util.tree_structure(shape), dict(record))
+            traces.put(key, kept)
+        record.update(kept.record)
+
+        def step(carry: tuple, slices: list) -> tuple:
+            flat = jax.tree_util.tree_leaves((consts, carry, slices))
+            out = jax.core.eval_jaxpr(kept.jaxpr.jaxpr, kept.jaxpr.consts, *flat)
+            return jax.tree_util.tree_unflatten(kept.out_tree, out)
+
+        return step
 
     def _y_axes(self) -> list:
         y_axes = _split_output_axes(self.out_axes, self.position)
@@ -541,6 +607,65 @@ class _Scan:
         roots = self.plan.roots
         carry_roots = (roots[j] for j in self.carry_roots)
         return layout.rebuild(carry_roots, iter(carry_arrays))
+
+
+class StepTrace(NamedTuple):
+    """A scan step traced once: its jaxpr, the structure of its output, and what the
+    trace recorded about the output (its `OutPlan`, carried leaves, group sizes)."""
+
+    jaxpr: Any
+    out_tree: Any
+    record: dict[str, Any]
+
+
+class StepTraces:
+    """A scanned function's step traces by input structure: bounded, thread-safe."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._traces: OrderedDict[Hashable, StepTrace] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> StepTrace | None:
+        with self._lock:
+            kept = self._traces.get(key)
+            if kept is not None:
+                self._traces.move_to_end(key)
+            return kept
+
+    def put(self, key: Hashable, trace: StepTrace) -> None:
+        with self._lock:
+            self._traces[key] = trace
+            while len(self._traces) > self.size:
+                self._traces.popitem(last=False)
+
+
+def _weak(x: object) -> bool:
+    return bool(getattr(x, "weak_type", False))
+
+
+def _aval(x: object) -> tuple:
+    return (jnp.shape(x), jnp.result_type(x), _weak(x))  # type: ignore[arg-type]  # array-like
+
+
+def _trace_key(
+    sig: object, length: int, consts: tuple, init: tuple, xs: list, values: list, arrays: list
+) -> Hashable | None:
+    """What a step trace depends on: the call's Signature, the length, the inputs' shapes
+    and dtypes, and the Python values among the leaves; None when one is unhashable."""
+    dynamic = jax.tree_util.tree_leaves((consts, init, xs))
+    python = tuple((type(v), v) for v in (*values, *arrays) if not is_array_like(v))
+    try:
+        key = (sig, length, tuple(_aval(x) for x in dynamic), python)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def is_eager() -> bool:
+    """Whether no JAX trace (jit, vmap, grad, ...) is running now."""
+    return get_opaque_trace_state() == _EAGER
 
 
 def _replacements(out_plan: OutPlan, replaced: list[int]) -> list[tuple[int, int]]:
