@@ -16,6 +16,7 @@ import bryo_mox as yax
 from bryo_mox import MoxLimitError, MoxSerializationError
 from bryo_mox.document import Budget, Limits
 from bryo_mox.testing import MLP
+from bryo_yson import _fast
 from bryo_yson._fast import read_fast
 from bryo_yson._text import Attributed, Reader, quote, scalar
 
@@ -192,3 +193,46 @@ def test_errors_after_the_fast_path_name_line_and_path(toy):
         yax.loads(bad, "yson")
     assert info.value.line is not None and info.value.line > 1
     assert info.value.path is not None and info.value.path.startswith("/0")
+
+
+# `read_fast` rewrites the whole text when few strings hold punctuation (`_plain_json`),
+# else splits every string out (`_split_json`); both must give the exact reader's tree.
+
+
+@settings(max_examples=150, deadline=None)
+@given(_texts())
+def test_the_splitting_form_reads_the_same(text):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_fast, "_MAX_SET_ASIDE", -1)  # every text takes `_split_json`
+        agree(text.encode("utf-8", "surrogatepass"))
+
+
+@pytest.mark.parametrize("limit", [4096, -1])
+def test_strings_holding_punctuation_are_set_aside(limit, monkeypatch):
+    monkeypatch.setattr(_fast, "_MAX_SET_ASIDE", limit)
+    names = ['"m.<locals>.Block"', '"a;b=c#d%e>"', '"py"', '"<"']
+    text = (
+        '<"primitive"="module_call";"qualtype"='
+        + names[0]
+        + ';"x"=<"py"=%true>'
+        + names[1]
+        + ';"inputs"=[{"type"="f32[2]";"name"='
+        + names[2]
+        + "}]>["
+        + '<"primitive"='
+        + names[3]
+        + ';"v"=<"py"=%true>"1;2">#]'
+    ).encode()
+    assert agree(text)
+    tree = fast(text)
+    assert tree.attributes["qualtype"] == "m.<locals>.Block"
+    assert tree.attributes["x"].value == "a;b=c#d%e>"
+    assert tree.value[0].attributes["v"].attributes == {"py": True}
+
+
+def test_a_text_of_strings_only_outside_the_subset_is_declined_by_both_forms(monkeypatch):
+    for limit in (4096, -1):
+        monkeypatch.setattr(_fast, "_MAX_SET_ASIDE", limit)
+        assert fast(b'["a<b" x]') is None  # an unquoted word after a string
+        assert fast(b'["open') is None  # a string left open
+        assert fast(b'{"k"="a";"k"="b<"}') is None  # a duplicate key

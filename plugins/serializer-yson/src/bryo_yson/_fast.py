@@ -3,9 +3,12 @@
 The YSON that bryo writes is JSON with other punctuation (`;` for `,`, `=` for `:`,
 `#` for `null`) plus attributes: `<...>` maps on nodes (list items) and
 `<"py"=%true>` tags on map values. `read_fast` rewrites such text into JSON with
-string operations that run in C (the strings are split out; the punctuation between
-them is rewritten by regexes and `str.translate`), parses it with `json.loads`, and
-returns the tree `Reader.parse` returns for it, with offsets 0.
+string operations that run in C, parses it with `json.loads`, and returns the tree
+`Reader.parse` returns for it, with offsets 0. Where the strings are is found with numpy
+on the bytes (`_plain_json`); the punctuation is then rewritten in the whole text at
+once, the few strings that hold punctuation (`"m.<locals>.Block"`) set aside meanwhile.
+A text with many such strings has all its strings split out instead, the punctuation
+between them rewritten (`_split_json`, the reader's first form: slower, same result).
 
 It returns `None` for anything outside that subset (escapes in strings, unquoted
 words, unsigned integers, other attributes, duplicate keys, more values or deeper
@@ -52,6 +55,17 @@ _SPECIAL_JSON = {
     "%-inf": "-Infinity",
 }
 _PUNCTUATION = ((";", ","), ("=", ":"), ("#", "null"), ("<", '{"\\u0000":{'), (">", "}},"))
+#: `=<"py"=%true>"text"` in a text whose strings hold no punctuation (`_plain_json`);
+#: the text may not be `"py"` (the splitting reader declines that, so this does too).
+_PY_TAG_PLAIN = re.compile(r'=\s*<\s*"py"\s*=\s*%true\s*>\s*("(?!py")[^"]*")')
+#: What `_plain_json` and `_split_json` return for a text outside the subset.
+_DECLINED = "\x00declined"
+_QUOTE = ord('"')
+#: Strings holding punctuation `_plain_json` sets aside at most (more: `_split_json`).
+_MAX_SET_ASIDE = 4096
+#: Bytes a string may not hold for `_plain_json`: the punctuation it rewrites.
+_PUNCTUATION_BYTES = np.zeros(256, np.bool_)
+_PUNCTUATION_BYTES[list(b";=#<>%")] = True
 _DEPTH_STEP = np.zeros(256, np.int8)
 _DEPTH_STEP[[ord("["), ord("{"), ord("<")]] = 1
 _DEPTH_STEP[[ord("]"), ord("}"), ord(">")]] = -1
@@ -79,6 +93,86 @@ def read_fast(raw: bytes, budget: Budget, max_nesting: int) -> Any | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
+    json_text = _plain_json(raw, text, budget, max_nesting)
+    if json_text is None:
+        json_text = _split_json(text, budget, max_nesting)
+    if json_text is _DECLINED:
+        return None
+    objects = _Objects()
+    try:
+        wrapped = json.loads(json_text, object_pairs_hook=objects, parse_int=_int64, strict=False)
+        return objects.nodes(wrapped)
+    except (_NotFast, ValueError, RecursionError):
+        return None
+
+
+def _plain_json(raw: bytes, text: str, budget: Budget, max_nesting: int) -> str | None:
+    """The JSON text of `text` when no string in it holds YSON punctuation or `%` (the
+    files `dumps` writes, but for a few): the punctuation is then rewritten in place,
+    strings and all, with no splitting. `None` when some string does (`_split_json`
+    reads those), `_DECLINED` when the text is outside the subset.
+
+    Which bytes are in strings is found on the raw bytes: a byte is inside a string
+    when an odd number of quotes precede it (there are no backslashes, so no escaped
+    quotes); the parities are counted in one byte each (a sum modulo 256 keeps them)."""
+    codes = np.frombuffer(raw, np.uint8)
+    quotes = codes == _QUOTE
+    inside = (np.cumsum(quotes, dtype=np.uint8) & 1).view(np.bool_)
+    if inside.size and inside[-1]:
+        return None  # a string left open: the splitting reader declines it
+    # the text with its strings emptied (`""`): what the checks of the subset look at
+    bare = codes[~inside | quotes].tobytes().decode("latin-1")
+    starts = np.flatnonzero(quotes)
+    if _OUTSIDE.search(bare) or not _within_limits(bare, starts.size // 2, budget, max_nesting):
+        return _DECLINED
+    # strings holding punctuation (`"a.<locals>.B"`) are set aside while it is rewritten
+    odd = np.flatnonzero(_PUNCTUATION_BYTES[codes] & inside)
+    if odd.size > _MAX_SET_ASIDE:
+        return None
+    kept: list[str] = []
+    if odd.size:
+        # the string around each such byte: from the quote before it to the one after
+        opening = np.unique(starts[np.searchsorted(starts, odd) - 1])
+        closing = starts[np.searchsorted(starts, opening) + 1]
+        pieces, last = [], 0
+        for begin, end in zip(opening.tolist(), closing.tolist(), strict=True):
+            pieces.append(raw[last : begin + 1])
+            kept.append(raw[begin + 1 : end].decode("utf-8"))
+            last = end
+        pieces.append(raw[last:])
+        text = "\x01".join(piece.decode("utf-8") for piece in pieces)
+    text = _rewritten(_PY_TAG_PLAIN.sub(_py_tag_json, text))
+    if not kept or text is _DECLINED:
+        return text
+    between = text.split("\x01")
+    if len(between) != len(kept) + 1:  # pragma: no cover  -- the rewrites keep them
+        return _DECLINED
+    out = [between[0]]
+    for string, after in zip(kept, between[1:], strict=True):
+        out.append(string)
+        out.append(after)
+    return "".join(out)
+
+
+def _py_tag_json(match: re.Match[str]) -> str:
+    return ':{"\\u0000":"py","\\u0000v":' + match.group(1) + "}"
+
+
+def _rewritten(text: str) -> str:
+    """Tagged values already rewritten: the rest of the YSON punctuation as JSON, or
+    `_DECLINED` when other attributes than `py` tags are on a value."""
+    if _OTHER_VALUE_ATTRIBUTES.search(text):
+        return _DECLINED
+    text = _TRAILING.sub(r"\1", text)
+    text = _SPECIAL.sub(lambda m: _SPECIAL_JSON[m.group()], text)
+    for old, new in _PUNCTUATION:
+        text = text.replace(old, new)
+    return "[" + text + "]"
+
+
+def _split_json(text: str, budget: Budget, max_nesting: int) -> str:
+    """The JSON text of `text`, the strings split out while the punctuation between them
+    is rewritten (any string); `_DECLINED` when the text is outside the subset."""
     parts = _STRING.split(text)
     strings = parts[1::2]
     separators = ["\x02" if s == '"py"' else "\x01" for s in strings]
@@ -86,29 +180,15 @@ def read_fast(raw: bytes, budget: Budget, max_nesting: int) -> Any | None:
     marked[1::2] = separators
     text = "".join(marked)
     if _OUTSIDE.search(text) or not _within_limits(text, len(strings), budget, max_nesting):
-        return None
-    text = _PY_TAG.sub(lambda _: _PY_TAG_JSON, text)
-    if _OTHER_VALUE_ATTRIBUTES.search(text):
-        return None
-    text = _TRAILING.sub(r"\1", text)
-    text = _SPECIAL.sub(lambda m: _SPECIAL_JSON[m.group()], text)
-    for old, new in _PUNCTUATION:
-        text = text.replace(old, new)
-    between = _SEPARATORS.split(text)
+        return _DECLINED
+    text = _rewritten(_PY_TAG.sub(lambda _: _PY_TAG_JSON, text))
+    if text is _DECLINED:
+        return _DECLINED
+    between = _SEPARATORS.split(text[1:-1])
     if len(between) != len(strings) + 1:  # pragma: no cover  -- the rewrites keep them
-        return None
+        return _DECLINED
     parts[0::2] = between
-    objects = _Objects()
-    try:
-        wrapped = json.loads(
-            "[" + "".join(parts) + "]",
-            object_pairs_hook=objects,
-            parse_int=_int64,
-            strict=False,
-        )
-        return objects.nodes(wrapped)
-    except (_NotFast, ValueError, RecursionError):
-        return None
+    return "[" + "".join(parts) + "]"
 
 
 def _within_limits(text: str, strings: int, budget: Budget, max_nesting: int) -> bool:
