@@ -194,3 +194,28 @@ def test_state_of_a_reference_is_empty_and_merge_accepts_states():
         rebuilt = ctx.merge(graphdef, State({}), state)
     np.testing.assert_array_equal(rebuilt.w.value, model.w.value)
     assert isinstance(rebuilt.w, Variable)
+
+
+def test_array_ref_variables_send_back_only_what_was_made_inside():
+    from bryo_graph import ArrayRefOutput, NoUpdate, with_vars
+
+    model = with_vars(Dict(a=Cell(1.0)), ref=True)
+    kernel = model["a"].w
+    with update_context("r"):
+        with split_context("r") as ctx:
+            graphdef, state = ctx.split(model)
+        with merge_context("r", inner=True) as ctx:
+            inner = ctx.merge(graphdef, state)
+        inner["a"].w[...] = 5.0  # written through the shared ref
+        made = with_vars(Cell(2.0), ref=True)
+        with split_context("r") as ctx:
+            graphdef, state = ctx.split((inner, made))
+        assert isinstance(state[0]["a"]["w"].raw_value, NoUpdate)
+        assert isinstance(state[1]["w"].raw_value, ArrayRefOutput)
+        assert (
+            len(jax.tree.leaves(state)) == 3
+        )  # one ArrayRefOutput and the two `count` data leaves
+        with merge_context("r", inner=False) as ctx:
+            same, new = ctx.merge(graphdef, state)
+    assert same is model and model["a"].w is kernel and float(kernel[...]) == 5.0
+    assert new is not made and float(new.w[...]) == 2.0 and new.w.ref

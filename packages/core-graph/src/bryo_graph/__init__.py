@@ -113,7 +113,9 @@ from ._to_tree import to_tree as to_tree
 from ._tracking import structure_changed as structure_changed
 from ._tree_mode import TreeDef as TreeDef
 from ._tree_mode import check_tree as check_tree
+from ._update_context import ArrayRefOutput as ArrayRefOutput
 from ._update_context import MergeContext as MergeContext
+from ._update_context import NoUpdate as NoUpdate
 from ._update_context import SplitContext as SplitContext
 from ._update_context import UpdateContext as UpdateContext
 from ._update_context import current_update_context as current_update_context

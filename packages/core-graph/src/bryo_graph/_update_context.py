@@ -17,17 +17,21 @@ earlier `split` becomes a reference (a `RefEntry`, with an empty State), and the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any as _Any
 from typing import TypeVar
+
+import jax
 
 from bryo_filters import Filter
 from bryo_pytree import Path, is_shaped
 
 from ._build import build_graph
+from ._compat import is_ref
 from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, VariableEntry
 from ._errors import GraphError
 from ._graph import _COPIED, GraphDef, _Flattener, _is_leaf, leaves_in_order
@@ -37,6 +41,25 @@ from ._tree_mode import TreeDef, tree_merge
 from ._variables import Variable
 
 F = TypeVar("F", bound=Callable[..., _Any])
+
+
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True, slots=True)
+class NoUpdate:
+    """The value an inner split gives an array-ref Variable that came from outside: the
+    ref is shared, so nothing goes back (no leaves); the outer merge keeps the Variable."""
+
+
+NO_UPDATE = NoUpdate()
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, slots=True)
+class ArrayRefOutput:
+    """The value an inner split gives an array-ref Variable made inside: its array, which
+    can leave a trace (a ref cannot); the outer merge puts it in a new ref."""
+
+    value: jax.Array
 
 
 class _Stacks(threading.local):
@@ -236,7 +259,21 @@ class SplitContext:
             )
         if self._global is not None:
             root = self._renumber(root, start)
+            flat = self._ref_outputs(flat)
         return GraphDef(root), flat
+
+    def _ref_outputs(self, flat: dict[Path, object]) -> dict[Path, object]:
+        """An inner split's array-ref Variables: `NoUpdate` for those from outside,
+        `ArrayRefOutput` for those made inside (their refs cannot leave)."""
+        outer = self._update._inner_index if self._update is not None else None
+        out = {}
+        for path, leaf in flat.items():
+            if isinstance(leaf, Variable) and is_ref(leaf.raw_value):
+                from_outside = outer is not None and id(leaf) in outer
+                raw = NO_UPDATE if from_outside else ArrayRefOutput(leaf.raw_value[...])  # type: ignore[index]  # a ref
+                leaf = _holding(leaf, raw)
+            out[path] = leaf
+        return out
 
     def _renumber(self, root: Entry, start: int) -> Entry:
         """Give the positions this split added their outer indices (or fresh ones)."""
@@ -338,6 +375,7 @@ class MergeContext:
         reuse = self._reuse()
         if reuse is not None:
             _check_reusable(root, reuse, self._ctxtag)
+            leaves = _resolve_ref_outputs(root, leaves, reuse)
         return build_graph(root, leaves, node_types(), known=built, reuse=reuse).root
 
     def _reuse(self) -> dict[int, object] | None:
@@ -350,6 +388,49 @@ class MergeContext:
         if self._update is not None and self.is_inner is not None and self._built is not None:
             self._update._merge_ended(self._built, self.is_inner)
         self._built = None
+
+
+def _holding(variable: Variable, raw: object) -> Variable:
+    """A new Variable of `variable`'s class and metadata holding `raw` as it is."""
+    new = object.__new__(type(variable))
+    object.__setattr__(new, "raw_value", raw)
+    object.__setattr__(new, "_metadata", variable._metadata)
+    return new
+
+
+def _leaf_entries(root: Entry) -> list[Entry]:
+    """The Variable and leaf entries under `root`, in the order of its State leaves."""
+    found: list[Entry] = []
+    stack = [root]
+    while stack:
+        entry = stack.pop()
+        if type(entry) is VariableEntry or type(entry) is LeafEntry:
+            found.append(entry)
+        elif type(entry) is NodeEntry:
+            stack.extend(child for _, child in reversed(entry.children))
+    return found
+
+
+def _resolve_ref_outputs(root: Entry, leaves: Sequence[object], reuse: dict[int, object]) -> list:
+    """The outer merge's leaves with `NoUpdate` made the live Variable it stands for and
+    `ArrayRefOutput` a new array-ref Variable (checked before anything is built)."""
+    out = list(leaves)
+    for position, entry in enumerate(_leaf_entries(root)):
+        leaf = out[position]
+        raw = leaf.raw_value if isinstance(leaf, Variable) else leaf
+        if type(raw) is NoUpdate:
+            live = reuse.get(entry.index) if type(entry) is VariableEntry else None
+            if live is None:
+                raise GraphError(
+                    "the outer merge got `NoUpdate` for a Variable the outer split did not "
+                    "see. Merge the GraphDef and State the inner split of the same update "
+                    "context returned; nothing was changed."
+                )
+            out[position] = live
+        elif type(raw) is ArrayRefOutput:
+            kind = leaf if isinstance(leaf, Variable) else Variable(raw.value)
+            out[position] = _holding(kind, jax.new_ref(raw.value))
+    return out
 
 
 def _check_reusable(root: Entry, reuse: dict[int, object], tag: Hashable | None) -> None:
