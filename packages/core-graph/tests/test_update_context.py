@@ -219,3 +219,20 @@ def test_array_ref_variables_send_back_only_what_was_made_inside():
             same, new = ctx.merge(graphdef, state)
     assert same is model and model["a"].w is kernel and float(kernel[...]) == 5.0
     assert new is not made and float(new.w[...]) == 2.0 and new.w.ref
+
+
+def test_deep_graphs_go_through_an_update_context():
+    root = node = Object()
+    for _ in range(3000):  # deeper than Python's recursion limit
+        node.child = Object()
+        node = node.child
+    node.w = Param(jnp.asarray(0.0))
+
+    def bump(inner):
+        leaf = inner
+        while hasattr(leaf, "child"):
+            leaf = leaf.child
+        leaf.w.value = leaf.w.value + 1
+
+    assert _round_trip(root, bump)[0] is root
+    assert float(node.w.value) == 1.0

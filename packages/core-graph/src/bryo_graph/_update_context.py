@@ -296,11 +296,31 @@ class SplitContext:
         self._alive = {}
 
 
-def _map_indices(entry: Entry, mapping: dict[int, int]) -> Entry:
-    """`entry` with every node, Variable and reference index `i` made `mapping[i]`."""
-    if type(entry) is NodeEntry:
-        children = tuple((key, _map_indices(child, mapping)) for key, child in entry.children)
-        return NodeEntry(entry.type, mapping[entry.index], entry.aux, children)
+def _map_indices(root: Entry, mapping: dict[int, int]) -> Entry:
+    """`root` with every node, Variable and reference index `i` made `mapping[i]` (an
+    iterative walk: graphs of any depth)."""
+    if type(root) is not NodeEntry:
+        return _map_leaf(root, mapping)
+    # frames: (entry, its remaining children, the (key, new child) pairs made so far)
+    stack: list[tuple[NodeEntry, Iterator, list]] = [(root, iter(root.children), [])]
+    while True:
+        entry, children, done = stack[-1]
+        for key, child in children:
+            if type(child) is NodeEntry:
+                done.append(key)  # replaced by (key, new child) when the child closes
+                stack.append((child, iter(child.children), []))
+                break
+            done.append((key, _map_leaf(child, mapping)))
+        else:
+            stack.pop()
+            new = NodeEntry(entry.type, mapping[entry.index], entry.aux, tuple(done))
+            if not stack:
+                return new
+            parent_done = stack[-1][2]
+            parent_done.append((parent_done.pop(), new))
+
+
+def _map_leaf(entry: Entry, mapping: dict[int, int]) -> Entry:
     if type(entry) is VariableEntry:
         return VariableEntry(entry.type, mapping[entry.index])
     if type(entry) is RefEntry:
