@@ -295,8 +295,9 @@ def check_catch_all_last(filters: tuple[Filter, ...]) -> None:
     for index, filter_ in enumerate(filters[:-1]):
         if filter_ is ... or filter_ is True:
             raise ValueError(
-                f"`{filter_!r}` matches everything, so it can only be the last filter; got it at "
-                f"index {index} of {len(filters)} filters. Move it to the end (e.g. "
+                "`...` or `True` can only be used as the last filters: "
+                f"`{filter_!r}` matches everything, so the filters after it would get nothing; "
+                f"got it at index {index} of {len(filters)} filters. Move it to the end (e.g. "
                 "`split(model, Param, ...)`)."
             )
 
@@ -317,8 +318,9 @@ def group_flat(
             if require_all:
                 raise ValueError(
                     f"No filter matched path {path_str(path)} (path = {path!r}), value = "
-                    f"{leaf!r}. The filters were {list(predicates)}; add a filter that "
-                    "matches it, or end the list with `...` to catch the rest."
+                    f"{leaf!r}. Non-exhaustive filters, got a non-empty remainder: the "
+                    f"filters were {list(predicates)}; add a filter that matches it, or end "
+                    "the list with `...` to catch the rest."
                 )
     return tuple(State._from_flat(group) for group in groups)
 
