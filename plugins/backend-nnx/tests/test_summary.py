@@ -91,6 +91,29 @@ def test_tabulate_depth_shared_modules_multiple_outputs_and_flops():
     assert tabulate(Shared(), jnp.ones((3, 2)), depth=0).count("linear") == 0
 
 
+@pytest.mark.parametrize("flops", [{}, {"compute_flops": True}, {"compute_vjp_flops": True}])
+def test_a_module_shared_by_two_measured_blocks_is_one_row(flops):
+    class Wrap(Module):
+        def __init__(self, linear: Linear) -> None:
+            self.linear = linear
+
+        def __call__(self, x):
+            return self.linear(x)
+
+    class Pair(Module):
+        def __init__(self) -> None:
+            shared = Linear(2, 2, rngs=Rngs(0))
+            self.first, self.second = Wrap(shared), Wrap(shared)
+
+        def __call__(self, x):
+            return self.second(self.first(x))
+
+    table = tabulate(Pair(), jnp.ones((3, 2)), **flops)
+    rows = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│ ")]
+    # the blocks are measured inside their own traces: the shared Linear stays one module
+    assert [r for r in rows if r] == ["first", "first/linear", "second"]
+
+
 def test_tabulate_records_inherited_methods():
     class Wide(Linear):
         pass

@@ -108,27 +108,35 @@ class _Recorder:
         self.rows: list[CallInfo] = []
         self.seen: set[tuple] = set()
         self.running: list[tuple[int, str]] = []
-        self.copies: list[Module] = []  # kept alive: their ids are keys of `paths`
+        self.copies: list[Module] = []  # kept alive: their ids are keys of `originals`
+        self.originals: dict[int, int] = {}  # id of a copy's module -> id of the caller's
 
-    def add_copy(self, copy: Module, path: Path) -> None:
-        """Record the calls of `copy` (a module rebuilt inside a trace) under `path`."""
+    def identity(self, module: Module) -> int:
+        """The id of the caller's module that `module` is (or is a copy of)."""
+        return self.originals.get(id(module), id(module))
+
+    def add_copy(self, copy: Module, original: Module) -> None:
+        """Record the calls of `copy` (`original` rebuilt inside a trace) as the calls of
+        `original`'s modules, a shared one staying one module (as outside the trace)."""
         self.copies.append(copy)
+        known = {path: node for path, node in iter_graph(original) if isinstance(node, Module)}
         for sub_path, node in iter_graph(copy):
-            if isinstance(node, Module):
-                self.paths.setdefault(id(node), (*path, *sub_path))
+            if isinstance(node, Module) and sub_path in known:
+                self.originals[id(node)] = self.identity(known[sub_path])
 
     def call(self, method: Callable, name: str, obj: Module, args: tuple, kwargs: dict) -> Any:
-        module_path = self.paths.get(id(obj))
-        if module_path is None or (self.running and self.running[-1] == (id(obj), name)):
+        identity = self.identity(obj)
+        module_path = self.paths.get(identity)
+        if module_path is None or (self.running and self.running[-1] == (identity, name)):
             return method(obj, *args, **kwargs)  # a module made inside, or a super() call
         inputs = _describe_call(args, kwargs)
         row = None
-        if (id(obj), name, inputs) not in self.seen:  # a shared module's repeated call: once
-            self.seen.add((id(obj), name, inputs))
+        if (identity, name, inputs) not in self.seen:  # a shared module's repeated call: once
+            self.seen.add((identity, name, inputs))
             path = module_path if name == "__call__" else (*module_path, name)
             row = CallInfo(path, type(obj), module_path, inputs)
             self.rows.append(row)
-        self.running.append((id(obj), name))
+        self.running.append((identity, name))
         try:
             if row is not None and (self.flops or self.vjp_flops):
                 out = self._measured_call(row, method, obj, args, kwargs)
@@ -146,11 +154,10 @@ class _Recorder:
         """Call through a `jax.jit` of the call, lowered first for its FLOPs: the method's
         body is traced once (inner calls recorded then), the call itself hits the cache."""
         graphdef, state = split(((obj, *args), kwargs))
-        module_path = self.paths[id(obj)]
 
         def pure(state: Any) -> Any:
             (module, *call_args), call_kwargs = merge(graphdef, state)
-            self.add_copy(module, module_path)
+            self.add_copy(module, obj)
             return method(module, *call_args, **call_kwargs)
 
         jitted = jax.jit(pure)
