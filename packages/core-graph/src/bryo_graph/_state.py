@@ -3,7 +3,8 @@
 A State reads like nested dicts (`state['linear']['kernel']`, `state.linear.kernel`) and
 prints nested, but keeps one flat `{path: leaf}` dict inside, so that splitting,
 filtering and merging states cost one pass over the leaves. It is a registered pytree
-whose children are its leaves (usually `VariableState`s), in path order of insertion.
+whose children are its leaves (usually `VariableState`s), in sorted path order (each
+level's keys sorted, as JAX flattens dicts), whatever order the paths were inserted in.
 """
 
 from __future__ import annotations
@@ -325,14 +326,55 @@ def group_flat(
     return tuple(State._from_flat(group) for group in groups)
 
 
+# A State flattens in sorted path order (each level's keys sorted, as Flax NNX 0.12's nested
+# States and JAX's dicts do), so two States with the same paths have the same treedef
+# whatever order their paths were inserted in: `jax.tree.map(f, grads, params)` lines
+# leaves up by path. The sort runs once per distinct path tuple (cached below).
+_ORDER_CACHE: dict[_Paths, tuple[_Paths, tuple[int, ...] | None]] = {}
+_ORDER_CACHE_SIZE = 4096
+
+
+def _key_rank(key: object) -> tuple[int, object]:
+    """A total order over path keys: ints by value, then strings, then anything else by repr."""
+    if isinstance(key, int):
+        return (0, key)
+    if isinstance(key, str):
+        return (1, key)
+    return (2, f"{type(key).__qualname__}:{key!r}")
+
+
+def _path_rank(path: Path) -> tuple[tuple[int, object], ...]:
+    return tuple(_key_rank(key) for key in path)
+
+
+def _sorted_order(paths: _Paths) -> tuple[_Paths, tuple[int, ...] | None]:
+    """`paths` in sorted order and the permutation to it (None: already sorted)."""
+    entry = _ORDER_CACHE.get(paths)
+    if entry is None:
+        ranks = [_path_rank(path) for path in paths.paths]
+        order = sorted(range(len(ranks)), key=ranks.__getitem__)
+        if order == list(range(len(order))):
+            entry = (paths, None)
+        else:
+            entry = (_Paths(tuple(paths.paths[i] for i in order)), tuple(order))
+        if len(_ORDER_CACHE) >= _ORDER_CACHE_SIZE:
+            _ORDER_CACHE.clear()
+        _ORDER_CACHE[paths] = entry
+    return entry
+
+
 def _state_flatten_with_keys(state: State) -> tuple[list, _Paths]:
-    flat = state._flat
-    return [(DictKey(path), leaf) for path, leaf in flat.items()], _Paths(tuple(flat))
+    leaves, paths = _state_flatten(state)
+    return [(DictKey(path), leaf) for path, leaf in zip(paths.paths, leaves)], paths
 
 
 def _state_flatten(state: State) -> tuple[list, _Paths]:
     flat = state._flat
-    return list(flat.values()), _Paths(tuple(flat))
+    paths, order = _sorted_order(_Paths(tuple(flat)))
+    leaves = list(flat.values())
+    if order is None:
+        return leaves, paths
+    return [leaves[i] for i in order], paths
 
 
 def _state_unflatten(paths: _Paths, leaves: Iterable[object]) -> State:
