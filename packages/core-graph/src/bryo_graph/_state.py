@@ -365,7 +365,7 @@ def _sorted_order(paths: _Paths) -> tuple[_Paths, tuple[int, ...] | None]:
 
 def _state_flatten_with_keys(state: State) -> tuple[list, _Paths]:
     leaves, paths = _state_flatten(state)
-    return [(DictKey(path), leaf) for path, leaf in zip(paths.paths, leaves)], paths
+    return [(DictKey(path), leaf) for path, leaf in zip(paths.paths, leaves, strict=True)], paths
 
 
 def _state_flatten(state: State) -> tuple[list, _Paths]:
