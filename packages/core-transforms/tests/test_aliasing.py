@@ -86,3 +86,15 @@ def test_one_variable_gets_one_sharding(updates):
         r"P(artitionSpec)?\('x',?\)",
     ):
         mapped(shared, shared)
+
+
+def test_vmap_refuses_returning_an_input_variable_on_another_axis():
+    class Holder(Object):
+        def __init__(self):
+            self.a = Param(jnp.zeros((2, 3)))
+
+    model = Holder()
+    with pytest.raises(ValueError, match=r"Inconsistent aliasing detected: the Param at a "):
+        vmap(lambda m: m, in_axes=0, out_axes=1)(model)
+    assert model.a.shape == (2, 3)  # left as it was
+    assert vmap(lambda m: m, in_axes=0, out_axes=0)(model) is model  # the same axis: fine

@@ -276,6 +276,18 @@ def leaf_axes(plan: CallPlan, root_specs: list, name: str = "in_axes") -> list:
     return axes
 
 
+def _variables_of(root: object) -> list[tuple[Path, Variable]]:
+    """`(path, Variable)` of every Variable of graph `root` (a bare Variable: path ())."""
+    if isinstance(root, Variable):
+        return [((), root)]
+    flat = flat_graph(root)
+    return [
+        (path, s.variable)
+        for path, s in zip(flat.paths, flat.sources, strict=True)
+        if s.variable is not None
+    ]
+
+
 def check_consistent_aliasing(
     plan: CallPlan,
     root_specs: list,
@@ -395,6 +407,27 @@ class AxisGrouping(Grouping):
 
     def output_specs(self, out: object, treedef: Any) -> list:
         return prefix_per_leaf(self.out_axes, treedef, is_axis_leaf, "out_axes")
+
+    def check_returned(
+        self, out_roots: list, root_specs: list, input_leaf: Callable[[object], int | None]
+    ) -> None:
+        """A returned input Variable keeps its input axis: `out_axes` giving it another is
+        an error (as in Flax NNX), not a silent choice of one of the two."""
+        for j, (root, spec) in enumerate(zip(out_roots, root_specs, strict=True)):
+            for path, variable in _variables_of(root):
+                k = input_leaf(variable)
+                if k is None:
+                    continue
+                axis = spec.axis_of(path, variable) if isinstance(spec, StateAxes) else spec
+                if axis != self.leaf_axes[k]:
+                    where = "/".join(map(str, path)) or "the root"
+                    raise TransformError(
+                        f"Inconsistent aliasing detected: the {type(variable).__name__} at "
+                        f"{where} of output graph #{j} is an input mapped on axis "
+                        f"{self.leaf_axes[k]!r} (in_axes) but `out_axes` gives it {axis!r}. "
+                        "One Variable has one axis: give the output the same axis, or return "
+                        "a copy (`clone`)."
+                    )
 
 
 def prefix_per_leaf(

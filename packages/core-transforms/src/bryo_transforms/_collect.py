@@ -10,7 +10,7 @@ rest goes into a static `OutPlan` of small records that says where each value go
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 import jax
@@ -216,6 +216,13 @@ class Grouping:
         """Per leaf of the output (graph leaves included), what `output_group` receives."""
         return [None] * treedef.num_leaves
 
+    def check_returned(
+        self, out_roots: list, root_specs: list, input_leaf: Callable[[object], int | None]
+    ) -> None:
+        """Raise if the output graphs (`out_roots`, with their `root_specs`) give an input
+        Variable (`input_leaf(variable)`: its input State leaf, or None) another place than
+        its input's; the base class has one place for everything."""
+
 
 def _indices_under(entry: Entry) -> list[int]:
     """The GraphDef indices of the nodes and Variables under `entry`, itself included."""
@@ -272,6 +279,13 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
     node_map = {
         index: inner_index[id(obj)] for index, obj in post_objects.items() if id(obj) in inner_index
     }
+    if out_roots:
+
+        def input_leaf(variable: object) -> int | None:
+            index = inner_index.get(id(variable))
+            return sig.leaf_of_variable.get(index) if index is not None else None
+
+        grouping.check_returned(out_roots, root_specs, input_leaf)
 
     sets: list[Update] = []
     set_consts: list[ConstUpdate] = []
