@@ -23,6 +23,7 @@ from ._axis_rules import add_sharding_axis as add_sharding_axis
 from ._axis_rules import get_partition_spec as get_partition_spec
 from ._axis_rules import logical_to_mesh as logical_to_mesh
 from ._caches import register_cache as register_cache
+from ._compat import current_trace as current_trace
 from ._compat import is_array_ref as is_array_ref
 from ._eager_sharding import logical_axis_rules as logical_axis_rules
 from ._eager_sharding import use_eager_sharding as use_eager_sharding
@@ -34,6 +35,7 @@ from ._entries import RefEntry as RefEntry
 from ._entries import StaticEntry as StaticEntry
 from ._entries import VariableEntry as VariableEntry
 from ._errors import GraphError as GraphError
+from ._errors import TraceContextError as TraceContextError
 from ._fields import Data as Data
 from ._fields import Static as Static
 from ._fields import data as data
@@ -85,6 +87,7 @@ from ._object import List as List
 from ._object import Object as Object
 from ._object import Pytree as Pytree
 from ._object import check_pytree as check_pytree
+from ._object import in_its_trace as in_its_trace
 from ._object import object_attributes as object_attributes
 from ._object import object_node_type as object_node_type
 from ._placement import get_named_sharding as get_named_sharding

@@ -17,8 +17,9 @@ from bryo_plugins import TypeTable
 from bryo_pytree import Path, unwrap_hashable
 
 from ._build import cycle_through_immutable, leaf_value, unknown_node_type
+from ._compat import current_trace
 from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
-from ._object import object_create, object_init_items
+from ._object import OWNER, object_create, object_init_items
 from ._variables import NO_METADATA, Variable
 
 _new = object.__new__
@@ -86,6 +87,7 @@ class _Compiler:
                 self.lines.append(f"{self.const(restore)}({name})")
             self.built.add(index)
             values = [(self.key(key), self.expr(child, (*path, key))) for key, child in children]
+            values.insert(0, (repr(OWNER), "T"))  # the trace it is made in: this merge's
             items = ", ".join(f"{k}: {v}" for k, v in values)
             self.lines.append(f"{name}.__dict__.update({{{items}}})")
             return name
@@ -123,9 +125,10 @@ def compile_graphdef(root: Entry, registry: TypeTable, *, name: str) -> Callable
     compiler = _Compiler(registry)
     result = compiler.expr(root, ())
     body = "\n".join(f"    {line}" for line in compiler.lines) or "    pass"
-    source = f"def build(L):\n{body}\n    return {result}\n"
+    source = f"def build(L):\n    T = current_trace()\n{body}\n    return {result}\n"
     namespace = {
         "K": compiler.consts,
+        "current_trace": current_trace,
         "leaf_value": leaf_value,
         "Variable": Variable,
         "NO_METADATA": NO_METADATA,

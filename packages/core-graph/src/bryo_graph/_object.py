@@ -24,12 +24,14 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Self
 
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey, register_pytree_with_keys
 
 from bryo_pytree import Key, safe_equal
 
+from ._compat import current_trace
+from ._errors import MUTATION_FIX, TraceContextError
 from ._fields import ATOMIC as _ATOMIC
 from ._fields import check_static, class_statuses, data_types, is_data, unmark
 from ._nodes import Children, NodeType, dict_flatten
@@ -41,8 +43,12 @@ _STATUSES = "_object__statuses"  # {name: is_data} set by `data(...)` / `static(
 _TREEDEF = TREEDEF  # the cached pytree node data (an `ObjectTreeDef`); changes drop it
 _FLAT = "_object__flat"  # the cached flattening of a graph this node is the root of
 _ACYCLIC = "_object__acyclic"  # the cached proof that tree mode meets no cycle (`_cycles`)
+# The JAX trace the node was made in (`current_trace()`), recorded by construction,
+# unflattening, `merge`, copying and unpickling: a write from inside another trace raises
+# `TraceContextError` (Flax's TraceState check). Dropped by copies, which record their own.
+OWNER = "_object__trace"
 # Bookkeeping a List or Dict drops when copied or pickled (an Object: `_object__transient`)
-_CONTAINER_TRANSIENT = frozenset({_TREEDEF, _FLAT, _ACYCLIC, WATCHES})
+_CONTAINER_TRANSIENT = frozenset({_TREEDEF, _FLAT, _ACYCLIC, WATCHES, OWNER})
 
 
 class ObjectTreeDef:
@@ -134,18 +140,23 @@ class Object:
             if "__init__" in vars(cls):
                 checks_after_init(cls)
 
+    def __new__(cls, *args: object, **kwargs: object) -> Self:  # (the arguments are __init__'s)
+        node = object.__new__(cls)
+        vars(node)[OWNER] = current_trace()
+        return node
+
     def __setattr__(self, name: str, value: object) -> None:
-        value, status = unmark(value)
-        if type(self)._object__pytree:
-            _check_assignment(self, name, value, status)
-        else:
-            value = track(value)
-        object.__setattr__(self, name, value)
-        changed_in(vars(self))
+        owner = vars(self).get(OWNER)
+        if owner is not None and owner is not current_trace():
+            check_owner(self, owner, name)
+        _assign(self, name, value)
 
     def __delattr__(self, name: str) -> None:
-        object.__delattr__(self, name)
         namespace = vars(self)
+        owner = namespace.get(OWNER)
+        if owner is not None and owner is not current_trace():
+            check_owner(self, owner, name)
+        object.__delattr__(self, name)
         statuses = namespace.get(_STATUSES)
         if statuses and name in statuses:
             del statuses[name]
@@ -157,6 +168,7 @@ class Object:
 
     def __setstate__(self, state: dict[str, object]) -> None:
         vars(self).update(state)
+        vars(self)[OWNER] = current_trace()
         restore = type(self)._object__restore
         if restore is not None:
             restore(self)
@@ -168,8 +180,45 @@ class Object:
         return render_object(self, path, subtree_renderer)
 
 
+def _assign(node: Object, name: str, value: object) -> None:
+    """`node.name = value`, checked against the data/static rules, and reported."""
+    value, status = unmark(value)
+    if type(node)._object__pytree:
+        _check_assignment(node, name, value, status)
+    else:
+        value = track(value)
+    object.__setattr__(node, name, value)
+    changed_in(vars(node))
+
+
 Pytree = Object
 """Flax NNX 0.12's name for a pytree-registered Object."""
+
+
+def in_its_trace(node: object) -> bool:
+    """Whether `node` (an Object, `List` or `Dict`) may be changed now: it was made in the
+    JAX trace running now (or its trace is unknown). `Rngs` streams ask it before drawing.
+    """
+    owner = vars(node).get(OWNER)
+    return owner is None or owner is current_trace() or owner == current_trace()
+
+
+def check_owner(node: object, owner: object, where: object) -> None:
+    """Raise `TraceContextError` unless `owner`, the trace `node` was made in, is the JAX
+    trace running now (the slow path of a write whose owner token is not the current one).
+
+    Args:
+        node: the Object, `List` or `Dict` written to.
+        owner: its recorded trace token.
+        where: the attribute name, or the key of a List/Dict item.
+    """
+    if owner == current_trace():
+        return
+    kind = type(node).__name__
+    target = f"attribute {where!r}" if isinstance(node, Object) else f"item [{where!r}]"
+    raise TraceContextError(
+        f"Cannot mutate '{kind}' from different trace level (writing its {target}). " + MUTATION_FIX
+    )
 
 
 def checks_after_init(cls: type[Object]) -> None:
@@ -340,6 +389,7 @@ def _object_unflattener(cls: type) -> Callable[[ObjectTreeDef, Iterable], Object
     def unflatten(treedef: ObjectTreeDef, children: Iterable) -> Object:
         node = object.__new__(cls)
         namespace = vars(node)
+        namespace[OWNER] = current_trace()
         namespace.update(zip(treedef.data_keys, children, strict=True))
         namespace.update(zip(treedef.static_keys, treedef.static_values, strict=True))
         if treedef.statuses:
@@ -372,6 +422,7 @@ class List(list):
     the mark sticks to the position."""
 
     def __init__(self, items: Iterable[object] = ()) -> None:
+        vars(self)[OWNER] = current_trace()
         super().__init__(_item(self, i, item) for i, item in enumerate(items))
 
 
@@ -381,6 +432,7 @@ class Dict(dict):
     (`layers.encoder`), as on Flax's `nnx.Dict`."""
 
     def __init__(self, items: object = (), /, **kwargs: object) -> None:
+        vars(self)[OWNER] = current_trace()
         super().__init__(items, **kwargs)  # type: ignore[call-overload]  # list's or dict's
         for key, value in self.items():
             dict.__setitem__(self, key, _item(self, key, value))
@@ -409,12 +461,16 @@ def _changed(node: object) -> None:
 
 def _item(node: list | dict, key: object, value: object) -> object:
     """`value` to store at `key` of a List or Dict: a `data`/`static` mark taken off and
-    recorded for `key`, a plain list or dict tracked."""
+    recorded for `key`, a plain list or dict tracked; refused from another JAX trace."""
+    namespace = vars(node)
+    owner = namespace.get(OWNER)
+    if owner is not None and owner is not current_trace():
+        check_owner(node, owner, key)
     value, status = unmark(value)
     if status is not None:
-        statuses = vars(node).get(_STATUSES)
+        statuses = namespace.get(_STATUSES)
         if statuses is None:
-            statuses = vars(node)[_STATUSES] = {}
+            statuses = namespace[_STATUSES] = {}
         statuses[key] = status
         if not status:
             check_static(node, f"[{key!r}]", value, explicit=True)
@@ -425,6 +481,9 @@ def _tracked(cls: type, method_name: str) -> None:
     method = getattr(cls.__mro__[1], method_name)
 
     def changed(self: object, *args: object, **kwargs: object) -> object:
+        owner = vars(self).get(OWNER)
+        if owner is not None and owner is not current_trace():
+            check_owner(self, owner, args[0] if args else method_name)
         result = method(self, *args, **kwargs)
         _changed(self)
         return result
@@ -556,6 +615,7 @@ def _unflatten_dict(treedef: ObjectTreeDef, children: Iterable) -> Dict:
 
 def _restore_container(node: list | dict, treedef: ObjectTreeDef) -> None:
     namespace = vars(node)
+    namespace[OWNER] = current_trace()
     namespace[_TREEDEF] = treedef
     if treedef.statuses:
         namespace[_STATUSES] = dict(treedef.statuses)
@@ -618,6 +678,7 @@ def object_create(cls: type, aux: Hashable) -> Object:
     """An empty instance of `cls`, without calling its `__init__` (its `_object__restore`
     hook runs)."""
     node = object.__new__(cls)
+    vars(node)[OWNER] = current_trace()
     restore = getattr(cls, "_object__restore", None)
     if restore is not None:
         restore(node)
@@ -635,8 +696,13 @@ def object_init_items(node: object, items: list[tuple[Key, object]]) -> None:
 
 
 def object_set_key(node: object, key: Key, child: object) -> None:
-    """Set one attribute of a live node: a structural change."""
-    setattr(node, key, child)  # type: ignore[arg-type]  # keys are names
+    """Set one attribute of a live node: a structural change. (Graph operations such as
+    `update` may write from inside another trace than the node's, as they write Variables:
+    bryo's transforms and tracers put traced state in and take it out again.)"""
+    if type(node).__setattr__ is Object.__setattr__:  # (a subclass's own override runs)
+        _assign(node, key, child)  # type: ignore[arg-type]  # keys are names
+    else:
+        setattr(node, key, child)  # type: ignore[arg-type]  # keys are names
 
 
 def object_pop_key(node: object, key: Key) -> None:
@@ -664,7 +730,9 @@ def _list_flatten(node: list) -> tuple[Children, Hashable]:
 
 
 def _tracked_create(cls: type, aux: Hashable) -> object:
-    return cls.__new__(cls)  # type: ignore[call-overload]  # List/Dict: list/dict.__new__
+    node = cls.__new__(cls)  # type: ignore[call-overload]  # List/Dict: list/dict.__new__
+    vars(node)[OWNER] = current_trace()
+    return node
 
 
 def _list_init_items(node: object, items: list[tuple[Key, object]]) -> None:

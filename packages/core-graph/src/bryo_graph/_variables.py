@@ -34,6 +34,7 @@ from typing import cast
 
 import jax
 import numpy as np
+from jax.core import Tracer
 from jax.tree_util import GetAttrKey, register_pytree_with_keys
 from numpy.typing import DTypeLike
 
@@ -46,8 +47,9 @@ from bryo_pytree import (
     safe_equal,
 )
 
-from ._compat import is_ref, new_ref
+from ._compat import current_trace, is_ref, new_ref
 from ._eager_sharding import placed
+from ._errors import MUTATION_FIX, TraceContextError
 from ._tracking import WATCHES, structure_changed
 from ._var_defaults import check_default_hijax, check_flag, default_ref
 
@@ -176,8 +178,10 @@ class Variable(metaclass=_VariableType):
     way out or in: `.value`, `v[...]` and the operators all go through them.
     """
 
-    # WATCHES: the watches of cached flattenings, which a metadata change expires
-    __slots__ = ("__weakref__", WATCHES, "_metadata", "raw_value")
+    # WATCHES: the watches of cached flattenings, which a metadata change expires;
+    # _owner: the JAX trace `__init__` ran in (unset on Variables that `merge`, unflattening
+    # or copying made: those are never refused); a tracer written from another one raises.
+    __slots__ = ("__weakref__", WATCHES, "_metadata", "_owner", "raw_value")
 
     def __init__(
         self,
@@ -212,6 +216,7 @@ class Variable(metaclass=_VariableType):
             metadata["ref"] = True
         object.__setattr__(self, "raw_value", value)
         object.__setattr__(self, "_metadata", Metadata(metadata) if metadata else NO_METADATA)
+        object.__setattr__(self, "_owner", current_trace())
 
     def __class_getitem__(cls, item: object) -> types.GenericAlias:
         """`Param[jax.Array]`: a typing alias of the class (calling it builds a Param)."""
@@ -239,6 +244,8 @@ class Variable(metaclass=_VariableType):
         other containers (dicts, lists) are written in place.
         """
         current = self.raw_value
+        if isinstance(value, Tracer) and not isinstance(current, Tracer):
+            check_variable_owner(self)
         if is_ref(current):  # written into the ref: every holder of it sees the write
             current[Ellipsis if index is MISSING else index] = _value_of(value)
             return
@@ -511,7 +518,29 @@ class Variable(metaclass=_VariableType):
     __hash__ = object.__hash__
 
 
-_SLOT_NAMES = frozenset({"_metadata"})
+_SLOT_NAMES = frozenset({"_metadata", "_owner"})
+_get_owner = Variable._owner.__get__  # type: ignore[attr-defined]  # a slot's descriptor
+
+
+def check_variable_owner(variable: Variable) -> None:
+    """Raise `TraceContextError` if `variable` was made (by `__init__`) in another JAX trace
+    than the one running now: called before a tracer is written into a Variable that holds
+    no tracer. (One that holds a tracer was put in a trace by whoever traces it, a lifted
+    transform, which also takes the new value back out.)"""
+    try:
+        owner = _get_owner(variable)
+    except AttributeError:  # made by merge, unflattening or a copy: not checked
+        return
+    now = current_trace()
+    if owner is now or owner == now:
+        return
+    kind = type(variable).__name__
+    raise TraceContextError(
+        f"Cannot mutate {kind} from a different trace level: a tracer was written into "
+        f"{variable!r}. " + MUTATION_FIX
+    )
+
+
 _FLAGS = frozenset({"ref", "hijax"})
 _new = object.__new__
 _set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]  # a slot's descriptor

@@ -18,10 +18,9 @@ import numpy as np
 from jax.core import Tracer
 
 from bryo_filters import Filter, Predicate, to_predicate
-from bryo_graph import Object
+from bryo_graph import Object, TraceContextError, in_its_trace
 from bryo_pytree import Path, describe_leaf, is_array
 
-from ._compat import current_trace
 from ._variables import RngCount, RngKey
 
 RngValue: TypeAlias = int | jax.Array
@@ -41,13 +40,10 @@ class UnknownStreamError(AttributeError, KeyError):
         return str(self.args[0])
 
 
-class RngTraceError(RuntimeError):
+class RngTraceError(TraceContextError):
     """A stream was drawn from inside a JAX trace it does not belong to (an `Rngs` made
     outside a `jax.jit` and captured by the jitted function): its count would end up
     holding a tracer of that trace."""
-
-
-_TRACE = "_object__trace"  # the JAX trace a stream belongs to (private to RngStream)
 
 
 def as_key(value: object, *, name: str) -> jax.Array:
@@ -208,19 +204,13 @@ class RngStream(RandomMethods, Object):
         tag: the stream's name, also the `tag` of both Variables.
     """
 
-    _object__transient = Object._object__transient | {_TRACE}
-
     def __init__(self, key: RngValue, *, tag: str, count: object = None) -> None:
-        _record_trace(self)
         key = as_key(key, name=tag)
         if count is None:
             count = jnp.zeros(key.shape, jnp.uint32)
         self.key = RngKey(key, tag=tag)
         self.count = RngCount(jnp.asarray(count, jnp.uint32), tag=tag)
         self.tag = tag
-
-    def _object__restore(self) -> None:
-        _record_trace(self)
 
     def __call__(self) -> jax.Array:
         """The next key of this stream; adds one to `count`."""
@@ -273,22 +263,16 @@ class RngStream(RandomMethods, Object):
         )
 
 
-def _record_trace(stream: RngStream) -> None:
-    vars(stream)[_TRACE] = current_trace()
-
-
 def check_trace(stream: RngStream) -> None:
     """Raise `RngTraceError` if drawing from `stream` now would leak a tracer into it:
     the stream holds a concrete count and belongs to another trace than the running one.
     (A count that is already a tracer was put there by whoever traces the stream, such
     as a lifted transform or `make_mox`, which also takes the new count back out.)"""
-    owner = vars(stream).get(_TRACE)
-    if owner is None or isinstance(stream.count.raw_value, Tracer):
-        return
-    if owner == current_trace():
+    if isinstance(stream.count.raw_value, Tracer) or in_its_trace(stream):
         return
     raise RngTraceError(
-        f"rng stream {stream.tag!r} belongs to another JAX trace: it was made outside the "
+        f"Cannot mutate RngCount from a different trace level: rng stream {stream.tag!r} "
+        "belongs to another JAX trace: it was made outside the "
         "`jax.jit` (or `vmap`, `grad`, ...) being traced, and the function uses it from its "
         "closure. Drawing a key here would store a traced count in it and leave it broken "
         "after the call. Pass the `Rngs` (or the module holding it) as an argument of the "

@@ -26,6 +26,7 @@ from bryo_graph import Param as Param
 from bryo_graph import Pytree as Pytree
 from bryo_graph import ShardingError as ShardingError
 from bryo_graph import State as State
+from bryo_graph import TraceContextError as TraceContextError
 from bryo_graph import Variable as Variable
 from bryo_graph import VariableState as VariableState
 from bryo_graph import clone as clone
