@@ -24,7 +24,7 @@ def test_variables_with_sharding_metadata_are_placed_under_a_mesh(kind):
     assert v[...].sharding.spec == PartitionSpec("X", None)
     assert w[...].sharding.spec == PartitionSpec(None, "X")
     assert u[...].sharding.spec == PartitionSpec("X", None)
-    assert u.get_metadata("sharding") == ("rows", None)  # the metadata is kept
+    assert u.get_metadata("out_sharding") == ("rows", None)  # kept, under the Flax 0.12 key
 
 
 def test_no_mesh_or_no_array_keeps_the_value():

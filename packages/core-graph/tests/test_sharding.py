@@ -61,20 +61,20 @@ def one_device_mesh():
 def test_metadata_kept_through_split_merge_state_update_clone():
     model = MLP()
     graphdef, params, rest = split(model, Param, ...)
-    assert params["w1"].sharding == ("embed", "mlp")
+    assert params["w1"].out_sharding == ("embed", "mlp")
     assert "sharding" not in rest["count"].metadata
     rebuilt = merge(graphdef, params, rest)
-    assert rebuilt.w1.sharding == ("embed", "mlp") and rebuilt.b1.sharding == ("mlp",)
-    assert state(rebuilt, Param)["w2"].sharding == ("mlp", "embed")
+    assert rebuilt.w1.out_sharding == ("embed", "mlp") and rebuilt.b1.out_sharding == ("mlp",)
+    assert state(rebuilt, Param)["w2"].out_sharding == ("mlp", "embed")
     update(model, jax.tree.map(lambda x: x * 2, params))
-    assert model.w1.sharding == ("embed", "mlp")
-    assert clone(model).w2.sharding == ("mlp", "embed")
+    assert model.w1.out_sharding == ("embed", "mlp")
+    assert clone(model).w2.out_sharding == ("mlp", "embed")
 
 
 def test_get_partition_spec_of_state_and_of_model():
     specs = get_partition_spec(state(MLP()))
     assert specs["w1"].value == P("embed", "mlp")
-    assert specs["w1"].sharding == ("embed", "mlp")  # metadata kept: same tree structure
+    assert specs["w1"].out_sharding == ("embed", "mlp")  # metadata kept: same tree structure
     assert specs["count"].value == P()  # arrays without metadata are replicated
     assert jax.tree.structure(specs) == jax.tree.structure(get_partition_spec(MLP()))
 
@@ -184,7 +184,7 @@ def test_sharded_init_matches_eager_init():
     model = sharded_init(lambda: MLP(seed=3), mesh, RULES)
     eager = MLP(seed=3)
     assert isinstance(model, MLP)
-    assert model.w1.sharding == ("embed", "mlp")
+    assert model.w1.out_sharding == ("embed", "mlp")
     assert model.w1.value.sharding == NamedSharding(mesh, P(None, "model"))
     np.testing.assert_allclose(model.w1.value, eager.w1.value)
     np.testing.assert_allclose(model(jnp.ones((2, 4))), eager(jnp.ones((2, 4))))
@@ -216,12 +216,12 @@ def test_shard_in_place_and_under_jit():
 
 def test_add_sharding_axis_on_state_and_model():
     stacked = add_sharding_axis(state(MLP()), 0, None)
-    assert stacked["w1"].sharding == (None, "embed", "mlp")
+    assert stacked["w1"].out_sharding == (None, "embed", "mlp")
     assert "sharding" not in stacked["count"].metadata
-    assert add_sharding_axis(state(MLP()), -1, "layers")["b1"].sharding == ("mlp", "layers")
+    assert add_sharding_axis(state(MLP()), -1, "layers")["b1"].out_sharding == ("mlp", "layers")
     model = MLP()
     assert add_sharding_axis(model, 0, "layers") is model
-    assert model.w2.sharding == ("layers", "mlp", "embed")
+    assert model.w2.out_sharding == ("layers", "mlp", "embed")
 
 
 # Meshes ------------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def test_add_axis_and_add_sharding_axis_insert_by_one_rule(index, expected):
     add_axis(State({"v": v}), index, {PARTITION_NAME: "L"})
     assert v.out_sharding == expected
     w = Param(jnp.ones((2, 4)), sharding=("a", "b"))
-    assert add_sharding_axis(State({"w": w}), index, "L")["w"].sharding == expected
+    assert add_sharding_axis(State({"w": w}), index, "L")["w"].out_sharding == expected
     remove_axis(State({"v": v}), index, {PARTITION_NAME: "L"})
     assert v.out_sharding == (("a", "b", None) if index == 3 else ("a", "b"))
 

@@ -24,8 +24,8 @@ def test_variable_value_and_metadata():
     count = Variable(0, tag="dropout")
     count.value += 1
     assert count.value == 1 and count.tag == "dropout"
-    count.sharding = ("embed", "mlp")
-    assert count.metadata == {"tag": "dropout", "sharding": ("embed", "mlp")}
+    count.sharding = ("embed", "mlp")  # the older name: stored as `out_sharding`, as Flax does
+    assert count.metadata == {"tag": "dropout", "out_sharding": ("embed", "mlp")}
     with pytest.raises(AttributeError, match=r"no metadata or value attribute 'missing'"):
         count.missing  # noqa: B018
 

@@ -31,9 +31,9 @@ def test_metadata_kept_through_jit_and_grad():
         return model(x)
 
     forward(model, x)
-    assert model.w1.sharding == ("embed", "mlp") and int(model.count.value) == 1
+    assert model.w1.out_sharding == ("embed", "mlp") and int(model.count.value) == 1
     grads = grad(lambda m, x: m(x).sum())(model, x)
-    assert grads["w1"].sharding == ("embed", "mlp")
+    assert grads["w1"].out_sharding == ("embed", "mlp")
     specs = get_partition_spec(grads)
     assert specs["b1"].value == P("mlp")
 
@@ -44,7 +44,7 @@ def test_update_with_grads_keeps_tree_structure():
     params = state(model, Param)
     new = jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
     update(model, new)
-    assert model.b1.sharding == ("mlp",)
+    assert model.b1.out_sharding == ("mlp",)
 
 
 # Logical specs and rules -------------------------------------------------------------------

@@ -84,7 +84,7 @@ def test_opt_state_is_laid_out_as_optax_with_the_parameters_metadata():
     optimizer = Optimizer(model, optax.adam(0.1), wrt=Param)
     flat = dict(graph.state(optimizer).flat_state())
     assert flat[("opt_state", 0, "mu", "w")].type is OptVariable
-    assert flat[("opt_state", 0, "mu", "w")].sharding == ("in", "out")
+    assert flat[("opt_state", 0, "mu", "w")].out_sharding == ("in", "out")
     assert flat[("opt_state", 0, "count")].type is OptArray
     assert ("opt_state", 0, "nu", "b") in flat
 

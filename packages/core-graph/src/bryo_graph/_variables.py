@@ -28,6 +28,7 @@ import builtins
 import dataclasses
 import functools
 import types
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any as _Any
 from typing import cast
@@ -209,6 +210,8 @@ class Variable(metaclass=_VariableType):
                 "with `ref=True` to make a ref-backed Variable (or `set_raw_value(ref)` to "
                 "put an existing ref in one)."
             )
+        if "sharding" in metadata or "sharding_names" in metadata:
+            metadata = out_sharding_metadata(metadata, where)
         if metadata and isinstance(value, jax.Array):  # under a mesh: placed
             value = placed(value, metadata, type(self).__name__)
         if ref:
@@ -280,6 +283,12 @@ class Variable(metaclass=_VariableType):
     def hijax(self) -> bool:
         """Always False: bryo has no hijax Variables (see `var_defaults`)."""
         return False
+
+    @property
+    def sharding_names(self) -> _Any:
+        """The `out_sharding` metadata (None without it): Flax's deprecated older name."""
+        warnings.warn(_OLD_SHARDING.format(old="sharding_names"), DeprecationWarning, stacklevel=2)
+        return self._metadata.get("out_sharding")
 
     @property
     def type(self) -> type[Variable]:
@@ -355,6 +364,13 @@ class Variable(metaclass=_VariableType):
 
     def _set_user_metadata(self, metadata: Mapping[str, object]) -> None:
         """`_replace_metadata` for the user's metadata setters, which keep `ref`/`hijax`."""
+        if "sharding" in metadata or "sharding_names" in metadata:
+            current = self._metadata.get("out_sharding", MISSING)  # carried over: replaced
+            metadata = {
+                k: v for k, v in metadata.items() if k != "out_sharding" or v is not current
+            }
+            where = f"`{type(self).__name__}` metadata"
+            metadata = out_sharding_metadata(metadata, where, stacklevel=4)
         ref = metadata.get("ref", False)
         if ref is not self._metadata.get("ref", False) or metadata.get("hijax", False):
             raise ValueError(
@@ -391,6 +407,8 @@ class Variable(metaclass=_VariableType):
     def __setattr__(self, name: str, value: object) -> None:
         if name == "value":
             self.set_value(value)
+        elif name == "sharding" or name == "sharding_names":  # older names of out_sharding
+            self._set_user_metadata({**self._metadata, name: value})
         elif name == "raw_value" or name in _SLOT_NAMES:
             object.__setattr__(self, name, value)
         elif name in _FLAGS:  # properties of what the metadata says; never changed in place
@@ -435,6 +453,8 @@ class Variable(metaclass=_VariableType):
         the value, so the two never write into each other; `ref=False` copies the value
         out of the ref."""
         new_value = self.raw_value if value is MISSING else value
+        if "sharding" in metadata or "sharding_names" in metadata:
+            metadata = out_sharding_metadata(metadata, f"`{type(self).__name__}.copy(...)`")
         merged = {**self._metadata, **metadata} if metadata else self._metadata
         if is_ref(new_value) or merged.get("ref"):
             return _copied_ref(type(self), new_value, merged)
@@ -545,6 +565,42 @@ _FLAGS = frozenset({"ref", "hijax"})
 _new = object.__new__
 _set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 _set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor
+
+
+_OLD_SHARDING = (
+    "'{old}' is deprecated, use 'out_sharding' instead (Flax NNX 0.12 keeps a Variable's "
+    "axes under `out_sharding`; bryo stores the older keyword there too)."
+)
+
+
+def out_sharding_metadata(
+    metadata: Mapping[str, object], where: str, *, stacklevel: int = 3
+) -> dict[str, object]:
+    """`metadata` with the older `sharding` / `sharding_names` keys stored as
+    `out_sharding`, as Flax NNX 0.12 does (with its DeprecationWarning).
+
+    Args:
+        metadata: Variable metadata as given (not changed).
+        where: what took it (`Param(...)`), named by the error.
+        stacklevel: where the DeprecationWarning points, counted from here (3: the
+            caller of the function that calls this one).
+
+    Raises:
+        ValueError: two spellings given with different axes.
+    """
+    remapped = dict(metadata)
+    for old in ("sharding", "sharding_names"):
+        if old not in remapped:
+            continue
+        axes = remapped.pop(old)
+        if "out_sharding" in remapped and remapped["out_sharding"] != axes:
+            raise ValueError(
+                f"{where} got `{old}={axes!r}` and `out_sharding={remapped['out_sharding']!r}`:"
+                f" `{old}` is the older name of `out_sharding`; give only `out_sharding`."
+            )
+        warnings.warn(_OLD_SHARDING.format(old=old), DeprecationWarning, stacklevel=stacklevel)
+        remapped["out_sharding"] = axes
+    return remapped
 
 
 def _flag_once(metadata: dict[str, object], name: str, given: bool | None) -> bool | None:
