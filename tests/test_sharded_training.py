@@ -53,7 +53,7 @@ def test_stacking_adds_a_leading_layer_axis_to_sharding():
     layers = AxisInfo(name=None, size=3, position=0)
     stacked = Stacked.init(layers, Block.make)(jax.random.split(jax.random.key(0), 3))
     assert stacked.stacked.w.value.shape == (3, 4, 8)
-    assert stacked.stacked.w.sharding == (None, "embed", "mlp")
+    assert stacked.stacked.w.out_sharding == (None, "embed", "mlp")
     assert get_partition_spec(stacked).stacked.w.value == P(None, "embed", "mlp")
     layer = stacked.get_layer(0)
     assert layer.w.value.shape == (4, 8)

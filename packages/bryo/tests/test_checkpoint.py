@@ -70,7 +70,7 @@ def test_without_abstract_the_index_rebuilds_types_and_metadata(tmp_path):
     save_state(tmp_path / "ckpt", saved)
     assert_same_state(restore_state(tmp_path / "ckpt"), saved)
     entry = next(e for e in read_index(tmp_path / "ckpt") if e.path == ("sharded",))
-    assert entry.type.endswith(".Param") and entry.metadata["sharding"] == ("mlp",)
+    assert entry.type.endswith(".Param") and entry.metadata["out_sharding"] == ("mlp",)
 
 
 def test_restore_places_arrays_on_a_mesh_by_logical_axes(tmp_path):

@@ -76,11 +76,11 @@ def test_metadata_keywords_become_the_params_metadata():
     layer = Linear(
         4, 2, kernel_metadata={"sharding": ("in", "out")}, bias_metadata={"note": 1}, rngs=Rngs(0)
     )
-    assert layer.kernel.sharding == ("in", "out") and layer.bias.note == 1
+    assert layer.kernel.out_sharding == ("in", "out") and layer.bias.note == 1
     conv = Conv(4, 2, 3, kernel_metadata={"sharding": (None, "in", "out")}, rngs=Rngs(0))
-    assert conv.kernel.sharding == (None, "in", "out")
+    assert conv.kernel.out_sharding == (None, "in", "out")
     norm = LayerNorm(4, scale_metadata={"sharding": ("f",)}, rngs=Rngs(0))
-    assert norm.scale.sharding == ("f",)
+    assert norm.scale.out_sharding == ("f",)
     mha = MultiHeadAttention(2, 4, kernel_metadata={"note": "qkv"}, rngs=Rngs(0))
     assert mha.query.kernel.note == "qkv" and mha.out.kernel.note == "qkv"
 

@@ -222,15 +222,21 @@ def sharding_attributes(module: object) -> dict[str, tuple[str | None, ...]]:
     return _sharding_attributes([(k, v) for k, v in vars(module).items() if not k.startswith("_")])
 
 
+_AXES_KEYS = ("out_sharding", "sharding", "sharding_names")
+
+
 def _sharding_attributes(items: list[tuple[str, object]]) -> dict[str, tuple[str | None, ...]]:
     from bryo_graph import Variable
 
     found = {}
     for key, value in items:
         if isinstance(value, Variable):
-            axes = value.get_metadata("sharding", None)
-            if axes is not None:
-                found[key] = (axes,) if isinstance(axes, str) else tuple(axes)
+            metadata = value.get_metadata()  # `out_sharding` (Flax 0.12), or an older key
+            axes = next((metadata[k] for k in _AXES_KEYS if metadata.get(k) is not None), None)
+            if isinstance(axes, str):
+                found[key] = (axes,)
+            elif isinstance(axes, tuple | list):  # (a PartitionSpec is a tuple)
+                found[key] = tuple(axes)
     return {
         f"{key}_sharding": tuple(
             e if e is None or isinstance(e, str) else "+".join(e) for e in found[key]
