@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bryo_graph import BatchStat, Object, Param, with_vars
+from bryo_graph import BatchStat, Object, Param, data, with_vars
 from bryo_transforms import jit, vmap
 
 
@@ -53,3 +53,26 @@ def test_vmap_returns_a_batched_new_ref():
     made = vmap(lambda x: Param(x * 2, ref=True))(jnp.ones((3, 2)))
     assert made.ref and type(made.get_raw_value()) is jax.Ref
     np.testing.assert_array_equal(made[...], np.full((3, 2), 2.0))
+
+
+class _TiedRefs(Object):
+    """A raw `jax.new_ref` held under two attributes (one State leaf, shared by merge)."""
+
+    def __init__(self) -> None:
+        shared = jax.new_ref(jnp.ones(3))
+        self.first = data(shared)
+        self.second = data(shared)
+
+
+def test_a_raw_ref_held_twice_stays_shared_through_jit() -> None:
+    model = _TiedRefs()
+    ref = model.first
+
+    @jit
+    def step(model: _TiedRefs) -> bool:
+        model.first[...] = model.second[...] + 1  # one array: both names see the write
+        return model.first is model.second
+
+    assert bool(step(model))
+    assert model.first is ref and model.second is ref
+    assert jnp.array_equal(model.second[...], jnp.full(3, 2.0))

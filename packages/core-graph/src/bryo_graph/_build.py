@@ -155,6 +155,8 @@ def build_graph(
             elif type(child) is LeafEntry:
                 value = leaf_value(leaves[position])
                 position += 1
+                if child.index is not None:  # a raw ref: later references share it
+                    built[child.index] = value
             elif type(child) is RefEntry:
                 value = built.get(child.index, _MISSING)
                 if value is _MISSING:

@@ -64,7 +64,12 @@ class _Compiler:
         if type(entry) is LeafEntry:
             i = self.leaf_count
             self.leaf_count += 1
-            return f"leaf_value(L[{i}])"
+            if entry.index is None:
+                return f"leaf_value(L[{i}])"
+            name = f"n{entry.index}"  # a raw ref: later references share it
+            self.lines.append(f"{name} = leaf_value(L[{i}])")
+            self.built.add(entry.index)
+            return name
         if type(entry) is RefEntry:
             if entry.index not in self.built:
                 raise cycle_through_immutable(path)

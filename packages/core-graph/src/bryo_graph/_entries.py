@@ -64,9 +64,14 @@ class VariableEntry(NamedTuple):
 @final
 class LeafEntry(NamedTuple):
     """A raw leaf in a node (an array, a `data(...)` value); its value is a State leaf, in a
-    `type` Variable when the node type names one (else `type` is `Variable`, the leaf raw)."""
+    `type` Variable when the node type names one (else `type` is `Variable`, the leaf raw).
+
+    A raw `jax.Ref` (mutable array) gets a GraphDef `index`, as a Variable does: where the
+    graph holds it again, a `RefEntry(index)` refers to it, and `merge` shares it again
+    (Flax NNX 0.12's array refs). Other raw leaves are values: `index` is None."""
 
     type: type
+    index: int | None = None
     kind: str = "leaf"
 
 

@@ -506,9 +506,16 @@ class _Flattener:
                 # arrays, abstract arrays, a backend's array type; and what a node type
                 # that tells data from static did not call static (`data(1)`)
                 if static is not None or is_shaped(child):
+                    ref_index = None
+                    if is_ref(child):  # (or traced) met again: a reference to the first place
+                        seen = index.get(id(child))
+                        if seen is not None:
+                            entries.append((key, RefEntry(seen)))
+                            continue
+                        index[id(child)] = ref_index = len(index)
                     paths.append((*frame.path, key))
                     sources.append(LeafSource(None, child, leaf_type, node, parent_type, key))
-                    entries.append((key, LeafEntry(leaf_type)))
+                    entries.append((key, LeafEntry(leaf_type, ref_index)))
                 else:
                     entries.append((key, StaticEntry(hashable(child))))
             else:

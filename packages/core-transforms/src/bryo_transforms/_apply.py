@@ -125,7 +125,10 @@ class _Reconciler:
             self.built[entry.index] = variable
             return variable
         assert isinstance(entry, LeafEntry)
-        return self.leaf_value(self.next_leaf())
+        value = self.leaf_value(self.next_leaf())
+        if entry.index is not None:  # a raw ref: later references share it
+            self.built[entry.index] = value
+        return value
 
     def build_node(self, entry: NodeEntry) -> Generator[Entry, object, object]:
         node_type = self.registry.lookup(entry.type)
