@@ -41,6 +41,7 @@ from bryo_pytree import Key, Path, hashable, is_shaped, path_str
 from ._build import build_graph, write_variable
 from ._caches import clear_registered
 from ._calls import MethodCaller, Step, method_of
+from ._compat import is_ref
 from ._compile import compile_graphdef
 from ._entries import (
     Entry,
