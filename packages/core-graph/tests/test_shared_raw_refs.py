@@ -8,7 +8,19 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bryo_graph import Object, RefEntry, data, flatten, merge, split, state, unflatten
+from bryo_graph import (
+    Object,
+    RefEntry,
+    data,
+    flatten,
+    merge,
+    merge_context,
+    split,
+    split_context,
+    state,
+    unflatten,
+    update_context,
+)
 
 pytestmark = pytest.mark.skipif(
     not hasattr(jax, "new_ref"), reason="jax.new_ref (mutable arrays) needs JAX >= 0.7.2"
@@ -58,3 +70,14 @@ def test_plain_arrays_held_twice_stay_two_leaves() -> None:
             self.b = array
 
     assert set(state(Twice())) == {"a", "b"}  # arrays are values: never deduplicated
+
+
+def test_an_update_context_split_refers_to_the_ref_once() -> None:
+    model = _Tied()
+    with update_context("tied"):
+        with split_context("tied") as context:
+            graphdef, params = context.split(model)
+        assert set(params) == {"first", "own"}
+        with merge_context("tied", True) as context:
+            rebuilt = context.merge(graphdef, params)
+        assert rebuilt.first is rebuilt.second

@@ -243,9 +243,10 @@ class SplitContext:
             }
             for walked in flattener.walked:
                 self._alive.setdefault(id(walked), walked)
-            for source in flattener.sources:
-                if source.variable is not None:
-                    self._alive.setdefault(id(source.variable), source.variable)
+            for source in flattener.sources:  # Variables and raw refs: numbered by id
+                kept = source.variable if source.variable is not None else source.value
+                if id(kept) in index:
+                    self._alive.setdefault(id(kept), kept)
         elif isinstance(node, Variable):
             index[id(node)] = position = len(index)
             self._alive[id(node)] = node
@@ -325,6 +326,8 @@ def _map_leaf(entry: Entry, mapping: dict[int, int]) -> Entry:
         return VariableEntry(entry.type, mapping[entry.index])
     if type(entry) is RefEntry:
         return RefEntry(mapping[entry.index])
+    if type(entry) is LeafEntry and entry.index is not None:  # a raw ref
+        return LeafEntry(entry.type, mapping[entry.index])
     return entry
 
 
