@@ -61,3 +61,17 @@ def test_mismatched_paths_still_fail_naming_the_paths():
     second = State.from_flat_path({("v",): 1.0})
     with pytest.raises(ValueError, match=r"\('w',\)|\('v',\)"):
         jax.tree.map(lambda x, y: x + y, first, second)
+
+
+def test_a_flat_state_is_a_pytree_over_its_leaves():
+    from bryo_graph import FlatState
+
+    flat = FlatState([(("w",), jnp.ones(2)), (("b",), jnp.zeros(3))])
+    assert [leaf.shape for leaf in jax.tree.leaves(flat)] == [(2,), (3,)]
+    doubled = jax.jit(lambda f: jax.tree.map(lambda x: x * 2 + 1, f))(flat)
+    assert isinstance(doubled, FlatState)
+    assert doubled.paths == (("w",), ("b",))
+    assert doubled.leaves[0].tolist() == [3.0, 3.0]
+    keyed = jax.tree_util.tree_flatten_with_path(flat)[0]
+    assert [path[0].key for path, _ in keyed] == [("w",), ("b",)]
+    assert flat.leaves[0].tolist() == [1.0, 1.0]

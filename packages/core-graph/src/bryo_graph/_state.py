@@ -476,6 +476,25 @@ class FlatState(list[tuple[Path, _Any]]):
         return _flat_states(self.to_nested_state().split(first, *filters))
 
 
+def _flat_state_flatten(flat: FlatState) -> tuple[list, _Paths]:
+    return [leaf for _, leaf in flat], _Paths(tuple(path for path, _ in flat))
+
+
+def _flat_state_flatten_with_keys(flat: FlatState) -> tuple[list, _Paths]:
+    return [(DictKey(path), leaf) for path, leaf in flat], _Paths(tuple(path for path, _ in flat))
+
+
+def _flat_state_unflatten(paths: _Paths, leaves: Iterable[object]) -> FlatState:
+    return FlatState(zip(paths.paths, leaves, strict=True))
+
+
+# A FlatState is a pytree over its leaves, in its own order (as Flax's): `jax.tree.leaves`,
+# `jax.tree.map` and `jax.jit` see the leaves, and the paths are static.
+register_pytree_with_keys(
+    FlatState, _flat_state_flatten_with_keys, _flat_state_unflatten, _flat_state_flatten
+)
+
+
 def _flat_states(states: State | tuple[State, ...]) -> FlatState | tuple[FlatState, ...]:
     if isinstance(states, State):
         return FlatState(states._flat.items())
