@@ -2,6 +2,7 @@
 filters, `with_attributes` and `view` (configured copies sharing the Variables),
 `view_info`, and `capture` of the values modules sow."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -242,3 +243,40 @@ def test_perturb_gives_gradients_of_intermediates():
     # sow under jit keeps the tuple of values
     jit(lambda m, x: m(x))(model, 1.0)
     assert len(model.y.get_value()) == 2
+
+
+def _public(module):
+    return {name for name in vars(module) if not name.startswith("_")}
+
+
+def test_perturb_inside_an_inner_jit_takes_its_gradient_from_init_and_leaves_no_trace():
+    from bryo_nnx import Perturbation
+    from bryo_transforms import grad, jit
+
+    class Tripled(Module):
+        @jit
+        def __call__(self, x):
+            x = self.perturb("x_grad", x)
+            y = 3 * x
+            self.sow(Intermediate, "y", y)
+            return y
+
+    model = Tripled()
+    _, zeros = capture(model, Perturbation)(1.0)
+    # the Intermediate sown inside the inner jit, which this capture does not take, is
+    # dropped as a sow outside lifted transforms is: the model is left as it was
+    assert _public(model) == set()
+    assert float(zeros["x_grad"].get_value()) == 0.0
+
+    def loss(m, perturbations, x):
+        return capture(m, Intermediate, init=perturbations)(x)
+
+    p_grads, sown = grad(loss, argnums=1, has_aux=True, wrt=...)(model, zeros, 1.0)
+    assert float(p_grads["x_grad"].get_value()) == 3.0
+    assert float(sown["y"].get_value()[0]) == 3.0
+    assert _public(model) == set()
+    # init values are seen by the copies: a non-zero perturbation shifts the output
+    shifted = jax.tree.map(lambda v: v + 1.0, zeros)
+    y, _ = capture(model, Intermediate, init=shifted)(1.0)
+    assert float(y) == 6.0
+    assert _public(model) == set()

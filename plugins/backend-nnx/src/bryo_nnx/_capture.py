@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from bryo_graph import Intermediate, State, Variable, register_variable_name
+from bryo_graph import Intermediate, State, TraceContextError, Variable, register_variable_name
 from bryo_pytree import Key, Path
 
 _ACTIVE: contextvars.ContextVar[Captures | None] = contextvars.ContextVar(
@@ -69,6 +69,7 @@ class Captures:
         self.paths = {id(module): path for path, module in modules}
         self._modules = [module for _, module in modules]  # keeps the ids valid
         self.values: dict[Path, dict[type, dict[Key, Any]]] = {}
+        self._installed: list[tuple[object, str]] = []
         if init is not None:
             self._load(init)
 
@@ -84,6 +85,25 @@ class Captures:
                 )
             by_type = self.values.setdefault(path[:-1], {}).setdefault(type(leaf), {})
             by_type[path[-1]] = leaf.get_value()
+
+    def install(self, modules: Sequence[tuple[Path, object]]) -> None:
+        """Set the `init` values on the modules as Variables for the call (taken off again by
+        `adopt`), so that the copies lifted transforms make inside the call (an inner
+        `nnx.jit`, ...) see them: a perturbation read in such a copy then depends on the
+        `init` value, and its gradient flows there. A name the module already uses, or a
+        module another trace owns, keeps the values in the session only."""
+        by_path = {path: module for path, module in modules}
+        for path, by_type in self.values.items():
+            module = by_path[path]
+            for var_type, named in by_type.items():
+                for name, value in named.items():
+                    if not isinstance(name, str) or name in vars(module):
+                        continue
+                    try:
+                        setattr(module, name, var_type(value))
+                    except TraceContextError:
+                        continue  # a module of an outer trace: the session alone holds it
+                    self._installed.append((module, name))
 
     def sow(
         self,
@@ -130,16 +150,23 @@ class Captures:
     def adopt(self, modules: Sequence[tuple[Path, object]], before: set[tuple[int, str]]) -> None:
         """Move into the session the Variables of a captured type that the call added to
         `modules` (`before`: their `(id(module), name)` Variable slots before the call):
-        values sown inside lifted transforms, which set them on the modules."""
+        values sown inside lifted transforms, which set them on the modules. The `init`
+        values `install` set are taken off; so are new `Intermediate`s of a type this
+        capture does not take (a `sow` outside the copies drops those too), so that the
+        model is left as it was."""
+        for module, name in self._installed:
+            if name in vars(module):
+                delattr(module, name)
+        self._installed.clear()
         for path, module in modules:
             for name, value in list(vars(module).items()):
-                if (
-                    isinstance(value, Variable)
-                    and type(value) in self.var_types
-                    and (id(module), name) not in before
-                ):
+                if not isinstance(value, Variable) or (id(module), name) in before:
+                    continue
+                if type(value) in self.var_types:
                     by_type = self.values.setdefault(path, {}).setdefault(type(value), {})
                     by_type[name] = value.get_value()
+                    delattr(module, name)
+                elif isinstance(value, Intermediate):
                     delattr(module, name)
 
     def states(self) -> list[State]:

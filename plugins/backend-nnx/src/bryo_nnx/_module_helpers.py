@@ -288,6 +288,7 @@ def capture(
             recording_method_outputs(classes, Module),
         ):
             try:
+                session.install(modules)
                 result = fn(*args, **kwargs)
             finally:  # the model is left unchanged even when `fn` raises
                 session.adopt(modules, before)
