@@ -111,7 +111,7 @@ def model_parallel(want):
     losses = train(model, make_step(mesh, RULES_MP), x, y)
     check_close(losses, want, "model parallel losses")
     assert placed(model.w1.value, mesh, P(None, "model")), model.w1.value.sharding
-    assert model.w1.sharding == ("embed", "mlp")
+    assert model.w1.out_sharding == ("embed", "mlp")
     return losses
 
 
@@ -136,7 +136,7 @@ def stacked_blocks():
 
     layers = AxisInfo(name=None, size=4, position=0)
     stacked = Stacked.init(layers, Block.make)(jax.random.split(jax.random.key(1), 4))
-    assert stacked.stacked.w.sharding == (None, "embed", "mlp"), stacked.stacked.w.sharding
+    assert stacked.stacked.w.out_sharding == (None, "embed", "mlp"), stacked.stacked.w.out_sharding
     mesh = parse_mesh_spec("data=2,model=4")
     rules = {"embed": None, "mlp": "model"}
     shardings = bg.get_named_sharding(stacked, mesh, rules)
