@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -58,7 +58,7 @@ _PUNCTUATION = ((";", ","), ("=", ":"), ("#", "null"), ("<", '{"\\u0000":{'), ("
 #: `=<"py"=%true>"text"` in a text whose strings hold no punctuation (`_plain_json`);
 #: the text may not be `"py"` (the splitting reader declines that, so this does too).
 _PY_TAG_PLAIN = re.compile(r'=\s*<\s*"py"\s*=\s*%true\s*>\s*("(?!py")[^"]*")')
-#: What `_plain_json` and `_split_json` return for a text outside the subset.
+#: What `_rewritten` returns for a text outside the subset.
 _DECLINED = "\x00declined"
 _QUOTE = ord('"')
 #: Strings holding punctuation `_plain_json` sets aside at most (more: `_split_json`).
@@ -69,6 +69,10 @@ _PUNCTUATION_BYTES[list(b";=#<>%")] = True
 _DEPTH_STEP = np.zeros(256, np.int8)
 _DEPTH_STEP[[ord("["), ord("{"), ord("<")]] = 1
 _DEPTH_STEP[[ord("]"), ord("}"), ord(">")]] = -1
+
+
+#: What `_plain_json` returns for a text the splitting form must read.
+_SPLIT: Any = object()
 
 
 class _NotFast(Exception):
@@ -84,33 +88,64 @@ class _Marker:
         self.attributes = attributes
 
 
-def read_fast(raw: bytes, budget: Budget, max_nesting: int) -> Any | None:
-    """The tree `Reader(raw, budget, max_nesting).parse()` returns, or `None` when the
-    text is outside the subset this reads (see the module docstring)."""
+class FastJson(NamedTuple):
+    """A text in the subset `read_fast` reads, as JSON (see the module docstring)."""
+
+    #: the JSON text: node attributes as `{"\\u0000": {...}}` markers before their node,
+    #: `py`-tagged values as `{"\\u0000": "py", "\\u0000v": text}` maps
+    text: str
+    #: how many keys its maps hold in all (markers' and tags' keys included) when no key
+    #: appears twice in a map: `json.loads` keeps the last of duplicates, so a reader
+    #: that counts fewer must leave the text to the exact reader, which names the key
+    keys: int
+
+
+def fast_json(raw: bytes, budget: Budget, max_nesting: int) -> FastJson | None:
+    """The JSON form of `raw`, or `None` when the text is outside the subset (or over
+    the limits): the first step of `read_fast`, for readers of their own."""
     if b"\\" in raw or b"\x00" in raw or b"\x01" in raw or b"\x02" in raw:
         return None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    json_text = _plain_json(raw, text, budget, max_nesting)
-    if json_text is None:
-        json_text = _split_json(text, budget, max_nesting)
-    if json_text is _DECLINED:
+    converted = _plain_json(raw, text, budget, max_nesting)
+    if converted is _SPLIT:
+        converted = _split_json(text, budget, max_nesting)
+    return None if converted is _SPLIT else converted
+
+
+def read_fast(raw: bytes, budget: Budget, max_nesting: int) -> Any | None:
+    """The tree `Reader(raw, budget, max_nesting).parse()` returns, or `None` when the
+    text is outside the subset this reads (see the module docstring)."""
+    converted = fast_json(raw, budget, max_nesting)
+    if converted is None:
         return None
     objects = _Objects()
     try:
-        wrapped = json.loads(json_text, object_pairs_hook=objects, parse_int=_int64, strict=False)
+        wrapped = json.loads(
+            converted.text, object_pairs_hook=objects, parse_int=_int64, strict=False
+        )
         return objects.nodes(wrapped)
     except (_NotFast, ValueError, RecursionError):
         return None
 
 
-def _plain_json(raw: bytes, text: str, budget: Budget, max_nesting: int) -> str | None:
-    """The JSON text of `text` when no string in it holds YSON punctuation or `%` (the
+def load_json(converted: FastJson) -> Any | None:
+    """`converted` parsed by `json.loads` (maps as dicts, markers and tags as the maps
+    `FastJson.text` holds), or `None` where `read_fast` would decline it for its
+    content (an integer past 64 bits, too deep for the parser)."""
+    try:
+        return json.loads(converted.text, parse_int=_int64, strict=False)
+    except (_NotFast, ValueError, RecursionError):
+        return None
+
+
+def _plain_json(raw: bytes, text: str, budget: Budget, max_nesting: int) -> FastJson | None:
+    """The JSON form of `text` when no string in it holds YSON punctuation or `%` (the
     files `dumps` writes, but for a few): the punctuation is then rewritten in place,
-    strings and all, with no splitting. `None` when some string does (`_split_json`
-    reads those), `_DECLINED` when the text is outside the subset.
+    strings and all, with no splitting. `_SPLIT` when some string does (`_split_json`
+    reads those), `None` when the text is outside the subset.
 
     Which bytes are in strings is found on the raw bytes: a byte is inside a string
     when an odd number of quotes precede it (there are no backslashes, so no escaped
@@ -119,16 +154,16 @@ def _plain_json(raw: bytes, text: str, budget: Budget, max_nesting: int) -> str 
     quotes = codes == _QUOTE
     inside = (np.cumsum(quotes, dtype=np.uint8) & 1).view(np.bool_)
     if inside.size and inside[-1]:
-        return None  # a string left open: the splitting reader declines it
+        return _SPLIT  # a string left open: the splitting reader declines it
     # the text with its strings emptied (`""`): what the checks of the subset look at
     bare = codes[~inside | quotes].tobytes().decode("latin-1")
     starts = np.flatnonzero(quotes)
     if _OUTSIDE.search(bare) or not _within_limits(bare, starts.size // 2, budget, max_nesting):
-        return _DECLINED
+        return None
     # strings holding punctuation (`"a.<locals>.B"`) are set aside while it is rewritten
     odd = np.flatnonzero(_PUNCTUATION_BYTES[codes] & inside)
     if odd.size > _MAX_SET_ASIDE:
-        return None
+        return _SPLIT
     kept: list[str] = []
     if odd.size:
         # the string around each such byte: from the quote before it to the one after
@@ -142,16 +177,18 @@ def _plain_json(raw: bytes, text: str, budget: Budget, max_nesting: int) -> str 
         pieces.append(raw[last:])
         text = "\x01".join(piece.decode("utf-8") for piece in pieces)
     text = _rewritten(_PY_TAG_PLAIN.sub(_py_tag_json, text))
-    if not kept or text is _DECLINED:
-        return text
+    if text is _DECLINED:
+        return None
+    if not kept:
+        return FastJson(text, _keys(bare))
     between = text.split("\x01")
     if len(between) != len(kept) + 1:  # pragma: no cover  -- the rewrites keep them
-        return _DECLINED
+        return None
     out = [between[0]]
     for string, after in zip(kept, between[1:], strict=True):
         out.append(string)
         out.append(after)
-    return "".join(out)
+    return FastJson("".join(out), _keys(bare))
 
 
 def _py_tag_json(match: re.Match[str]) -> str:
@@ -170,9 +207,9 @@ def _rewritten(text: str) -> str:
     return "[" + text + "]"
 
 
-def _split_json(text: str, budget: Budget, max_nesting: int) -> str:
-    """The JSON text of `text`, the strings split out while the punctuation between them
-    is rewritten (any string); `_DECLINED` when the text is outside the subset."""
+def _split_json(text: str, budget: Budget, max_nesting: int) -> FastJson | None:
+    """The JSON form of `text`, the strings split out while the punctuation between them
+    is rewritten (any string); `None` when the text is outside the subset."""
     parts = _STRING.split(text)
     strings = parts[1::2]
     separators = ["\x02" if s == '"py"' else "\x01" for s in strings]
@@ -180,15 +217,22 @@ def _split_json(text: str, budget: Budget, max_nesting: int) -> str:
     marked[1::2] = separators
     text = "".join(marked)
     if _OUTSIDE.search(text) or not _within_limits(text, len(strings), budget, max_nesting):
-        return _DECLINED
+        return None
+    keys = _keys(text)
     text = _rewritten(_PY_TAG.sub(lambda _: _PY_TAG_JSON, text))
     if text is _DECLINED:
-        return _DECLINED
+        return None
     between = _SEPARATORS.split(text[1:-1])
     if len(between) != len(strings) + 1:  # pragma: no cover  -- the rewrites keep them
-        return _DECLINED
+        return None
     parts[0::2] = between
-    return "[" + "".join(parts) + "]"
+    return FastJson("[" + "".join(parts) + "]", keys)
+
+
+def _keys(bare: str) -> int:
+    """The keys the JSON form of `bare` (a YSON text, strings emptied or marked) holds
+    in its maps: one per `=`, and one per `<` (the key of the marker or tag it opens)."""
+    return bare.count("=") + bare.count("<")
 
 
 def _within_limits(text: str, strings: int, budget: Budget, max_nesting: int) -> bool:

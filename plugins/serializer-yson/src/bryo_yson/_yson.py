@@ -7,11 +7,14 @@ params text form), and `inputs`/`outputs`/`results`/`consts` as lists of maps
 `{"name"=...; "type"="f32[2,3]"}` (literals carry `value`, module inputs may carry
 `bind`, constants `data` in base64). One node is written per line.
 
-Reading uses the bounded reader of `_text` (text YSON only; size, nesting and value count
-checked as it reads, so memory stays proportional to what the limits allow) and then
-builds the document iteratively; every error names the line, column and the path of the
-value in the YSON tree (`/0/3/@inputs/1`: the second input of the fourth child of the
-first child). Files written by `yt.yson` (its pretty format) read the same.
+Reading builds the document straight from the JSON form of the text (`_fast.fast_json`,
+for the files `dumps` writes: limits checked before `json.loads` allocates anything) when
+it can (`_JsonBuilder`); any other text, and any error, goes through the bounded reader of
+`_text` (text YSON only; size, nesting and value count checked as it reads, so memory
+stays proportional to what the limits allow) and `_Builder`, iteratively. Every error
+names the line, column and the path of the value in the YSON tree (`/0/3/@inputs/1`:
+the second input of the fourth child of the first child). Files written by `yt.yson`
+(its pretty format) read the same.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from bryo_mox.document import (
     value_key,
 )
 
-from ._fast import read_fast
+from ._fast import fast_json, load_json
 from ._text import Attributed, Reader, cached_quote, quote, scalar
 
 #: Files larger than this are refused before parsing (see `Limits.max_bytes`).
@@ -169,10 +172,16 @@ def loads(data: str | bytes) -> DocNode:
     budget.check_size()
     max_nesting = LEVELS_PER_NODE * budget.limits.max_depth + 16
     reader = Reader(raw, budget, max_nesting)
-    tree = read_fast(raw, budget, max_nesting)
-    if tree is None:
-        return _Builder(reader.locate).document(reader.parse())
-    return _Builder(_ByPath(reader)).document(tree)
+    converted = fast_json(raw, budget, max_nesting)
+    value = load_json(converted) if converted is not None else None
+    if value is not None:
+        assert converted is not None
+        spent = budget.array_bytes_left
+        doc = _JsonBuilder(_ByPath(reader)).document(value, converted.keys)
+        if doc is not None:
+            return doc
+        budget.array_bytes_left = spent  # the exact reader counts the arrays again
+    return _Builder(reader.locate).document(reader.parse())
 
 
 class _ByPath:
@@ -304,6 +313,136 @@ class _Builder:
         ):
             raise source.error("a constant must be a map of string `name`, `type` and `data`")
         return read_const(value["name"], value["type"], value["data"], source)
+
+
+class _Declined(Exception):
+    """The JSON form holds what `_JsonBuilder` does not read: the exact reader must."""
+
+
+#: The keys of the map a `py` tag became in the JSON form (`_fast.FastJson`).
+_TAG, _TAGGED = "\x00", "\x00v"
+
+
+class _JsonBuilder:
+    """Builds the document from the JSON form of a text (`_fast.fast_json`) directly:
+    what `_Builder` makes of the tree `read_fast` returns for the same text, without
+    that tree (`Attributed` values, markers paired with their nodes).
+
+    `document` returns `None` for anything it does not read as `_Builder` would, errors
+    included (a map where a node or a port belongs, a malformed value, a key twice in a
+    map, an array over the budget): the caller then reads the text with the exact reader
+    and `_Builder`, which raise the located error. Sources carry paths; `locate` finds
+    their lines when an error is raised."""
+
+    def __init__(self, locate: Callable[[Source], Source]) -> None:
+        self.locate = locate
+        self.attrs = AttrReader()
+        self.keys = 0  # keys of the maps read (see `_fast.FastJson.keys`)
+
+    def document(self, value: Any, keys: int) -> DocNode | None:
+        """The document of `value` (the JSON form's top list), or `None` (see above)."""
+        try:
+            if type(value) is not list or len(value) != 2:
+                raise _Declined
+            root = self.node(value[0], value[1], "/")
+            stack = [(value[1], root, "")]
+            while stack:
+                children, doc, path = stack.pop()
+                if children is None:
+                    continue
+                if len(children) % 2:
+                    raise _Declined
+                nodes = doc.children
+                for index in range(len(children) // 2):
+                    child_path = f"{path}/{index}"
+                    body = children[2 * index + 1]
+                    nodes.append(self.node(children[2 * index], body, child_path))
+                    stack.append((body, nodes[-1], child_path))
+        except (_Declined, MoxError):
+            return None
+        return root if self.keys == keys else None
+
+    def node(self, marker: Any, body: Any, path: str) -> DocNode:
+        if type(marker) is not dict or len(marker) != 1 or not (body is None or type(body) is list):
+            raise _Declined
+        attributes = marker.get(_TAG)
+        if type(attributes) is not dict:
+            raise _Declined
+        self.keys += 1 + len(attributes)
+        attributes = attributes.copy()
+        tag = attributes.pop("primitive", None)
+        if type(tag) is not str:
+            raise _Declined
+        source = new_source((None, None, path, 0, self.locate))
+        base = path.rstrip("/")
+        doc = DocNode(tag, source=source)
+        doc.inputs = self.ports(attributes.pop("inputs", []), f"{base}/@inputs", source)
+        doc.outputs = self.ports(attributes.pop("outputs", []), f"{base}/@outputs", source)
+        doc.results = self.ports(attributes.pop("results", []), f"{base}/@results", source)
+        consts = attributes.pop("consts", None)
+        if consts is not None:
+            doc.consts = self.consts(consts, f"{base}/@consts", source)
+        doc.attrs_key = key = repr(attributes)
+
+        def decode() -> tuple[dict[str, Any], bool]:
+            attrs = {name: self.value(value, 0) for name, value in attributes.items()}
+            # `py`-tagged values may be arrays, decoded and counted each time
+            return attrs, "\\x00" not in key
+
+        doc.attrs = self.attrs.decoded_attrs(key, decode)
+        self.keys += 2 * key.count("\\x00v")  # the tags' maps (their keys hold no `\\`)
+        return doc
+
+    def ports(self, values: Any, prefix: str, parent: Source) -> list[Port]:
+        if type(values) is not list:
+            raise _Declined
+        _, _, _, hint, resolve = parent
+        ports = []
+        for index, value in enumerate(values):
+            if type(value) is not dict:
+                raise _Declined
+            self.keys += len(value)
+            type_, name, bind = value.get("type"), value.get("name"), value.get("bind")
+            if type(type_) is not str or not (bind is None or type(bind) is str):
+                raise _Declined
+            literal = None
+            if name is None:
+                if "value" not in value:
+                    raise _Declined
+                literal = self.value(value["value"], 0)
+                self.keys += 2 * repr(value["value"]).count("\\x00v")
+            elif type(name) is not str:
+                raise _Declined
+            where = new_source((None, None, f"{prefix}/{index}", hint, resolve))
+            ports.append(Port(name, type_, literal, bind, where))
+        return ports
+
+    def consts(self, values: Any, prefix: str, parent: Source) -> list[Const]:
+        if type(values) is not list:
+            raise _Declined
+        consts = []
+        for index, value in enumerate(values):
+            if type(value) is not dict:
+                raise _Declined
+            self.keys += len(value)
+            name, type_, data = value.get("name"), value.get("type"), value.get("data")
+            if not (isinstance(name, str) and isinstance(type_, str) and isinstance(data, str)):
+                raise _Declined
+            source = parent._replace(path=f"{prefix}/{index}")
+            consts.append(read_const(name, type_, data, source))
+        return consts
+
+    def value(self, value: Any, depth: int) -> Any:
+        """An attr value: `_attr` of what `read_fast` makes of it."""
+        if depth > MAX_VALUE_DEPTH:
+            raise _Declined
+        if type(value) is list:
+            return tuple(self.value(v, depth + 1) for v in value)
+        if type(value) is dict:
+            if len(value) == 2 and value.get(_TAG) == "py" and type(value.get(_TAGGED)) is str:
+                return decode(value[_TAGGED])
+            raise _Declined
+        return value
 
 
 def _attr(value: Any, depth: int) -> Any:
