@@ -348,3 +348,34 @@ def test_copies_of_a_mox_are_the_mox(toy, mlp, x):
     twin = copy.deepcopy({"mox": mox, "n": [1]})
     assert twin["mox"] is mox
     np.testing.assert_allclose(eval_mox(twin["mox"], mlp, x), mlp(x))
+
+
+def test_equations_sharing_one_params_dict_each_get_their_own_regions():
+    # the converter looks up the jaxprs of a params dict once (equations the loader
+    # makes from one traced template share theirs); each equation's regions are its own
+    from jax.extend import core as jex
+
+    from bryo_mox._compat import new_jaxpr_eqn
+    from bryo_mox._trace import convert
+
+    closed = jax.make_jaxpr(lambda v: jax.jit(jnp.sin)(v))(jnp.ones(3))
+    (call,) = closed.jaxpr.eqns
+    out = jex.Var(call.outvars[0].aval)
+    again = new_jaxpr_eqn(
+        list(call.outvars),
+        [out],
+        call.primitive,
+        call.params,
+        call.effects,
+        call.source_info,
+        call.ctx,
+    )
+    jaxpr = closed.jaxpr.replace(eqns=[call, again], outvars=[out])
+    first, second = convert(jaxpr).nodes
+    assert isinstance(first, Equation) and isinstance(second, Equation)
+    assert first.eqn.params is second.eqn.params
+    assert len(first.regions) == len(second.regions) == 1
+    assert first.regions[0].block is not second.regions[0].block
+    np.testing.assert_allclose(
+        jaxpr_as_fun(jex.ClosedJaxpr(jaxpr, []))(jnp.ones(3))[0], jnp.sin(jnp.sin(jnp.ones(3)))
+    )

@@ -8,7 +8,9 @@ from lxml import etree
 
 import bryo_mox as yax
 from bryo_mox import MoxSerializationError
+from bryo_mox.document import loading
 from bryo_mox.testing import MLP, Linear, LoRA, Module, ResBlock, assert_round_trip
+from bryo_xml import _xml as bryo_xml_reader
 
 X = jnp.linspace(-1.0, 1.0, 8).reshape(2, 4)
 
@@ -349,3 +351,23 @@ def test_weak_and_strong_spellings_of_a_type_both_read(bryo_plugin_manager):
     )
     back = yax.loads(text)
     np.testing.assert_allclose(yax.eval_mox(back, jnp.ones(2))[0], 6 * jnp.ones(2))
+
+
+def test_nodes_with_equal_attributes_share_decoded_params_but_not_arrays():
+    # the reader makes a node with another's attribute texts from that node's decoded
+    # attrs; an array param is decoded and counted for every node that holds it
+    node = (
+        '<eqn primitive="add" n="(1, 2)" foo="array(\'AAAAAAAAAAA=\', dtype(\'float32\'), (2,))">'
+        '<input type="f32[2]">a</input><output type="f32[2]">{out}</output></eqn>\n'
+    )
+    text = f"<mox>\n{node.format(out='b')}{node.format(out='c')}</mox>".encode()
+    with loading(len(text), yax.Limits(array_bytes=16)):
+        doc = bryo_xml_reader.loads(text)
+    first, second = doc.children
+    assert first.tag == second.tag == "add" and first.attrs_key == second.attrs_key
+    assert first.attrs["n"] == second.attrs["n"] == (1, 2)
+    assert first.attrs["foo"] is not second.attrs["foo"]
+    assert [p.name for p in second.outputs] == ["c"] and second.source.line == 3
+    with loading(len(text), yax.Limits(array_bytes=12)):
+        with pytest.raises(yax.MoxLimitError, match=r"array budget.*line 3"):
+            bryo_xml_reader.loads(text)

@@ -390,6 +390,9 @@ class _Converter:
         self.const_values = dict(zip(jaxpr.constvars, consts, strict=True))
         self.subst: dict[Any, Any] = {}  # dissolved markers and pruned state outputs
         self.owner: dict[Any, _Scope] = {}  # scope defining each var (root vars: absent)
+        #: `jaxpr_params` by the params dict's id (held, so the id stays its own): the
+        #: equations jax or the loader makes from one template share their params dict
+        self.params_jaxprs: dict[int, tuple[Any, list[Any]]] = {}
         self.root = _Scope(None)
 
     def run(self) -> Block:
@@ -471,7 +474,13 @@ class _Converter:
                 eqn.source_info,
                 eqn.ctx,
             )
-        found = jaxpr_params(eqn.params)
+        params = eqn.params
+        hit = self.params_jaxprs.get(id(params))
+        if hit is not None and hit[0] is params:
+            found = hit[1]
+        else:
+            found = jaxpr_params(params)
+            self.params_jaxprs[id(params)] = (params, found)
         if not found:
             return Equation(eqn)
         regions = tuple(

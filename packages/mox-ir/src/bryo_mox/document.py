@@ -215,6 +215,11 @@ class AttrReader:
             self._attrs[key] = attrs.copy()
         return attrs
 
+    @staticmethod
+    def immutable(attrs: dict[str, Any]) -> bool:
+        """Whether every value of `attrs` is immutable (may be shared by equal nodes)."""
+        return all(_immutable(value) for value in attrs.values())
+
     def __call__(self, text: str) -> Any:
         try:
             return self._cache[text]
