@@ -213,9 +213,29 @@ def test_split_merge_round_trip_keeps_keys_and_counts(seeds, draws):
         assert same_key(rebuilt[name](), rngs[name]())
 
 
-def test_repr_shows_streams():
-    text = repr(Rngs(0, params=1))
-    assert "params=RngStream(tag='params', key=key<fry>[], count=0)" in text
+def test_repr_shows_streams_with_their_sizes():
+    rngs = Rngs(0, params=1)
+    rngs.params()
+    text = repr(rngs)
+    assert text.startswith(
+        "Rngs( # RngState: 4 (24 B)\n  default=RngStream( # RngState: 2 (12 B)\n"
+    )
+    assert (  # keys and counts count as one RngState entry, as in Flax
+        "  params=RngStream( # RngState: 2 (12 B)\n"
+        "    tag='params',\n"
+        "    key=RngKey( # 1 (8 B)\n"
+        "      value=key<fry>[],\n"
+        "      tag='params'\n"
+        "    ),\n"
+        "    count=RngCount( # 1 (4 B)\n"
+        "      value=u32[] 1,\n"
+        "      tag='params'\n"
+        "    )\n"
+        "  )\n"
+        ")"
+    ) in text
+    assert repr(rngs.params) in text.replace("\n  ", "\n")  # a stream prints the same alone
+    assert repr(Rngs()) == "Rngs()"
     assert isinstance(Rngs(0).default, RngStream)
 
 

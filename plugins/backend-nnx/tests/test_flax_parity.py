@@ -523,3 +523,41 @@ def test_rnn_with_broadcast_dropout_rngs_matches_flax():
     for _ in range(2):
         assert_same_output(ours(SEQUENCE), theirs(SEQUENCE))
     assert_same_state(ours, theirs)
+
+
+def test_repr_counts_and_lays_out_a_model_as_flax_does():
+    """`print(model)` after switching the import: the same statistics comments on the same
+    nodes, in the same order, and shared and cyclic nodes as `Name(...)`. (Array values
+    differ, bryo writes `f32[2,3]`; and some layers set their static attributes in
+    another order than Flax's, so the lines between differ.)"""
+
+    def build(nnx, List, Dict):  # the classes, as the namespaces spell them
+        class Block(nnx.Module):
+            def __init__(self, rngs):
+                self.linear = nnx.Linear(2, 3, rngs=rngs)
+                self.bn = nnx.BatchNorm(3, rngs=rngs)
+
+        class Model(nnx.Module):
+            def __init__(self, rngs):
+                self.count = 3
+                self.block = Block(rngs)
+                self.dropout = nnx.Dropout(0.5, rngs=rngs)
+                self.layers = List([nnx.Linear(3, 3, rngs=rngs), nnx.Linear(3, 1, rngs=rngs)])
+                self.table = Dict(head=nnx.Embed(5, 2, rngs=rngs), size=5)
+                self.shared = self.block
+                self.big = nnx.Linear(70, 80, rngs=rngs)
+                self.me = self
+
+        return Model(nnx.Rngs(0, dropout=1))
+
+    def outline(model):
+        lines = repr(model).splitlines()
+        return [line for line in lines if " # " in line or line.rstrip(",").endswith("(...)")]
+
+    ours = outline(build(BRYO, graph.List, graph.Dict))
+    theirs = outline(build(FLAX, FLAX.List, FLAX.Dict))
+    assert ours[0] == (
+        "Model( # Param: 5,721 (22.9 KB), BatchStat: 6 (24 B), RngState: 2 (12 B), "
+        "Total: 5,729 (22.9 KB)"
+    )
+    assert ours == theirs

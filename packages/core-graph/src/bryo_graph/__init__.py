@@ -94,6 +94,10 @@ from ._placement import get_named_sharding as get_named_sharding
 from ._placement import make_mesh as make_mesh
 from ._placement import shard as shard
 from ._placement import sharded_init as sharded_init
+from ._repr import SizeBytes as SizeBytes
+from ._repr import format_bytes as format_bytes
+from ._repr import render as render
+from ._repr import variable_size as variable_size
 from ._spmd import PARTITION_NAME as PARTITION_NAME
 from ._spmd import add_axis as add_axis
 from ._spmd import as_abstract as as_abstract

@@ -35,6 +35,7 @@ from ._errors import MUTATION_FIX, TraceContextError
 from ._fields import ATOMIC as _ATOMIC
 from ._fields import check_static, class_statuses, data_types, is_data, unmark
 from ._nodes import Children, NodeType, dict_flatten
+from ._repr import ReprBlock, render
 from ._tracking import TREEDEF, WATCHES, changed_in
 
 # Attributes an Object keeps for itself, never children.
@@ -172,6 +173,15 @@ class Object:
         restore = type(self)._object__restore
         if restore is not None:
             restore(self)
+
+    def __repr__(self) -> str:
+        return render(self)
+
+    def _repr_block(self) -> ReprBlock:
+        """How `repr` lays this node out (see `_repr`): its attributes, in the order they
+        were set, with the statistics of its Variables."""
+        items = [(f"{name}=", value) for name, value in repr_attributes(self)]
+        return ReprBlock(f"{type(self).__name__}(", ")", items, counted=True)
 
     def __treescope_repr__(self, path: str | None, subtree_renderer: object) -> object:
         """Rich display in notebooks (treescope, optional): see `_treescope`."""
@@ -425,6 +435,12 @@ class List(list):
         vars(self)[OWNER] = current_trace()
         super().__init__(_item(self, i, item) for i, item in enumerate(items))
 
+    def __repr__(self) -> str:
+        return render(self)
+
+    def _repr_block(self) -> ReprBlock:
+        return ReprBlock(f"{type(self).__name__}([", "])", [("", item) for item in self])
+
 
 class Dict(dict):
     """A dict that reports structural changes (items set or removed); a pytree whose
@@ -436,6 +452,13 @@ class Dict(dict):
         super().__init__(items, **kwargs)  # type: ignore[call-overload]  # list's or dict's
         for key, value in self.items():
             dict.__setitem__(self, key, _item(self, key, value))
+
+    def __repr__(self) -> str:
+        return render(self)
+
+    def _repr_block(self) -> ReprBlock:
+        items = [(f"{key!r}: ", value) for key, value in self.items()]
+        return ReprBlock(f"{type(self).__name__}({{", "})", items)
 
     def __getattr__(self, name: str) -> object:
         if not name.startswith("__") and name in self:
@@ -658,6 +681,21 @@ def object_attributes(node: Object) -> list[tuple[str, object]]:
     items = [(k, v) for k, v in vars(node).items() if not k.startswith(_PRIVATE_PREFIX)]
     items.sort(key=_first)
     return items
+
+
+def repr_attributes(node: Object) -> list[tuple[str, object]]:
+    """What a repr shows of an Object: its attributes in the order they were set, without
+    bookkeeping and without private (`_name`) static ones, as Flax NNX shows them."""
+    static = object_static_keys(node)
+    return [(k, v) for k, v in vars(node).items() if _shown(k, v, static)]
+
+
+def _shown(name: str, value: object, static: frozenset[str] | None) -> bool:
+    if not name.startswith("_"):
+        return True
+    if name.startswith(_PRIVATE_PREFIX):
+        return False
+    return name not in static if static is not None else is_data(value)
 
 
 def _first(item: tuple[str, object]) -> str:

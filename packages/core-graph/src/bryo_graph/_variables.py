@@ -31,7 +31,7 @@ import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any as _Any
-from typing import cast
+from typing import ClassVar, cast
 
 import jax
 import numpy as np
@@ -183,6 +183,10 @@ class Variable(metaclass=_VariableType):
     # _owner: the JAX trace `__init__` ran in (unset on Variables that `merge`, unflattening
     # or copying made: those are never refused); a tracer written from another one raises.
     __slots__ = ("__weakref__", WATCHES, "_metadata", "_owner", "raw_value")
+
+    #: The type under which a module's repr counts this class's Variables (None: the class
+    #: itself). `RngState` sets itself, so keys and counts add up as one `RngState` entry.
+    stats_type: ClassVar[type[Variable] | None] = None
 
     def __init__(
         self,

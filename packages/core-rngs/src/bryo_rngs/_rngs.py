@@ -19,7 +19,7 @@ from jax.core import Tracer
 
 from bryo_filters import Filter, Predicate, to_predicate
 from bryo_graph import Object, TraceContextError, in_its_trace
-from bryo_pytree import Path, describe_leaf, is_array
+from bryo_pytree import Path, is_array
 
 from ._variables import RngCount, RngKey
 
@@ -181,15 +181,6 @@ for _name in INITIALIZER_NAMES:
     setattr(RandomMethods, _name, _initializer_method(_name))
 
 
-def _scalar_text(value: object) -> str:
-    if getattr(value, "ndim", None) == 0 and not jnp.issubdtype(value.dtype, jax.dtypes.prng_key):  # type: ignore[attr-defined]  # ndim == 0: an array, with a dtype
-        try:
-            return str(int(value))  # type: ignore[call-overload]  # a 0-d non-key array converts to int
-        except TypeError:  # a tracer (ConcretizationTypeError)
-            pass
-    return describe_leaf(value)
-
-
 class RngStream(RandomMethods, Object):
     """One stream of keys: `stream()` returns `fold_in(key, count)`, then count += 1.
 
@@ -208,9 +199,9 @@ class RngStream(RandomMethods, Object):
         key = as_key(key, name=tag)
         if count is None:
             count = jnp.zeros(key.shape, jnp.uint32)
+        self.tag = tag
         self.key = RngKey(key, tag=tag)
         self.count = RngCount(jnp.asarray(count, jnp.uint32), tag=tag)
-        self.tag = tag
 
     def __call__(self) -> jax.Array:
         """The next key of this stream; adds one to `count`."""
@@ -255,12 +246,6 @@ class RngStream(RandomMethods, Object):
         shape = _split_shape(k, self.tag)
         key = draw_keys(self)
         return RngStream(jnp.broadcast_to(key, (*shape, *key.shape)), tag=self.tag)
-
-    def __repr__(self) -> str:
-        return (
-            f"RngStream(tag={self.tag!r}, key={describe_leaf(self.key.value)}, "
-            f"count={_scalar_text(self.count.value)})"
-        )
 
 
 def check_trace(stream: RngStream) -> None:
@@ -448,12 +433,6 @@ class Rngs(RandomMethods, Object):
         for name, stream in derived.items():
             setattr(new, name, stream)
         return new
-
-    def __repr__(self) -> str:
-        if not len(self):
-            return "Rngs()"
-        lines = [f"  {name}={stream!r}," for name, stream in self.items()]
-        return "Rngs(\n" + "\n".join(lines) + "\n)"
 
 
 def _check_stream_name(name: str) -> None:

@@ -29,6 +29,9 @@ class RngState(Variable):
         return f"{type(self).__name__}({', '.join(fields)})"
 
 
+RngState.stats_type = RngState  # a module's repr counts keys and counts together, as Flax
+
+
 class PickledKey(NamedTuple):
     """A typed key array as pickle stores it: its key data and the name of its PRNG impl."""
 

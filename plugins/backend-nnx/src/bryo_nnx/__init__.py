@@ -7,6 +7,7 @@ initialisation order, same numbers for the same `Rngs`). `bryo.nnx` is the facad
 gathers this backend and the core packages under Flax NNX's names.
 """
 
+from bryo_graph import render as render
 from bryo_transforms import eval_shape as eval_shape
 
 from . import dtypes as dtypes
@@ -48,7 +49,6 @@ from ._capture import Perturbation as Perturbation
 from ._conv import Conv as Conv
 from ._conv import ConvTranspose as ConvTranspose
 from ._display import display as display
-from ._display import render as render
 from ._dropout import Dropout as Dropout
 from ._embed import Embed as Embed
 from ._linear import Einsum as Einsum

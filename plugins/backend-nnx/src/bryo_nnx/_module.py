@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from bryo_filters import Filter, to_predicate
-from bryo_graph import Object, Variable, iter_children, iter_graph, object_attributes
-from bryo_pytree import Key, Path, is_shaped
+from bryo_graph import Object, Variable, iter_children, iter_graph
+from bryo_pytree import Key, Path
 
 from ._capture import Perturbation, active_captures
 from ._intercept import wrap_call
@@ -193,19 +193,3 @@ class Module(Object):
         self.set_attributes(
             deterministic=True, use_running_average=True, **attributes, raise_if_not_found=False
         )
-
-    def __repr__(self) -> str:
-        from bryo_pytree import describe_leaf
-
-        fields = []
-        for name, value in object_attributes(self):
-            if isinstance(value, Module):
-                text = f"{type(value).__name__}(...)"
-            elif isinstance(value, Variable):
-                text = repr(value)
-            elif is_shaped(value):
-                text = describe_leaf(value)
-            else:
-                text = repr(value)
-            fields.append(f"{name}={text}")
-        return f"{type(self).__name__}({', '.join(fields)})"
