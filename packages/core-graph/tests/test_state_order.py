@@ -30,13 +30,38 @@ def test_leaves_come_in_sorted_path_order_ints_before_strings():
     )
     assert jax.tree.leaves(state) == [3, 2, 1, 5, 4]
     keyed = jax.tree_util.tree_flatten_with_path(state)[0]
-    assert [path[0].key for path, _ in keyed] == [
+    assert [tuple(key.key for key in path) for path, _ in keyed] == [
         ("a", "x"),
         ("a", "y"),
         ("b",),
         ("layers", 2),
         ("layers", 10),
     ]
+
+
+def test_key_paths_name_one_key_per_level_as_flax_does():
+    state = State({"linear": {"kernel": 1.0, "bias": 2.0}, "scale": 3.0})
+    keyed = jax.tree_util.tree_flatten_with_path(state)[0]
+    assert [jax.tree_util.keystr(path) for path, _ in keyed] == [
+        "['linear']['bias']",
+        "['linear']['kernel']",
+        "['scale']",
+    ]
+    # a mask by the last key, as optax users write it
+    mask = jax.tree_util.tree_map_with_path(lambda path, _: path[-1].key != "bias", state)
+    assert mask.flat_state() == {
+        ("linear", "bias"): False,
+        ("linear", "kernel"): True,
+        ("scale",): True,
+    }
+
+
+def test_a_level_mixing_int_and_str_keys_still_flattens_by_whole_paths():
+    state = State.from_flat_path({("a", 0): 1.0, ("a", "x"): 2.0, ("b",): 3.0})
+    keyed = jax.tree_util.tree_flatten_with_path(state)[0]
+    assert [path[0].key for path, _ in keyed] == [("a", 0), ("a", "x"), ("b",)]
+    doubled = jax.tree.map(lambda x: 2 * x, state)
+    assert doubled.flat_state() == {("a", 0): 2.0, ("a", "x"): 4.0, ("b",): 6.0}
 
 
 def test_unflatten_keeps_the_values_on_their_paths_and_the_input_untouched():

@@ -2,9 +2,13 @@
 
 A State reads like nested dicts (`state['linear']['kernel']`, `state.linear.kernel`) and
 prints nested, but keeps one flat `{path: leaf}` dict inside, so that splitting,
-filtering and merging states cost one pass over the leaves. It is a registered pytree
-whose children are its leaves (usually `VariableState`s), in sorted path order (each
-level's keys sorted, as JAX flattens dicts), whatever order the paths were inserted in.
+filtering and merging states cost one pass over the leaves. A sub-mapping left empty (a
+State built with `{'b': {}}`, or whose last leaf under `'b'` was deleted) is kept, as in
+Flax NNX 0.12, beside the leaves. It is a registered pytree that flattens as Flax's does:
+its children are its top-level entries, in sorted key order, each a leaf (usually a
+Variable) or nested plain dicts of the leaves below it, so that `jax.tree_util`'s key paths
+name one key per level (`DictKey('linear'), DictKey('kernel')`). Two States with the same
+paths have the same treedef whatever order their paths were inserted in.
 """
 
 from __future__ import annotations
@@ -13,32 +17,48 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any as _Any
 from typing import cast, overload
 
+import jax
 from jax.tree_util import DictKey, register_pytree_with_keys
 
 from bryo_filters import Filter, filters_to_predicates
-from bryo_pytree import Key, Path, path_str, unflatten_paths
+from bryo_pytree import Key, Path, PyTreeDef, path_str, unflatten_paths
 
 from ._nodes import NodeType
 from ._variables import Variable
 
 
 class _Paths:
-    """State aux data: the tuple of paths, hashed once so jit's cache lookups stay cheap."""
+    """State aux data: the tuple of paths (and of the empty sub-mappings' paths), hashed
+    once so jit's cache lookups stay cheap."""
 
-    __slots__ = ("_hash", "paths")
+    __slots__ = ("_hash", "_layout", "empties", "paths")
 
-    def __init__(self, paths: tuple[Path, ...]) -> None:
+    def __init__(self, paths: tuple[Path, ...], empties: tuple[Path, ...] = ()) -> None:
         self.paths = paths
-        self._hash = hash(paths)
+        self.empties = empties
+        self._hash = hash((paths, empties))
+        self._layout: _Layout | None = None
 
     def __hash__(self) -> int:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, _Paths) and self.paths == other.paths)
+        return self is other or (
+            isinstance(other, _Paths)
+            and self.paths == other.paths
+            and self.empties == other.empties
+        )
 
     def __repr__(self) -> str:
+        if self.empties:
+            return f"paths{list(self.paths)}, empty{list(self.empties)}"
         return f"paths{list(self.paths)}"
+
+    def layout(self) -> _Layout:
+        """How the (sorted) paths nest into the State's pytree children (built once)."""
+        if self._layout is None:
+            self._layout = _Layout.of(self)
+        return self._layout
 
 
 class State(Mapping[Key, _Any]):
@@ -49,20 +69,23 @@ class State(Mapping[Key, _Any]):
     {('linear', 'kernel'): VariableState(type=Param, value=1.0)}
     """
 
-    __slots__ = ("_prefix", "_root")
+    __slots__ = ("_empties", "_prefix", "_root")
 
     def __init__(self, mapping: Mapping | None = None, /) -> None:
         flat: dict[Path, object] = {}
+        empties: set[Path] = set()
         if mapping is not None:
-            _flatten_nested(mapping, (), flat)
+            _flatten_nested(mapping, (), flat, empties)
         object.__setattr__(self, "_root", flat)
         object.__setattr__(self, "_prefix", ())
+        object.__setattr__(self, "_empties", empties)
 
     @classmethod
-    def _from_flat(cls, flat: dict[Path, object]) -> State:
+    def _from_flat(cls, flat: dict[Path, object], empties: set[Path] | None = None) -> State:
         state = object.__new__(cls)
         object.__setattr__(state, "_root", flat)
         object.__setattr__(state, "_prefix", ())
+        object.__setattr__(state, "_empties", set() if empties is None else empties)
         return state
 
     def _view(self, prefix: Path) -> State:
@@ -70,7 +93,16 @@ class State(Mapping[Key, _Any]):
         state = object.__new__(type(self))
         object.__setattr__(state, "_root", self._root)
         object.__setattr__(state, "_prefix", prefix)
+        object.__setattr__(state, "_empties", self._empties)
         return state
+
+    def _own_empties(self) -> set[Path]:
+        """The paths of the empty sub-mappings, relative to this State."""
+        empties, prefix = self._empties, self._prefix
+        if not empties or not prefix:
+            return set(empties)
+        n = len(prefix)
+        return {path[n:] for path in empties if len(path) > n and path[:n] == prefix}
 
     @property
     def _flat(self) -> dict[Path, object]:
@@ -89,6 +121,11 @@ class State(Mapping[Key, _Any]):
         items = flat.items() if isinstance(flat, Mapping) else flat
         return cls._from_flat({tuple(path): leaf for path, leaf in items})
 
+    @classmethod
+    def _restore(cls, flat: dict[Path, object], empties: tuple[Path, ...] = ()) -> State:
+        """A State of `flat` and empty sub-mappings at `empties` (copies and pickles)."""
+        return cls._from_flat(flat, set(empties))
+
     from_flat_state = from_flat_path
 
     def flat_state(self) -> dict[Path, _Any]:
@@ -97,7 +134,10 @@ class State(Mapping[Key, _Any]):
 
     # Mapping over the first path step ------------------------------------------------
     def _top_keys(self) -> list[Key]:
-        return list(dict.fromkeys(path[0] for path in self._flat if path))
+        keys = dict.fromkeys(path[0] for path in self._flat if path)
+        if self._empties:
+            keys.update(dict.fromkeys(path[0] for path in sorted(self._own_empties())))
+        return list(keys)
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self._top_keys())
@@ -112,14 +152,19 @@ class State(Mapping[Key, _Any]):
         return len(self._top_keys())
 
     def __contains__(self, key: object) -> bool:
-        return any(path and path[0] == key for path in self._flat)
+        return any(path and path[0] == key for path in self._flat) or (
+            bool(self._empties) and any(path[0] == key for path in self._own_empties())
+        )
 
     def __getitem__(self, key: Key) -> _Any:
         full = (*self._prefix, key)
         leaf = self._root.get(full, _MISSING)
         if leaf is not _MISSING:
             return leaf
-        if not any(path[: len(full)] == full for path in self._root):
+        n = len(full)
+        if not any(path[:n] == full for path in self._root) and not any(
+            path[:n] == full for path in self._empties
+        ):
             raise KeyError(f"{key!r} is not in this State; its keys are {self._top_keys()}")
         return self._view(full)
 
@@ -136,27 +181,41 @@ class State(Mapping[Key, _Any]):
         the State lacks is added. A sub-State writes into the State it came from."""
         full = (*self._prefix, key)
         new: dict[Path, object] = {}
+        empties: set[Path] = set()
         if isinstance(value, Mapping) and not isinstance(value, Variable):
-            _flatten_nested(value, full, new)
+            _flatten_nested(value, full, new, empties)
+            if not new and not empties:
+                empties.add(full)
         else:
             new[full] = value
         self._drop(full)
         self._root.update(new)
+        if self._empties:  # the mappings above `full` are no longer empty
+            self._empties.difference_update(full[:i] for i in range(1, len(full)))
+        self._empties.update(empties)
 
     def __setattr__(self, name: str, value: object) -> None:
         self[name] = value
 
     def __delitem__(self, key: Key) -> None:
-        """Remove the subtree under `key` (from the State a sub-State came from, too)."""
+        """Remove the subtree under `key` (from the State a sub-State came from, too). A
+        sub-State left without entries stays, empty (as a nested dict would)."""
         if not self._drop((*self._prefix, key)):
             raise KeyError(f"{key!r} is not in this State; its keys are {self._top_keys()}")
+        prefix = self._prefix
+        if prefix and not any(path[: len(prefix)] == prefix for path in self._root):
+            if not any(path[: len(prefix)] == prefix for path in self._empties):
+                self._empties.add(prefix)
 
     def _drop(self, full: Path) -> int:
+        """Remove the leaves and empty sub-mappings under `full`; how many there were."""
         root, n = self._root, len(full)
         doomed = [path for path in root if path[:n] == full]
         for path in doomed:
             del root[path]
-        return len(doomed)
+        empties = [path for path in self._empties if path[:n] == full]
+        self._empties.difference_update(empties)
+        return len(doomed) + len(empties)
 
     def __delattr__(self, name: str) -> None:
         try:
@@ -166,7 +225,8 @@ class State(Mapping[Key, _Any]):
 
     def __reduce__(self) -> tuple:
         """Copies and pickles hold this State's own leaves (a sub-State's, relative)."""
-        return (State.from_flat_path, (dict(self._flat),))
+        empties = tuple(sorted(self._own_empties(), key=_path_rank))
+        return (State._restore, (dict(self._flat), empties))
 
     @property
     def raw_mapping(self) -> dict:
@@ -225,19 +285,24 @@ class State(Mapping[Key, _Any]):
         return "State(" + _render(self.to_nested(), 0) + ")"
 
     def to_nested(self) -> dict:
-        """Nested plain dicts holding the leaves as they are."""
-        return cast(dict, unflatten_paths(self._flat))  # without a treedef: nested dicts
+        """Nested plain dicts holding the leaves as they are (an empty sub-mapping as `{}`)."""
+        nested = cast(dict, unflatten_paths(self._flat))  # without a treedef: nested dicts
+        for path in sorted(self._own_empties(), key=_path_rank):
+            level = nested
+            for key in path:
+                level = level.setdefault(key, {})
+        return nested
 
     def __eq__(self, other: object) -> bool:
         """Equal paths and leaves; a nested plain mapping compares by its leaves too (as
         Flax's `State({}) == {}`)."""
-        if isinstance(other, State):
-            theirs = other._flat
-        elif isinstance(other, Mapping):
-            theirs = State(other)._flat
-        else:
+        if not isinstance(other, Mapping):
             return NotImplemented
-        mine = self._flat
+        if not isinstance(other, State):
+            other = State(other)
+        if (self._empties or other._empties) and self._own_empties() != other._own_empties():
+            return False
+        mine, theirs = self._flat, other._flat
         return mine.keys() == theirs.keys() and all(
             _leaf_equal(a, theirs[p]) for p, a in mine.items()
         )
@@ -271,14 +336,23 @@ def _render(node: object, depth: int) -> str:
     return "{\n" + ",\n".join(lines) + "\n" + "  " * depth + "}"
 
 
-def _flatten_nested(mapping: Mapping, prefix: Path, out: dict[Path, object]) -> None:
+def _flatten_nested(
+    mapping: Mapping, prefix: Path, out: dict[Path, object], empties: set[Path] | None = None
+) -> None:
+    """Add `mapping`'s leaves to `out` under `prefix`; with `empties`, also collect the
+    paths of its empty sub-mappings there (else they are dropped)."""
     if isinstance(mapping, State):
         for path, leaf in mapping._flat.items():
             out[prefix + path] = leaf
+        if empties is not None and mapping._empties:
+            empties.update(prefix + path for path in mapping._own_empties())
         return
     for key, value in mapping.items():
         if isinstance(value, Mapping) and not isinstance(value, Variable):
-            _flatten_nested(value, (*prefix, key), out)
+            if empties is not None and not value:
+                empties.add((*prefix, key))
+            else:
+                _flatten_nested(value, (*prefix, key), out, empties)
         else:
             out[(*prefix, key)] = value
 
@@ -329,7 +403,9 @@ def group_flat(
 # A State flattens in sorted path order (each level's keys sorted, as Flax NNX 0.12's nested
 # States and JAX's dicts do), so two States with the same paths have the same treedef
 # whatever order their paths were inserted in: `jax.tree.map(f, grads, params)` lines
-# leaves up by path. The sort runs once per distinct path tuple (cached below).
+# leaves up by path. The sort runs once per distinct path tuple (cached below), and so does
+# the layout of the children: a treedef that nests the sorted leaves into plain dicts under
+# the top keys, so that building and reading the children runs in JAX's C++.
 _ORDER_CACHE: dict[_Paths, tuple[_Paths, tuple[int, ...] | None]] = {}
 _ORDER_CACHE_SIZE = 4096
 
@@ -353,32 +429,88 @@ def _sorted_order(paths: _Paths) -> tuple[_Paths, tuple[int, ...] | None]:
     if entry is None:
         ranks = [_path_rank(path) for path in paths.paths]
         order = sorted(range(len(ranks)), key=ranks.__getitem__)
-        if order == list(range(len(order))):
+        empties = tuple(sorted(paths.empties, key=_path_rank))
+        if order == list(range(len(order))) and empties == paths.empties:
             entry = (paths, None)
         else:
-            entry = (_Paths(tuple(paths.paths[i] for i in order)), tuple(order))
+            sorted_paths = tuple(paths.paths[i] for i in order)
+            entry = (_Paths(sorted_paths, empties), tuple(order))
         if len(_ORDER_CACHE) >= _ORDER_CACHE_SIZE:
             _ORDER_CACHE.clear()
         _ORDER_CACHE[paths] = entry
     return entry
 
 
+class _Layout:
+    """How a State's sorted paths nest into its pytree children: `keys`, the top keys in
+    order, and `treedef`, the list of children (a leaf, or plain dicts of the leaves
+    below) with the leaves in sorted path order. `treedef` is None when a level below the
+    top mixes key types JAX cannot sort (ints and strings): then the children are the
+    leaves themselves, keyed by their whole paths."""
+
+    __slots__ = ("keys", "treedef")
+
+    def __init__(self, keys: tuple[Key, ...], treedef: PyTreeDef | None) -> None:
+        self.keys = keys
+        self.treedef = treedef
+
+    @staticmethod
+    def of(paths: _Paths) -> _Layout:
+        top: dict[Key, object] = {}
+        for path in paths.paths:
+            top.setdefault(path[0], None)
+        for path in paths.empties:
+            top.setdefault(path[0], None)
+        keys = tuple(sorted(top, key=_key_rank))
+        nested: dict[Key, _Any] = {}
+        for path in (*paths.paths, *paths.empties):
+            level = nested
+            for key in path[:-1]:
+                level = level.setdefault(key, {})
+            level.setdefault(path[-1], {} if path in paths.empties else 0)
+        try:
+            treedef = jax.tree.structure([nested[key] for key in keys])
+        except (TypeError, ValueError):  # a level mixing ints and strings: JAX cannot sort it
+            return _Layout(keys, None)
+        return _Layout(keys, treedef)
+
+
 def _state_flatten_with_keys(state: State) -> tuple[list, _Paths]:
-    leaves, paths = _state_flatten(state)
-    return [(DictKey(path), leaf) for path, leaf in zip(paths.paths, leaves, strict=True)], paths
+    leaves, paths = _sorted_leaves(state)
+    layout = paths.layout()
+    if layout.treedef is None:
+        pairs = zip(paths.paths, leaves, strict=True)
+        return [(DictKey(path), leaf) for path, leaf in pairs], paths
+    children = layout.treedef.unflatten(leaves)
+    return [(DictKey(key), child) for key, child in zip(layout.keys, children, strict=True)], paths
 
 
 def _state_flatten(state: State) -> tuple[list, _Paths]:
+    leaves, paths = _sorted_leaves(state)
+    layout = paths.layout()
+    if layout.treedef is None:
+        return leaves, paths
+    return layout.treedef.unflatten(leaves), paths
+
+
+def _sorted_leaves(state: State) -> tuple[list, _Paths]:
     flat = state._flat
-    paths, order = _sorted_order(_Paths(tuple(flat)))
+    empties = tuple(state._own_empties()) if state._empties else ()
+    paths, order = _sorted_order(_Paths(tuple(flat), empties))
     leaves = list(flat.values())
     if order is None:
         return leaves, paths
     return [leaves[i] for i in order], paths
 
 
-def _state_unflatten(paths: _Paths, leaves: Iterable[object]) -> State:
-    return State._from_flat(dict(zip(paths.paths, leaves, strict=True)))
+def _state_unflatten(paths: _Paths, children: Iterable[object]) -> State:
+    layout = paths.layout()
+    if layout.treedef is None:
+        leaves = children
+    else:
+        leaves = layout.treedef.flatten_up_to(list(children))
+    empties = set(paths.empties) if paths.empties else None
+    return State._from_flat(dict(zip(paths.paths, leaves, strict=True)), empties)
 
 
 register_pytree_with_keys(State, _state_flatten_with_keys, _state_unflatten, _state_flatten)
@@ -394,12 +526,17 @@ def state_flatten(state: State) -> tuple[list[tuple[Key, object]], None]:
 def state_unflatten(cls: type, aux: object, children: list[tuple[Key, object]]) -> State:
     """A State from its children (leaves and sub-States)."""
     flat: dict[Path, object] = {}
+    empties: set[Path] = set()
     for key, child in children:
         if isinstance(child, State):
             flat.update(((key, *path), leaf) for path, leaf in child._flat.items())
+            own = child._own_empties()
+            empties.update((key, *path) for path in own)
+            if not own and not child._flat:
+                empties.add((key,))
         else:
             flat[(key,)] = child
-    return cls._from_flat(flat)
+    return cls._from_flat(flat, empties)
 
 
 def _state_set_key(state: object, key: Key, child: object) -> None:
