@@ -29,9 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bryo_graph import Variable, iter_graph, merge, split
+from bryo_graph import SizeBytes, Variable, iter_graph, merge, split, variable_size
 from bryo_pytree import Path, is_shaped
-from bryo_rngs import RngState
 
 from ._compat import cost_flops
 from ._module import Module
@@ -293,40 +292,13 @@ def _record(
 
 
 @dataclasses.dataclass
-class _Size:
-    count: int = 0
-    bytes: int = 0
-
-    def add(self, value: object) -> None:
-        for leaf in jax.tree.leaves(value):
-            if is_shaped(leaf):
-                n = int(np.prod(leaf.shape))
-                self.count += n
-                self.bytes += n * leaf.dtype.itemsize  # 8 for a threefry key
-
-    def __str__(self) -> str:
-        return f"{self.count:,} ({_bytes_text(self.bytes)})" if self.count else ""
-
-
-def _bytes_text(n: int) -> str:
-    for limit, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
-        if n > limit:
-            return f"{n / limit:,.1f} {unit}"
-    return f"{n:,} B"
-
-
-def _kind(variable: Variable) -> type:
-    return RngState if isinstance(variable, RngState) else type(variable)
-
-
-@dataclasses.dataclass
 class _StateColumns:
     """Per module path: its own Variables (attributes) by kind, and the sizes of every
     Variable under it."""
 
     kinds: list[type]
     own: dict[Path, dict[type, list[tuple[str, Variable]]]]
-    sizes: dict[Path, dict[type, _Size]]
+    sizes: dict[Path, dict[type, SizeBytes]]
 
     @classmethod
     def of(cls, root: object) -> _StateColumns:
@@ -337,13 +309,15 @@ class _StateColumns:
         for path, node in iter_graph(root):
             if not isinstance(node, Variable):
                 continue
-            kind = _kind(node)
+            kind = node.stats_type or type(node)  # RngKey and RngCount: RngState
             kinds.add(kind)
+            size = variable_size(node)
             if path[:-1] in modules:  # a module's own attribute (not inside a stream or list)
                 own.setdefault(path[:-1], {}).setdefault(kind, []).append((path[-1], node))
             for m in modules:
-                if path[: len(m)] == m:
-                    sizes.setdefault(m, {}).setdefault(kind, _Size()).add(node.value)
+                if path[: len(m)] == m and size.size:
+                    by_kind = sizes.setdefault(m, {})
+                    by_kind[kind] = by_kind[kind] + size if kind in by_kind else size
         return cls(sorted(kinds, key=lambda k: k.__name__), own, sizes)
 
     def cell(self, module_path: Path, kind: type) -> str:
@@ -458,9 +432,8 @@ def tabulate(
         rows.append(row)
     footer = ["", "", "", "Total", *[""] * (compute_flops + compute_vjp_flops)]
     footer += [state.total(kind) for kind in state.kinds]
-    total = _Size()
-    for size in state.sizes.get((), {}).values():
-        total.count, total.bytes = total.count + size.count, total.bytes + size.bytes
+    total = sum(state.sizes.get((), {}).values(), SizeBytes(0, 0))
     table = _render(type(obj).__name__, header, rows, footer)
-    caption = f"Total Parameters: {total}".center(len(table.splitlines()[1])).rstrip()
+    counted = str(total) if total.size else ""
+    caption = f"Total Parameters: {counted}".center(len(table.splitlines()[1])).rstrip()
     return f"{table}\n\n{caption}\n"
