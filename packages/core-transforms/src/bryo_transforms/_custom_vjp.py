@@ -118,7 +118,7 @@ class _SimpleRules:
 
         def jax_fwd(*args: Any) -> tuple:
             (out, residual), values, changed = pure_fwd(*args)
-            template = _UpdatesTemplate.of(args, changed.value)
+            template = _UpdatesTemplate.of(args, changed.value.flags)
             return (out, values, changed), (residual, Static(template))
 
         def jax_bwd(*args: Any) -> tuple:

@@ -51,17 +51,25 @@ def eval_shape(
     """
     refuse_bound_method("eval_shape", f)
     simple = not graph_updates_on(graph, graph_updates)
-    if simple:
-        check_no_aliases("eval_shape", {"args": args, "kwargs": kwargs}, tree=tree_mode(graph))
+    tree = tree_mode(graph)
+    if simple and tree:  # graph mode keeps what the arguments share shared (`split`)
+        check_no_aliases("eval_shape", {"args": args, "kwargs": kwargs}, tree=True)
     graphdef, state = split((args, kwargs), graph=not tree_mode(graph))
     out_graphdef: list[GraphDef] = []
 
     def pure(state: Any) -> Any:
         call_args, call_kwargs = merge(graphdef, state)
         out = f(*call_args, **call_kwargs)
-        if simple:
+        if (
+            simple
+        ):  # the output holds none of the arguments' Variables, shares its own in graph mode
+            groups = {"args": call_args, "kwargs": call_kwargs, "out": out}
             check_no_aliases(
-                "eval_shape", {"args": call_args, "kwargs": call_kwargs, "out": out}, tree=True
+                "eval_shape",
+                groups,
+                tree=tree,
+                only="out" if not tree else None,
+                shared_out=not tree,
             )
         out_def, out_state = split((out,))  # any output, as a node
         out_graphdef.append(out_def)

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from ._options import refuse_bound_method
-from ._simple import check_no_aliases, graph_updates_on, tree_mode
+from ._simple import Inputs, check_no_aliases, graph_updates_on, tree_mode
 
 _MISSING: Any = object()
 
@@ -53,11 +53,21 @@ def make_jaxpr(
             "(or `graph=False`): the jaxpr is traced over the arguments as pytrees."
         )
     refuse_bound_method("make_jaxpr", f)
-    maker = jax.make_jaxpr(f, static_argnums=static_argnums)
+    nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    inputs = Inputs("make_jaxpr", tree_mode(graph), nums)
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = inputs.inside(args, kwargs)
+        return f(*args, **kwargs)
+
+    maker = jax.make_jaxpr(traced, static_argnums=static_argnums)
 
     @functools.wraps(f)
     def jaxpr_of(*args: Any, **kwargs: Any) -> Any:
-        check_no_aliases("make_jaxpr", {"args": args, "kwargs": kwargs}, tree=tree_mode(graph))
+        if inputs.tree:
+            check_no_aliases("make_jaxpr", {"args": args, "kwargs": kwargs}, tree=True)
+        # graph mode: a graph node or Variable the arguments share is one object inside
+        args, kwargs = inputs.shared(args, kwargs, inputs.variables(args, kwargs))
         return maker(*args, **kwargs)
 
     return jaxpr_of

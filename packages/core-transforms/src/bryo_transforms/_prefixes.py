@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 
 from bryo_graph import Variable, iter_graph
+from bryo_graph.extract import TreeState
 
 from ._layout import is_graph_leaf
 
@@ -63,3 +64,40 @@ def check_prefix(
 
 def _holds_variables(node: object) -> bool:
     return any(isinstance(value, Variable) for _, value in iter_graph(node))
+
+
+def _is_prefix_leaf(value: object) -> bool:
+    return value is None or isinstance(value, TreeState)
+
+
+def _has_tree_state(prefix: object) -> bool:
+    if isinstance(prefix, int | None):  # the common prefixes: no walk
+        return False
+    leaves = jax.tree_util.tree_leaves(prefix, is_leaf=_is_prefix_leaf)
+    return any(isinstance(leaf, TreeState) for leaf in leaves)
+
+
+def expand_tree_states(prefix: object, tree: object) -> object:
+    """`prefix` (of `tree`) with each `TreeState` replaced by the prefix its `prefix_fn`
+    gives the part of `tree` at its place (every place of a shared Variable gets its own
+    value, so that two that differ are found); `prefix` itself if it holds none."""
+    if not _has_tree_state(prefix):
+        return prefix
+
+    def expand(leaf: object, subtree: object) -> object:
+        return leaf.prefix_for(subtree) if isinstance(leaf, TreeState) else leaf
+
+    return jax.tree.map(expand, prefix, tree, is_leaf=_is_prefix_leaf)
+
+
+def tree_state_prefixes(prefix: object) -> object:
+    """`prefix` with each `TreeState` replaced by its `tree_prefix` (the prefix of the
+    node it was made for, following its pytree structure, an `Alias` for a later place of
+    a shared node): what JAX takes as an output's prefix before the output exists."""
+    if not _has_tree_state(prefix):
+        return prefix
+
+    def unwrap(leaf: object) -> object:
+        return leaf.tree_prefix.value if isinstance(leaf, TreeState) else leaf
+
+    return jax.tree.map(unwrap, prefix, is_leaf=_is_prefix_leaf)

@@ -8,10 +8,18 @@ structure (attributes added inside are dropped), modules returned are new object
 gradients come back shaped like the differentiated arguments. The values of the caller's
 Variables that the function changed are written back after the call. With `graph=False`
 (tree mode) the arguments must be trees: a Variable reached twice, a cycle, or an Object
-of a `pytree=False` class is an error naming the paths. With `graph=True` a Variable the
-arguments share stays shared inside (as Flax's graph-mode simple transforms split the
-arguments as one graph): JAX is given it once, its other places hold an `Alias` (static,
-so the aliasing is part of what `jax.jit` caches on), and the function sees one Variable.
+of a `pytree=False` class is an error naming the paths.
+
+With `graph=True` what the arguments share stays shared inside, and what the output
+shares stays shared outside, as Flax's graph-mode simple transforms convert them jointly
+(`to_tree2`/`from_tree2`): a module, `List`, `Dict` or Variable met a second time is
+given to JAX as an `Alias` of its first place (static, so the aliasing is part of what
+`jax.jit` caches on) and the function sees one object; `f(model, model)` gets `a is b`,
+and `return m, m` gives `m1 is m2`. The prefixes (`in_axes`, `out_axes`, shardings) of
+a shared Variable's places must agree. The per-call check looks for repeated Variables
+(the arguments' scan reads them anyway): a node holding no Variable that is the only
+thing the arguments share is given as copies, which differ from one object by identity
+alone.
 """
 
 from __future__ import annotations
@@ -23,7 +31,15 @@ from typing import Any, NamedTuple, TypeVar
 
 import jax
 
-from bryo_graph import Variable, check_tree, set_graph_mode, set_graph_updates
+from bryo_graph import (
+    Dict,
+    List,
+    Object,
+    Variable,
+    check_tree,
+    set_graph_mode,
+    set_graph_updates,
+)
 from bryo_pytree import broadcast_prefix
 
 from ._axes import raise_inconsistent_aliasing
@@ -31,6 +47,7 @@ from ._collect import Static
 from ._errors import concurrent_update
 from ._options import Prepared
 from ._plan import WRITE_LOCK
+from ._prefixes import expand_tree_states, tree_state_prefixes
 
 Pure = Callable[..., tuple]
 T = TypeVar("T")
@@ -60,37 +77,54 @@ def variables_of(tree: object) -> list[Variable]:
 
 
 def check_no_aliases(
-    name: str, groups: dict[str, object], *, tree: bool = False, only: str | None = None
+    name: str,
+    groups: dict[str, object],
+    *,
+    tree: bool = False,
+    only: str | None = None,
+    shared_out: bool = False,
 ) -> None:
     """Raise if a Variable is reached twice in `groups` (`{'args': ..., 'out': ...}`),
     naming both paths: simple mode (`graph_updates=False`) has no shared references. With
     `only`, only a second place in that group counts (the arguments may share Variables
-    in graph mode, the output may not hold them). With `tree`, also the other tree-mode
-    errors (cycles, `pytree=False` objects)."""
-    seen: dict[int, str] = {}
+    in graph mode, the output may not hold theirs); with `shared_out` too, only a second
+    place in `only` whose first place is in another group (in graph mode the output may
+    share its own Variables). With `tree`, also the other tree-mode errors (cycles,
+    `pytree=False` objects)."""
+    seen: dict[int, tuple[str, str]] = {}
     for label, tree_ in groups.items():
         for keypath, leaf in jax.tree_util.tree_leaves_with_path(tree_, is_leaf=is_variable):
             if not is_variable(leaf):
                 continue
             where = label + jax.tree_util.keystr(keypath)
-            first = seen.setdefault(id(leaf), where)
-            if first != where and (only is None or label == only):
-                raise ValueError(
-                    f"Duplicate {type(leaf).__name__}\nfound at paths:\n\n  - {first}\n"
-                    f"  - {where}\n\n`{name}` with graph_updates=False (or graph=False) "
-                    "does not support Variable aliasing (an argument passed twice, or a "
-                    "Variable of the arguments returned). Pass it once, return a copy "
-                    "(`clone`), or use graph mode with updates (`graph=True, "
-                    "graph_updates=True`)."
-                )
+            first_label, first = seen.setdefault(id(leaf), (label, where))
+            if first == where or (only is not None and label != only):
+                continue
+            if shared_out and first_label == label:
+                continue
+            raise ValueError(
+                f"Duplicate {type(leaf).__name__}\nfound at paths:\n\n  - {first}\n"
+                f"  - {where}\n\n`{name}` with graph_updates=False (or graph=False) "
+                "does not support Variable aliasing (an argument passed twice in tree mode, "
+                "or a Variable of the arguments returned). Pass it once, return a copy "
+                "(`clone`), or use graph mode with updates (`graph=True, "
+                "graph_updates=True`)."
+            )
     if tree:
         check_tree(tuple(groups.values()), name=name)
 
 
+# What an `Alias` may stand for: the graph nodes and Variables whose identity simple
+# graph mode keeps (plain tuples, lists and dicts are pytrees, copied as JAX copies them).
+SHARED_TYPES = (Variable, Object, List, Dict)
+
+
 @dataclasses.dataclass(frozen=True)
 class Alias:
-    """In the arguments JAX traces: the place of a Variable met earlier, at index `first`
-    among the arguments' Variables (in `scan` order). Static: it carries no array."""
+    """In the arguments JAX traces (or an output it returns): the place of a graph node
+    or Variable met earlier, the `first`-th one met in a pre-order walk (in `scan` order
+    for the arguments). Static: it carries no array, so the aliasing is part of the
+    structure `jax.jit` caches on."""
 
     first: int
 
@@ -98,57 +132,100 @@ class Alias:
 jax.tree_util.register_static(Alias)
 
 
-def _is_variable_or_alias(value: object) -> bool:
-    return isinstance(value, Variable | Alias)
+class Walk(NamedTuple):
+    """One pre-order walk of a tree: its Variables, each once, and whether a graph node or
+    Variable is reached more than once (the tree then needs `mark_aliases`)."""
+
+    variables: list[Variable]
+    repeats: bool
 
 
-def scan(args: tuple, kwargs: dict, order: Sequence[int]) -> list:
-    """The arguments in the order Variables are numbered for `Alias`es: the positions in
-    `order` first (grad's argnums, in the order its gradients come back, so that the
-    gradients resolve their own `Alias`es), then the others, then the keyword arguments."""
-    rest = [i for i in range(len(args)) if i not in order]
-    return [*(args[i] for i in order if i < len(args)), *(args[i] for i in rest), kwargs]
+def walk(tree: object) -> Walk:
+    """The Variables of `tree`, each once in pre-order, and whether anything repeats."""
+    seen: set[int] = set()
+    variables: list[Variable] = []
+    repeats = False
+
+    def stop(value: object) -> bool:
+        nonlocal repeats
+        if not isinstance(value, SHARED_TYPES):
+            return False
+        if id(value) in seen:
+            repeats = True
+            return True
+        seen.add(id(value))
+        if isinstance(value, Variable):
+            variables.append(value)
+            return True
+        return False
+
+    jax.tree_util.tree_flatten(tree, is_leaf=stop)
+    return Walk(variables, repeats)
 
 
-def unscan(scanned: list, args: tuple, order: Sequence[int]) -> tuple[tuple, dict]:
-    """`(args, kwargs)` from a `scan` list (the inverse of `scan`)."""
-    positions = [i for i in order if i < len(args)]
-    positions += [i for i in range(len(args)) if i not in order]
-    new_args = list(args)
-    for i, value in zip(positions, scanned, strict=False):
-        new_args[i] = value
-    return tuple(new_args), scanned[-1]
+def mark_aliases(tree: T, prefix: Any = None) -> tuple[T, Any]:
+    """`tree` with every graph node or Variable met a second time replaced by an `Alias`
+    of its first place (`tree` itself if none repeats), and `prefix`, a tree with
+    `tree`'s structure down to its Variables (`vmap`'s expanded `in_axes`, `jvp`'s
+    tangents), with the same `Alias`es in the same places (JAX's prefixes must match the
+    marked structure; the places an `Alias` takes carry no array)."""
+    index: dict[int, int] = {}
 
+    def stop(value: object) -> bool:
+        if not isinstance(value, SHARED_TYPES):
+            return False
+        if id(value) in index:
+            return True
+        index[id(value)] = len(index)
+        return isinstance(value, Variable)
 
-def mark_aliases(tree: T) -> T:
-    """`tree` with every Variable met a second time replaced by an `Alias` of its first
-    place; `tree` itself if no Variable repeats."""
-    leaves, treedef = jax.tree.flatten(tree, is_leaf=is_variable)
-    first: dict[int, int] = {}
-    count = 0
-    marked = False
+    leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=stop)
+    placed: set[int] = set()
+    aliased: list[int] = []
     for i, leaf in enumerate(leaves):
-        if isinstance(leaf, Variable):
-            index = first.setdefault(id(leaf), count)
-            if index != count:
-                leaves[i] = Alias(index)
-                marked = True
-            count += 1
-    return treedef.unflatten(leaves) if marked else tree
+        if not isinstance(leaf, SHARED_TYPES):
+            continue
+        if isinstance(leaf, Variable) and id(leaf) not in placed:
+            placed.add(id(leaf))  # a Variable's first place is a leaf too
+            continue
+        leaves[i] = Alias(index[id(leaf)])
+        aliased.append(i)
+    if not aliased:
+        return tree, prefix
+    if prefix is not None:
+        prefixes = treedef.flatten_up_to(prefix)
+        for i in aliased:
+            prefixes[i] = leaves[i]
+        prefix = treedef.unflatten(prefixes)
+    return treedef.unflatten(leaves), prefix
 
 
 def resolve_aliases(tree: T) -> T:
-    """`tree` with every `Alias` replaced by the Variable (or gradient) at its first place."""
-    leaves, treedef = jax.tree.flatten(tree, is_leaf=_is_variable_or_alias)
-    seen: list[object] = []
-    resolved = False
-    for i, leaf in enumerate(leaves):
-        if isinstance(leaf, Alias):
-            leaves[i] = seen[leaf.first]
-            resolved = True
-        if isinstance(leaf, Variable | Alias):
-            seen.append(leaves[i])
-    return treedef.unflatten(leaves) if resolved else tree
+    """`tree` with every `Alias` replaced by the graph node or Variable (or gradient) at
+    its first place; the nodes on the way are rebuilt (fresh copies), Variables kept."""
+    leaves = jax.tree_util.tree_leaves(tree, is_leaf=_is_alias)
+    if not any(isinstance(leaf, Alias) for leaf in leaves):
+        return tree
+    met: list[object] = []
+
+    def rebuild(value: object) -> object:
+        if isinstance(value, Alias):
+            return met[value.first]
+        if isinstance(value, Variable):
+            met.append(value)
+            return value
+        children, treedef = jax.tree_util.tree_flatten(value, is_leaf=lambda x: x is not value)
+        if children == [value] or (children and children[0] is value):
+            return value  # an array or other leaf
+        slot = len(met) if isinstance(value, SHARED_TYPES) else None
+        if slot is not None:
+            met.append(None)  # numbered before its children, as `mark_aliases` numbers
+        new = treedef.unflatten([rebuild(child) for child in children])
+        if slot is not None:
+            met[slot] = new
+        return new
+
+    return rebuild(tree)  # type: ignore[return-value]  # the same structure, rebuilt
 
 
 def fresh_copy(tree: T) -> T:
@@ -168,6 +245,24 @@ def _same(value: object) -> object:
 
 def _is_alias(value: object) -> bool:
     return isinstance(value, Alias)
+
+
+def scan(args: tuple, kwargs: dict, order: Sequence[int]) -> list:
+    """The arguments in the order Variables are numbered for `Alias`es: the positions in
+    `order` first (grad's argnums, in the order its gradients come back, so that the
+    gradients resolve their own `Alias`es), then the others, then the keyword arguments."""
+    rest = [i for i in range(len(args)) if i not in order]
+    return [*(args[i] for i in order if i < len(args)), *(args[i] for i in rest), kwargs]
+
+
+def unscan(scanned: list, args: tuple, order: Sequence[int]) -> tuple[tuple, dict]:
+    """`(args, kwargs)` from a `scan` list (the inverse of `scan`)."""
+    positions = [i for i in order if i < len(args)]
+    positions += [i for i in range(len(args)) if i not in order]
+    new_args = list(args)
+    for i, value in zip(positions, scanned, strict=False):
+        new_args[i] = value
+    return tuple(new_args), scanned[-1]
 
 
 class ReadVariables(list):
@@ -217,18 +312,34 @@ class Inputs:
         dynamic = self.dynamic(args, kwargs)
         if self.tree:
             check_tree(dynamic, name=self.name)
-        variables = variables_of(scan(*dynamic, self.first))
+        scanned = scan(*dynamic, self.first)
+        # the cheap scan first (`walk` costs a third more per call): a shared node
+        # holding Variables repeats them; one holding none is copied per place, alike
+        variables = variables_of(scanned)
+        repeats = not self.tree and len({id(v) for v in variables}) != len(variables)
+        if repeats:
+            variables = walk(scanned).variables  # each once
         with WRITE_LOCK:
             before = [v.raw_value for v in variables]
-        repeats = not self.tree and _repeats(variables)
         return ReadVariables(variables, before, self.name, repeats)
 
-    def shared(self, args: tuple, kwargs: dict, variables: ReadVariables) -> tuple[tuple, dict]:
-        """The arguments to give JAX: in graph mode, a Variable they share is given once,
-        its other places hold an `Alias` (see `mark_aliases`)."""
+    def shared(
+        self, args: tuple, kwargs: dict, variables: ReadVariables, prefix: list | None = None
+    ) -> tuple[tuple, dict]:
+        """The arguments to give JAX: in graph mode, a graph node or Variable they share
+        is given once, its other places hold an `Alias` (see `mark_aliases`). With
+        `prefix` (a list like `scan`'s, of the arguments' full prefixes), its entries are
+        marked alike, in place."""
         if not variables.repeats:
             return args, kwargs
-        return self._rewrite(args, kwargs, mark_aliases)
+
+        def mark(tree: list) -> list:
+            marked, marked_prefix = mark_aliases(tree, prefix)
+            if prefix is not None:
+                prefix[:] = marked_prefix
+            return marked
+
+        return self._rewrite(args, kwargs, mark)
 
     def inside(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Inside the transform: the arguments as the function sees them, fresh copies
@@ -269,26 +380,53 @@ class Inputs:
 
         def pure(*args: Any, **kwargs: Any) -> tuple:
             args, kwargs = self.inside(args, kwargs)
-            inner = variables_of(scan(*self.dynamic(args, kwargs), self.first))
+            inner = walk(scan(*self.dynamic(args, kwargs), self.first)).variables
             before = [v.raw_value for v in inner]
             out = f(*args, **kwargs)
-            returned = output(out)
-            if variables_of(returned):  # the output holds none of the arguments' Variables
-                groups = {"args": args, "kwargs": kwargs, "out": returned}
-                check_no_aliases(self.name, groups, only="out")
-            changed = tuple(v.raw_value is not b for v, b in zip(inner, before, strict=True))
-            values = [v.raw_value for v, c in zip(inner, changed, strict=True) if c or every]
+            out, out_aliases = self._checked_output(args, kwargs, out, output)
+            flags = tuple(v.raw_value is not b for v, b in zip(inner, before, strict=True))
+            values = [v.raw_value for v, c in zip(inner, flags, strict=True) if c or every]
+            changed = Static(Changes(flags, out_aliases))
             if split_aux:  # grad: (loss, aux) -> loss, (aux, updates)
                 loss, aux = out
-                return loss, (aux, values, Static(changed))
-            return out, values, Static(changed)
+                return loss, (aux, values, changed)
+            return out, values, changed
 
         return pure
 
+    def _checked_output(
+        self, args: tuple, kwargs: dict, out: object, output: Callable[[Any], object]
+    ) -> tuple[Any, bool]:
+        """`f`'s output checked to hold none of the arguments' Variables, and whether it
+        needed `Alias`es: in graph mode a graph node or Variable it returns at several
+        places comes back as one object (`resolve_output`), as Flax's `to_tree2` keeps it;
+        in tree mode that is an error."""
+        returned = output(out)
+        groups = {"args": args, "kwargs": kwargs, "out": returned}
+        if self.tree or output is not _same:
+            if variables_of(returned):
+                check_no_aliases(self.name, groups, only="out")
+            return out, False
+        shape = walk(returned)
+        if shape.variables:
+            check_no_aliases(self.name, groups, only="out", shared_out=True)
+        if not shape.repeats:
+            return out, False
+        return mark_aliases(out)[0], True
 
-def _repeats(variables: list[Variable]) -> bool:
-    """Whether a Variable is reached more than once."""
-    return len({id(v) for v in variables}) != len(variables)
+
+class Changes(NamedTuple):
+    """What a simple-mode trace reports statically: which of the arguments' Variables
+    it changed (`flags`, in `walk` order) and whether its output holds `Alias`es."""
+
+    flags: tuple[bool, ...]
+    out_aliases: bool
+
+
+def resolve_output(out: T, changed: Static[Changes]) -> T:
+    """The output of a simple-mode call, a graph node or Variable it returned at several
+    places one object again."""
+    return resolve_aliases(out) if changed.value.out_aliases else out
 
 
 def write_back(
@@ -302,7 +440,7 @@ def write_back(
         if isinstance(variables, ReadVariables):
             _check_unwritten(variables, changed, every)
         it = iter(values)
-        for variable, was_changed in zip(variables, changed.value, strict=True):
+        for variable, was_changed in zip(variables, changed.value.flags, strict=True):
             value = next(it) if all_values or was_changed else None
             if was_changed or every:
                 variable.set_raw_value(value)
@@ -312,7 +450,7 @@ def _check_unwritten(variables: ReadVariables, changed: Static, every: bool) -> 
     """Raise `ConcurrentUpdateError` if a Variable about to be written changed since the
     call read it (another thread's call wrote it)."""
     for variable, before, was_changed in zip(
-        variables, variables.before, changed.value, strict=True
+        variables, variables.before, changed.value.flags, strict=True
     ):
         if (was_changed or every) and variable.raw_value is not before:
             where = f"a {type(variable).__name__} of shape {getattr(before, 'shape', ())}"
@@ -348,7 +486,7 @@ def simple_jit(
         def finish(result: tuple) -> Any:
             out, values, changed = result
             write_back(variables, values, changed, every=donating)
-            return out
+            return resolve_output(out, changed)
 
         return Prepared(jitted, args, kwargs, finish)
 
@@ -365,40 +503,64 @@ def simple_vmap(
 ) -> Callable:
     """`vmap` in simple mode: `jax.vmap` (or `map_fn`, e.g. `jax.pmap`); changed
     Variables come back on their in axis. `option`: the name errors give `in_axes`
-    (`shard_map`'s is `in_specs`)."""
-    pure = inputs.with_updates(f, every=True)
+    (`shard_map`'s is `in_specs`; its `out_axes` are then `out_specs`)."""
     out_axes = vmap_kwargs.pop("out_axes")
+    out_option = "out_specs" if option == "in_specs" else "out_axes"
+    pure = inputs.with_updates(
+        f if inputs.tree else _checking_out_axes(f, out_axes, out_option), every=True
+    )
+    jax_out_axes = tree_state_prefixes(out_axes)
 
     @functools.wraps(f)
     def call(*args: Any, **kwargs: Any) -> Any:
         variables = inputs.variables(args, kwargs)
         axes = _variable_axes(in_axes, args, kwargs, option)
-        shared_args, shared_kwargs = inputs.shared(args, kwargs, variables)
         # JAX gets the axes expanded to the arguments' own structure (a State prefix whose
-        # keys come in another order lines up by key), unless aliases changed that structure.
-        given = axes.per_argument if shared_args is args else in_axes
+        # keys come in another order lines up by key), marked as the arguments are.
+        prefix = [*axes.per_argument, broadcast_prefix(0, kwargs, is_leaf=is_variable)]
+        shared_args, shared_kwargs = inputs.shared(args, kwargs, variables, prefix)
         mapped = map_fn(
-            pure, in_axes=given, out_axes=(out_axes, axes.variables, None), **vmap_kwargs
+            pure,
+            in_axes=tuple(prefix[:-1]),
+            out_axes=(jax_out_axes, axes.variables, None),
+            **vmap_kwargs,
         )
         out, values, changed = mapped(*shared_args, **shared_kwargs)
         write_back(variables, values, changed)
-        return out
+        return resolve_output(out, changed)
 
     return call
 
 
+def _checking_out_axes(f: Callable, out_axes: object, option: str) -> Callable:
+    """`f`, its output checked to give a graph node or Variable it returns at several
+    places one out axis."""
+
+    @functools.wraps(f)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        out = f(*args, **kwargs)
+        if walk(out).repeats:
+            _variable_axes((out_axes,), (out,), {}, option, label="out")
+        return out
+
+    return checked
+
+
 class CallAxes(NamedTuple):
-    """A simple-mode map's axes: `variables`, each Variable's (positional arguments in
-    order, then kwargs: axis 0); `per_argument`, `in_axes` expanded to each positional
+    """A simple-mode map's axes: `variables`, each Variable's, once (positional arguments
+    in order, then kwargs: axis 0); `per_argument`, `in_axes` expanded to each positional
     argument's full structure."""
 
     variables: list[object]
     per_argument: tuple[object, ...]
 
 
-def _variable_axes(in_axes: object, args: tuple, kwargs: dict, name: str = "in_axes") -> CallAxes:
+def _variable_axes(
+    in_axes: object, args: tuple, kwargs: dict, name: str = "in_axes", label: str | None = None
+) -> CallAxes:
     """The mapped axis of each Variable of the call, from `in_axes` (kwargs: axis 0);
-    a Variable reached at several places must get one axis (`name`: the option's name)."""
+    a Variable reached at several places must get one axis (`name`: the option's name;
+    `label`: how errors name the arguments, their position when None)."""
     prefix = in_axes if isinstance(in_axes, tuple | list) else (in_axes,) * len(args)
     if len(prefix) != len(args):
         raise ValueError(
@@ -410,18 +572,19 @@ def _variable_axes(in_axes: object, args: tuple, kwargs: dict, name: str = "in_a
     reached: dict[int, list[tuple[str, object]]] = {}
     kinds: dict[int, str] = {}
     for i, (axis, arg) in enumerate(zip(prefix, args, strict=True)):
-        full = broadcast_prefix(axis, arg, is_leaf=is_variable, name=name)
+        full = broadcast_prefix(expand_tree_states(axis, arg), arg, is_leaf=is_variable, name=name)
         per_argument.append(full)
         leaves = jax.tree_util.tree_structure(arg, is_leaf=is_variable).flatten_up_to(full)
         flat_args = jax.tree_util.tree_leaves_with_path(arg, is_leaf=is_variable)
         for ax, (keypath, leaf) in zip(leaves, flat_args, strict=True):
             if is_variable(leaf):
-                axes.append(ax)
-                place = f"{i}{jax.tree_util.keystr(keypath)}"
+                if id(leaf) not in reached:
+                    axes.append(ax)
+                place = f"{label if label is not None else i}{jax.tree_util.keystr(keypath)}"
                 reached.setdefault(id(leaf), []).append((place, ax))
                 kinds[id(leaf)] = type(leaf).__name__
     raise_inconsistent_aliasing(reached, kinds, name)
-    axes += [0] * len(variables_of(kwargs))
+    axes += [0 for v in walk(kwargs).variables if id(v) not in reached]
     return CallAxes(axes, tuple(per_argument))
 
 
@@ -448,6 +611,7 @@ def simple_grad(
         shared_args, shared_kwargs = inputs.shared(args, kwargs, variables)
         (loss, (aux, values, changed)), grads = transformed(*shared_args, **shared_kwargs)
         write_back(variables, values, changed)
+        loss, aux = resolve_output((loss, aux), changed)
         grads = resolve_aliases(grads)
         if return_value:
             return ((loss, aux), grads) if has_aux else (loss, grads)
@@ -492,6 +656,6 @@ def simple_remat(f: Callable, inputs: Inputs, checkpoint_kwargs: dict[str, Any])
         shared_args, shared_kwargs = inputs.shared(args, kwargs, variables)
         out, values, changed = checkpointed(*shared_args, **shared_kwargs)
         write_back(variables, values, changed)
-        return out
+        return resolve_output(out, changed)
 
     return call

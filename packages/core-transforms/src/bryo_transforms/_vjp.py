@@ -16,7 +16,15 @@ from typing import Any
 import jax
 
 from ._options import refuse_bound_method
-from ._simple import Inputs, graph_updates_on, tree_mode, with_empty_aux, write_back
+from ._simple import (
+    Inputs,
+    graph_updates_on,
+    resolve_aliases,
+    resolve_output,
+    tree_mode,
+    with_empty_aux,
+    write_back,
+)
 
 _MISSING: Any = object()
 
@@ -69,10 +77,22 @@ def vjp(
         return functools.partial(vjp, f, **options)
     inputs = _simple_inputs("vjp", graph, graph_updates)
     variables = inputs.variables(primals, {})
+    shared, _ = inputs.shared(primals, {}, variables)  # what the primals share: given once
     pure = inputs.with_updates(f if has_aux else with_empty_aux(f), split_aux=True)
-    out, vjp_fn, (aux, values, changed) = jax.vjp(pure, *primals, has_aux=True)
+    out, vjp_fn, (aux, values, changed) = jax.vjp(pure, *shared, has_aux=True)
     write_back(variables, values, changed)
+    out, aux = resolve_output((out, aux), changed)
+    if variables.repeats:  # the cotangents of a shared node: one object, as the primals
+        vjp_fn = _resolving(vjp_fn)
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _resolving(vjp_fn: Callable) -> Callable:
+    @functools.wraps(vjp_fn)
+    def resolved(cotangent: Any) -> Any:
+        return resolve_aliases(vjp_fn(cotangent))
+
+    return resolved
 
 
 def jvp(
@@ -116,7 +136,13 @@ def jvp(
     inputs = _simple_inputs("jvp", graph, graph_updates)
     primals, tangents = tuple(primals), tuple(tangents)
     variables = inputs.variables(primals, {})
+    marked = [*tangents, {}]  # the tangents of what the primals share are marked alike
+    primals, _ = inputs.shared(primals, {}, variables, marked)
     pure = inputs.with_updates(f if has_aux else with_empty_aux(f), split_aux=True)
-    out, tangent_out, (aux, values, changed) = jax.jvp(pure, primals, tangents, has_aux=True)
+    out, tangent_out, (aux, values, changed) = jax.jvp(
+        pure, primals, tuple(marked[:-1]), has_aux=True
+    )
     write_back(variables, values, changed)
+    out, aux = resolve_output((out, aux), changed)
+    tangent_out = resolve_output(tangent_out, changed)  # marked as `out` is
     return (out, tangent_out, aux) if has_aux else (out, tangent_out)
