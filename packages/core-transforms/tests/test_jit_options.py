@@ -151,7 +151,7 @@ def test_jit_partial_binds_models_and_sees_their_new_values(mode):
 def test_prefix_gives_a_pytree_prefix_per_variable():
     model = Model()
     sharding = _mesh_sharding()
-    shardings = prefix(model, {PathContains("w"): sharding})
+    shardings = prefix(model, {PathContains("w"): sharding, ...: None})
     assert type(shardings) is Model and shardings.w is sharding and shardings.count is None
     axes = prefix({"a": Param(1), "b": BatchStat(2)}, lambda path, v: 0 if "b" in path else None)
     assert axes == {"a": None, "b": 0}

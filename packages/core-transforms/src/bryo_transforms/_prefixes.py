@@ -35,10 +35,19 @@ def check_prefix(
     """
 
     def is_leaf(value: object) -> bool:
-        return value is None or isinstance(value, mappings) or is_graph_leaf(value)
+        return value is None or isinstance(value, (*mappings, TreeState)) or is_graph_leaf(value)
 
     for keypath, leaf in jax.tree_util.tree_leaves_with_path(prefix, is_leaf=is_leaf):
         where = f"`{name}`{jax.tree_util.keystr(keypath)}"
+        if isinstance(leaf, TreeState) and graph_updates:
+            raise ValueError(
+                f"Found a `TreeState` at {where} of `{transform}`: `TreeState` prefixes "
+                "(from `prefix(..., graph=True)`) are for graph mode without updates. Pass "
+                f"`graph_updates=False` to `{transform}`, or make a pytree prefix with "
+                "`prefix(..., graph=False)`."
+            )
+        if isinstance(leaf, TreeState):
+            continue
         if isinstance(leaf, Variable):
             raise ValueError(
                 f"Found a {type(leaf).__name__} at {where} of `{transform}`: Variables "

@@ -18,11 +18,13 @@ import jax
 
 from bryo_filters import Filter, to_predicate
 from bryo_graph import State, Variable
+from bryo_graph.extract import Opaque, TreeState, to_tree
 from bryo_pytree import Path, broadcast_prefix, keypath_to_path
 
 from ._axes import check_consistent_aliasing, path_filters
 from ._layout import ARRAY, ROOT, StaticLayout, TreeLayout, is_graph_leaf
 from ._plan import CallPlan
+from ._simple import SHARED_TYPES, mark_aliases
 
 
 class StateSharding:
@@ -192,28 +194,40 @@ def prefix(
     *,
     graph: bool | None = None,
 ) -> Any:
-    """A pytree prefix of `node` with a value per Variable (and raw array leaf):
-    `filter_map(path, leaf)`, or the value of the first filter of a mapping that matches
-    (None when none does). Use it as the `in_axes`/`in_shardings`/`out_shardings` of a
-    transform in simple mode, where models are pytrees.
+    """A prefix of `node` with a value per Variable (and raw array leaf):
+    `filter_map(path, leaf)`, or the value of the first filter of a mapping that matches.
+    Use it as the `in_axes`/`out_axes`/`in_shardings`/`out_shardings` of a transform in
+    simple mode (`graph_updates=False`).
+
+    With `graph=True` each graph node (module, `List`, `Dict`, Variable) of `node` becomes
+    a `TreeState` (`bryo_graph.extract`) whose `state` holds the values, as Flax NNX's
+    `nnx.prefix(..., graph=True)`: the nodes are taken jointly, so a node met again (a
+    model passed twice) gets an empty `state`. Pass every graph node the transform takes,
+    in the order it takes them: `nnx.prefix((model, model), {nnx.Param: 0}, graph=True)`
+    gives the two `in_axes` of `f(model, model)`, whose places of a shared Variable must
+    get one value. Otherwise (`graph=False`, and bryo's default) the prefix follows the
+    pytree structure (a module-shaped prefix, also for `jax.vmap`).
 
     Args:
         node: a model, or a container of them.
-        filter_map: `(path, leaf) -> value`, or `{filter: value}`.
-        graph: accepted for Flax's signature; the prefix follows the pytree structure.
+        filter_map: `(path, leaf) -> value`, or `{filter: value}` (first match wins; a
+            leaf no filter matches is an error: end with `...: None` for the rest).
+        graph: True for `TreeState`s per graph node; False or None for a pytree prefix.
 
     Returns:
-        `node`'s pytree structure with the values in place of its Variables.
+        `node`'s structure with the values in place of its Variables (`TreeState`s in
+        place of its graph nodes with `graph=True`).
+
+    Raises:
+        ValueError: a leaf no filter of a mapping matches, naming its path and the filters.
 
     Example:
         >>> shardings = prefix(model, {PathContains("kernel"): row, ...: None})  # doctest: +SKIP
+        >>> first, second = prefix((model, model), {Param: 0}, graph=True)  # doctest: +SKIP
     """
-    del graph
-    if isinstance(filter_map, Mapping):
-        chooser = StateSharding(filter_map)
-        choose: Callable[[Path, Any], Any] = chooser.for_leaf
-    else:
-        choose = filter_map
+    choose = _first_match(filter_map) if isinstance(filter_map, Mapping) else filter_map
+    if graph:
+        return _tree_states(node, choose)
 
     def leaf_value(keypath: tuple, leaf: object) -> Any:
         return choose(keypath_to_path(keypath), leaf)
@@ -221,3 +235,52 @@ def prefix(
     return jax.tree_util.tree_map_with_path(
         leaf_value, node, is_leaf=lambda x: isinstance(x, Variable)
     )
+
+
+def _first_match(filter_map: Mapping[Filter, Any]) -> Callable[[Path, Any], Any]:
+    """`(path, leaf) -> value` of the first filter of `filter_map` that matches."""
+    predicates = [(to_predicate(f), value) for f, value in filter_map.items()]
+
+    def choose(path: Path, leaf: object) -> Any:
+        for predicate, value in predicates:
+            if predicate(path, leaf):
+                return value
+        raise ValueError(
+            f"No filter matched leaf at path {tuple(path)!r} with value {leaf!r}. Filters: "
+            f"{list(filter_map)}. Add a filter for it, or end the mapping with `...: None` "
+            "to give every other leaf None."
+        )
+
+    return choose
+
+
+def _is_graph_object(value: object) -> bool:
+    return isinstance(value, SHARED_TYPES)
+
+
+def _tree_states(node: object, choose: Callable[[Path, Any], Any]) -> Any:
+    """`prefix(node, choose, graph=True)`: a `TreeState` per graph node of `node`, the
+    nodes split jointly (a later place of a shared one holds an empty State)."""
+    keyed, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=_is_graph_object)
+    marked = treedef.flatten_up_to(mark_aliases(node)[0])
+    splits = treedef.flatten_up_to(to_tree(node))
+    leaves = []
+    for (keypath, leaf), alias_or_node, split in zip(keyed, marked, splits, strict=True):
+        base = tuple(keypath_to_path(keypath))
+        if not _is_graph_object(leaf):
+            leaves.append(choose(base, leaf))
+            continue
+        values = {
+            path: choose(base + tuple(path), value)
+            for path, value in split.state.flat_state().items()
+        }
+
+        def place_value(keypath: tuple, value: object, base: tuple = base) -> Any:
+            return choose(base + tuple(keypath_to_path(keypath)), value)
+
+        tree_prefix = jax.tree_util.tree_map_with_path(
+            place_value, alias_or_node, is_leaf=lambda x: isinstance(x, Variable)
+        )
+        state = State.from_flat_path(values)
+        leaves.append(TreeState(split.graphdef, state, Opaque(choose), Opaque(tree_prefix)))
+    return treedef.unflatten(leaves)

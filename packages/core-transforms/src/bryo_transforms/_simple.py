@@ -464,7 +464,10 @@ def simple_jit(
     the function preparing one call (`Prepared`); with donation every Variable's value
     comes back (the caller's buffers were given away)."""
     if out_shardings is not None:
+        out_shardings = tree_state_prefixes(out_shardings)
         jit_kwargs = {**jit_kwargs, "out_shardings": (out_shardings, None, None)}
+    if jit_kwargs.get("in_shardings") is not None:  # `prefix(..., graph=True)`'s, as made
+        jit_kwargs = {**jit_kwargs, "in_shardings": tree_state_prefixes(jit_kwargs["in_shardings"])}
     donating = bool(jit_kwargs.get("donate_argnums") or jit_kwargs.get("donate_argnames"))
     jitted = jax.jit(
         inputs.with_updates(f, every=donating),

@@ -3,6 +3,8 @@
 
 from bryo_graph.extract import Missing as Missing
 from bryo_graph.extract import NodeStates as NodeStates
+from bryo_graph.extract import Opaque as Opaque
+from bryo_graph.extract import TreeState as TreeState
 from bryo_graph.extract import broadcast_prefix as broadcast_prefix
 from bryo_graph.extract import check_consistent_aliasing as check_consistent_aliasing
 from bryo_graph.extract import clear_non_graph_nodes as clear_non_graph_nodes
