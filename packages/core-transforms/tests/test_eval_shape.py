@@ -35,13 +35,10 @@ def test_builds_abstract_modules_and_leaves_arguments_unchanged(modes):
 @pytest.mark.parametrize("modes", MODES[1:])
 def test_simple_mode_refuses_aliased_variables(modes):
     v = Param(jnp.array(1.0))
-    if modes.get("graph") is False:  # tree mode; graph simple mode keeps `v` one Variable
-        with pytest.raises(
-            ValueError, match=r"Duplicate Param\nfound at paths:\n\n  - args\[0\]\n  - args\[1\]"
-        ):
-            eval_shape(lambda a, b: None, v, v, **modes)
-    else:
-        assert eval_shape(lambda a, b: a is b, v, v, **modes)
+    with pytest.raises(
+        ValueError, match=r"Duplicate Param\nfound at paths:\n\n  - args\[0\]\n  - args\[1\]"
+    ):
+        eval_shape(lambda a, b: None, v, v, **modes)
     with pytest.raises(ValueError, match=r"- args\[0\]\n  - out"):
         eval_shape(lambda a: a, v, **modes)
     assert float(v.value) == 1.0

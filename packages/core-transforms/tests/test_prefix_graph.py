@@ -83,3 +83,15 @@ def test_tree_states_are_refused_with_graph_updates():
     ):
         vmap(lambda m: m.w[...], in_axes=(axes,))(model)
     assert jit(lambda m: m.w[...].sum(), in_shardings=None, **SIMPLE)(model) == 8.0
+
+
+def test_scan_takes_a_tree_state_prefix():
+    from bryo_transforms import scan
+
+    model = Stack()
+    axes = prefix(model, {Param: 0, ...: None}, graph=True)
+    run = scan(
+        lambda m, c: (c + m.w[...].sum(), None), in_axes=(axes, 0), out_axes=(0, 0), **SIMPLE
+    )
+    total, _ = run(model, jnp.zeros(4))
+    np.testing.assert_array_equal(total, jnp.full((4,), 2.0))

@@ -52,8 +52,8 @@ def eval_shape(
     refuse_bound_method("eval_shape", f)
     simple = not graph_updates_on(graph, graph_updates)
     tree = tree_mode(graph)
-    if simple and tree:  # graph mode keeps what the arguments share shared (`split`)
-        check_no_aliases("eval_shape", {"args": args, "kwargs": kwargs}, tree=True)
+    if simple:  # as Flax: no shared Variables among the arguments (the output may share)
+        check_no_aliases("eval_shape", {"args": args, "kwargs": kwargs}, tree=tree)
     graphdef, state = split((args, kwargs), graph=not tree_mode(graph))
     out_graphdef: list[GraphDef] = []
 

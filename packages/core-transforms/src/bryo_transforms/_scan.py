@@ -51,7 +51,7 @@ from ._errors import TransformError
 from ._layout import ArgLayout, is_graph_leaf, scan_args
 from ._options import positional, refuse_bound_method
 from ._plan import CallPlan, PairPath, PlanCache
-from ._prefixes import check_prefix
+from ._prefixes import check_prefix, tree_state_prefixes
 from ._rebuild import Inner, rebuild
 from ._simple import check_no_aliases, graph_updates_on, tree_mode, variables_of
 
@@ -277,6 +277,8 @@ def scan(
     for name, axes in (("in_axes", in_axes), ("out_axes", out_axes)):
         updates = graph_updates_on(graph, graph_updates)
         check_prefix(axes, name, "scan", graph_updates=updates, mappings=(StateAxes,))
+    # `prefix(..., graph=True)`'s TreeStates: scan (lifted) reads module-shaped prefixes
+    in_axes, out_axes = tree_state_prefixes(in_axes), tree_state_prefixes(out_axes)
     fn = with_axis_metadata(f, in_axes, out_axes, transform_metadata)
     policy = ScanCheckpointPolicy.from_remat(remat)
     trees = tree_mode(graph)
