@@ -16,7 +16,7 @@ def test_the_older_keyword_is_stored_as_out_sharding(old: str) -> None:
     with pytest.warns(DeprecationWarning, match=f"'{old}' is deprecated, use 'out_sharding'"):
         param = Param(jnp.ones((2, 4)), **{old: _AXES})
     new = Param(jnp.ones((2, 4)), out_sharding=_AXES)
-    assert param.get_metadata() == new.get_metadata() == {"out_sharding": _AXES}
+    assert param.metadata == new.metadata == {"out_sharding": _AXES}
     assert param.out_sharding == _AXES
     assert not param.has_metadata(old)
 
@@ -35,13 +35,13 @@ def test_setting_the_older_names_sets_out_sharding() -> None:
     param = Param(jnp.ones((2, 4)), out_sharding=("a", "b"))
     with pytest.warns(DeprecationWarning):
         param.set_metadata(sharding=_AXES)
-    assert param.get_metadata() == {"out_sharding": _AXES}
+    assert param.metadata == {"out_sharding": _AXES}
     with pytest.warns(DeprecationWarning):
         param.set_metadata("sharding_names", ("x", None))
     assert param.out_sharding == ("x", None)
     with pytest.warns(DeprecationWarning):
         param.sharding = _AXES  # attribute writes are metadata writes in bryo
-    assert param.get_metadata() == {"out_sharding": _AXES}
+    assert param.metadata == {"out_sharding": _AXES}
     with pytest.warns(DeprecationWarning, match="'sharding_names' is deprecated"):
         assert param.sharding_names == _AXES
     with pytest.warns(DeprecationWarning):
@@ -56,7 +56,7 @@ def test_two_spellings_with_different_axes_are_refused() -> None:
         Param(jnp.ones((2, 4)), sharding=_AXES, out_sharding=("a", "b"))
     with pytest.warns(DeprecationWarning):  # the same axes twice: one key
         same = Variable(jnp.ones((2, 4)), sharding=_AXES, out_sharding=_AXES)
-    assert same.get_metadata() == {"out_sharding": _AXES}
+    assert same.metadata == {"out_sharding": _AXES}
 
 
 class _no_warning:

@@ -47,7 +47,7 @@ def test_with_metadata_carries_metadata_into_the_variable():
     assert isinstance(wrapped, VariableMetadata)
     param = Param(wrapped, extra=1)
     assert param.shape == (3,)
-    assert param.get_metadata() == {"extra": 1, "tag": "frozen", "nickname": ("x",)}
+    assert param.metadata == {"extra": 1, "tag": "frozen", "nickname": ("x",)}
 
 
 def test_with_metadata_refuses_non_callables_and_hooks():
@@ -122,7 +122,7 @@ def test_add_and_remove_axis_keep_metadata_in_step():
     assert calls == [("add", 0, "layers"), ("remove", 0, "layers")]
     plain = Param(jnp.ones(2))
     add_axis([plain], 0, meta)  # no sharding metadata: only the method is called
-    assert plain.get_metadata() == {}
+    assert plain.metadata == {}
 
 
 @pytest.mark.parametrize(

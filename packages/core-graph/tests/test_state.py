@@ -35,8 +35,11 @@ def test_get_metadata_reads_a_copy_or_one_entry(make):
     count = make(0, tag="dropout")
     everything = count.get_metadata()
     everything["tag"] = "changed"  # a copy: the Variable keeps its metadata
-    assert count.get_metadata() == {"tag": "dropout"}
+    flags = {"hijax": False, "ref": False, "eager_sharding": True}  # as Flax NNX 0.12
+    assert count.get_metadata() == {"tag": "dropout", **flags}
+    assert count.metadata == {"tag": "dropout"}
     assert count.get_metadata("tag") == "dropout"
+    assert count.get_metadata("ref") is False and count.has_metadata("hijax")
     assert count.get_metadata("sharding", None) is None
     with pytest.raises(KeyError, match="sharding"):
         count.get_metadata("sharding")

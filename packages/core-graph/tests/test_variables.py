@@ -86,17 +86,17 @@ def test_subclass_get_and_set_value_hooks_serve_every_access():
 
 def test_metadata_api():
     v = Variable(1.0, tag="a")
-    assert v.get_metadata() == {"tag": "a"} and v.get_metadata("tag") == "a"
+    assert v.metadata == {"tag": "a"} and v.get_metadata("tag") == "a"
     assert v.get_metadata("missing", default=None) is None
     with pytest.raises(KeyError, match="has no metadata 'missing'"):
         v.get_metadata("missing")
     v.set_metadata(b=2)
     v.set_metadata("c", 3)
-    assert v.get_metadata() == {"tag": "a", "b": 2, "c": 3} and v.has_metadata("b")
+    assert v.metadata == {"tag": "a", "b": 2, "c": 3} and v.has_metadata("b")
     v.set_metadata({"only": True})
-    assert v.get_metadata() == {"only": True}
+    assert v.metadata == {"only": True}
     v.del_metadata("only")
-    assert v.get_metadata() == {}
+    assert v.metadata == {}
     with pytest.raises(TypeError, match="takes a dict"):
         v.set_metadata(1, 2, 3)
     with pytest.raises(TypeError, match="not a mix"):
@@ -113,7 +113,7 @@ def test_metadata_changes_never_touch_copies():
 def test_generic_subscript():
     alias = Param[jax.Array]
     p = alias(jnp.ones(2))
-    assert type(p) is Param and p.get_metadata() == {}
+    assert type(p) is Param and p.metadata == {}
 
 
 def test_pytree_with_one_child_keeps_type_and_metadata():
@@ -133,7 +133,7 @@ def test_pytree_with_one_child_keeps_type_and_metadata():
 def test_copy_deepcopy_pickle_round_trips(values, tag):
     v = Param(np.array(values, np.float32), tag=tag)
     for twin in (copy.copy(v), copy.deepcopy(v), pickle.loads(pickle.dumps(v)), v.copy()):
-        assert type(twin) is Param and twin is not v and twin.get_metadata() == {"tag": tag}
+        assert type(twin) is Param and twin is not v and twin.metadata == {"tag": tag}
         np.testing.assert_array_equal(twin.value, v.value)
 
 
@@ -155,3 +155,24 @@ def test_variable_state_builds_variables():
 def test_missing_attribute_names_the_metadata():
     with pytest.raises(AttributeError, match=r"no metadata or value attribute 'nope'"):
         Variable(0, tag="t").nope  # noqa: B018
+
+
+def test_get_metadata_reports_flax_flags_without_storing_them():
+    from bryo_graph import use_eager_sharding
+
+    v = Param(jnp.ones(2), tag="w")
+    assert v.get_metadata() == {"tag": "w", "hijax": False, "ref": False, "eager_sharding": True}
+    assert v.metadata == {"tag": "w"}
+    # replacing everything with what get_metadata gave back stores the entries only
+    v.set_metadata({**v.get_metadata(), "extra": 1})
+    assert v.metadata == {"tag": "w", "extra": 1}
+    # a Variable rebuilt from its metadata is like the original
+    twin = Param(v.get_value(), **v.get_metadata())
+    assert twin.metadata == v.metadata and twin.get_metadata() == v.get_metadata()
+    with use_eager_sharding(False):
+        assert v.get_metadata("eager_sharding") is False
+    assert Param(1.0, eager_sharding=False).get_metadata("eager_sharding") is False
+    assert Param(1.0, ref=True).get_metadata()["ref"] is True
+    with pytest.raises(ValueError, match="cannot change the `ref`/`hijax` metadata"):
+        v.set_metadata({"ref": True})
+    assert v.metadata == {"tag": "w", "extra": 1}

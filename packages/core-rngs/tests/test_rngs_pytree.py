@@ -84,7 +84,7 @@ def test_a_key_pickles_as_its_data_and_impl():
         copied = copy.deepcopy(rngs.default.key)
     assert copied.value is not rngs.default.key.value
     assert _same_key(copied.value, rngs.default.key.value)
-    assert copied.get_metadata() == rngs.default.key.get_metadata()
+    assert copied.metadata == rngs.default.key.metadata
 
 
 def test_copies_and_pickles_continue_the_stream():

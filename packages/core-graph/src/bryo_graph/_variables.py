@@ -49,7 +49,7 @@ from bryo_pytree import (
 )
 
 from ._compat import current_trace, is_ref, new_ref
-from ._eager_sharding import placed
+from ._eager_sharding import placed, using_eager_sharding
 from ._errors import MUTATION_FIX, TraceContextError
 from ._tracking import WATCHES, structure_changed
 from ._var_defaults import check_default_hijax, check_flag, default_ref
@@ -216,6 +216,8 @@ class Variable(metaclass=_VariableType):
             )
         if "sharding" in metadata or "sharding_names" in metadata:
             metadata = out_sharding_metadata(metadata, where)
+        if metadata.get("eager_sharding", MISSING) is using_eager_sharding():
+            del metadata["eager_sharding"]  # the default (from `get_metadata`): not stored
         if metadata and isinstance(value, jax.Array):  # under a mesh: placed
             value = placed(value, metadata, type(self).__name__)
         if ref:
@@ -313,7 +315,10 @@ class Variable(metaclass=_VariableType):
     def get_metadata(
         self, name: str | None = None, default: object = MISSING, *, exclude_required: object = None
     ) -> _Any:
-        """All metadata as a dict (a copy), or the entry `name` (`default` when absent)."""
+        """All metadata as a dict (a copy), or the entry `name` (`default` when absent).
+
+        As in Flax NNX 0.12, the flags `hijax` (always False in bryo), `ref` and
+        `eager_sharding` are part of it; `metadata` has the other entries only."""
         metadata = self._metadata
         if name is None:
             if default is not MISSING:
@@ -321,9 +326,11 @@ class Variable(metaclass=_VariableType):
                     "`get_metadata` takes a `default` only together with a `name`; got "
                     f"default={default!r} without one."
                 )
-            return dict(metadata)
+            return {**metadata, **self._flags()}
         if name in metadata:
             return metadata[name]
+        if name in _FLAG_KEYS:
+            return self._flags()[name]
         if default is not MISSING:
             return default
         raise KeyError(
@@ -353,9 +360,18 @@ class Variable(metaclass=_VariableType):
             )
         self._set_user_metadata(new)
 
+    def _flags(self) -> dict[str, bool]:
+        """The flags `get_metadata` reports beside the entries (Flax's defaults)."""
+        eager = self._metadata.get("eager_sharding", MISSING)
+        return {
+            "hijax": False,
+            "ref": self._metadata.get("ref") is True,
+            "eager_sharding": using_eager_sharding() if eager is MISSING else bool(eager),
+        }
+
     def has_metadata(self, name: str) -> bool:
-        """Whether the metadata has an entry `name`."""
-        return name in self._metadata
+        """Whether the metadata has an entry `name` (the flags of `get_metadata` included)."""
+        return name in self._metadata or name in _FLAG_KEYS
 
     def del_metadata(self, name: str) -> None:
         """Remove the metadata entry `name`."""
@@ -382,8 +398,15 @@ class Variable(metaclass=_VariableType):
                 f"place (it has ref={self.ref}); make a converted copy with "
                 "`nnx.with_vars(node, ref=...)` or `variable.copy(ref=...)`."
             )
+        eager = using_eager_sharding()
         self._replace_metadata(
-            {k: v for k, v in metadata.items() if k != "hijax" and not (k == "ref" and not v)}
+            {
+                k: v
+                for k, v in metadata.items()
+                if k != "hijax"
+                and not (k == "ref" and not v)
+                and not (k == "eager_sharding" and v is eager)
+            }
         )
 
     def _replace_metadata(self, metadata: Mapping[str, object]) -> None:
@@ -566,6 +589,8 @@ def check_variable_owner(variable: Variable) -> None:
 
 
 _FLAGS = frozenset({"ref", "hijax"})
+#: The flags `get_metadata` reports (Flax NNX 0.12's defaults) beside the stored entries.
+_FLAG_KEYS = frozenset({"hijax", "ref", "eager_sharding"})
 _new = object.__new__
 _set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 _set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor

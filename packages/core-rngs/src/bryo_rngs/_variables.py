@@ -25,7 +25,7 @@ class RngState(Variable):
 
     def __repr__(self) -> str:
         fields = [f"value={describe_leaf(self.raw_value)}"]
-        fields += [f"{k}={v!r}" for k, v in self.get_metadata().items()]
+        fields += [f"{k}={v!r}" for k, v in self.metadata.items()]
         return f"{type(self).__name__}({', '.join(fields)})"
 
 

@@ -231,7 +231,7 @@ def _sharding_attributes(items: list[tuple[str, object]]) -> dict[str, tuple[str
     found = {}
     for key, value in items:
         if isinstance(value, Variable):
-            metadata = value.get_metadata()  # `out_sharding` (Flax 0.12), or an older key
+            metadata = value.metadata  # `out_sharding` (Flax 0.12), or an older key
             axes = next((metadata[k] for k in _AXES_KEYS if metadata.get(k) is not None), None)
             if isinstance(axes, str):
                 found[key] = (axes,)

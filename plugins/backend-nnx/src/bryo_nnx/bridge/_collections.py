@@ -98,7 +98,7 @@ def to_linen_var(variable: Variable) -> Any:
     Returns:
         The value or box to put in a Linen collection.
     """
-    metadata = variable.get_metadata()
+    metadata: dict[str, Any] = variable.metadata
     value = variable.get_value()
     linen_type = metadata.get("linen_meta_type")
     if linen_type is not None:

@@ -231,8 +231,8 @@ class ToNNX(Module):
             existing = _get(parent, path[-1])
             if type(existing) is type(new):
                 existing.set_raw_value(new.get_raw_value())
-                if existing.get_metadata() != new.get_metadata():
-                    existing.set_metadata(new.get_metadata())
+                if existing.metadata != new.metadata:
+                    existing.set_metadata(new.metadata)
             else:
                 _put(parent, path[-1], new)
 
