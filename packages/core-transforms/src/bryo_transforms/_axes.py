@@ -338,9 +338,10 @@ def raise_inconsistent_aliasing(
     ]
     if clashes:
         raise TransformError(
-            f"Inconsistent aliasing detected: a Variable reached through several arguments "
-            f"gets one axis, but these get different `{name}`:\n" + "\n".join(clashes) + "\n"
-            "Give the arguments sharing it the same axis, or pass the shared state once."
+            "Inconsistent aliasing detected. The following nodes have different prefixes "
+            f"(a Variable reached at several places gets one `{name}`):\n"
+            + "\n".join(clashes)
+            + "\nGive the places sharing it the same axis, or pass the shared state once."
         )
 
 
