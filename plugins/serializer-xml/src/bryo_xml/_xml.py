@@ -278,32 +278,20 @@ class _Reader:
     def read(self, root: etree._Element) -> DocNode:
         top = self.node(root)
         column = self.text.column
-        max_depth = self.budget.limits.max_depth
-        # `(tag, attribute texts) -> (tag, attrs)` of the nodes read (immutable attrs
-        # only): most nodes repeat another's attributes, and are made here from it
-        known: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
         stack = [(root, top, 1)]
         while stack:
             element, doc, depth = stack.pop()
-            inputs, outputs, results = doc.inputs, doc.outputs, doc.results
+            ports = {"input": doc.inputs, "output": doc.outputs, "outputs": doc.results}
             for child in element:
                 tag = child.tag
-                into = (
-                    inputs
-                    if tag == "input"
-                    else outputs
-                    if tag == "output"
-                    else results
-                    if tag == "outputs"
-                    else None
-                )
+                into = ports.get(tag)
                 if into is not None:
                     items = child.items()
                     if len(items) == 1 and items[0][0] == "type":  # most ports: a type, a name
                         name = (child.text or "").strip()
                         if name:
                             where = new_source((child.sourceline, None, None, child, column))
-                            into.append(Port(name, items[0][1], None, None, where))  # type: ignore[arg-type]  # str: the text is parsed as UTF-8
+                            into.append(Port(name, cast(str, items[0][1]), None, None, where))
                             continue
                     into.append(self.port(child))
                 elif not isinstance(tag, str):
@@ -311,17 +299,9 @@ class _Reader:
                 elif tag == "const":
                     doc.consts.append(self.const(child))
                 else:
-                    key = (tag, *child.items())
-                    hit = known.get(key)
-                    if hit is None:
-                        node = self.node(child)
-                        if self.attr.immutable(node.attrs):
-                            known[key] = (node.tag, node.attrs.copy())
-                    else:
-                        where = new_source((child.sourceline, None, None, child, column))
-                        node = DocNode(hit[0], hit[1].copy(), source=where, attrs_key=key)
-                    if depth >= max_depth:
-                        self.budget.check_depth(depth + 1, line=child.sourceline)
+                    node = self.node(child)
+                    line = node.source.line if node.source is not None else None
+                    self.budget.check_depth(depth + 1, line=line)
                     doc.children.append(node)
                     stack.append((child, node, depth + 1))
         return top
@@ -338,7 +318,7 @@ class _Reader:
             tag = attrs.pop("primitive", "eqn")
             if not isinstance(tag, str):
                 raise source.error("<eqn> needs a string `primitive` attribute")
-        return DocNode(tag, attrs, source=source, attrs_key=(element.tag, *items))
+        return DocNode(tag, attrs, source=source, attrs_key=tuple(items))
 
     def port(self, element: etree._Element) -> Port:
         """A port (`read` reads the common ones, a type and a name, itself)."""
