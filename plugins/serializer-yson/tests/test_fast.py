@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 import bryo_mox as yax
 from bryo_mox import MoxLimitError, MoxSerializationError
-from bryo_mox.document import Budget, Limits
+from bryo_mox.document import Budget, Limits, loading
 from bryo_mox.testing import MLP, Linear
-from bryo_yson import _fast, _yson
+from bryo_yson import _fast, _lines, _yson
 from bryo_yson._fast import read_fast
 from bryo_yson._text import Attributed, Reader, quote, scalar
 
@@ -380,3 +380,202 @@ def test_a_declined_json_form_leaves_the_array_budget_to_the_exact_reader():
     with pytest.raises(MoxSerializationError, match="appears twice") as info:
         yax.loads(text, "yson", limits=limits)
     assert not isinstance(info.value, MoxLimitError)
+
+
+# `loads` reads the files `dumps` writes line by line (`_lines.read_lines`): it must build
+# what the exact path builds (which the same MoX loads from), or decline.
+
+
+def line_document(raw: bytes, limits: Limits = DEFAULT) -> Any:
+    budget = Budget(limits, len(raw))
+    locate = _yson._ByPath(Reader(raw, budget, MAX_NESTING))
+    return _lines.read_lines(raw.decode("utf-8"), budget, MAX_NESTING, locate)
+
+
+def same_as_exact(raw: bytes) -> bool:
+    """The line reader declined, or built what the exact path builds; True when it built."""
+    got = line_document(raw)
+    try:
+        want = exact_document(raw)
+    except MoxSerializationError:
+        assert got is None, raw
+        return False
+    assert got is None or doc_tree(got) == doc_tree(want), raw
+    return got is not None
+
+
+_LINE_NAMES = ['"a"', '"b"']
+_TYPES, _ODD_TYPES = ['"f32[2]"', '"i32[]"'], ["3", '"f32["']
+_TAGS, _ODD_TAGS = ['"add"', '"sin"'], ["1", '""']
+_LINE_VALUES = ["1", "-2", "2.5", "%true", "%nan", '"s"']
+_ODD_LINE_VALUES = ["#", "1u", "word", "[1;2]", "{}", '<"py"=%true>"(1, 2)"', '<"a"=1>1', "1;2"]
+_PARAM_LINE_VALUES = [*_LINE_VALUES, '[1;[2;"s"]]', "[]", '<"py"=%true>"(1, 2)"']
+_ODD_PARAMS = [
+    '{"k"=1}',
+    "#",
+    "word",
+    "[1;",
+    '<"py"=%true>"("',
+    '<"py"=%false>"1"',
+    "[[[[[[[]]]]]]]",
+]
+_ARRAY = "<\"py\"=%true>\"array('AACAPw==', dtype('float32'), (1,))\""
+
+
+@st.composite
+def _line_texts(draw: st.DrawFn) -> str:
+    """Texts in the layout `dumps` writes (one node per line), with unusual or malformed
+    items now and then: ports with a bind, no name or a name twice, params named like
+    the reserved attributes or twice, other attributes, items out of order, `;` missing
+    or extra, literal and param values the line reader leaves to the exact reader."""
+    odd = lambda: draw(st.integers(0, 24)) == 7
+
+    def pick(usual: list[str], unusual: list[str]) -> str:
+        return draw(st.sampled_from(unusual if odd() else usual))
+
+    def port() -> str:
+        items = [f'"type"={pick(_TYPES, _ODD_TYPES)}']
+        kind = pick(["name", "name", "value"], ["bind", "none", "twice", "empty"])
+        if kind in ("name", "bind", "twice"):
+            items.append(f'"name"={pick(_LINE_NAMES, ["1", "#"])}')
+        if kind == "empty":
+            items.append('"name"=""')
+        if kind == "value":
+            items.append(f'"value"={pick(_LINE_VALUES, _ODD_LINE_VALUES)}')
+        if kind == "bind":
+            items.append('"bind"="c"')
+        if kind == "twice":
+            items.append('"name"="c"')
+        return "{" + ";".join(items[::-1] if odd() else items) + "}"
+
+    def head() -> str:
+        items = [f'"primitive"={pick(_TAGS, _ODD_TAGS)}']
+        for _ in range(draw(st.integers(0, 2))):
+            name = pick(['"x"', '"y"'], ['"inputs"', '"primitive"', '""'])
+            value = pick(_PARAM_LINE_VALUES, _ODD_PARAMS)
+            value = _ARRAY if draw(st.integers(0, 5)) == 0 else value
+            items.append(f"{name}={value}")
+        for kind in ("inputs", "outputs", "results"):
+            if kind == "outputs" and draw(st.booleans()) and not odd():
+                continue  # `dumps` leaves out an empty list of outputs
+            ports = ";".join(port() for _ in range(draw(st.integers(0, 2))))
+            items.append(f'"{kind}"=[{ports}]')
+        if draw(st.integers(0, 4)) == 0:
+            data = pick(['"AACAPw=="'], ['"AACAPwAAgD8="', '"!"'])
+            items.append(f'"consts"=[{{"name"="k";"type"="f32[1]";"data"={data}}}]')
+        if odd():
+            items = draw(st.permutations(items))
+        return "<" + ";".join(items) + ">"
+
+    def lines(depth: int, out: list[str]) -> None:
+        pad, end = "  " * depth, ";" if depth else ""
+        if odd():
+            end = "" if end else ";"
+        children = draw(st.integers(0, 2)) if depth < 3 else 0
+        if children:
+            out.append(f"{pad}{head()}[")
+            for _ in range(children):
+                lines(depth + 1, out)
+            out.append(f"{pad}]{end}")
+        else:
+            out.append(f"{pad}{head()}#{end}")
+
+    out: list[str] = []
+    lines(0, out)
+    return "\n".join(out) + pick(["\n"], ["", "\n\n", "\n#\n"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(_line_texts())
+def test_the_line_reader_builds_what_the_exact_path_builds_or_declines(text):
+    same_as_exact(text.encode())
+
+
+@settings(max_examples=200, deadline=None)
+@given(_line_texts(), st.data())
+def test_mutated_line_texts_are_built_the_same_or_declined(text, data):
+    raw = bytearray(text.encode())
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(raw)))
+        what = data.draw(st.sampled_from(list(b';=#<>[]{}",\n u%-1.\\')))
+        if data.draw(st.booleans()) and at < len(raw):
+            raw[at] = what
+        else:
+            raw.insert(at, what)
+    same_as_exact(bytes(raw))
+
+
+def _line_models(toy: Any) -> list[yax.Mox]:
+    layer = Linear(4, 4, key=jax.random.key(3))
+
+    def scanned(v):
+        ys = jax.lax.scan(lambda c, e: (layer(c) + e, c.sum()), v[0], v)
+        return ys, jnp.tanh(v) * 0.5, jnp.asarray([1.0, 2.0]) + v[0, :2]
+
+    model = MLP((4, 4, 4), key=jax.random.key(0))
+    return [
+        yax.make_mox(scanned)(X),
+        yax.make_mox(lambda m, v: m(v) + 1.0)(model, X),
+        yax.make_mox(lambda m, v: jax.nn.relu(m(v)) * 2)(model, X),
+    ]
+
+
+def test_files_dumps_writes_are_read_line_by_line_into_the_exact_document(toy):
+    for mox in _line_models(toy):
+        raw = yax.dumps(mox, "yson").encode()
+        assert same_as_exact(raw)
+
+
+def test_the_line_path_and_the_exact_path_load_the_same_mox(toy, monkeypatch):
+    for mox in _line_models(toy):
+        text = yax.dumps(mox, "yson")
+        fast = yax.loads(text, "yson")
+        monkeypatch.setattr(_yson, "read_lines", lambda *args: None)
+        monkeypatch.setattr(_yson, "fast_json", lambda *args: None)
+        exact = yax.loads(text, "yson")
+        monkeypatch.undo()
+        assert yax.dumps(fast, "yson") == yax.dumps(exact, "yson")
+        assert yax.pformat(fast) == yax.pformat(exact)
+
+
+def test_errors_after_the_line_path_name_the_line_and_path(toy):
+    model = MLP((4, 4), key=jax.random.key(0))
+    text = yax.dumps(yax.make_mox(lambda m, v: m(v))(model, jnp.ones((2, 4))), "yson")
+    lines = text.splitlines(keepends=True)
+    (at,) = [i for i, line in enumerate(lines) if '"primitive"="dot_general"' in line]
+    lines[at] = lines[at].replace('"type"="f32[2,4]"', '"type"="f32[9]"', 1)
+    bad = "".join(lines)
+    assert line_document(bad.encode()) is not None  # the line reader reads it
+    with pytest.raises(MoxSerializationError, match=r"f32\[9\]") as info:
+        yax.loads(bad, "yson")
+    assert info.value.line == at + 1
+    assert info.value.path is not None and info.value.path.endswith("/@inputs/0")
+
+
+def test_limits_are_checked_before_the_line_reader_allocates(toy):
+    model = MLP((4, 4, 4, 4), key=jax.random.key(0))
+    raw = yax.dumps(yax.make_mox(lambda m, v: m(v))(model, X), "yson").encode()
+    assert line_document(raw) is not None
+    assert line_document(raw, Limits(max_nodes=50)) is None
+    with pytest.raises(MoxLimitError):
+        yax.loads(raw, "yson", limits=Limits(max_nodes=50))
+    assert line_document(raw, Limits(max_depth=2)) is None
+    with pytest.raises(MoxLimitError):
+        yax.loads(raw, "yson", limits=Limits(max_depth=2))
+
+
+def test_a_declined_text_leaves_the_array_budget_to_the_next_reader():
+    # the constant's 4 bytes are counted on the first line, then the second line is
+    # outside the layout (a port with a bind); the next reader counts them again
+    text = (
+        b'<"primitive"="mox";"inputs"=[];"results"=[];'
+        b'"consts"=[{"name"="k";"type"="f32[1]";"data"="AACAPw=="}]>[\n'
+        b'  <"primitive"="sin";"inputs"=[{"type"="f32[1]";"name"="k";"bind"="z"}];'
+        b'"results"=[]>#;\n'
+        b"]\n"
+    )
+    limits = Limits(array_bytes=4)
+    with loading(len(text), limits):
+        budget = _yson.current_budget(len(text))
+        assert _lines.read_lines(text.decode(), budget, MAX_NESTING, lambda s: s) is None
+        assert budget.array_bytes_left == 4

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from bryo_mox import MoxLimitError, MoxSerializationError
-from bryo_mox.document import Budget, Source
+from bryo_mox.document import Budget, Source, decode
 
 _TOKEN = re.compile(
     rb"""[ \t\r\n]*(?:
@@ -361,3 +361,24 @@ def scalar(value: bool | int | float | str | None) -> str:
 def _group(match: re.Match[bytes]) -> str:
     """The name of the token `match` found (every alternative of `_TOKEN` is a named group)."""
     return cast(str, match.lastgroup)
+
+
+#: How deeply an attribute value (a param) may nest.
+MAX_VALUE_DEPTH = 64
+
+
+def attr_value(value: Any, depth: int = 0) -> Any:
+    """An attr value from YSON: lists become tuples, `<"py"=%true>` strings are decoded."""
+    if depth > MAX_VALUE_DEPTH:
+        raise MoxSerializationError(f"an attribute value nests deeper than {MAX_VALUE_DEPTH}.")
+    if isinstance(value, Attributed):
+        if value.attributes.get("py") is True and isinstance(value.value, str):
+            return decode(value.value)
+        raise MoxSerializationError(
+            f"unexpected attributes {sorted(value.attributes)} on an attribute value"
+        )
+    if isinstance(value, list):
+        return tuple(attr_value(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        raise MoxSerializationError("an attribute value may not be a YSON map")
+    return value

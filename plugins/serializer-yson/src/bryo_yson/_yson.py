@@ -7,9 +7,10 @@ params text form), and `inputs`/`outputs`/`results`/`consts` as lists of maps
 `{"name"=...; "type"="f32[2,3]"}` (literals carry `value`, module inputs may carry
 `bind`, constants `data` in base64). One node is written per line.
 
-Reading builds the document straight from the JSON form of the text (`_fast.fast_json`,
-for the files `dumps` writes: limits checked before `json.loads` allocates anything) when
-it can (`_JsonBuilder`); any other text, and any error, goes through the bounded reader of
+Reading builds the document line by line when the text is in the layout `dumps` writes
+(`_lines.read_lines`: one regular expression per line); else straight from the JSON form
+of the text (`_fast.fast_json`: limits checked before `json.loads` allocates anything)
+when it can (`_JsonBuilder`); any other text, and any error, goes through the bounded reader of
 `_text` (text YSON only; size, nesting and value count checked as it reads, so memory
 stays proportional to what the limits allow) and `_Builder`, iteratively. Every error
 names the line, column and the path of the value in the YSON tree (`/0/3/@inputs/1`:
@@ -42,15 +43,14 @@ from bryo_mox.document import (
 )
 
 from ._fast import fast_json, load_json
-from ._text import Attributed, Reader, cached_quote, quote, scalar
+from ._lines import read_lines
+from ._text import MAX_VALUE_DEPTH, Attributed, Reader, attr_value, cached_quote, quote, scalar
 
 #: Files larger than this are refused before parsing (see `Limits.max_bytes`).
 MAX_BYTES = Limits().max_bytes
 #: YSON levels one MoX node may take (list, attributes, port list, port map) plus slack
 #: for attribute values; the nesting allowed is this times `Limits.max_depth`.
 LEVELS_PER_NODE = 4
-#: How deeply an attribute value (a param) may nest.
-MAX_VALUE_DEPTH = 64
 _RESERVED = frozenset({"primitive", "inputs", "outputs", "results", "consts"})
 _PORT_KINDS = ("inputs", "outputs", "results")
 
@@ -172,6 +172,13 @@ def loads(data: str | bytes) -> DocNode:
     budget.check_size()
     max_nesting = LEVELS_PER_NODE * budget.limits.max_depth + 16
     reader = Reader(raw, budget, max_nesting)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    doc = read_lines(text, budget, max_nesting, _ByPath(reader)) if text is not None else None
+    if doc is not None:
+        return doc
     converted = fast_json(raw, budget, max_nesting)
     value = load_json(converted) if converted is not None else None
     if value is not None:
@@ -257,7 +264,7 @@ class _Builder:
             attrs = {}
             for name, value in attributes.items():
                 try:
-                    attrs[name] = _attr(value, 0)
+                    attrs[name] = attr_value(value, 0)
                 except MoxError as error:
                     raise source.error(f"<{tag}> attribute `{name}`: {error}") from None
             # `py`-tagged values may be arrays, decoded and counted against the budget
@@ -301,7 +308,7 @@ class _Builder:
         if not isinstance(name, (str, type(None))) or not isinstance(bind, (str, type(None))):
             raise source.error(f"a port of `{tag}` has a `name` or `bind` that is not a string")
         try:
-            literal = _attr(value["value"], 0) if name is None else None
+            literal = attr_value(value["value"], 0) if name is None else None
         except MoxError as error:
             raise located(error, source) from None
         return Port(name, value["type"], literal, bind, source)
@@ -443,20 +450,3 @@ class _JsonBuilder:
                 return decode(value[_TAGGED])
             raise _Declined
         return value
-
-
-def _attr(value: Any, depth: int) -> Any:
-    """An attr value from YSON: lists become tuples, `<"py"=%true>` strings are decoded."""
-    if depth > MAX_VALUE_DEPTH:
-        raise MoxSerializationError(f"an attribute value nests deeper than {MAX_VALUE_DEPTH}.")
-    if isinstance(value, Attributed):
-        if value.attributes.get("py") is True and isinstance(value.value, str):
-            return decode(value.value)
-        raise MoxSerializationError(
-            f"unexpected attributes {sorted(value.attributes)} on an attribute value"
-        )
-    if isinstance(value, list):
-        return tuple(_attr(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        raise MoxSerializationError("an attribute value may not be a YSON map")
-    return value
