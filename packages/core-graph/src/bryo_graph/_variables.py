@@ -588,6 +588,18 @@ def check_variable_owner(variable: Variable) -> None:
     )
 
 
+def made_in_another_trace(variable: Variable) -> bool:
+    """Whether `variable` was made (by `__init__`) in another JAX trace than the one
+    running now: a Variable a traced function reaches through its closure. (Variables that
+    `merge`, unflattening or a copy made have no known trace: False.)"""
+    try:
+        owner = _get_owner(variable)
+    except AttributeError:
+        return False
+    now = current_trace()
+    return not (owner is now or owner == now)
+
+
 _FLAGS = frozenset({"ref", "hijax"})
 #: The flags `get_metadata` reports (Flax NNX 0.12's defaults) beside the stored entries.
 _FLAG_KEYS = frozenset({"hijax", "ref", "eager_sharding"})

@@ -24,8 +24,9 @@ from bryo_graph import (
     VariableState,
     flat_graph,
     is_array_ref,
+    made_in_another_trace,
 )
-from bryo_pytree import Path, is_array
+from bryo_pytree import Path, is_array, path_str
 
 from ._layout import is_graph_leaf
 from ._plan import PairPath, index_objects, meta_of, pair_side
@@ -257,6 +258,18 @@ class _Collector:
         return InTree(treedef, tuple(self.place(group, leaf) for leaf in leaves))  # type: ignore[misc]  # place() on a leaf gives InGroup or Const, never InTree
 
 
+def _captured_output(variable: object, where: PairPath) -> ValueError:
+    """The error for a Variable the function returned that it reached through its closure."""
+    inner = path_str(where.inner) if where.inner else "the root itself"
+    return ValueError(
+        "Cannot extract graph node from different trace level: the function returned a "
+        f"{type(variable).__name__} (output graph {where.root}, at {inner}) that was made "
+        "outside the transform and reached through the function's closure; the transform "
+        "cannot hand it back. Pass the module holding it as an argument, or return a copy "
+        "made inside (`nnx.clone(module)`)."
+    )
+
+
 def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], object, OutPlan]:
     """After the user's function: `(groups, direct output or None, OutPlan)`."""
     sig = inner.sig
@@ -317,6 +330,8 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
         if where.side == 0:
             group = grouping.new_input_group(where.root, where.inner, leaf)
         else:
+            if variable is not None and made_in_another_trace(variable):
+                raise _captured_output(variable, where)
             group = grouping.output_group(root_specs[where.root], where.inner, leaf)
         meta = meta_of(variable) if variable is not None else None
         if is_array_ref(value):  # a ref made inside cannot leave: its value does

@@ -37,6 +37,7 @@ from bryo_graph import (
     Object,
     Variable,
     check_tree,
+    made_in_another_trace,
     set_graph_mode,
     set_graph_updates,
 )
@@ -404,15 +405,38 @@ class Inputs:
         returned = output(out)
         groups = {"args": args, "kwargs": kwargs, "out": returned}
         if self.tree or output is not _same:
-            if variables_of(returned):
+            returned_variables = variables_of(returned)
+            if returned_variables:
                 check_no_aliases(self.name, groups, only="out")
+                check_not_captured(self.name, returned, returned_variables)
             return out, False
         shape = walk(returned)
         if shape.variables:
             check_no_aliases(self.name, groups, only="out", shared_out=True)
+            check_not_captured(self.name, returned, shape.variables)
         if not shape.repeats:
             return out, False
         return mark_aliases(out)[0], True
+
+
+def check_not_captured(name: str, returned: object, variables: list[Variable]) -> None:
+    """Raise if the function returns a Variable it reached through its closure (made
+    outside the transform, neither an argument nor made inside), naming its path: JAX
+    would hand back a copy, cut off from the caller's model (Flax NNX 0.12 refuses it)."""
+    captured = next((v for v in variables if made_in_another_trace(v)), None)
+    if captured is None:
+        return
+    where = "out"
+    for keypath, leaf in jax.tree_util.tree_leaves_with_path(returned, is_leaf=is_variable):
+        if leaf is captured:
+            where += jax.tree_util.keystr(keypath)
+            break
+    raise ValueError(
+        f"Cannot return captured Variable: the {type(captured).__name__} at {where} was "
+        f"made outside `{name}` and reached through the function's closure, so `{name}` "
+        "cannot return it. Pass the module holding it as an argument, or return a copy "
+        "made inside (`nnx.clone(module)`)."
+    )
 
 
 class Changes(NamedTuple):
