@@ -100,3 +100,20 @@ def test_a_flat_state_is_a_pytree_over_its_leaves():
     keyed = jax.tree_util.tree_flatten_with_path(flat)[0]
     assert [path[0].key for path, _ in keyed] == [("w",), ("b",)]
     assert flat.leaves[0].tolist() == [1.0, 1.0]
+
+
+def test_tree_mode_flatten_lists_leaves_in_sorted_path_order_and_unflattens_them():
+    import collections
+
+    from bryo_graph import Param, flatten, unflatten
+
+    Point = collections.namedtuple("Point", ["y", "x"])
+    point = Point(y=Param(jnp.array(1.0)), x=Param(jnp.array(2.0)))
+    treedef, flat = flatten(point, graph=False)
+    assert [path for path, _ in flat] == [("x",), ("y",)]
+    rebuilt = unflatten(treedef, flat)
+    assert isinstance(rebuilt, Point) and float(rebuilt.y[...]) == 1.0
+    treedef, leaves = flatten(point, graph=False, with_paths=False)
+    assert [float(leaf[...]) for leaf in leaves] == [2.0, 1.0]
+    again = unflatten(treedef, leaves)
+    assert float(again.x[...]) == 2.0 and float(again.y[...]) == 1.0

@@ -59,7 +59,7 @@ from ._graph_state import GraphState, graph_states_parts
 from ._modes import graph_mode
 from ._nodes import JAX_PYTREE, JaxPytree, NodeType, is_pytree_node, node_types
 from ._object import Dict, List, Object
-from ._state import FlatState, State, check_catch_all_last, group_flat
+from ._state import FlatState, State, check_catch_all_last, group_flat, sorted_paths
 from ._tracking import Watch, watch_all, write_count
 from ._tree_mode import TreeDef, tree_flatten, tree_iter, tree_merge, tree_split, tree_state
 from ._variables import NO_METADATA, Variable
@@ -741,13 +741,15 @@ def flatten(
     (Flax NNX's `nnx.flatten`), or as a bare list of leaves with `with_paths=False`.
 
     The leaves are the live Variables (and raw array leaves), in the order `unflatten`
-    takes them back. `graph=False` flattens in tree mode (a `TreeDef`).
+    takes them back. `graph=False` flattens in tree mode (a `TreeDef`), the leaves in
+    sorted path order as Flax's (a namedtuple's or dataclass's fields sorted by name).
     """
     if graph_mode(graph):
         flat = flat_graph(node)
         graphdef_, leaves = flat.graphdef, flat.flat_state()
     else:
         graphdef_, leaves = tree_flatten(node, "flatten")
+        leaves = {path: leaves[path] for path in sorted_paths(leaves)}
     if with_paths:
         return graphdef_, FlatState(leaves.items())
     return graphdef_, list(leaves.values())
@@ -769,9 +771,8 @@ def unflatten(
     recreate_variables=False)`)."""
     if isinstance(graphdef, TreeDef):
         if type(state) is list:
-            state = FlatState.from_sorted_keys_values(
-                graphdef.paths, _counted(graphdef.paths, state)
-            )
+            paths = tuple(sorted_paths(graphdef.paths))
+            state = FlatState.from_sorted_keys_values(paths, _counted(paths, state))
         if isinstance(state, FlatState):
             state = State.from_flat_path(state)
         return tree_merge(graphdef, (state,), copy=False, recreate_variables=recreate_variables)

@@ -423,6 +423,11 @@ def _path_rank(path: Path) -> tuple[tuple[int, object], ...]:
     return tuple(_key_rank(key) for key in path)
 
 
+def sorted_paths(paths: Iterable[Path]) -> list[Path]:
+    """`paths` in the order a State flattens them (each level's keys sorted, ints first)."""
+    return sorted(paths, key=_path_rank)
+
+
 def _sorted_order(paths: _Paths) -> tuple[_Paths, tuple[int, ...] | None]:
     """`paths` in sorted order and the permutation to it (None: already sorted)."""
     entry = _ORDER_CACHE.get(paths)
