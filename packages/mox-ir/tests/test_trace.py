@@ -379,3 +379,24 @@ def test_equations_sharing_one_params_dict_each_get_their_own_regions():
     np.testing.assert_allclose(
         jaxpr_as_fun(jex.ClosedJaxpr(jaxpr, []))(jnp.ones(3))[0], jnp.sin(jnp.sin(jnp.ones(3)))
     )
+
+
+def test_the_loader_gives_the_converter_every_marker_pair_it_made(toy, mlp, x):
+    # from_document passes convert_closed the module calls its builder made, instead of
+    # looking for them: every marker pair a document's builder makes is a call
+    from bryo_mox import _load, _trace
+    from bryo_mox.document import loading
+
+    block = ResBlock(3, key=jax.random.key(1))
+
+    def nested(m, v):
+        return jax.jit(lambda u: m(u))(v) + block(v[:, :3]).sum() + jnp.tanh(m(v))
+
+    for mox in (
+        make_mox(nested)(mlp, x),
+        make_mox(lambda m, v: m(m(v)))(Linear(3, 3, key=jax.random.key(2)), x),
+    ):
+        with loading(0, None):
+            builder = _load._Builder()
+            closed = builder.run(to_document(mox))
+        assert builder.root_markers and builder.root_markers == _trace._find_calls(closed.jaxpr)

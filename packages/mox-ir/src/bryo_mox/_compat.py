@@ -14,9 +14,22 @@ import jax
 import jax.core
 from jax.extend import core as jex
 
-#: `new_jaxpr_eqn(invars, outvars, primitive, params, effects, source_info, ctx)`: in
-#: `jax.extend.core` from jax 0.10; only `jax.core` has it in 0.7 to 0.9.
-new_jaxpr_eqn: Any = getattr(jex, "new_jaxpr_eqn", None) or jax.core.new_jaxpr_eqn
+#: jax's `new_jaxpr_eqn`: in `jax.extend.core` from jax 0.10; only `jax.core` has it in
+#: 0.7 to 0.9.
+_new_jaxpr_eqn: Any = getattr(jex, "new_jaxpr_eqn", None) or jax.core.new_jaxpr_eqn
+_JaxprEqn: Any = jex.JaxprEqn
+
+
+def new_jaxpr_eqn(
+    invars: Any, outvars: Any, primitive: Any, params: Any, effects: Any, source_info: Any, ctx: Any
+) -> Any:
+    """jax's `new_jaxpr_eqn`; an equation without effects, whose source info and context
+    are given, is made directly (jax's would return the same: it has no input effects to
+    resolve). The loader makes one per equation of a file."""
+    if not effects and source_info is not None and ctx is not None:
+        return _JaxprEqn(invars, outvars, primitive, params, effects, source_info, ctx)
+    return _new_jaxpr_eqn(invars, outvars, primitive, params, effects, source_info, ctx)
+
 
 #: `DebugInfo(traced_for, func_src_info, arg_names, result_paths)`: in `jax.extend.core`
 #: from jax 0.10; only `jax.core` has it in 0.7 to 0.9.

@@ -125,7 +125,7 @@ def from_document(doc: DocNode) -> Mox:
     builder = _Builder()
     closed = builder.run(doc)
     try:
-        block = convert_closed(closed)
+        block = convert_closed(closed, builder.root_markers)
     except RecursionError:
         raise _at(doc.source, "the document nests too deeply to convert.") from None
     extra = _extra(doc, closed.in_avals)
@@ -269,6 +269,11 @@ class _Builder:
         self.attr_names: set[str] = set()
         self.jit_templates: dict[tuple[int, int], _JitTemplate] = {}
         self.at: Source | None = None
+        #: The root scope's equations, and the indices of the marker equations among
+        #: them: every module call's pair (a body reads and defines its own variables
+        #: only), which `convert_closed` need not look for.
+        self.root_eqns: list[jex.JaxprEqn] | None = None
+        self.root_markers: set[int] = set()
 
     # -- the driver: nested scopes on an explicit stack ---------------------------------
 
@@ -322,6 +327,8 @@ class _Builder:
             name = port.bind or port.name
             self.define(env, name, var, doc, "a root input" if root else "an input")
         eqns: list[jex.JaxprEqn] = [] if into is None else into.eqns
+        if root:
+            self.root_eqns = eqns
         attr_names, read, checked = self.attr_names, self.read, self.checked
         for child in doc.children:
             self.at = child.source
@@ -584,8 +591,13 @@ class _Builder:
         )
         marker = CallMarker(info, n_state)
         begin, body_ins = marker_equation(begin_p, ins, {"call": marker})
-        eqns.append(begin)
+        self.append_marker(begin, eqns)
         return marker, body_ins
+
+    def append_marker(self, eqn: jex.JaxprEqn, eqns: list[jex.JaxprEqn]) -> None:
+        if eqns is self.root_eqns:
+            self.root_markers.add(len(eqns))
+        eqns.append(eqn)
 
     def module_end(
         self, node: DocNode, marker: CallMarker, body_outs: list[Atom], eqns: list[jex.JaxprEqn]
@@ -594,7 +606,7 @@ class _Builder:
         call's outputs."""
         n_state_out = _count(node, "state_outputs", len(body_outs))
         end, outs = marker_equation(end_p, body_outs, {"call": marker, "n_state_out": n_state_out})
-        eqns.append(end)
+        self.append_marker(end, eqns)
         return outs
 
     def jit(
@@ -650,8 +662,9 @@ class _Builder:
 
     def check_body(self, node: DocNode, ins: Sequence[Atom], body_avals: Sequence[Any]) -> None:
         """A body whose inputs have types `body_avals` takes values of the types of `ins`."""
+        same = self.same_type
         if len(body_avals) != len(ins) or not all(
-            self.same_type(a, b.aval) for a, b in zip(body_avals, ins, strict=True)
+            a is b.aval or same(a, b.aval) for a, b in zip(body_avals, ins, strict=True)
         ):
             raise MoxSerializationError(
                 f"<{node.tag}> passes ({', '.join(type_str(a.aval) for a in ins)}) to a body "

@@ -152,6 +152,9 @@ def _parser() -> etree.XMLParser:
         remove_comments=True,
         remove_pis=True,
         strip_cdata=False,
+        # whitespace between elements (the indentation) is not kept: fewer nodes to make
+        # and free; a port's or constant's whitespace-only text reads as "" either way
+        remove_blank_text=True,
     )
 
 
