@@ -371,3 +371,13 @@ def test_nodes_with_equal_attributes_share_decoded_params_but_not_arrays():
     with loading(len(text), yax.Limits(array_bytes=12)):
         with pytest.raises(yax.MoxLimitError, match=r"array budget.*line 3"):
             bryo_xml_reader.loads(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.binary(max_size=40) | st.lists(st.sampled_from([b"<", b"/", b"!", b"?", b"a"])).map(b"".join)
+)
+def test_the_element_bound_counts_what_opens_an_element(raw):
+    # `<` not followed by `/`, `!` or `?` (the limit check before lxml parses anything)
+    expected = raw.count(b"<") - raw.count(b"</") - raw.count(b"<!") - raw.count(b"<?")
+    assert bryo_xml_reader._element_bound(raw) == expected
