@@ -400,3 +400,27 @@ def test_the_loader_gives_the_converter_every_marker_pair_it_made(toy, mlp, x):
             builder = _load._Builder()
             closed = builder.run(to_document(mox))
         assert builder.root_markers and builder.root_markers == _trace._find_calls(closed.jaxpr)
+
+
+def test_a_traced_leaf_is_inlined_on_its_inputs_in_the_order_it_reads_them():
+    # `_prepared` marks an equation reading the inputs as given (`in_order`): inlining
+    # then copies them; one reading them otherwise (or a literal) maps each one
+    from jax.extend import core as jex
+
+    from bryo_mox import _load
+
+    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    cases = [(lambda a, b: a - b, True), (lambda a, b: b - a, False), (lambda a, b: a * 2.0, False)]
+    for fn, in_order in cases:
+        traced = _load._prepared(jax.make_jaxpr(fn)(scalar, scalar))
+        assert traced.single is not None and traced.in_order is in_order
+        ins = [jex.Var(jax.core.ShapedArray((), jnp.float32)) for _ in range(2)]
+        eqns: list = []
+        outs = _load._inline(traced, ins, eqns, [], [])
+        (eqn,) = eqns
+        expected = [
+            ins[p] if p >= 0 else a
+            for p, a in zip(traced.positions, traced.single.invars, strict=True)
+        ]
+        assert eqn.invars == expected and eqn.outvars == outs
+        assert (eqn.invars == ins) is in_order

@@ -25,6 +25,7 @@ Every failure is a `MoxSerializationError` naming the node, located in the file.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -498,7 +499,7 @@ class _Builder:
         consts: list[Any],
     ) -> list[Atom]:
         attrs_key = node.attrs_key if node.attrs_key is not None else _freeze(node.attrs)
-        key = (node.tag, attrs_key, *[a.aval for a in ins])
+        key = (node.tag, attrs_key, *map(_AVAL, ins))
         traced = self.traced.get(key)
         if traced is None:
             params = dict(node.attrs)
@@ -776,6 +777,8 @@ class _Traced(NamedTuple):
     closed: jex.ClosedJaxpr
     single: jex.JaxprEqn | None = None
     positions: tuple[int, ...] = ()
+    #: `positions` is `0, 1, ...` over every input: the equation reads the inputs as given
+    in_order: bool = False
 
 
 def _prepared(closed: jex.ClosedJaxpr) -> _Traced:
@@ -791,7 +794,9 @@ def _prepared(closed: jex.ClosedJaxpr) -> _Traced:
     same_out = list(jaxpr.outvars) == list(eqn.outvars) and not any(
         isinstance(v, DropVar) for v in eqn.outvars
     )
-    return _Traced(closed, eqn, positions) if direct and same_out else _Traced(closed)
+    if not (direct and same_out):
+        return _Traced(closed)
+    return _Traced(closed, eqn, positions, positions == tuple(range(len(jaxpr.invars))))
 
 
 def _inline(
@@ -804,9 +809,13 @@ def _inline(
     """Append `traced`'s equations on `ins` with fresh variables; returns its outputs."""
     eqn = traced.single
     if eqn is not None:
-        invars = [
-            ins[p] if p >= 0 else a for p, a in zip(traced.positions, eqn.invars, strict=True)
-        ]
+        invars = (
+            list(ins)
+            if traced.in_order
+            else [
+                ins[p] if p >= 0 else a for p, a in zip(traced.positions, eqn.invars, strict=True)
+            ]
+        )
         outvars: list[Atom] = [jex.Var(v.aval) for v in eqn.outvars]
         eqns.append(
             new_jaxpr_eqn(
@@ -836,6 +845,7 @@ def _inline(
 
 
 _SCALARS = frozenset({bool, int, float, complex})
+_AVAL = operator.attrgetter("aval")
 
 
 def _literal(value: Any, aval: Any) -> Any:
