@@ -216,7 +216,7 @@ def resolve_aliases(tree: T) -> T:
             met.append(value)
             return value
         children, treedef = jax.tree_util.tree_flatten(value, is_leaf=lambda x: x is not value)
-        if children == [value] or (children and children[0] is value):
+        if children and children[0] is value:
             return value  # an array or other leaf
         slot = len(met) if isinstance(value, SHARED_TYPES) else None
         if slot is not None:
