@@ -128,3 +128,23 @@ def test_make_mox_keeps_a_disabled_collector_disabled(collector_on):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_query_builds_its_view_with_the_collector_paused(collector_on, monkeypatch):
+    from bryo_mox import MoxError, _view, query
+
+    seen = []
+    build = _view.ElementView.__init__
+
+    def recording_init(self, mox):
+        seen.append(gc.isenabled())
+        build(self, mox)
+
+    monkeypatch.setattr(_view.ElementView, "__init__", recording_init)
+    mox = make_mox(lambda v: jnp.sin(v) * 2)(jnp.ones(3))
+    assert len(query("//sin", mox)) == 1
+    assert seen == [False]
+    assert gc.isenabled()
+    with pytest.raises(MoxError, match="cannot be evaluated"):
+        query("//sin[unknown-function()]", mox)
+    assert gc.isenabled()

@@ -40,6 +40,7 @@ from ._attrs import (
     tree_example,
 )
 from ._codec import encode_attr
+from ._collector import collector_paused
 from ._errors import MoxError
 from ._ir import JIT_ALIASES, JIT_NAME, Block, Equation, ModuleCall, Mox, Node, Region
 
@@ -311,16 +312,17 @@ def query(xpath: str, mox: Mox) -> Any:
     if not isinstance(mox, Mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
     compiled, names = compile_xpath(xpath)
-    view = element_view(mox)
-    with view.lock:
-        view.fill(names)
-        try:
-            result = compiled(view.root)
-        except etree.XPathError as error:
-            raise MoxError(f"`xpath` {xpath!r} cannot be evaluated: {error}.") from None
-        if not isinstance(result, list):
-            return result
-        return [_result(item, view, mox) for item in result]
+    with collector_paused():  # building the view and its attributes only allocates
+        view = element_view(mox)
+        with view.lock:
+            view.fill(names)
+            try:
+                result = compiled(view.root)
+            except etree.XPathError as error:
+                raise MoxError(f"`xpath` {xpath!r} cannot be evaluated: {error}.") from None
+            if not isinstance(result, list):
+                return result
+            return [_result(item, view, mox) for item in result]
 
 
 def _result(item: Any, view: ElementView, mox: Mox) -> Any:
