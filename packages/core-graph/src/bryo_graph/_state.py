@@ -225,8 +225,7 @@ class State(Mapping[Key, _Any]):
 
     def __reduce__(self) -> tuple:
         """Copies and pickles hold this State's own leaves (a sub-State's, relative)."""
-        empties = tuple(sorted(self._own_empties(), key=_path_rank))
-        return (State._restore, (dict(self._flat), empties))
+        return (State._restore, (dict(self._flat), tuple(sorted_paths(self._own_empties()))))
 
     @property
     def raw_mapping(self) -> dict:
@@ -287,7 +286,7 @@ class State(Mapping[Key, _Any]):
     def to_nested(self) -> dict:
         """Nested plain dicts holding the leaves as they are (an empty sub-mapping as `{}`)."""
         nested = cast(dict, unflatten_paths(self._flat))  # without a treedef: nested dicts
-        for path in sorted(self._own_empties(), key=_path_rank):
+        for path in sorted_paths(self._own_empties()):
             level = nested
             for key in path:
                 level = level.setdefault(key, {})
@@ -434,12 +433,12 @@ def _sorted_order(paths: _Paths) -> tuple[_Paths, tuple[int, ...] | None]:
     if entry is None:
         ranks = [_path_rank(path) for path in paths.paths]
         order = sorted(range(len(ranks)), key=ranks.__getitem__)
-        empties = tuple(sorted(paths.empties, key=_path_rank))
+        empties = tuple(sorted_paths(paths.empties))
         if order == list(range(len(order))) and empties == paths.empties:
             entry = (paths, None)
         else:
-            sorted_paths = tuple(paths.paths[i] for i in order)
-            entry = (_Paths(sorted_paths, empties), tuple(order))
+            in_order = tuple(paths.paths[i] for i in order)
+            entry = (_Paths(in_order, empties), tuple(order))
         if len(_ORDER_CACHE) >= _ORDER_CACHE_SIZE:
             _ORDER_CACHE.clear()
         _ORDER_CACHE[paths] = entry
@@ -461,18 +460,16 @@ class _Layout:
 
     @staticmethod
     def of(paths: _Paths) -> _Layout:
-        top: dict[Key, object] = {}
-        for path in paths.paths:
-            top.setdefault(path[0], None)
-        for path in paths.empties:
-            top.setdefault(path[0], None)
-        keys = tuple(sorted(top, key=_key_rank))
         nested: dict[Key, _Any] = {}
-        for path in (*paths.paths, *paths.empties):
+        for path, placeholder in (
+            *((path, 0) for path in paths.paths),
+            *((path, {}) for path in paths.empties),
+        ):
             level = nested
             for key in path[:-1]:
                 level = level.setdefault(key, {})
-            level.setdefault(path[-1], {} if path in paths.empties else 0)
+            level.setdefault(path[-1], placeholder)
+        keys = tuple(sorted(nested, key=_key_rank))
         try:
             treedef = jax.tree.structure([nested[key] for key in keys])
         except (TypeError, ValueError):  # a level mixing ints and strings: JAX cannot sort it
@@ -481,13 +478,10 @@ class _Layout:
 
 
 def _state_flatten_with_keys(state: State) -> tuple[list, _Paths]:
-    leaves, paths = _sorted_leaves(state)
+    children, paths = _state_flatten(state)
     layout = paths.layout()
-    if layout.treedef is None:
-        pairs = zip(paths.paths, leaves, strict=True)
-        return [(DictKey(path), leaf) for path, leaf in pairs], paths
-    children = layout.treedef.unflatten(leaves)
-    return [(DictKey(key), child) for key, child in zip(layout.keys, children, strict=True)], paths
+    keys = paths.paths if layout.treedef is None else layout.keys  # whole paths, or top keys
+    return [(DictKey(key), child) for key, child in zip(keys, children, strict=True)], paths
 
 
 def _state_flatten(state: State) -> tuple[list, _Paths]:

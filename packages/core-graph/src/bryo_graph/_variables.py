@@ -365,7 +365,7 @@ class Variable(metaclass=_VariableType):
         eager = self._metadata.get("eager_sharding", MISSING)
         return {
             "hijax": False,
-            "ref": self._metadata.get("ref") is True,
+            "ref": self.ref,
             "eager_sharding": using_eager_sharding() if eager is MISSING else bool(eager),
         }
 
@@ -574,12 +574,7 @@ def check_variable_owner(variable: Variable) -> None:
     than the one running now: called before a tracer is written into a Variable that holds
     no tracer. (One that holds a tracer was put in a trace by whoever traces it, a lifted
     transform, which also takes the new value back out.)"""
-    try:
-        owner = _get_owner(variable)
-    except AttributeError:  # made by merge, unflattening or a copy: not checked
-        return
-    now = current_trace()
-    if owner is now or owner == now:
+    if not made_in_another_trace(variable):
         return
     kind = type(variable).__name__
     raise TraceContextError(
@@ -594,7 +589,7 @@ def made_in_another_trace(variable: Variable) -> bool:
     `merge`, unflattening or a copy made have no known trace: False.)"""
     try:
         owner = _get_owner(variable)
-    except AttributeError:
+    except AttributeError:  # made by merge, unflattening or a copy: not checked
         return False
     now = current_trace()
     return not (owner is now or owner == now)
