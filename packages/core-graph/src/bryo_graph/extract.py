@@ -84,18 +84,20 @@ class TreeState:
                 "`prefix(..., graph=True)` or carry a `prefix_fn` with signature "
                 f"`(path, leaf) -> prefix`; this one has {type(choose).__name__}."
             )
-
-        def leaf_prefix(keypath: tuple, leaf: object) -> _Any:
-            return choose(_keypath_parts(keypath), leaf)
-
-        return _jax.tree_util.tree_map_with_path(
-            leaf_prefix, node, is_leaf=lambda x: isinstance(x, _Variable)
-        )
+        return prefix_of(node, choose)
 
 
-def _keypath_parts(keypath: tuple) -> tuple:
-    """A JAX key path as an NNX path (`('layers', 0, 'kernel')`)."""
-    return tuple(keypath_to_path(keypath))
+def prefix_of(node: object, choose: _Callable[[tuple, _Any], _Any], base: tuple = ()) -> _Any:
+    """`node`'s pytree structure with `choose(base + path, leaf)` in place of each Variable
+    and array leaf, `path` the NNX path from `node` (`('layers', 0, 'kernel')`): the
+    prefix `prefix` builds."""
+
+    def leaf_prefix(keypath: tuple, leaf: object) -> _Any:
+        return choose(base + keypath_to_path(keypath), leaf)
+
+    return _jax.tree_util.tree_map_with_path(
+        leaf_prefix, node, is_leaf=lambda x: isinstance(x, _Variable)
+    )
 
 
 def is_tree_state(value: object) -> bool:

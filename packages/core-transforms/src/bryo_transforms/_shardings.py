@@ -18,7 +18,7 @@ import jax
 
 from bryo_filters import Filter, to_predicate
 from bryo_graph import State, Variable
-from bryo_graph.extract import Opaque, TreeState, to_tree
+from bryo_graph.extract import Opaque, TreeState, prefix_of, to_tree
 from bryo_pytree import Path, broadcast_prefix, keypath_to_path
 
 from ._axes import check_consistent_aliasing, path_filters
@@ -228,13 +228,7 @@ def prefix(
     choose = _first_match(filter_map) if isinstance(filter_map, Mapping) else filter_map
     if graph:
         return _tree_states(node, choose)
-
-    def leaf_value(keypath: tuple, leaf: object) -> Any:
-        return choose(keypath_to_path(keypath), leaf)
-
-    return jax.tree_util.tree_map_with_path(
-        leaf_value, node, is_leaf=lambda x: isinstance(x, Variable)
-    )
+    return prefix_of(node, choose)
 
 
 def _first_match(filter_map: Mapping[Filter, Any]) -> Callable[[Path, Any], Any]:
@@ -266,21 +260,14 @@ def _tree_states(node: object, choose: Callable[[Path, Any], Any]) -> Any:
     splits = treedef.flatten_up_to(to_tree(node))
     leaves = []
     for (keypath, leaf), alias_or_node, split in zip(keyed, marked, splits, strict=True):
-        base = tuple(keypath_to_path(keypath))
+        base = keypath_to_path(keypath)
         if not _is_graph_object(leaf):
             leaves.append(choose(base, leaf))
             continue
         values = {
-            path: choose(base + tuple(path), value)
-            for path, value in split.state.flat_state().items()
+            path: choose(base + path, value) for path, value in split.state.flat_state().items()
         }
-
-        def place_value(keypath: tuple, value: object, base: tuple = base) -> Any:
-            return choose(base + tuple(keypath_to_path(keypath)), value)
-
-        tree_prefix = jax.tree_util.tree_map_with_path(
-            place_value, alias_or_node, is_leaf=lambda x: isinstance(x, Variable)
-        )
+        tree_prefix = prefix_of(alias_or_node, choose, base)
         state = State.from_flat_path(values)
         leaves.append(TreeState(split.graphdef, state, Opaque(choose), Opaque(tree_prefix)))
     return treedef.unflatten(leaves)
