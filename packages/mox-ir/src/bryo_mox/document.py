@@ -126,7 +126,7 @@ def located(error: MoxError, source: Source | None) -> MoxSerializationError:
     return (source or NOWHERE).error(message, kind)
 
 
-@dataclass
+@dataclass(slots=True)
 class Port:
     """A typed value flowing into or out of a node.
 
@@ -239,7 +239,7 @@ def _immutable(value: Any) -> bool:
     return isinstance(value, enum.Enum)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class DocNode:
     """One node of a serialization document (see the module docstring for the schema)."""
 
