@@ -7,7 +7,8 @@ delete it when the supported floor passes them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import jax
@@ -70,3 +71,20 @@ def missing_primitives() -> dict[str, jex.Primitive]:
         remat = traced_primitive(jax.checkpoint(lambda x: x), 0.0)
         found[remat.name] = remat
     return found
+
+
+def _jax_trace_context() -> Callable[[], Hashable] | None:
+    try:
+        config = importlib.import_module("jax._src.config")
+    except ImportError:
+        return None
+    found = getattr(config, "trace_context", None)
+    return found if callable(found) else None
+
+
+#: `trace_context()`: the jax configuration that tracing depends on (x64, default
+#: precision, dtype promotion, the abstract mesh, the axis environment, ...) as a hashable
+#: value; jax keys its own trace caches by it. Private to jax (`jax._src.config`, in every
+#: supported version); `None` where a jax lacks it, and then `loads` keeps what it traced
+#: for one file only (`_load.LEAF_TRACES`).
+trace_context: Callable[[], Hashable] | None = _jax_trace_context()

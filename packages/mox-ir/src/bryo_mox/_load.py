@@ -26,7 +26,9 @@ Every failure is a `MoxSerializationError` naming the node, located in the file.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Generator, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Generator, Hashable, Sequence
 from typing import Any, NamedTuple, cast
 
 import jax
@@ -45,6 +47,7 @@ from ._compat import (
     check_jaxpr,
     missing_primitives,
     new_jaxpr_eqn,
+    trace_context,
 )
 from ._errors import MoxError, MoxSerializationError
 from ._ir import CUSTOM_DERIVATIVE_NAMES, JIT_ALIASES, ModuleInfo, Mox, array_aval
@@ -220,6 +223,52 @@ def _at(source: Source | None, message: str) -> MoxSerializationError:
     return (source or NOWHERE).error(message)
 
 
+class TraceCache:
+    """What loads traced, for every load of this process: a file of a 128-block model
+    has some 46 distinct leaf equations (an `add` of two `f32[2,8,32]`, ...), and tracing
+    one with `jax.make_jaxpr` costs more than building a hundred equations like it, so
+    that a small file would spend most of its load tracing what the last file traced.
+
+    Holds leaf equations (keyed by the primitive, its params by `value_key` and the input
+    types), equations with regions (by `_fingerprint`: their whole content) and `jit`
+    templates (by arity); every key holds jax's trace context (`_compat.trace_context`:
+    x64, precision, the mesh, ...), and only values compared by content, never an object
+    alive with one document. Least recently used entries are dropped beyond `size`. A
+    traced equation is immutable, so two MoXes may share it as the equations of one file
+    do.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable) -> Any:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+            return hit
+
+    def put(self, key: Hashable, traced: Any) -> None:
+        with self._lock:
+            self._items[key] = traced
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+#: What `loads` traced, shared by every load (see `TraceCache`).
+TRACES = TraceCache(4096)
+
+
 class _Scope(NamedTuple):
     """A request from a scope being built to the driver: build `doc`'s scope first.
 
@@ -261,6 +310,8 @@ class _Builder:
 
     def __init__(self) -> None:
         self.budget = current_budget()
+        #: jax's trace context during this load (`TRACES` keys), None without one
+        self.context = trace_context() if trace_context is not None else None
         self.avals: dict[str, jax.core.ShapedArray] = {}
         self.literals: dict[Any, Any] = {}  # see `literal`
         #: `(id(aval), type string) -> aval` for the pairs `check_type` found equal
@@ -359,14 +410,20 @@ class _Builder:
                 self.at = child.source
                 outs = self.jit(child, ins, body, eqns)
             elif child.children or child.tag in CUSTOM_DERIVATIVE_NAMES:
-                key = (_fingerprint(child), tuple(a.aval for a in ins))
+                fingerprint, by_content = _fingerprint(child)
+                key = (fingerprint, tuple(a.aval for a in ins))
                 traced = self.traced.get(key)
                 if traced is None:
-                    regions = {}
-                    for region_key, region in _regions(child).items():
-                        regions[region_key] = yield _Scope(region, depth + 1)
-                    self.at = child.source
-                    traced = _prepared(self.trace_with_regions(child, ins, regions))
+                    shared = (key, self.context) if by_content and self.context else None
+                    traced = None if shared is None else TRACES.get(shared)
+                    if traced is None:
+                        regions = {}
+                        for region_key, region in _regions(child).items():
+                            regions[region_key] = yield _Scope(region, depth + 1)
+                        self.at = child.source
+                        traced = _prepared(self.trace_with_regions(child, ins, regions))
+                        if shared is not None:
+                            TRACES.put(shared, traced)
                     self.traced[key] = traced
                 outs = _inline(traced, ins, eqns, constvars, consts)
             else:
@@ -502,15 +559,34 @@ class _Builder:
         key = (node.tag, attrs_key, *map(_AVAL, ins))
         traced = self.traced.get(key)
         if traced is None:
-            params = dict(node.attrs)
-            if node.tag in PUBLIC_BINDERS:
-                binder = PUBLIC_BINDERS[node.tag]
-                fn: Callable[..., Any] = lambda *xs: binder(list(xs), params)
-            else:
-                prim = primitive(node.tag)
-                fn = lambda *xs: _bound(prim, prim.bind(*xs, **params))
-            traced = self.traced[key] = _prepared(self.trace(node, fn, ins))
+            shared = self.shared_key(node, ins)
+            traced = None if shared is None else TRACES.get(shared)
+            if traced is None:
+                params = dict(node.attrs)
+                if node.tag in PUBLIC_BINDERS:
+                    binder = PUBLIC_BINDERS[node.tag]
+                    fn: Callable[..., Any] = lambda *xs: binder(list(xs), params)
+                else:
+                    prim = primitive(node.tag)
+                    fn = lambda *xs: _bound(prim, prim.bind(*xs, **params))
+                traced = _prepared(self.trace(node, fn, ins))
+                if shared is not None:
+                    TRACES.put(shared, traced)
+            self.traced[key] = traced
         return _inline(traced, ins, eqns, constvars, consts)
+
+    def shared_key(self, node: DocNode, ins: Sequence[Atom]) -> Hashable | None:
+        """The key of a leaf in `TRACES`, or None when it may not be shared: a
+        param without a content key (an array, a list, an object) or no trace context."""
+        if self.context is None:
+            return None
+        params = []
+        for name, value in node.attrs.items():
+            key = value_key(value)
+            if key is None:
+                return None
+            params.append((name, key))
+        return (node.tag, tuple(params), tuple(a.aval for a in ins), self.context)
 
     def trace(self, node: DocNode, fn: Callable[..., Any], ins: Sequence[Atom]) -> jex.ClosedJaxpr:
         """`jax.make_jaxpr(fn)` on the types of `ins`; errors name the node."""
@@ -695,6 +771,16 @@ class _Builder:
         return template
 
     def traced_jit_template(self, n_in: int, n_out: int) -> _JitTemplate:
+        shared = None if self.context is None else ("jit", n_in, n_out, self.context)
+        template = None if shared is None else TRACES.get(shared)
+        if template is None:
+            template = self.trace_jit_template(n_in, n_out)
+            if shared is not None:
+                TRACES.put(shared, template)
+        self.jit_templates[n_in, n_out] = template
+        return template
+
+    def trace_jit_template(self, n_in: int, n_out: int) -> _JitTemplate:
         def body(*xs: Any) -> list[Any]:
             return [lax.full((), float(i), np.float32) for i in range(n_out)]
 
@@ -706,9 +792,7 @@ class _Builder:
                 f"this jax ({jax.__version__}) rewrites `jit` calls in a way bryo_mox cannot "
                 "rebuild; please report it."
             )
-        template = _JitTemplate(dict(eqn.params), eqn.source_info, eqn.ctx)
-        self.jit_templates[n_in, n_out] = template
-        return template
+        return _JitTemplate(dict(eqn.params), eqn.source_info, eqn.ctx)
 
 
 def _check_rule(
@@ -960,17 +1044,34 @@ def _expect(node: DocNode, regions: Any, expected: set[RegionKey]) -> None:
         raise _at(node.source, f"<{node.tag}> needs exactly the regions {names}.")
 
 
-def _freeze(value: Any) -> Any:
+def _freeze(value: Any, by_identity: list[Any] | None = None) -> Any:
     """A hashable key for a decoded attribute value: equal keys mean equal values, with
-    types kept apart (`True` is not `1`, `-0.0` is not `0.0`); see `value_key`."""
+    types kept apart (`True` is not `1`, `-0.0` is not `0.0`); see `value_key`. A value
+    without one is keyed by its identity (alive with its document), and then appended
+    to `by_identity`."""
     key = value_key(value, mutable=True)
-    return (type(value), id(value)) if key is None else key  # alive with its document
+    if key is None:
+        if by_identity is not None:
+            by_identity.append(value)
+        return (type(value), id(value))
+    return key
 
 
-def _fingerprint(node: DocNode) -> tuple[Any, ...]:
+def _fingerprint(node: DocNode) -> tuple[tuple[Any, ...], bool]:
     """The content of an equation with regions, with variables numbered per scope: two
-    equations with equal fingerprints (and input types) rebuild the same."""
-    tokens: list[Any] = [node.tag, _freeze(node.attrs)]
+    equations with equal fingerprints (and input types) rebuild the same. And whether
+    it keys every value by content (not by identity): then it holds in any document."""
+    by_identity: list[Any] = []
+
+    def freeze(value: Any) -> Any:
+        return _freeze(value, by_identity)
+
+    def ref(scope: dict[str, int], port: Port) -> Any:
+        if port.name is None:
+            return ("literal", port.type, freeze(port.value))
+        return (scope.get(port.name, -1), port.type)
+
+    tokens: list[Any] = [node.tag, freeze(node.attrs)]
     tokens.extend(p.type for p in node.inputs)
     tokens.extend(p.type for p in node.outputs)
     # (doc, the enclosing scope's names or None for `node` itself) and scope ends
@@ -981,11 +1082,11 @@ def _fingerprint(node: DocNode) -> tuple[Any, ...]:
         action, doc, outer = stack.pop()
         if action == "close":
             assert outer is not None
-            tokens.append(("results", tuple(_ref(outer, p) for p in doc.results)))
+            tokens.append(("results", tuple(ref(outer, p) for p in doc.results)))
             continue
-        tokens.append((doc.tag, _freeze(doc.attrs)))
+        tokens.append((doc.tag, freeze(doc.attrs)))
         if outer is not None:
-            tokens.append(("in", tuple(_ref(outer, p) for p in doc.inputs)))
+            tokens.append(("in", tuple(ref(outer, p) for p in doc.inputs)))
             for port in doc.outputs:
                 outer.setdefault(str(port.name), len(outer))
             tokens.append(("out", tuple(p.type for p in doc.outputs)))
@@ -1001,10 +1102,4 @@ def _fingerprint(node: DocNode) -> tuple[Any, ...]:
             stack.extend(("open", child, inner) for child in reversed(doc.children))
         else:
             stack.extend(("open", child, None) for child in reversed(doc.children))
-    return tuple(tokens)
-
-
-def _ref(scope: dict[str, int], port: Port) -> Any:
-    if port.name is None:
-        return ("literal", port.type, _freeze(port.value))
-    return (scope.get(port.name, -1), port.type)
+    return tuple(tokens), not by_identity

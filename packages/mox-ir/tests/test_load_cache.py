@@ -1,0 +1,92 @@
+"""What `loads` traces is kept for the next load of this process (`_load.TRACES`)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import bryo_mox as mox_lib
+from bryo_mox import _load
+from bryo_mox.document import DocNode, loading
+
+X = jnp.linspace(-1.0, 1.0, 8).reshape(2, 4)
+
+
+def model(v):
+    """A leaf per kind of equation: plain primitives, a custom derivative (relu), a jit."""
+    return jax.jit(jnp.tanh)(jax.nn.relu(v * 2.0) + jnp.sin(v))
+
+
+@pytest.fixture
+def traces(monkeypatch):
+    """An empty `TRACES`, and the list of functions the loader traces (`jax.make_jaxpr`)."""
+    monkeypatch.setattr(_load, "TRACES", _load.TraceCache(4096))
+    traced = []
+    make_jaxpr = jax.make_jaxpr
+    monkeypatch.setattr(
+        jax, "make_jaxpr", lambda fn, *a, **k: traced.append(fn) or make_jaxpr(fn, *a, **k)
+    )
+    return traced
+
+
+@pytest.mark.parametrize("fmt", ["xml", "yson"])
+def test_a_second_load_traces_nothing_and_evaluates_alike(bryo_plugin_manager, traces, fmt):
+    text = mox_lib.dumps(mox_lib.make_mox(model)(X), format=fmt)
+    first = mox_lib.loads(text, format=fmt)
+    assert traces and len(_load.TRACES) > 0
+    traces.clear()
+    second = mox_lib.loads(text, format=fmt)
+    assert traces == []
+    np.testing.assert_allclose(mox_lib.eval_mox(second, X), model(X), rtol=1e-6)
+    np.testing.assert_allclose(
+        jax.grad(lambda v: mox_lib.eval_mox(second, v).sum())(X),
+        jax.grad(lambda v: model(v).sum())(X),
+        rtol=1e-6,
+    )
+    assert mox_lib.dumps(second, format=fmt) == mox_lib.dumps(first, format=fmt)
+
+
+def test_another_trace_context_traces_again(bryo_plugin_manager, traces):
+    text = mox_lib.dumps(mox_lib.make_mox(model)(X))
+    mox_lib.loads(text)
+    traces.clear()
+    with jax.default_matmul_precision("highest"):  # part of jax's trace context
+        back = mox_lib.loads(text)
+    assert traces
+    np.testing.assert_allclose(mox_lib.eval_mox(back, X), model(X), rtol=1e-6)
+
+
+def test_a_failed_trace_is_not_kept(bryo_plugin_manager, traces):
+    text = mox_lib.dumps(mox_lib.make_mox(lambda v: v @ v.T)(X))
+    broken = text.replace('"(((1,), (0,)), ((), ()))"', '"(((0,), (0,)), ((), ()))"')
+    assert broken != text
+    for _ in range(2):
+        traces.clear()
+        with pytest.raises(mox_lib.MoxSerializationError, match="equation `dot_general`") as error:
+            mox_lib.loads(broken)
+        assert traces and error.value.line == 7
+    assert len(_load.TRACES) == 1  # the transpose before it, not the dot_general
+
+
+def test_params_keyed_by_identity_are_not_shared():
+    node = DocNode("reshape", {"new_sizes": [2, 4], "dimensions": None})
+    with loading(0):
+        builder = _load._Builder()
+        assert builder.shared_key(node, []) is None
+        node.attrs["new_sizes"] = (2, 4)
+        assert builder.shared_key(node, []) is not None
+    region = DocNode("custom_jvp_call", {"jvp": object()})
+    assert _load._fingerprint(region)[1] is False
+    region.attrs = {"name": "relu"}
+    assert _load._fingerprint(region)[1] is True
+
+
+def test_the_cache_is_bounded_and_drops_the_least_recently_used():
+    cache = _load.TraceCache(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1  # now the most recently used
+    cache.put("c", 3)
+    assert (cache.get("a"), cache.get("b"), cache.get("c"), len(cache)) == (1, None, 3, 2)
+    cache.clear()
+    assert len(cache) == 0 and cache.get("a") is None
