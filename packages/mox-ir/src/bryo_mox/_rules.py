@@ -97,8 +97,11 @@ def derivative_rule_regions(nodes: Sequence[Equation]) -> list[tuple[str, Block]
     for rule in rules:
         traced = convert_closed(jax.make_jaxpr(rule.fun)(*rule.avals))
         # The traced rule may call the custom function itself (for its primal output);
-        # inline those calls so that writing the rule does not recurse forever.
-        regions.append((rule.key, inline_calls(traced)))
+        # inline those calls so that writing the rule does not recurse forever, and keep
+        # only what computes the rule's outputs: a loaded rule's jvp computes the primal
+        # output too, which written again would grow the file at every save.
+        inlined = inline_calls(traced)
+        regions.append((rule.key, _slice(inlined, inlined.invars, inlined.outvars)))
     return regions
 
 
@@ -133,11 +136,13 @@ def _traced_together(rules: Sequence[_Rule]) -> list[tuple[str, Block]]:
 
 
 def _slice(block: Block, invars: Sequence[Var], outvars: Sequence[Any]) -> Block:
-    """The part of `block` that computes `outvars` from `invars` (and constants)."""
+    """The part of `block` that computes `outvars` from `invars` (and constants), with
+    every equation that has effects."""
     needed = {v for v in outvars if isinstance(v, Var)}
     kept: list[ModuleCall | Equation] = []
     for node in reversed(block.nodes):
-        if any(v in needed for v in node.outvars if isinstance(v, Var)):
+        effects = isinstance(node, Equation) and node.eqn.effects
+        if effects or any(v in needed for v in node.outvars if isinstance(v, Var)):
             kept.append(node)
             needed.update(a for a in node.invars if isinstance(a, Var))
     consts = [(v, c) for v, c in zip(block.constvars, block.consts, strict=True) if v in needed]
