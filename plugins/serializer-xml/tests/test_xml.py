@@ -404,3 +404,26 @@ def test_the_element_bound_counts_what_opens_an_element(raw):
     # `<` not followed by `/`, `!` or `?` (the limit check before lxml parses anything)
     expected = raw.count(b"<") - raw.count(b"</") - raw.count(b"<!") - raw.count(b"<?")
     assert bryo_xml_reader._element_bound(raw) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(max_size=6), st.sampled_from(["xml", "yson"]))
+def test_a_file_loads_alike_from_its_text_and_its_utf8_bytes(name, fmt):
+    """Text that is all ASCII skips the UTF-8 checks; any other text (non-ASCII names,
+    even a lone surrogate) reads as its bytes read."""
+
+    def f(v):
+        return v * 2.0
+
+    f.__name__ = f.__qualname__ = name
+    try:
+        text = yax.dumps(yax.make_mox(jax.jit(f))(X), format=fmt)
+    except MoxSerializationError:
+        return  # a name this format cannot hold: refused when writing
+    outcomes = []
+    for data in (text, text.encode("utf-8", "surrogatepass")):
+        try:
+            outcomes.append(yax.dumps(yax.loads(data, format=fmt), format=fmt))
+        except MoxSerializationError as error:
+            outcomes.append((error.line, error.position, str(error)))
+    assert outcomes[0] == outcomes[1]

@@ -126,7 +126,10 @@ def _write(serializer: Serializer, mox: Mox) -> str | bytes:
 def _read(serializer: Serializer, data: str | bytes, limits: Limits | None) -> Mox:
     if not isinstance(data, (str, bytes, bytearray, memoryview)):
         raise MoxError(f"`data` must be str or bytes, got {type(data).__name__}.")
-    size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
+    if isinstance(data, str):  # its size in UTF-8: an ASCII string's is its length
+        size = len(data) if data.isascii() else len(data.encode("utf-8", "surrogatepass"))
+    else:
+        size = len(data)
     try:
         with loading(size, limits), collector_paused():
             # the document is freed when `from_document` returns, before the collector

@@ -252,7 +252,8 @@ class _Text:
                 position=1,
             )
         try:
-            raw.decode("utf-8")
+            if not raw.isascii():  # ASCII is UTF-8
+                raw.decode("utf-8")
         except UnicodeDecodeError as error:
             raise MoxSerializationError(
                 f"MoX XML must be UTF-8: byte {raw[error.start]:#04x} is not ({error.reason})",

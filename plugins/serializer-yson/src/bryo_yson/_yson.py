@@ -172,10 +172,13 @@ def loads(data: str | bytes) -> DocNode:
     budget.check_size()
     max_nesting = LEVELS_PER_NODE * budget.limits.max_depth + 16
     reader = Reader(raw, budget, max_nesting)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
+    if isinstance(data, str) and data.isascii():
+        text: str | None = data  # ASCII text is its own UTF-8
+    else:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
     doc = read_lines(text, budget, max_nesting, _ByPath(reader)) if text is not None else None
     if doc is not None:
         return doc
