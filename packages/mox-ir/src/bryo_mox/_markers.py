@@ -88,11 +88,6 @@ _register(begin_p)
 _register(end_p)
 
 
-def is_marker(prim: jex.Primitive) -> bool:
-    """Whether `prim` is one of the two markers."""
-    return prim is begin_p or prim is end_p
-
-
 def marker_equation(
     prim: jex.Primitive, operands: Sequence[Any], params: Mapping[str, Any]
 ) -> tuple[jex.JaxprEqn, list[jex.Var]]:

@@ -51,7 +51,7 @@ from ._ir import (
     Var,
     jaxpr_params,
 )
-from ._markers import CallMarker, begin_p, end_p, is_marker
+from ._markers import CallMarker, begin_p, end_p
 
 
 @dataclass
@@ -399,12 +399,14 @@ class _Converter:
         self.root = _Scope(None)
 
     def run(self) -> Block:
-        scope = self.root
+        scope = root = self.root
+        equation, owner, calls = self.equation, self.owner, self.calls
         for index, eqn in enumerate(self.jaxpr.eqns):
-            if is_marker(eqn.primitive):
-                if index not in self.calls:
+            primitive = eqn.primitive
+            if primitive is begin_p or primitive is end_p:
+                if index not in calls:
                     self.dissolve(eqn)
-                elif eqn.primitive is begin_p:
+                elif primitive is begin_p:
                     scope = _Scope(scope, eqn)
                     self.own(eqn.outvars, scope)
                 else:
@@ -412,8 +414,10 @@ class _Converter:
                 continue
             if not eqn.outvars and not eqn.effects:
                 continue  # dead: a residue of partial evaluation
-            scope.nodes.append(self.equation(eqn, scope))
-            self.own(eqn.outvars, scope)
+            scope.nodes.append(equation(eqn, scope))
+            if scope is not root:
+                for atom in eqn.outvars:
+                    owner[atom] = scope
         outvars = tuple(self.resolve(a, self.root) for a in self.jaxpr.outvars)
         return self.block(self.root, tuple(self.jaxpr.invars), outvars)
 
@@ -534,8 +538,10 @@ class _Converter:
         return parent
 
     def block(self, scope: _Scope, invars: tuple[Any, ...], outvars: tuple[Any, ...]) -> Block:
+        if not scope.consts:
+            return Block((), (), invars, tuple(scope.nodes), outvars)
         constvars = tuple(scope.consts.values())
-        consts = tuple(self.const_values[outer] for outer in scope.consts)
+        consts = tuple(map(self.const_values.__getitem__, scope.consts))
         return Block(constvars, consts, invars, tuple(scope.nodes), outvars)
 
 
@@ -543,9 +549,10 @@ def _named(outvars: Sequence[Any]) -> Sequence[Any]:
     """`outvars` with a fresh variable for each unused one (`DropVar`, which jax 0.7 to 0.9
     put where jax 0.10 keeps a variable): every value of a MoX has a name, whatever jax
     traced it. The same sequence when there is none."""
-    if not any(isinstance(v, DropVar) for v in outvars):
-        return outvars
-    return [jex.Var(v.aval) if isinstance(v, DropVar) else v for v in outvars]
+    for v in outvars:
+        if isinstance(v, DropVar):
+            return [jex.Var(v.aval) if isinstance(v, DropVar) else v for v in outvars]
+    return outvars
 
 
 def _convert_any(jaxpr: jex.ClosedJaxpr | jex.Jaxpr) -> Block:
