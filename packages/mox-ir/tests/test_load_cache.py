@@ -90,3 +90,29 @@ def test_the_cache_is_bounded_and_drops_the_least_recently_used():
     assert (cache.get("a"), cache.get("b"), cache.get("c"), len(cache)) == (1, None, 3, 2)
     cache.clear()
     assert len(cache) == 0 and cache.get("a") is None
+
+
+def test_large_params_and_regions_with_constants_are_not_kept(bryo_plugin_manager, traces):
+    big = tuple(range(1, 2 + _load.SHARED_KEY_CHARS // 3))
+    node = DocNode("reshape", {"new_sizes": big, "dimensions": None})
+    with loading(0):
+        assert _load._Builder().shared_key(node, []) is None
+    assert _load._small(("custom_jvp_call", ("scope", ())))
+    assert not _load._small(("custom_jvp_call", ("const", "f32[2]", b"\0" * 8)))
+    assert not _load._small(("scan",) * (_load.SHARED_FINGERPRINT_TOKENS + 1))
+    # a custom derivative whose rule region holds a constant: traced again by the next load
+    table = jnp.arange(3.0) + 1.0
+
+    @jax.custom_jvp
+    def scale(v):
+        return v * table
+
+    scale.defjvp(lambda p, t: (scale(p[0]), t[0] * table))
+    text = mox_lib.dumps(mox_lib.make_mox(scale)(jnp.arange(3.0)))
+    assert "<const" in text.split('<region param="jvp"')[1]
+    mox_lib.loads(text)
+    traces.clear()
+    back = mox_lib.loads(text)
+    assert traces  # the custom_jvp_call, whose region holds the constant
+    grad = jax.grad(lambda v: mox_lib.eval_mox(back, v).sum())(jnp.arange(3.0))
+    np.testing.assert_allclose(grad, table)

@@ -267,6 +267,11 @@ class TraceCache:
 
 #: What `loads` traced, shared by every load (see `TraceCache`).
 TRACES = TraceCache(4096)
+#: The largest params (as text) or equation with regions (in `_fingerprint` tokens) kept
+#: in `TRACES`, so that what loads of untrusted files leave there stays small (a few MB
+#: in all); equations with regions that hold constants are not kept either.
+SHARED_KEY_CHARS = 2048
+SHARED_FINGERPRINT_TOKENS = 512
 
 
 class _Scope(NamedTuple):
@@ -414,7 +419,8 @@ class _Builder:
                 key = (fingerprint, tuple(a.aval for a in ins))
                 traced = self.traced.get(key)
                 if traced is None:
-                    shared = (key, self.context) if by_content and self.context else None
+                    shareable = by_content and self.context is not None and _small(fingerprint)
+                    shared = (key, self.context) if shareable else None
                     traced = None if shared is None else TRACES.get(shared)
                     if traced is None:
                         regions = {}
@@ -586,6 +592,8 @@ class _Builder:
             if key is None:
                 return None
             params.append((name, key))
+        if len(repr(params)) > SHARED_KEY_CHARS:
+            return None
         return (node.tag, tuple(params), tuple(a.aval for a in ins), self.context)
 
     def trace(self, node: DocNode, fn: Callable[..., Any], ins: Sequence[Atom]) -> jex.ClosedJaxpr:
@@ -1055,6 +1063,14 @@ def _freeze(value: Any, by_identity: list[Any] | None = None) -> Any:
             by_identity.append(value)
         return (type(value), id(value))
     return key
+
+
+def _small(fingerprint: tuple[Any, ...]) -> bool:
+    """Whether an equation with regions may be kept in `TRACES`: a small one, without
+    constants (their bytes are part of the fingerprint, their arrays of the trace)."""
+    return len(fingerprint) <= SHARED_FINGERPRINT_TOKENS and not any(
+        type(token) is tuple and token[:1] == ("const",) for token in fingerprint
+    )
 
 
 def _fingerprint(node: DocNode) -> tuple[tuple[Any, ...], bool]:
