@@ -436,6 +436,20 @@ def test_grad_of_a_dict_of_variables_graph() -> None:
     assert int(graph["steps"].value) == 1
 
 
+def test_grad_gives_a_shared_variable_its_gradient_at_its_first_place_only() -> None:
+    p1, p2 = Param(jnp.array(1.0)), Param(jnp.array(2.0))
+    graph = {"a": [p1, p2], "b": p1}
+    grads = grad(lambda g: g["a"][0][...] * g["a"][1][...] + g["b"][...])(graph)
+    assert isinstance(grads["a"][0], Param) and float(grads["a"][0][...]) == 3.0  # p2 + 1
+    assert isinstance(grads["b"], State) and not dict(grads["b"].flat_state())
+    assert len(jax.tree.leaves(grads)) == 2
+    model = Dict(w=p1)
+    g1, g2 = grad(lambda m, n: m["w"][...] * n["w"][...], argnums=(0, 1))(model, model)
+    assert float(g1["w"][...]) == 2.0 and not dict(g2.flat_state())  # both uses, once
+    simple = grad(lambda g: g["a"][0][...] + g["b"][...], graph_updates=False)(graph)
+    assert float(simple["b"][...]) == 2.0  # simple mode: a pytree, every place its own
+
+
 def test_grad_differentiates_a_state_argument_whole_not_only_its_params() -> None:
     model = Dict(w=Param(jnp.array(2.0)), stat=BatchStat(jnp.array(3.0)))
     graphdef, stats, params = split(model, BatchStat, ...)

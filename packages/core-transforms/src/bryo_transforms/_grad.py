@@ -192,10 +192,26 @@ def grad_state(plan: CallPlan, entries: list[tuple[Path, int]], grads: dict[int,
     return State.from_flat_path(flat)
 
 
+def first_places(per_root: dict[int, list[tuple[Path, int]]]) -> dict[int, list[tuple[Path, int]]]:
+    """`per_root` with each State leaf kept at the first root (in argument order) that
+    holds it: a Variable reached through two differentiated roots (`{'a': p, 'b': p}`, or
+    one model passed twice) has its gradient at its first place and none at the later
+    ones, as Flax NNX splits the roots jointly and a model's State lists a shared Variable
+    once. `update(model, state(grads))` then writes each gradient once."""
+    seen: set[int] = set()
+    kept: dict[int, list[tuple[Path, int]]] = {}
+    for j in sorted(per_root):
+        kept[j] = [(path, k) for path, k in per_root[j] if k not in seen]
+        seen.update(k for _, k in per_root[j])
+    return kept
+
+
 def _assemble_grads(
     plan: CallPlan, argnums: tuple[int, ...], per_root: dict, leaf_grads: dict, array_grads: list
 ) -> tuple:
-    """Per differentiated argument, its gradients shaped like it (None for statics)."""
+    """Per differentiated argument, its gradients shaped like it (None for statics); a
+    later place of a State leaf met before gets an empty State (see `first_places`)."""
+    per_root = first_places(per_root)
     root_grads = (
         grad_state(plan, per_root.get(j, []), leaf_grads) for j in range(len(plan.sig.root_places))
     )
