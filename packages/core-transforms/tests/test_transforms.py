@@ -365,6 +365,29 @@ def test_vmap_errors_name_argument_and_path() -> None:
     assert int(model.calls.value) == 0  # every failed call left the model as it was
 
 
+def test_vmap_unmapped_error_names_the_state_that_leaves_unmapped() -> None:
+    graph = Dict(total=Count(jnp.array(0.0)))
+
+    def add(g: Dict, x: jax.Array) -> None:
+        g["total"].value = g["total"].value + x
+
+    with pytest.raises(
+        TransformError,
+        match=r"out_axes\[0\]\[\d+\]\[\d+\] \(the Count at `args\[0\]\['total'\]`, "
+        r"updated inside\), got axis spec None",
+    ):
+        vmap(add, in_axes=(None, 0))(graph, jnp.ones(3))
+
+    def create(g: Dict, x: jax.Array) -> None:
+        g["made"] = Count(x)
+
+    with pytest.raises(TransformError, match=r"\(a Count the function created\)"):
+        vmap(create, in_axes=(StateAxes({...: None}), 0))(graph, jnp.ones(3))
+    with pytest.raises(TransformError, match=r"\(an output of the function\)"):
+        vmap(lambda x: x, in_axes=0, out_axes=None)(jnp.ones(3))
+    assert float(graph["total"].value) == 0.0 and "made" not in graph
+
+
 def test_vmap_out_axes_and_nested_prefix() -> None:
     @vmap(in_axes=((0, None),), out_axes=(1, None))
     def f(pair: tuple) -> tuple:

@@ -9,6 +9,7 @@ went in with, new state and outputs with their `out_axes`.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -25,13 +26,15 @@ from ._axes import (
     check_sizes,
     leaf_axes,
     sorted_axes,
+    state_leaf,
 )
 from ._axis_metadata import with_axis_metadata
 from ._call import lifted_call
+from ._collect import InGroup, NewLeaf, OutPlan
 from ._errors import TransformError
 from ._layout import scan_args
 from ._options import decorator_or_none, positional
-from ._plan import PlanCache
+from ._plan import CallPlan, PairPath, PlanCache
 from ._prefixes import check_prefix
 from ._simple import Inputs, graph_updates_on, simple_vmap, tree_mode
 
@@ -154,9 +157,16 @@ def lifted_map(
         var_axes = [a for a, meta in zip(axes, plan.sig.metas, strict=False) if meta is not None]
         raw_axes = [a for a, meta in zip(axes, plan.sig.metas, strict=False) if meta is None]
 
+        plans: list[OutPlan] = []  # the traced call's OutPlan, to name an unmapped output
+
         def transform(pure: Callable) -> Callable:
+            def recording(*values: list) -> tuple:
+                out = pure(*values)
+                plans.append(out[2].value)
+                return out
+
             return map_fn(
-                pure,
+                recording,
                 in_axes=(var_axes, raw_axes, list(array_specs)),
                 out_axes=(list(group_axes), None, None),
                 **map_options,
@@ -167,13 +177,42 @@ def lifted_map(
         except ValueError as error:
             text = str(error)
             if "out_axes" in text and "None" in text and not isinstance(error, TransformError):
+                said = _name_unmapped(text, plans[-1] if plans else None, plan)
                 raise TransformError(
                     f"`{name}`: a value that leaves the function unmapped (out_axes None, or "
                     "state broadcast with in_axes None) depends on the mapped inputs. Map "
                     "that state (e.g. `StateAxes({'dropout': 0, ...: None})`) or give it an "
-                    f"int out axis. JAX said: {error}"
+                    f"int out axis. JAX said: {said}"
                 ) from error
             raise
 
     mapped.__wrapped__ = f
     return mapped
+
+
+_GROUP_PLACE = re.compile(r"out_axes\[0\]\[(\d+)\]\[(\d+)\]")
+
+
+def _name_unmapped(text: str, out_plan: OutPlan | None, plan: CallPlan) -> str:
+    """JAX's error `text` with its place in the groups (`out_axes[0][g][i]`, which means
+    nothing to the caller) explained: the input Variable whose update left there (named
+    as `args[0]['broadcast']`), a Variable the function created, or an output."""
+    match = _GROUP_PLACE.search(text)
+    if match is None or out_plan is None:
+        return text
+    group, position = int(match[1]), int(match[2])
+    what = "an output of the function"
+    created = out_plan.graph.leaf_plans if out_plan.graph is not None else ()
+    for leaf in created:
+        if isinstance(leaf, NewLeaf) and leaf.place == InGroup(group, position):
+            kind = leaf.meta.type.__name__ if leaf.meta is not None else "array"
+            what = f"a {kind} the function created"
+    for update in out_plan.sets:
+        if (update.group, update.position) == (group, position):
+            place = PairPath.of(plan.sig.paths[update.k])
+            where = plan.sig.root_places[place.root].name + "".join(
+                f"[{key!r}]" for key in place.inner
+            )
+            kind = type(state_leaf(plan, update.k)).__name__
+            what = f"the {kind} at `{where}`, updated inside"
+    return f"{text[: match.end()]} ({what}){text[match.end() :]}"
