@@ -461,20 +461,37 @@ def test_a_module_shaped_prefix_holding_a_non_axis_names_the_path() -> None:
         scan(lambda m, x: x, in_axes=(axes, Carry), out_axes=Carry)(model, jnp.zeros(2))
 
 
-def test_state_sown_under_a_module_shaped_prefix_is_refused_naming_the_path() -> None:
-    # a prefix lists the paths that existed before the scan: state made inside matches none
+class Sows(Object):
+    def __init__(self) -> None:
+        self.w = Param(jnp.ones(()))
+
+    def step(self, c: jax.Array) -> jax.Array:
+        self.data = Intermediate(c + self.w[...])  # what a sow inside the step makes
+        return c + 1
+
+
+@pytest.mark.parametrize("modes", [{}, {"graph_updates": False}])
+@pytest.mark.parametrize("graph", [False, True])
+def test_state_sown_under_a_prefix_is_placed_by_the_prefix_filters(modes, graph) -> None:
+    # a prefix gives the paths that existed before the scan their axes; state made inside
+    # takes the axis of the first filter of the prefix's mapping that matches it
     from bryo_transforms import prefix
 
-    class Sows(Object):
-        def __init__(self) -> None:
-            self.w = Param(jnp.ones(()))
+    model = Sows()
+    axes = prefix(model, {Intermediate: 0, ...: None}, graph=graph)
+    if graph:
+        modes = {"graph_updates": False}  # TreeState prefixes are for graph simple mode
+    run = scan(Sows.step, in_axes=(axes, Carry), out_axes=Carry, length=3, **modes)
+    assert float(run(model, jnp.zeros(()))) == 3.0
+    np.testing.assert_allclose(model.data[...], [1.0, 2.0, 3.0])
+    assert float(model.w[...]) == 1.0
 
-        def step(self, c: jax.Array) -> jax.Array:
-            self.data = Intermediate(c + self.w[...])  # what a sow inside the step makes
-            return c + 1
+
+def test_state_sown_under_a_prefix_without_filters_is_refused_naming_the_path() -> None:
+    from bryo_transforms import prefix
 
     model = Sows()
-    axes = prefix(model, {Intermediate: 0, ...: None})
+    axes = prefix(model, lambda path, leaf: None)  # a function: nothing to place new state by
     run = scan(Sows.step, in_axes=(axes, Carry), out_axes=Carry, length=3)
     refused = r"added a Intermediate at data to .*StateAxes\(\{PathIn"
     with pytest.raises(TransformError, match=refused):
@@ -484,6 +501,22 @@ def test_state_sown_under_a_module_shaped_prefix_is_refused_naming_the_path() ->
     stacked = scan(Sows.step, in_axes=(stacks, Carry), out_axes=Carry, length=3)
     assert float(stacked(model, jnp.zeros(()))) == 3.0
     np.testing.assert_allclose(model.data[...], [1.0, 2.0, 3.0])
+
+
+def test_a_prefix_of_nodes_in_a_container_places_new_state_from_their_own_path() -> None:
+    from bryo_filters import PathContains
+    from bryo_transforms import prefix
+
+    first, second = Sows(), Sows()
+    axes = prefix((first, second), {PathContains(1): None, Intermediate: 0, ...: None})
+
+    def step(a: Sows, b: Sows, c: jax.Array) -> jax.Array:
+        Sows.step(a, c)
+        return Sows.step(b, c)
+
+    run = scan(step, in_axes=(*axes, Carry), out_axes=Carry, length=3)
+    with pytest.raises(TransformError, match=r"added a Intermediate at data .* give it None"):
+        run(first, second, jnp.zeros(()))  # second's state sits under path 1: None
 
 
 @pytest.mark.parametrize("modes", [{}, {"graph_updates": False}])
@@ -513,3 +546,17 @@ def test_eager_calls_reuse_the_step_trace_with_the_new_values(modes) -> None:
         return run(total, model, jnp.arange(3.0), jnp.zeros(()))[0]
 
     assert float(inside(jnp.zeros(()))) == 30 and len(traced) == 3  # under jit: jit's cache
+
+
+def test_a_prefix_remembers_its_filters_without_keeping_itself_or_the_model_alive() -> None:
+    import gc
+    import weakref
+
+    from bryo_transforms import prefix
+
+    model = Sows()
+    axes = prefix(model, {Intermediate: 0, ...: None})
+    gone_prefix, gone_model = weakref.ref(axes), weakref.ref(model)
+    del axes, model
+    gc.collect()
+    assert gone_prefix() is None and gone_model() is None

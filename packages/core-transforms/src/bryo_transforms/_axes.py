@@ -24,6 +24,7 @@ from ._collect import Grouping
 from ._errors import TransformError
 from ._layout import ARRAY, ROOT, ArgLayout, LeafLayout, StaticLayout, is_graph_leaf
 from ._plan import CallPlan, PairPath, Signature
+from ._prefix_filters import filters_of
 
 
 class Carry:
@@ -234,7 +235,9 @@ def _expand(spec: object, layout: ArgLayout, where: str) -> list[tuple[object, o
 
 def _module_prefix_axes(spec: object, where: str) -> StateAxes:
     """A module-shaped prefix (`prefix(model, {...})`: the model's pytree with an axis in
-    place of each Variable) as the StateAxes giving each of its paths that axis."""
+    place of each Variable) as the StateAxes giving each of its paths that axis, then
+    (for a prefix `prefix` built from a `{filter: axis}` mapping) that mapping's pairs,
+    which place the state the function adds."""
     flat, _ = jax.tree_util.tree_flatten_with_path(spec, is_leaf=lambda x: x is None)
     paths_of: dict[object, list[Path]] = {}
     for keypath, axis in flat:
@@ -245,7 +248,8 @@ def _module_prefix_axes(spec: object, where: str) -> StateAxes:
                 f"at each Variable; got {axis!r} at {'.'.join(map(str, path))}."
             )
         paths_of.setdefault(axis, []).append(path)
-    return StateAxes([(PathIn(*paths), axis) for axis, paths in paths_of.items()])
+    later = [(f, a) for f, a in filters_of(spec) if a is None or a is Carry or _is_int(a)]
+    return StateAxes([*((PathIn(*paths), axis) for axis, paths in paths_of.items()), *later])
 
 
 def state_leaf(plan: CallPlan, k: int) -> object:

@@ -24,6 +24,7 @@ from bryo_pytree import Path, broadcast_prefix, keypath_to_path
 from ._axes import check_consistent_aliasing, path_filters
 from ._layout import ARRAY, ROOT, StaticLayout, TreeLayout, is_graph_leaf
 from ._plan import CallPlan
+from ._prefix_filters import remember
 from ._simple import SHARED_TYPES, mark_aliases
 
 
@@ -226,9 +227,16 @@ def prefix(
         >>> first, second = prefix((model, model), {Param: 0}, graph=True)  # doctest: +SKIP
     """
     choose = _first_match(filter_map) if isinstance(filter_map, Mapping) else filter_map
+    mapping = filter_map if isinstance(filter_map, Mapping) else None
     if graph:
-        return _tree_states(node, choose)
-    return prefix_of(node, choose)
+        return _tree_states(node, choose, mapping)
+    out = prefix_of(node, choose)
+    if mapping is not None:
+        keyed, _ = jax.tree_util.tree_flatten_with_path(out, is_leaf=_is_graph_object)
+        for keypath, leaf in keyed:
+            if _is_graph_object(leaf):
+                remember(leaf, mapping, keypath_to_path(keypath))
+    return out
 
 
 def _first_match(filter_map: Mapping[Filter, Any]) -> Callable[[Path, Any], Any]:
@@ -252,9 +260,12 @@ def _is_graph_object(value: object) -> bool:
     return isinstance(value, SHARED_TYPES)
 
 
-def _tree_states(node: object, choose: Callable[[Path, Any], Any]) -> Any:
+def _tree_states(
+    node: object, choose: Callable[[Path, Any], Any], mapping: Mapping[Filter, Any] | None
+) -> Any:
     """`prefix(node, choose, graph=True)`: a `TreeState` per graph node of `node`, the
-    nodes split jointly (a later place of a shared one holds an empty State)."""
+    nodes split jointly (a later place of a shared one holds an empty State); `mapping`,
+    the `{filter: value}` that `choose` reads, is remembered with each `tree_prefix`."""
     keyed, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=_is_graph_object)
     marked = treedef.flatten_up_to(mark_aliases(node)[0])
     splits = treedef.flatten_up_to(to_tree(node))
@@ -268,6 +279,8 @@ def _tree_states(node: object, choose: Callable[[Path, Any], Any]) -> Any:
             path: choose(base + path, value) for path, value in split.state.flat_state().items()
         }
         tree_prefix = prefix_of(alias_or_node, choose, base)
+        if mapping is not None and _is_graph_object(tree_prefix):
+            remember(tree_prefix, mapping, base)
         state = State.from_flat_path(values)
         leaves.append(TreeState(split.graphdef, state, Opaque(choose), Opaque(tree_prefix)))
     return treedef.unflatten(leaves)
