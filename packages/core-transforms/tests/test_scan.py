@@ -560,3 +560,38 @@ def test_a_prefix_remembers_its_filters_without_keeping_itself_or_the_model_aliv
     del axes, model
     gc.collect()
     assert gone_prefix() is None and gone_model() is None
+
+
+@pytest.mark.parametrize("modes", [{}, {"graph_updates": False}])
+def test_a_variable_holding_a_pytree_is_scanned_and_stacked_leaf_by_leaf(modes) -> None:
+    # a Variable may hold a dict or tuple of arrays (what `sow` and `capture` keep): each
+    # array is scanned over the axis, and one the step gives a new structure is stacked
+    from bryo_transforms import prefix
+
+    class Holds(Object):
+        def __init__(self) -> None:
+            self.kept = Intermediate({"a": jnp.arange(3.0)})
+            self.made = Intermediate({})
+
+        def step(self, c: jax.Array) -> jax.Array:
+            self.made.value = {**self.made.value, "seen": (self.kept.value["a"] + c,)}
+            return c + 1
+
+    model = Holds()
+    axes = prefix(model, {Intermediate: 0, ...: None})
+    scan(Holds.step, in_axes=(axes, Carry), out_axes=Carry, **modes)(model, jnp.zeros(()))
+    np.testing.assert_allclose(model.made.value["seen"][0], [0.0, 2.0, 4.0])
+    np.testing.assert_allclose(model.kept.value["a"], [0.0, 1.0, 2.0])
+    model.kept.value = {"a": jnp.arange(3.0), "b": jnp.arange(4.0)}
+    with pytest.raises(TransformError, match=r"kept\['b'\] has size 4, but .*kept\['a'\] has 3"):
+        scan(Holds.step, in_axes=(axes, Carry), out_axes=Carry)(model, jnp.zeros(()))
+
+
+def test_vmap_maps_a_variable_holding_a_pytree_leaf_by_leaf() -> None:
+    graph = {"made": Intermediate({}), "kept": Intermediate((jnp.ones((3, 2)),))}
+
+    def f(g: dict, x: jax.Array) -> None:
+        g["made"].value = {"twice": g["kept"].value[0] * x}
+
+    vmap(f, in_axes=(0, 0))(graph, jnp.arange(3.0))
+    np.testing.assert_allclose(graph["made"].value["twice"], [[0.0, 0.0], [1.0, 1.0], [2, 2]])

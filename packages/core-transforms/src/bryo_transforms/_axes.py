@@ -18,7 +18,7 @@ from jax.typing import ArrayLike
 
 from bryo_filters import Filter, PathIn, filters_to_predicates
 from bryo_graph import State, Variable, VariableState, flat_graph
-from bryo_pytree import Path, PrefixError, broadcast_prefix, keypath_to_path
+from bryo_pytree import Path, PrefixError, broadcast_prefix, is_array_like, keypath_to_path
 
 from ._collect import Grouping
 from ._errors import TransformError
@@ -350,9 +350,21 @@ def raise_inconsistent_aliasing(
 
 
 def check_axis(value: ArrayLike, axis: object, where: str, name: str) -> int | None:
-    """The size of `axis` in `value`, or a TransformError naming `where`; None for None."""
+    """The size of `axis` in `value`, or a TransformError naming `where`; None for None.
+
+    A Variable may hold a pytree of arrays (`sow`'s tuple, `capture`'s dict): each of its
+    arrays is mapped over `axis`, and they must agree on its size (none: no size)."""
     if axis is None or axis is Carry:
         return None
+    if not is_array_like(value) and isinstance(value, tuple | list | dict):
+        keyed = jax.tree_util.tree_leaves_with_path(value)
+        sizes = [
+            (size, f"{where}{jax.tree_util.keystr(keypath)}")
+            for keypath, leaf in keyed
+            if (size := check_axis(leaf, axis, f"{where}{jax.tree_util.keystr(keypath)}", name))
+            is not None
+        ]
+        return check_sizes(sizes, name)
     ndim = np.ndim(value)
     if not -ndim <= axis < ndim:  # type: ignore[operator]  # axis is an int here (None and Carry returned above)
         raise TransformError(

@@ -46,7 +46,7 @@ from ._axes import (
     state_leaf,
 )
 from ._axis_metadata import with_axis_metadata
-from ._collect import Grouping, InGroup, KeptLeaf, NewLeaf, OutPlan, collect
+from ._collect import Grouping, InGroup, InTree, KeptLeaf, NewLeaf, OutPlan, collect
 from ._errors import TransformError
 from ._layout import ArgLayout, is_graph_leaf, scan_args
 from ._options import positional, refuse_bound_method
@@ -436,7 +436,9 @@ class _Scan:
         grouping.y_axes = _split_output_axes(self.out_axes, self.position)
         scanned_ks = [k for k, a in enumerate(self.leaf_axes) if isinstance(a, int)]
         scanned_arrays = [i for i, a in enumerate(self.array_axes) if isinstance(a, int)]
-        xs = [jnp.moveaxis(self.values[k], self.leaf_axes[k], 0) for k in scanned_ks]
+        xs: list = [
+            _to_front(self.values[k], self.leaf_axes[k]) for k in scanned_ks
+        ]  # arrays or pytrees of them
         xs += [jnp.moveaxis(self.arrays[i], self.array_axes[i], 0) for i in scanned_arrays]
         init = (
             [self.values[k] for k in self.carry_ks],
@@ -479,7 +481,12 @@ class _Scan:
             grouping.replaced = []
             groups, _, out_plan = collect(inner, ys, grouping)
             for update in out_plan.set_consts:
-                if self.leaf_axes[update.k] is Carry or isinstance(self.leaf_axes[update.k], int):
+                stacked_tree = isinstance(update.value, InTree) and _is_int(
+                    self.leaf_axes[update.k]
+                )
+                if not stacked_tree and (
+                    self.leaf_axes[update.k] is Carry or isinstance(self.leaf_axes[update.k], int)
+                ):
                     raise TransformError(
                         f"`scan`: {sig.describe_leaf(update.k)} was set to the Python value "
                         f"{update.value!r}; carried and scanned state must hold arrays."
@@ -535,7 +542,9 @@ class _Scan:
             return lambda carry, slices: body(consts, carry, slices)
         kept = traces.get(key)
         if kept is None:
-            slices = [jax.ShapeDtypeStruct(x.shape[1:], x.dtype, weak_type=_weak(x)) for x in xs]
+            slices = jax.tree.map(
+                lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype, weak_type=_weak(x)), xs
+            )
             closed, shape = jax.make_jaxpr(body, return_shape=True)(consts, init, slices)
             kept = StepTrace(closed, jax.tree_util.tree_structure(shape), dict(record))
             traces.put(key, kept)
@@ -640,6 +649,15 @@ class StepTraces:
             self._traces[key] = trace
             while len(self._traces) > self.size:
                 self._traces.popitem(last=False)
+
+
+def _to_front(value: object, axis: int) -> object:
+    """`value` (an array, or a Variable's pytree of arrays) with `axis` moved to the front."""
+    return jax.tree.map(lambda x: jnp.moveaxis(x, axis, 0), value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _weak(x: object) -> bool:
