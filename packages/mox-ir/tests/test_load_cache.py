@@ -116,3 +116,14 @@ def test_large_params_and_regions_with_constants_are_not_kept(bryo_plugin_manage
     assert traces  # the custom_jvp_call, whose region holds the constant
     grad = jax.grad(lambda v: mox_lib.eval_mox(back, v).sum())(jnp.arange(3.0))
     np.testing.assert_allclose(grad, table)
+
+
+def test_loads_in_threads_share_the_cache(bryo_plugin_manager, traces):
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [mox_lib.dumps(mox_lib.make_mox(f)(X)) for f in (model, jnp.tanh, lambda v: v @ v.T)]
+    with ThreadPoolExecutor(4) as pool:
+        loaded = list(pool.map(mox_lib.loads, texts * 4))
+    for back, text in zip(loaded, texts * 4, strict=True):
+        assert mox_lib.dumps(back) == mox_lib.dumps(mox_lib.loads(text))
+    np.testing.assert_allclose(mox_lib.eval_mox(loaded[0], X), model(X), rtol=1e-6)
