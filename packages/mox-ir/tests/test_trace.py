@@ -381,25 +381,53 @@ def test_equations_sharing_one_params_dict_each_get_their_own_regions():
     )
 
 
-def test_the_loader_gives_the_converter_every_marker_pair_it_made(toy, mlp, x):
-    # from_document passes convert_closed the module calls its builder made, instead of
-    # looking for them: every marker pair a document's builder makes is a call
-    from bryo_mox import _load, _trace
-    from bryo_mox.document import loading
+def _layout(block):
+    """A block's structure: counts, module calls (type, state counts), primitives, regions."""
+    nodes = []
+    for node in block.nodes:
+        if isinstance(node, ModuleCall):
+            counts = (node.n_state, node.n_state_out, len(node.invars), len(node.outvars))
+            nodes.append((node.type, *counts, _layout(node.body)))
+        else:
+            regions = tuple(_layout(region.block) for region in node.regions)
+            nodes.append((node.primitive.name, len(node.invars), len(node.outvars), regions))
+    return (len(block.constvars), len(block.invars), len(block.outvars), tuple(nodes))
 
+
+def test_the_loader_builds_each_block_as_conversion_builds_a_traced_one(toy, mlp, x):
+    # from_document makes MoX nodes as it builds (module calls inside regions aside, which
+    # are converted with their region): a loaded MoX has the traced one's structure, with
+    # unchanged state outputs pruned and each block holding the constants it uses
     block = ResBlock(3, key=jax.random.key(1))
+    counter = Counter()
+    table = jnp.arange(3.0).reshape(1, 3) + 1.0
+
+    class Shift(Module):  # closes over `table`: a constant of its body
+        def forward(self, v):
+            return v + table
+
+    shift = Shift()
 
     def nested(m, v):
-        return jax.jit(lambda u: m(u))(v) + block(v[:, :3]).sum() + jnp.tanh(m(v))
+        u = jax.jit(lambda u: m(u))(v) + block(shift(v[:, :3])).sum() + jnp.tanh(m(v))
+        return counter(u * table[0, 0])
 
-    for mox in (
-        make_mox(nested)(mlp, x),
-        make_mox(lambda m, v: m(m(v)))(Linear(3, 3, key=jax.random.key(2)), x),
-    ):
-        with loading(0, None):
-            builder = _load._Builder()
-            closed = builder.run(to_document(mox))
-        assert builder.root_markers and builder.root_markers == _trace._find_calls(closed.jaxpr)
+    linear = Linear(3, 3, key=jax.random.key(2))
+    for fn, args in ((nested, (mlp, x)), (lambda m, v: m(m(v)), (linear, x))):
+        mox = make_mox(fn)(*args)
+        loaded = from_document(to_document(mox))
+        assert _layout(loaded.block) == _layout(mox.block)
+        flat = args if loaded.in_tree is not None else jax.tree_util.tree_leaves(args)
+        ours, theirs = (
+            jax.tree_util.tree_leaves(r) for r in (eval_mox(loaded, *flat), eval_mox(mox, *args))
+        )
+        for a, b in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+    calls = {
+        n.info.short_type: n for n in make_mox(nested)(mlp, x).nodes if isinstance(n, ModuleCall)
+    }
+    assert calls["Counter"].n_state_out == 1  # a state output the call changed: kept
+    assert len(calls["Shift"].body.constvars) == 1  # the constant its body uses
 
 
 def test_a_traced_leaf_is_inlined_on_its_inputs_in_the_order_it_reads_them():

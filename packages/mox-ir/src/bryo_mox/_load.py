@@ -1,15 +1,19 @@
 """Rebuild a MoX from a document (what serializers read): its jaxpr is built directly.
 
-A document is read into one closed jaxpr, which is then converted like a traced one
-(`convert_closed`: marked calls become module calls). Nothing is re-traced node by
-node, so loading costs about what the file holds:
+A document is read straight into MoX blocks: the root's and each module body's
+equations become `Equation` nodes as they are built, and each module call a
+`ModuleCall` around its body's block, with what `convert_closed` would make of a traced
+jaxpr (unchanged state outputs pruned, each block holding the constants it uses).
+Nothing is re-traced node by node, so loading costs about what the file holds:
 
 - a leaf equation is bound once with `jax.make_jaxpr` per distinct (primitive, params,
   input types) — jax checks the params and computes the output types there — and every
   equation like it reuses that result with its own variables;
 - a `jit` equation is built around its body directly, with the params a `jax.jit`
-  equation of that arity gets (traced once per arity); a module call is its body's
-  equations between the two marker equations tracing puts around a call (`_markers`);
+  equation of that arity gets (traced once per arity). Sub-jaxprs (a `jit`'s body, a
+  `scan`'s) are jaxprs, since equations hold them: a module call inside one is its
+  body's equations between the two marker equations tracing puts around a call
+  (`_markers`), converted with the rest of the region;
 - an equation with other regions (custom derivatives, `scan`, `cond`, `while`, `remat`)
   is rebuilt through public APIs (`jax.custom_jvp`/`custom_vjp` from its primal and rule
   regions, the primitive's bind around traced regions) once per distinct subtree: the 31
@@ -25,6 +29,7 @@ Every failure is a `MoxSerializationError` naming the node, located in the file.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import threading
 from collections import OrderedDict
@@ -50,12 +55,21 @@ from ._compat import (
     trace_context,
 )
 from ._errors import MoxError, MoxSerializationError
-from ._ir import CUSTOM_DERIVATIVE_NAMES, JIT_ALIASES, ModuleInfo, Mox, array_aval
+from ._ir import (
+    CUSTOM_DERIVATIVE_NAMES,
+    JIT_ALIASES,
+    Block,
+    Equation,
+    ModuleCall,
+    ModuleInfo,
+    Mox,
+    array_aval,
+)
 from ._limits import array_nbytes, current_budget
 from ._markers import CallMarker, begin_p, end_p, marker_equation
 from ._regions import bind_with_regions
 from ._rules import differentiable, rebuild_custom
-from ._trace import convert_closed
+from ._trace import equation_node, named_equation
 from ._types import from_storage, is_key_dtype, parse_type, same_type, type_str
 from .document import ATTR_NAME, MODULE_ATTRS, NOWHERE, DocNode, Port, Source, located
 
@@ -126,14 +140,9 @@ def from_document(doc: DocNode) -> Mox:
     check_depth(doc)
     if doc.tag != "mox":
         raise _at(doc.source, f"the root element is `{doc.tag}`, expected `mox`.")
-    builder = _Builder()
-    closed = builder.run(doc)
-    try:
-        block = convert_closed(closed, builder.root_markers)
-    except RecursionError:
-        raise _at(doc.source, "the document nests too deeply to convert.") from None
-    extra = _extra(doc, closed.in_avals)
-    n_args = len(closed.jaxpr.invars) - len(extra)
+    block = _Builder().run(doc)
+    extra = _extra(doc, [v.aval for v in block.invars])
+    n_args = len(block.invars) - len(extra)
     in_tree = _tree(doc, "in_tree")
     kwargs_tree = _tree(doc, "kwargs_tree", 0 if in_tree is None else in_tree.num_leaves)
     counted = sum(t.num_leaves for t in (in_tree, kwargs_tree) if t is not None)
@@ -146,7 +155,7 @@ def from_document(doc: DocNode) -> Mox:
     return Mox(
         block,
         in_tree,
-        _tree(doc, "out_tree", 0, len(closed.jaxpr.outvars)),
+        _tree(doc, "out_tree", 0, len(block.outvars)),
         extra,
         kwargs_tree=kwargs_tree if in_tree is not None else None,
         static_kwargs=_static_kwargs(doc),
@@ -278,12 +287,15 @@ class _Scope(NamedTuple):
     """A request from a scope being built to the driver: build `doc`'s scope first.
 
     `doc` is a module call (its body) or a region, `depth` its scope's nesting (the
-    root's is 1); the built `ClosedJaxpr` is sent back.
+    root's is 1). A region's `ClosedJaxpr` is sent back; a module body built `into` its
+    caller's jaxpr sends back its results; a module body built on `block_ins` (the
+    body of a call in a block) its `Block`.
     """
 
     doc: DocNode
     depth: int
     into: _Into | None = None
+    block_ins: list[jex.Var] | None = None
 
 
 class _Into(NamedTuple):
@@ -306,8 +318,8 @@ class _JitTemplate(NamedTuple):
 
 
 #: A scope being built. The driver sends back what the requested scope returns: a region's
-#: `ClosedJaxpr`, or a module body's outputs (a scope built `into` its caller).
-_Building = Generator[_Scope, Any, "jex.ClosedJaxpr | list[Atom]"]
+#: `ClosedJaxpr`, a module body's outputs (a scope built `into` its caller) or its `Block`.
+_Building = Generator[_Scope, Any, "jex.ClosedJaxpr | list[Atom] | Block"]
 
 
 class _Builder:
@@ -326,23 +338,22 @@ class _Builder:
         self.attr_names: set[str] = set()
         self.jit_templates: dict[tuple[int, int], _JitTemplate] = {}
         self.at: Source | None = None
-        #: The root scope's equations, and the indices of the marker equations among
-        #: them: every module call's pair (a body reads and defines its own variables
-        #: only), which `convert_closed` need not look for.
-        self.root_eqns: list[jex.JaxprEqn] | None = None
-        self.root_markers: set[int] = set()
+        #: `jaxpr_params` of the equations made into nodes (`equation_node`)
+        self.params_jaxprs: dict[int, tuple[Any, list[Any]]] = {}
 
     # -- the driver: nested scopes on an explicit stack ---------------------------------
 
-    def run(self, root: DocNode) -> jex.ClosedJaxpr:
+    def run(self, root: DocNode) -> Block:
         """Build the root scope, and every scope it asks for, without recursing."""
         built = run_frames(self.scope(root, root=True), self.enter, on_error=self.locate_error)
-        return cast(jex.ClosedJaxpr, built)  # the root scope is not built `into` another
+        return cast(Block, built)  # the root scope is a block
 
     def enter(self, request: _Scope) -> _Building:
         """The scope a request asks for, within the load's depth budget."""
         self.budget.check_depth(request.depth, **_where(request.doc.source))
-        return self.scope(request.doc, depth=request.depth, into=request.into)
+        return self.scope(
+            request.doc, depth=request.depth, into=request.into, block_ins=request.block_ins
+        )
 
     def locate_error(self, error: Exception) -> MoxSerializationError:
         """An error raised while building a scope, located at the node being built."""
@@ -355,13 +366,21 @@ class _Builder:
     # -- one scope: a root, a module body or a region -----------------------------------
 
     def scope(
-        self, doc: DocNode, *, root: bool = False, depth: int = 1, into: _Into | None = None
+        self,
+        doc: DocNode,
+        *,
+        root: bool = False,
+        depth: int = 1,
+        into: _Into | None = None,
+        block_ins: list[jex.Var] | None = None,
     ) -> _Building:
-        """Build `doc`'s scope into a closed jaxpr (`into` a caller's scope: its results),
-        asking the driver for inner scopes."""
+        """Build `doc`'s scope: the root, or a module body on `block_ins`, into a `Block`;
+        a region into a closed jaxpr; a module body `into` a caller's jaxpr (its
+        results). Asks the driver for inner scopes."""
         self.at = doc.source
         _check_attr_names(doc, self.attr_names)
         env: dict[str, Atom] = {}
+        as_block = root or block_ins is not None
         constvars: list[jex.Var] = [] if into is None else into.constvars
         consts: list[Any] = [] if into is None else into.consts
         for const in doc.consts:
@@ -372,20 +391,20 @@ class _Builder:
             self.define(env, const.name, var, doc, "a constant")
             constvars.append(var)
             consts.append(value)
-        if into is None:
-            invars = [self.input(port, doc) for port in doc.inputs]
-        else:  # the body runs on the begin marker's outputs: only the types are checked
-            invars = into.ins
+        if into is not None or block_ins is not None:
+            # a body runs on its caller's values: only the types are checked
+            invars = into.ins if into is not None else cast(list[jex.Var], block_ins)
             declared = [self.input_aval(port, doc) for port in doc.inputs]
             self.at = doc.source
-            self.check_body(doc, into.ins, declared)
+            self.check_body(doc, invars, declared)
+        else:
+            invars = [self.input(port, doc) for port in doc.inputs]
         for port, var in zip(doc.inputs, invars, strict=True):
             self.at = port.source or doc.source
             name = port.bind or port.name
             self.define(env, name, var, doc, "a root input" if root else "an input")
         eqns: list[jex.JaxprEqn] = [] if into is None else into.eqns
-        if root:
-            self.root_eqns = eqns
+        block = _BlockBuilder(self, constvars, consts) if as_block else None
         attr_names, read, checked = self.attr_names, self.read, self.checked
         for child in doc.children:
             self.at = child.source
@@ -403,7 +422,12 @@ class _Builder:
             self.at = child.source
             if child.tag == "region":
                 raise MoxSerializationError(f"a <region> may not appear directly in <{doc.tag}>.")
-            if child.tag == "module_call":
+            if child.tag == "module_call" and block is not None:
+                body_ins = [jex.Var(atom.aval) for atom in ins]
+                body = yield _Scope(child, depth + 1, block_ins=body_ins)
+                self.at = child.source
+                outs = block.call(child, self.module_info(child, ins), ins, cast(Block, body))
+            elif child.tag == "module_call":
                 marker, body_ins = self.module_begin(child, ins, eqns)
                 inline = _Into(body_ins, eqns, constvars, consts)
                 body_outs = yield _Scope(child, depth + 1, inline)
@@ -434,9 +458,13 @@ class _Builder:
                 outs = _inline(traced, ins, eqns, constvars, consts)
             else:
                 outs = self.leaf(child, ins, eqns, constvars, consts)
+            if block is not None and eqns:
+                block.add(eqns)
             self.bind_outputs(env, child, outs)
         self.at = doc.source
         outvars = [self.read(env, port, doc) for port in doc.results]
+        if block is not None:
+            return block.finish(invars, outvars)
         if into is not None:
             return outvars
         effects: set[Any] = set()
@@ -664,6 +692,14 @@ class _Builder:
     ) -> tuple[CallMarker, list[jex.Var]]:
         """A module call's begin marker equation; returns the marker and the variables
         its body reads."""
+        marker = self.module_info(node, ins)
+        begin, body_ins = marker_equation(begin_p, ins, {"call": marker})
+        eqns.append(begin)
+        return marker, body_ins
+
+    def module_info(self, node: DocNode, ins: Sequence[Atom]) -> CallMarker:
+        """What a module call's attributes say of the module, and its count of state
+        inputs."""
         attrs = node.attrs
         n_state = _count(node, "state_inputs", len(ins))
         for key in ("type", "qualtype", "name"):
@@ -674,15 +710,7 @@ class _Builder:
             str(attrs.get("name", "")),
             {k: v for k, v in attrs.items() if k not in MODULE_ATTRS},
         )
-        marker = CallMarker(info, n_state)
-        begin, body_ins = marker_equation(begin_p, ins, {"call": marker})
-        self.append_marker(begin, eqns)
-        return marker, body_ins
-
-    def append_marker(self, eqn: jex.JaxprEqn, eqns: list[jex.JaxprEqn]) -> None:
-        if eqns is self.root_eqns:
-            self.root_markers.add(len(eqns))
-        eqns.append(eqn)
+        return CallMarker(info, n_state)
 
     def module_end(
         self, node: DocNode, marker: CallMarker, body_outs: list[Atom], eqns: list[jex.JaxprEqn]
@@ -691,7 +719,7 @@ class _Builder:
         call's outputs."""
         n_state_out = _count(node, "state_outputs", len(body_outs))
         end, outs = marker_equation(end_p, body_outs, {"call": marker, "n_state_out": n_state_out})
-        self.append_marker(end, eqns)
+        eqns.append(end)
         return outs
 
     def jit(
@@ -801,6 +829,83 @@ class _Builder:
                 "rebuild; please report it."
             )
         return _JitTemplate(dict(eqn.params), eqn.source_info, eqn.ctx)
+
+
+class _BlockBuilder:
+    """The nodes of a block being loaded (the root, a module body), made as its scope
+    builds its equations; the block holds the constants its nodes use, in the order of
+    their first use, as `convert_closed` gives a traced block."""
+
+    def __init__(self, builder: _Builder, constvars: list[jex.Var], consts: list[Any]) -> None:
+        self.builder = builder
+        self.nodes: list[Equation | ModuleCall] = []
+        #: the scope's constants (its own, and those inlined traces bring) by variable
+        self.constvars = constvars
+        self.consts = consts
+        self.used: dict[jex.Var, None] = {}  # the constants used, in order
+
+    def use(self, atoms: Sequence[Atom]) -> None:
+        if len(self.constvars) != len(self.used):
+            known = set(self.constvars)
+            for atom in atoms:
+                if isinstance(atom, jex.Var) and atom in known:
+                    self.used[atom] = None
+
+    def add(self, eqns: list[jex.JaxprEqn]) -> None:
+        """Make nodes of the equations a child just built (and empty `eqns`)."""
+        params_jaxprs = self.builder.params_jaxprs
+        for eqn in eqns:
+            if not eqn.outvars and not eqn.effects:
+                continue  # computes nothing: dropped, as conversion drops it
+            if self.constvars:
+                self.use(eqn.invars)
+            self.nodes.append(equation_node(named_equation(eqn), params_jaxprs))
+        eqns.clear()
+
+    def call(self, node: DocNode, marker: CallMarker, ins: list[Atom], body: Block) -> list[Atom]:
+        """A module call of `body` on `ins`; returns the call's outputs. A state output
+        that returns a state input unchanged is pruned: the caller reads its own input."""
+        n_state = marker.n_state
+        n_state_out = _count(node, "state_outputs", len(body.outvars))
+        position = {id(var): j for j, var in enumerate(body.invars[:n_state])}
+        outs: list[Atom] = []
+        kept = []
+        for i, atom in enumerate(body.outvars):
+            j = position.get(id(atom)) if i < n_state_out else None
+            if j is not None and body.invars[j] is atom:
+                outs.append(ins[j])
+            else:
+                kept.append(i)
+                outs.append(jex.Var(atom.aval))
+        if len(kept) != len(body.outvars):
+            body = dataclasses.replace(body, outvars=tuple(body.outvars[i] for i in kept))
+        if self.constvars:
+            self.use(ins)
+        self.nodes.append(
+            ModuleCall(
+                info=marker.info,
+                invars=tuple(ins),
+                outvars=tuple(outs[i] for i in kept),
+                body=body,
+                n_state=n_state,
+                n_state_out=sum(1 for i in kept if i < n_state_out),
+            )
+        )
+        return outs
+
+    def finish(self, invars: Sequence[jex.Var], outvars: list[Atom]) -> Block:
+        if self.constvars:
+            self.use(outvars)
+        if not self.used:
+            return Block((), (), tuple(invars), tuple(self.nodes), tuple(outvars))
+        value = dict(zip(self.constvars, self.consts, strict=True))
+        return Block(
+            tuple(self.used),
+            tuple(value[var] for var in self.used),
+            tuple(invars),
+            tuple(self.nodes),
+            tuple(outvars),
+        )
 
 
 def _check_rule(

@@ -481,20 +481,7 @@ class _Converter:
                 eqn.source_info,
                 eqn.ctx,
             )
-        params = eqn.params
-        hit = self.params_jaxprs.get(id(params))
-        if hit is not None and hit[0] is params:
-            found = hit[1]
-        else:
-            found = jaxpr_params(params)
-            self.params_jaxprs[id(params)] = (params, found)
-        if not found:
-            return Equation(eqn)
-        regions = tuple(
-            Region(key, index, _convert_any(value), isinstance(value, jex.ClosedJaxpr))
-            for key, index, value in found
-        )
-        return Equation(eqn, regions)
+        return equation_node(eqn, self.params_jaxprs)
 
     def close(self, scope: _Scope, end: jex.JaxprEqn) -> _Scope:
         """Finish the module call of `scope` at its end marker; return the enclosing scope."""
@@ -543,6 +530,38 @@ class _Converter:
         constvars = tuple(scope.consts.values())
         consts = tuple(map(self.const_values.__getitem__, scope.consts))
         return Block(constvars, consts, invars, tuple(scope.nodes), outvars)
+
+
+def equation_node(eqn: jex.JaxprEqn, params_jaxprs: dict[int, tuple[Any, list[Any]]]) -> Equation:
+    """The MoX node of `eqn`: its sub-jaxprs converted to regions.
+
+    `params_jaxprs` holds `jaxpr_params` by the params dict's id (with the dict, so the
+    id stays its own): the equations jax or the loader makes from one template share
+    their params dict."""
+    params = eqn.params
+    hit = params_jaxprs.get(id(params))
+    if hit is not None and hit[0] is params:
+        found = hit[1]
+    else:
+        found = jaxpr_params(params)
+        params_jaxprs[id(params)] = (params, found)
+    if not found:
+        return Equation(eqn)
+    regions = tuple(
+        Region(key, index, _convert_any(value), isinstance(value, jex.ClosedJaxpr))
+        for key, index, value in found
+    )
+    return Equation(eqn, regions)
+
+
+def named_equation(eqn: jex.JaxprEqn) -> jex.JaxprEqn:
+    """`eqn` with every output named (`_named`): itself when they all are."""
+    outvars = _named(eqn.outvars)
+    if outvars is eqn.outvars:
+        return eqn
+    return new_jaxpr_eqn(
+        eqn.invars, outvars, eqn.primitive, eqn.params, eqn.effects, eqn.source_info, eqn.ctx
+    )
 
 
 def _named(outvars: Sequence[Any]) -> Sequence[Any]:
