@@ -579,3 +579,12 @@ def test_a_declined_text_leaves_the_array_budget_to_the_next_reader():
         budget = _yson.current_budget(len(text))
         assert _lines.read_lines(text.decode(), budget, MAX_NESTING, lambda s: s) is None
         assert budget.array_bytes_left == 4
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from('"[]{}<>#;=ab é\n')))
+def test_the_line_readers_value_bound_counts_ascii_and_other_text_alike(text):
+    tokens = text.count('"') // 2 + sum(map(text.count, "[{<]}>#;")) + 1
+    for max_nodes, within in ((tokens, True), (tokens - 1, False)):
+        budget = Budget(Limits(max_nodes=max_nodes), len(text))
+        assert _lines._within_limits(text, budget) is within
