@@ -292,17 +292,14 @@ def _holds_arrays(value: object) -> bool:
     return any(is_traced_leaf(leaf) for leaf in jax.tree_util.tree_leaves(value))
 
 
-def convert_closed(closed: jex.ClosedJaxpr, calls: set[int] | None = None) -> Block:
-    """Convert a traced closed jaxpr into a MoX block (marked calls become module calls).
-
-    `calls`: the indices of the marker equations that delimit module calls, when the
-    caller knows them (the loader, whose every marker pairs up); found by default."""
-    return convert(closed.jaxpr, closed.consts, calls)
+def convert_closed(closed: jex.ClosedJaxpr) -> Block:
+    """Convert a traced closed jaxpr into a MoX block (marked calls become module calls)."""
+    return convert(closed.jaxpr, closed.consts)
 
 
-def convert(jaxpr: jex.Jaxpr, consts: Sequence[Any] = (), calls: set[int] | None = None) -> Block:
+def convert(jaxpr: jex.Jaxpr, consts: Sequence[Any] = ()) -> Block:
     """Convert an open jaxpr and its constants into a MoX block (see `convert_closed`)."""
-    return _Converter(jaxpr, consts, _find_calls(jaxpr) if calls is None else calls).run()
+    return _Converter(jaxpr, consts, _find_calls(jaxpr)).run()
 
 
 # --- pass 1: which marker pairs become module calls --------------------------------------
