@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import bryo_mox as yax
 from bryo_mox import MoxLimitError, MoxSerializationError
-from bryo_mox.document import Budget, Limits, loading
+from bryo_mox.document import Budget, Limits, loading, port_source
 from bryo_mox.testing import MLP, Linear
 from bryo_yson import _fast, _lines, _yson
 from bryo_yson._fast import read_fast
@@ -261,8 +261,12 @@ def json_document(raw: bytes, limits: Limits = DEFAULT) -> Any:
 def doc_tree(doc: Any) -> Any:
     """A document as plain values (sources by path, arrays by bytes) for comparisons."""
 
+    def path(port: Any) -> str:  # where an error at the port points (`port_source`)
+        where = port_source(doc, port)
+        return (where.resolve(where) if where.resolve is not None else where).path
+
     def ports(items: list[Any]) -> list[Any]:
-        return [(p.name, p.type, plain(p.value), p.bind, p.source.path) for p in items]
+        return [(p.name, p.type, plain(p.value), p.bind, path(p)) for p in items]
 
     return (
         doc.tag,
@@ -588,3 +592,43 @@ def test_the_line_readers_value_bound_counts_ascii_and_other_text_alike(text):
     for max_nodes, within in ((tokens, True), (tokens - 1, False)):
         budget = Budget(Limits(max_nodes=max_nodes), len(text))
         assert _lines._within_limits(text, budget) is within
+
+
+@pytest.mark.parametrize(
+    ("edit", "path", "message"),
+    [
+        (
+            ('{"type"="f32[2]";"name"="c"}];"outputs"', '{"type"="f32[2]";"name"="z"}];"outputs"'),
+            "/0/@inputs/2",
+            "`z` is used",
+        ),
+        (
+            (
+                '{"type"="f32[2]";"name"="b"};{"type"="f32[2]";"name"="c"}];"o',
+                '{"type"="f32[3]";"name"="b"};{"type"="f32[2]";"name"="c"}];"o',
+            ),
+            "/0/@inputs/1",
+            r"declares `b` as f32\[3\]",
+        ),
+        (('"name"="e"}];"results"=[]', '"name"="a"}];"results"=[]'), "/1/@outputs/0", "`a` twice"),
+        (
+            ('{"type"="f32[2]";"name"="c"}];"results"', '{"type"="f32[2]";"name"="a"}];"results"'),
+            "/@inputs/2",
+            "`a` twice",
+        ),
+    ],
+)
+def test_errors_at_ports_of_a_list_name_the_port(bryo_plugin_manager, edit, path, message):
+    # the line reader gives a list's ports one source; an error names the port's index
+    x = jnp.ones((2,))
+    f = lambda a, b, c: jnp.concatenate([a, b, c]) * 2.0
+    text = yax.dumps(yax.make_mox(f)(x, x, x), format="yson")
+    broken = text.replace(*edit, 1)
+    assert broken != text
+    with loading(len(broken)) as budget:  # the fast reader reads it
+        assert _lines.read_lines(broken, budget, 99, lambda s: s) is not None
+    with pytest.raises(MoxSerializationError, match=message) as error:
+        yax.loads(broken, format="yson")
+    assert error.value.path == path and error.value.line == (
+        1 if path[1] == "@" else 2 + int(path[1])
+    )

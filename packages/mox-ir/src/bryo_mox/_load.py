@@ -71,7 +71,16 @@ from ._regions import bind_with_regions
 from ._rules import differentiable, rebuild_custom
 from ._trace import equation_node, named_equation
 from ._types import from_storage, is_key_dtype, parse_type, same_type, type_str
-from .document import ATTR_NAME, MODULE_ATTRS, NOWHERE, DocNode, Port, Source, located
+from .document import (
+    ATTR_NAME,
+    MODULE_ATTRS,
+    NOWHERE,
+    DocNode,
+    Port,
+    Source,
+    located,
+    port_source,
+)
 
 Atom = jex.Var | jex.Literal
 
@@ -400,8 +409,11 @@ class _Builder:
         else:
             invars = [self.input(port, doc) for port in doc.inputs]
         for port, var in zip(doc.inputs, invars, strict=True):
-            self.at = port.source or doc.source
             name = port.bind or port.name
+            if type(name) is str and name and name not in env:  # the common input
+                env[name] = var
+                continue
+            self.at = port_source(doc, port)
             self.define(env, name, var, doc, "a root input" if root else "an input")
         eqns: list[jex.JaxprEqn] = [] if into is None else into.eqns
         block = _BlockBuilder(self, constvars, consts) if as_block else None
@@ -480,7 +492,10 @@ class _Builder:
 
     def input_aval(self, port: Port, doc: DocNode) -> Any:
         """The declared type of an input of a scope, which must name a variable."""
-        self.at = port.source or doc.source
+        aval = self.avals.get(port.type) if type(port.type) is str else None
+        if aval is not None and (port.bind or port.name) is not None:
+            return aval  # a type read before
+        self.at = port_source(doc, port)
         if (port.bind or port.name) is None:
             raise MoxSerializationError(f"an input of <{doc.tag}> has no variable name.")
         return self.aval(port.type)
@@ -527,7 +542,7 @@ class _Builder:
 
     def read(self, env: dict[str, Atom], port: Port, node: DocNode) -> Atom:
         """The atom a port reads: a variable of the scope or a literal, of its declared type."""
-        self.at = port.source or node.source
+        self.at = port_source(node, port)
         aval = self.aval(port.type)
         if port.name is None:
             return jex.Literal(self.literal(port.value, aval), aval)
@@ -556,7 +571,7 @@ class _Builder:
             ):
                 env[name] = atom
                 continue
-            self.at = port.source or node.source
+            self.at = port_source(node, port)
             if port.name is None:
                 raise MoxSerializationError(f"an output of <{node.tag}> has no variable name.")
             self.check_type(atom, port, node, "output")

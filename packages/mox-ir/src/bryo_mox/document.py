@@ -110,6 +110,34 @@ class Source(NamedTuple):
 
 
 NOWHERE = Source()
+#: The `hint` of a `Source` that a reader gives every port of one list (instead of a
+#: source per port, for files of many ports): its `path` ends where the port's index
+#: goes (`/0/3/@inputs/`), and `port_source` makes each port's own source from it.
+PORT_LIST = "<the ports of a list>"
+
+
+def port_source(node: DocNode, port: Port) -> Source | None:
+    """Where `port` of `node` is in the file: its own `source`, or its node's when it has
+    none. A source shared by a list of ports (`PORT_LIST`) gets the port's index in its
+    path when an error is raised there (found then: a port's index is not kept)."""
+    source = port.source
+    if source is None:
+        return node.source
+    if source.hint is not PORT_LIST:
+        return source
+    return Source(source.line, source.position, source.path, (source, node, port), _in_list)
+
+
+def _in_list(lazy: Source) -> Source:
+    shared, node, port = lazy.hint
+    for ports in (node.inputs, node.outputs, node.results):
+        for index, other in enumerate(ports):
+            if other is port and other.source is shared:
+                found = shared._replace(path=f"{shared.path}{index}", hint=None)
+                return found.resolve(found) if found.resolve is not None else found
+    return shared._replace(hint=None, resolve=None)
+
+
 #: `new_source((line, position, path, hint, resolve))`: a `Source` made without the
 #: named tuple's Python-level `__new__`, for readers that make one per port.
 new_source = cast(Callable[[tuple[Any, ...]], Source], functools.partial(tuple.__new__, Source))

@@ -26,7 +26,16 @@ from typing import Any
 import numpy as np
 
 from bryo_mox import MoxError
-from bryo_mox.document import AttrReader, Budget, DocNode, Port, Source, new_source, read_const
+from bryo_mox.document import (
+    PORT_LIST,
+    AttrReader,
+    Budget,
+    DocNode,
+    Port,
+    Source,
+    new_source,
+    read_const,
+)
 
 from ._text import Reader, attr_value
 
@@ -174,9 +183,9 @@ class _LineReader:
         return doc
 
     def ports(self, text: str, prefix: str) -> list[Port]:
-        locate, ports = self.locate, []
-        for index, (type_, name, value) in enumerate(_PORT.findall(text)):
-            where = new_source((None, None, f"{prefix}{index}", 0, locate))
+        # one source for the list: a port's own (its index in the path) is made on errors
+        where, ports = new_source((None, None, prefix, PORT_LIST, self.locate)), []
+        for type_, name, value in _PORT.findall(text):
             if name:
                 ports.append(Port(name, type_, None, None, where))
             elif value:
