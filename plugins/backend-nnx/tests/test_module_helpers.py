@@ -280,3 +280,96 @@ def test_perturb_inside_an_inner_jit_takes_its_gradient_from_init_and_leaves_no_
     y, _ = capture(model, Intermediate, init=shifted)(1.0)
     assert float(y) == 6.0
     assert _public(model) == set()
+
+
+def test_capture_takes_what_copies_sow_inside_a_simple_mode_jit():
+    from bryo_transforms import jit
+
+    class Doubles(Module):
+        def __init__(self):
+            self.w = Param(jnp.array(2.0))
+
+        @jit(graph_updates=False)  # a copy of the module inside: new attributes are dropped
+        def __call__(self, x):
+            self.sow(Intermediate, "y", x * self.w[...])
+            return x
+
+    model = Doubles()
+    _, sown = capture(model, Intermediate)(jnp.array(3.0))
+    assert float(sown["y"].get_value()[0]) == 6.0
+    assert "__captures__" not in vars(model) and not state(model, Intermediate)
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_capture_takes_what_a_scan_under_a_prefix_sows_inside_a_simple_mode_jit(graph):
+    from bryo_transforms import Carry, jit, prefix, scan
+
+    class Steps(Module):
+        def __init__(self):
+            self.w = Param(jnp.array(1.0))
+
+        def step(self, c):
+            self.sow(Intermediate, "seen", c + self.w[...])
+            return c + 1
+
+        @jit(graph=graph, graph_updates=False)
+        def __call__(self, c):
+            axes = prefix(self, {Intermediate: 0, ...: None}, graph=graph)
+            modes = {"graph": graph, "graph_updates": False}
+            run = scan(Steps.step, in_axes=(axes, Carry), out_axes=Carry, length=3, **modes)
+            return run(self, c)
+
+    model = Steps()
+    c, sown = capture(model, Intermediate)(jnp.array(0.0))
+    assert float(c) == 3.0
+    np.testing.assert_allclose(sown["seen"].get_value()[0], [1.0, 2.0, 3.0])
+    assert "__captures__" not in vars(model)
+
+
+def test_capture_takes_perturbations_of_modules_merged_inside_vmap():
+    from bryo_graph import merge, split
+    from bryo_nnx import Perturbation
+    from bryo_transforms import vmap
+
+    class Dot(Module):
+        def __init__(self):
+            self.w = Param(jnp.arange(3.0))
+
+        def __call__(self, x):
+            return jnp.dot(self.perturb("x_grad", x), self.w[...])
+
+    model = Dot()
+
+    def run_merged(m, xs):
+        graphdef, intermediates, params = split(m, Intermediate, Param)
+
+        def run(i, p, x):
+            return merge(graphdef, i, p)(x)
+
+        return vmap(run, in_axes=(0, None, 0))(intermediates, params, xs)
+
+    ys, zeros = capture(run_merged, Perturbation)(model, jnp.ones((2, 3)))
+    assert ys.shape == (2,) and zeros["x_grad"].get_value().shape == (2, 3)
+    assert "__captures__" not in vars(model) and not hasattr(model, "x_grad")
+
+
+def test_a_capture_inside_a_capture_leaves_the_outer_one_its_values():
+    from bryo_transforms import jit
+
+    class Twice(Module):
+        @jit(graph_updates=False)
+        def __call__(self, x):
+            self.sow(Intermediate, "x", x)
+            return x
+
+    model = Twice()
+
+    def outer(m, x):
+        _, inner = capture(m, Intermediate)(x)
+        m(x + 1.0)
+        return inner
+
+    inner, sown = capture(outer, Intermediate)(model, jnp.array(1.0))
+    assert [float(v) for v in inner["x"].get_value()] == [1.0]
+    assert [float(v) for v in sown["x"].get_value()] == [2.0]
+    assert "__captures__" not in vars(model)

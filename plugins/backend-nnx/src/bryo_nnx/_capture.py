@@ -6,10 +6,16 @@ folds the value into the session (`reduce_fn(previous or init_fn(), value)`) ins
 setting an attribute, and returns whether that Variable type is captured; afterwards the
 session becomes one State per captured type, nested by module path as the model is.
 Modules outside the session (none open, or a module the capture did not see) sow into
-attributes as before. Inside a lifted transform (`scan`, `vmap`) the modules are the
-transform's copies, so their `sow` sets attributes, which the transform writes back
-(stacked along the axis their `StateAxes` give them); `adopt` then moves the new Variables
-of a captured type from the model's modules into the session.
+attributes as before. As Flax NNX does, the session gives each of the model's modules,
+for the call, a `__captures__` attribute: a `List` of one Variable per captured type (and
+per type of `init`), holding a dict name -> value. It is state like any other, so the
+copies of a module that lifted transforms, `split`/`merge` and simple-mode transforms
+make carry it: their `sow` and `perturb` fold into it, the transform writes its new value
+back (stacked along the axis its `in_axes` give it, e.g. `prefix(model, {Intermediate:
+0, ...: None})`), and `adopt` reads it off the model's modules. A module the session
+cannot set it on (one of an outer trace) keeps its values in the session itself; new
+Variables of a captured type that a transform wrote onto the modules are moved into the
+session too.
 
 `capture(..., method_outputs=Intermediate)` also sows the result of every public method
 (and `__call__`) of the model's modules under the method's name. The methods of the
@@ -34,12 +40,20 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from bryo_graph import Intermediate, State, TraceContextError, Variable, register_variable_name
+from bryo_graph import (
+    Intermediate,
+    List,
+    State,
+    TraceContextError,
+    Variable,
+    register_variable_name,
+)
 from bryo_pytree import Key, Path
 
 _ACTIVE: contextvars.ContextVar[Captures | None] = contextvars.ContextVar(
     "bryo_nnx_captures", default=None
 )
+SLOTS = "__captures__"  # the attribute holding a module's capture Variables (Flax's name)
 
 
 @register_variable_name("perturbations")
@@ -69,7 +83,8 @@ class Captures:
         self.paths = {id(module): path for path, module in modules}
         self._modules = [module for _, module in modules]  # keeps the ids valid
         self.values: dict[Path, dict[type, dict[Key, Any]]] = {}
-        self._installed: list[tuple[object, str]] = []
+        # (path, module, an enclosing capture's `__captures__`) of the modules given theirs
+        self._installed: list[tuple[Path, object, object]] = []
         if init is not None:
             self._load(init)
 
@@ -87,23 +102,22 @@ class Captures:
             by_type[path[-1]] = leaf.get_value()
 
     def install(self, modules: Sequence[tuple[Path, object]]) -> None:
-        """Set the `init` values on the modules as Variables for the call (taken off again by
-        `adopt`), so that the copies lifted transforms make inside the call (an inner
-        `nnx.jit`, ...) see them: a perturbation read in such a copy then depends on the
-        `init` value, and its gradient flows there. A name the module already uses, or a
-        module another trace owns, keeps the values in the session only."""
-        by_path = {path: module for path, module in modules}
-        for path, by_type in self.values.items():
-            module = by_path[path]
-            for var_type, named in by_type.items():
-                for name, value in named.items():
-                    if not isinstance(name, str) or name in vars(module):
-                        continue
-                    try:
-                        setattr(module, name, var_type(value))
-                    except TraceContextError:
-                        continue  # a module of an outer trace: the session alone holds it
-                    self._installed.append((module, name))
+        """Give each module its `__captures__` for the call (taken off by `adopt`): one
+        Variable per captured type and per type of `init`, holding its `init` values, so
+        that the copies made inside the call (`split`/`merge`, lifted and simple-mode
+        transforms) sow into state that the transforms write back, and a perturbation read
+        in a copy depends on the `init` value (its gradient flows there). A module another
+        trace owns keeps its values in the session only."""
+        for path, module in modules:
+            by_type = self.values.get(path, {})
+            types = dict.fromkeys((*self.var_types, *by_type))
+            slots = List([var_type(dict(by_type.get(var_type, {}))) for var_type in types])
+            outer = vars(module).get(SLOTS)  # an enclosing capture's, put back by `adopt`
+            try:
+                setattr(module, SLOTS, slots)
+            except TraceContextError:
+                continue  # a module of an outer trace: the session alone holds its values
+            self._installed.append((path, module, outer))
 
     def sow(
         self,
@@ -114,7 +128,18 @@ class Captures:
         reduce_fn: Callable[[Any, Any], Any],
         init_fn: Callable[[], Any],
     ) -> bool | None:
-        """Fold `value` in; None when `module` is not one of the session's modules."""
+        """Fold `value` in (into the module's `__captures__`, else the session); None when
+        `module` is neither one of the session's modules nor a copy of one."""
+        slot = _slots(module)
+        if slot is not None:
+            var = slot.get(variable_type)
+            if var is None:
+                return False
+            named = var.get_value()
+            var.set_value(
+                {**named, name: reduce_fn(named[name] if name in named else init_fn(), value)}
+            )
+            return True
         path = self.paths.get(id(module))
         if path is None:
             return None
@@ -135,7 +160,17 @@ class Captures:
         self, module: object, variable_type: type[Variable], name: str, value: object
     ) -> tuple[bool, object]:
         """`(handled, value + perturbation)`: zeros are captured the first time; not
-        handled when `module` is not one of the session's modules."""
+        handled when `module` is neither one of the session's modules nor a copy of one."""
+        slot = _slots(module)
+        if slot is not None:
+            var = slot.get(variable_type)
+            if var is None:
+                return True, value
+            named = var.get_value()
+            if name not in named:
+                named = {**named, name: jax.tree.map(jnp.zeros_like, value)}
+                var.set_value(named)
+            return True, jax.tree.map(lambda p, v: p + v, named[name], value)
         path = self.paths.get(id(module))
         if path is None:
             return False, value
@@ -150,13 +185,20 @@ class Captures:
     def adopt(self, modules: Sequence[tuple[Path, object]], before: set[tuple[int, str]]) -> None:
         """Move into the session the Variables of a captured type that the call added to
         `modules` (`before`: their `(id(module), name)` Variable slots before the call):
-        values sown inside lifted transforms, which set them on the modules. The `init`
-        values `install` set are taken off; so are new `Intermediate`s of a type this
-        capture does not take (a `sow` outside the copies drops those too), so that the
-        model is left as it was."""
-        for module, name in self._installed:
-            if name in vars(module):
-                delattr(module, name)
+        values sown inside lifted transforms, which set them on the modules. The
+        `__captures__` `install` set are read and taken off; so are new `Intermediate`s of
+        a type this capture does not take (a `sow` outside the copies drops those too), so
+        that the model is left as it was."""
+        for path, module, outer in self._installed:
+            slot = _slots(module)
+            if slot is not None:
+                by_type = self.values.setdefault(path, {})
+                for var_type, var in slot.items():
+                    by_type[var_type] = dict(var.get_value())
+            if outer is not None:
+                setattr(module, SLOTS, outer)
+            elif SLOTS in vars(module):
+                delattr(module, SLOTS)
         self._installed.clear()
         for path, module in modules:
             for name, value in list(vars(module).items()):
@@ -185,6 +227,15 @@ class Captures:
 
     def __exit__(self, *exc: object) -> None:
         _ACTIVE.reset(self._token)
+
+
+def _slots(module: object) -> dict[type, Variable] | None:
+    """A module's `__captures__` (set by a capture, or copied from one) by Variable type,
+    or None when it has none."""
+    slots = vars(module).get(SLOTS) if hasattr(module, "__dict__") else None
+    if not isinstance(slots, List):  # a graph node: lifted transforms update it in place
+        return None
+    return {type(var): var for var in slots if isinstance(var, Variable)}
 
 
 def variable_slots(modules: Sequence[tuple[Path, object]]) -> set[tuple[int, str]]:
