@@ -107,6 +107,9 @@ def set_text_form(format_node: Callable[[Node], str]) -> None:
 class Node:
     """A node of the MoX tree: `Mox`, `ModuleCall` or `Equation`."""
 
+    # slotted (no `__dict__`): a loaded or traced MoX makes one node per equation
+    __slots__ = ("__weakref__",)
+
     invars: tuple[Atom, ...]
     outvars: tuple[Atom, ...]
 
@@ -131,7 +134,7 @@ class Node:
         return self
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Block:
     """A closed region: `constvars` bound to `consts`, `invars`, `nodes`, `outvars`."""
 
@@ -158,7 +161,7 @@ class Region(NamedTuple):
     closed: bool = True
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True, eq=False, repr=False, slots=True)
 class Equation(Node):
     """A leaf: one jaxpr equation, kept as traced (custom derivative rules included).
 
@@ -200,7 +203,7 @@ class Equation(Node):
         return f"Equation({self.primitive.name}{f' {self.name!r}' if self.name else ''})"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True, eq=False, repr=False, slots=True)
 class ModuleCall(Node):
     """One call of a module: `body` computes the module, `invars`/`outvars` wire it in.
 
@@ -242,7 +245,7 @@ class ModuleCall(Node):
         return f"ModuleCall({self.info.short_type} {self.info.name!r})"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True, eq=False, repr=False, slots=True)
 class Mox(Node):
     """A module expression: the root of the tree, callable through `eval_mox`.
 
