@@ -8,6 +8,7 @@ import pytest
 import bryo_mox as mox_lib
 from bryo_mox import _load
 from bryo_mox.document import DocNode, loading
+from bryo_pytree import BoundedCache
 
 X = jnp.linspace(-1.0, 1.0, 8).reshape(2, 4)
 
@@ -20,7 +21,7 @@ def model(v):
 @pytest.fixture
 def traces(monkeypatch):
     """An empty `TRACES`, and the list of functions the loader traces (`jax.make_jaxpr`)."""
-    monkeypatch.setattr(_load, "TRACES", _load.TraceCache(4096))
+    monkeypatch.setattr(_load, "TRACES", BoundedCache(4096))
     traced = []
     make_jaxpr = jax.make_jaxpr
     monkeypatch.setattr(
@@ -79,17 +80,6 @@ def test_params_keyed_by_identity_are_not_shared():
     assert _load._fingerprint(region)[1] is False
     region.attrs = {"name": "relu"}
     assert _load._fingerprint(region)[1] is True
-
-
-def test_the_cache_is_bounded_and_drops_the_least_recently_used():
-    cache = _load.TraceCache(2)
-    cache.put("a", 1)
-    cache.put("b", 2)
-    assert cache.get("a") == 1  # now the most recently used
-    cache.put("c", 3)
-    assert (cache.get("a"), cache.get("b"), cache.get("c"), len(cache)) == (1, None, 3, 2)
-    cache.clear()
-    assert len(cache) == 0 and cache.get("a") is None
 
 
 def test_large_params_and_regions_with_constants_are_not_kept(bryo_plugin_manager, traces):

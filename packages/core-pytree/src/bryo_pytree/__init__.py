@@ -6,7 +6,8 @@ classes whose unflatten never calls `__init__`. `is_array` (with `is_array_like`
 `is_shaped`) is the one test for arrays, `safe_equal` the one equality that never
 raises and `forward_operators` the one way wrappers of arrays (a `Variable`, a
 `NamedArray`) forward Python's operators, for every bryo package; `run_frames` walks
-nested structures of any depth without recursing (a building block of bryo's packages).
+nested structures of any depth without recursing and `BoundedCache` keeps the most
+recently used traces (building blocks of bryo's packages).
 bryo's plugin system lives in `bryo_plugins`; `bryo_pytree.hookimpl` and
 `bryo_pytree.hookspec` remain as deprecated aliases of its markers, so that plugins
 written for bryo 0.1's first layout keep loading.
@@ -15,6 +16,7 @@ written for bryo 0.1's first layout keep loading.
 from ._arrays import is_array as is_array
 from ._arrays import is_array_like as is_array_like
 from ._arrays import is_shaped as is_shaped
+from ._cache import BoundedCache as BoundedCache
 from ._dataclass import field as field
 from ._dataclass import pytree_dataclass as pytree_dataclass
 from ._dataclass import static_field as static_field

@@ -17,8 +17,6 @@ is carried in its place (graph mode with updates), a carried attribute deleted i
 from __future__ import annotations
 
 import functools
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
@@ -27,7 +25,7 @@ import jax.core
 import jax.numpy as jnp
 
 from bryo_graph import Variable, check_tree
-from bryo_pytree import is_array_like
+from bryo_pytree import BoundedCache, is_array_like
 from bryo_scan import Remat, ScanCheckpointPolicy, checkpointed_scan
 
 from ._apply import apply
@@ -288,7 +286,7 @@ def scan(
     carry_only = in_axes is Carry
     thread_broadcast = not graph_updates_on(graph, graph_updates)
     cache = PlanCache(size=16)
-    traces = StepTraces(size=16)
+    traces: BoundedCache[StepTrace] = BoundedCache(16)
 
     @functools.wraps(fn)
     def scanned(*args: Any, **kwargs: Any) -> Any:
@@ -421,7 +419,7 @@ class _Scan:
         policy: ScanCheckpointPolicy,
         reverse: bool,
         unroll: int | bool,
-        traces: StepTraces | None = None,
+        traces: BoundedCache[StepTrace] | None = None,
     ) -> Any:
         plan, sig = self.plan, self.plan.sig
         y_specs_axes = self._y_axes()
@@ -531,7 +529,7 @@ class _Scan:
         init: tuple,
         xs: list,
         record: dict[str, Any],
-        traces: StepTraces | None,
+        traces: BoundedCache[StepTrace] | None,
     ) -> Callable[[tuple, list], tuple]:
         """The scan's step. Called eagerly (no JAX trace running), the step is traced
         once per input structure and kept in `traces`, so that calling the scanned function
@@ -627,28 +625,6 @@ class StepTrace(NamedTuple):
     jaxpr: Any
     out_tree: Any
     record: dict[str, Any]
-
-
-class StepTraces:
-    """A scanned function's step traces by input structure: bounded, thread-safe."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._traces: OrderedDict[Hashable, StepTrace] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> StepTrace | None:
-        with self._lock:
-            kept = self._traces.get(key)
-            if kept is not None:
-                self._traces.move_to_end(key)
-            return kept
-
-    def put(self, key: Hashable, trace: StepTrace) -> None:
-        with self._lock:
-            self._traces[key] = trace
-            while len(self._traces) > self.size:
-                self._traces.popitem(last=False)
 
 
 def _to_front(value: object, axis: int) -> object:

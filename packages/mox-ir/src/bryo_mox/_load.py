@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Generator, Hashable, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -42,7 +40,7 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jex
 
-from bryo_pytree import PyTreeDef, run_frames
+from bryo_pytree import BoundedCache, PyTreeDef, run_frames
 
 from ._codec import value_key
 from ._compat import (
@@ -241,50 +239,18 @@ def _at(source: Source | None, message: str) -> MoxSerializationError:
     return (source or NOWHERE).error(message)
 
 
-class TraceCache:
-    """What loads traced, for every load of this process: a file of a 128-block model
-    has some 46 distinct leaf equations (an `add` of two `f32[2,8,32]`, ...), and tracing
-    one with `jax.make_jaxpr` costs more than building a hundred equations like it, so
-    that a small file would spend most of its load tracing what the last file traced.
-
-    Holds leaf equations (keyed by the primitive, its params by `value_key` and the input
-    types), equations with regions (by `_fingerprint`: their whole content) and `jit`
-    templates (by arity); every key holds jax's trace context (`_compat.trace_context`:
-    x64, precision, the mesh, ...), and only values compared by content, never an object
-    alive with one document. Least recently used entries are dropped beyond `size`. A
-    traced equation is immutable, so two MoXes may share it as the equations of one file
-    do.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def get(self, key: Hashable) -> Any:
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                self._items.move_to_end(key)
-            return hit
-
-    def put(self, key: Hashable, traced: Any) -> None:
-        with self._lock:
-            self._items[key] = traced
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-
-#: What `loads` traced, shared by every load (see `TraceCache`).
-TRACES = TraceCache(4096)
+#: What loads traced, for every load of this process: a file of a 128-block model has
+#: some 46 distinct leaf equations (an `add` of two `f32[2,8,32]`, ...), and tracing one
+#: with `jax.make_jaxpr` costs more than building a hundred equations like it, so that a
+#: small file would spend most of its load tracing what the last file traced.
+#:
+#: Holds leaf equations (keyed by the primitive, its params by `value_key` and the input
+#: types), equations with regions (by `_fingerprint`: their whole content) and `jit`
+#: templates (by arity); every key holds jax's trace context (`_compat.trace_context`:
+#: x64, precision, the mesh, ...), and only values compared by content, never an object
+#: alive with one document. A traced equation is immutable, so two MoXes may share it as
+#: the equations of one file do.
+TRACES: BoundedCache[Any] = BoundedCache(4096)
 #: The largest params (as text) or equation with regions (in `_fingerprint` tokens) kept
 #: in `TRACES`, so that what loads of untrusted files leave there stays small (a few MB
 #: in all); equations with regions that hold constants are not kept either.
