@@ -117,3 +117,23 @@ def test_loads_in_threads_share_the_cache(bryo_plugin_manager, traces):
     for back, text in zip(loaded, texts * 4, strict=True):
         assert mox_lib.dumps(back) == mox_lib.dumps(mox_lib.loads(text))
     np.testing.assert_allclose(mox_lib.eval_mox(loaded[0], X), model(X), rtol=1e-6)
+
+
+def test_a_loaded_block_holds_the_constants_it_uses_in_the_order_it_uses_them(
+    bryo_plugin_manager,
+):
+    from bryo_mox.document import Const, to_document
+
+    tables = [jnp.full((2, 4), float(i)) for i in range(30)]
+    f = lambda v: sum((v * t for t in tables[::-1]), v)  # uses them last to first
+    mox = mox_lib.make_mox(f)(X)
+    doc = to_document(mox)
+    doc.consts.reverse()  # declared in another order, with one nothing uses
+    doc.consts.append(Const("unused", "f32[3]", np.zeros(3, np.float32)))
+    loaded = _load.from_document(doc)
+    assert len(loaded.block.constvars) == len(mox.block.constvars) == 30
+    first_use = []
+    for node in loaded.block.nodes:
+        first_use += [a for a in node.invars if a in loaded.block.constvars and a not in first_use]
+    assert first_use == list(loaded.block.constvars)
+    np.testing.assert_allclose(mox_lib.eval_mox(loaded, X), f(X), rtol=1e-6)

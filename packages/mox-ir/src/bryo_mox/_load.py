@@ -824,10 +824,13 @@ class _BlockBuilder:
         self.constvars = constvars
         self.consts = consts
         self.used: dict[jex.Var, None] = {}  # the constants used, in order
+        self.known: set[jex.Var] = set()  # `constvars` as a set (it grows as traces inline)
 
     def use(self, atoms: Sequence[Atom]) -> None:
-        if len(self.constvars) != len(self.used):
-            known = set(self.constvars)
+        if len(self.known) != len(self.constvars):
+            self.known.update(self.constvars[len(self.known) :])
+        if len(self.used) != len(self.known):
+            known = self.known
             for atom in atoms:
                 if isinstance(atom, jex.Var) and atom in known:
                     self.used[atom] = None
