@@ -17,7 +17,7 @@ whose index is in `reuse` is the existing object, updated in place, not a new on
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from bryo_plugins import TypeTable
 from bryo_pytree import Key, Path, path_str, unwrap_hashable
@@ -228,7 +228,7 @@ def _close(frame: _Frame, built: dict[int, object]) -> object:
     node_type, items = frame.node_type, frame.items
     node = frame.node
     if frame.reused:
-        _update_in_place(node, node_type, items)
+        _update_in_place(node, node_type, frame.entry.aux, items)
     elif node is None:
         entry = frame.entry
         node = node_type.unflatten(entry.type, entry.aux, items)  # type: ignore[misc]  # immutable: has unflatten
@@ -242,8 +242,11 @@ def _close(frame: _Frame, built: dict[int, object]) -> object:
     return node
 
 
-def _update_in_place(node: object, node_type: NodeType, items: list[tuple[Key, object]]) -> None:
-    """Make a live mutable node's children `items`: stale keys go, the rest are set."""
+def _update_in_place(
+    node: object, node_type: NodeType, aux: Hashable, items: list[tuple[Key, object]]
+) -> None:
+    """Make a live mutable node's aux `aux` and its children `items`: stale keys go, the
+    rest are set."""
     keep = {key for key, _ in items}
     stale = [key for key, _ in node_type.flatten(node)[0] if key not in keep]
     if stale and node_type.pop_key is None:
@@ -253,6 +256,8 @@ def _update_in_place(node: object, node_type: NodeType, items: list[tuple[Key, o
         )
     for key in stale:
         node_type.pop_key(node, key)  # type: ignore[misc]  # checked above
+    if node_type.set_aux is not None:
+        node_type.set_aux(node, aux)
     set_key = node_type.set_key or node_type.init_key
     for key, child in items:
         set_key(node, key, child)  # type: ignore[misc]  # mutable: has one of them

@@ -19,7 +19,7 @@ from bryo_pytree import Path, unwrap_hashable
 from ._build import cycle_through_immutable, leaf_value, unknown_node_type
 from ._compat import current_trace
 from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
-from ._object import OWNER, object_create, object_init_items
+from ._object import OWNER, STATUSES, object_create, object_init_items
 from ._variables import NO_METADATA, Variable
 
 _new = object.__new__
@@ -93,6 +93,8 @@ class _Compiler:
             self.built.add(index)
             values = [(self.key(key), self.expr(child, (*path, key))) for key, child in children]
             values.insert(0, (repr(OWNER), "T"))  # the trace it is made in: this merge's
+            if aux:  # its explicit data/static statuses (`restore_statuses`), a dict of its own
+                values.insert(1, (repr(STATUSES), f"dict({self.const(aux)})"))
             items = ", ".join(f"{k}: {v}" for k, v in values)
             self.lines.append(f"{name}.__dict__.update({{{items}}})")
             return name

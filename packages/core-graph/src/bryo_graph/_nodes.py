@@ -47,6 +47,10 @@ class NodeType(Generic[N]):
         set_key: `(node, key, child)`, sets one child of a live node in place (used by
             `update` for raw array leaves); a tracked node reports the change.
         pop_key: `(node, key)`, removes one child in place (used by `pop`).
+        set_aux: optional, `(node, aux)`: makes a live node that a graph-mode update reuses
+            in place take the aux of the node that stands for it (an `Object`'s
+            `data`/`static` statuses), before its children are set; None: the aux is kept
+            only by the nodes `create` makes.
         leaf_type: the `Variable` class that a raw array child of this node stands for in a
             State (Equinox arrays are `Param`s); None keeps the parent's choice.
         tracks_structure: the backend calls `bryo_graph.structure_changed(node)` on every
@@ -71,6 +75,7 @@ class NodeType(Generic[N]):
     init_items: Callable[[N, list[tuple[Key, object]]], None] | None = None
     set_key: Callable[[N, Key, object], None] | None = None
     pop_key: Callable[[N, Key], None] | None = None
+    set_aux: Callable[[N, Hashable], None] | None = None
     leaf_type: builtins.type | None = None
     tracks_structure: bool = False
     static_keys: Callable[[N], Container[Key] | None] | None = None

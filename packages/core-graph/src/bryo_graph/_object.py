@@ -40,7 +40,7 @@ from ._tracking import TREEDEF, WATCHES, changed_in
 
 # Attributes an Object keeps for itself, never children.
 _PRIVATE_PREFIX = "_object__"
-_STATUSES = "_object__statuses"  # {name: is_data} set by `data(...)` / `static(...)`
+STATUSES = "_object__statuses"  # {name: is_data} set by `data(...)` / `static(...)`
 _TREEDEF = TREEDEF  # the cached pytree node data (an `ObjectTreeDef`); changes drop it
 _FLAT = "_object__flat"  # the cached flattening of a graph this node is the root of
 _ACYCLIC = "_object__acyclic"  # the cached proof that tree mode meets no cycle (`_cycles`)
@@ -158,7 +158,7 @@ class Object:
         if owner is not None and owner is not current_trace():
             check_owner(self, owner, name)
         object.__delattr__(self, name)
-        statuses = namespace.get(_STATUSES)
+        statuses = namespace.get(STATUSES)
         if statuses and name in statuses:
             del statuses[name]
         changed_in(namespace)
@@ -278,9 +278,9 @@ def _check_assignment(node: Object, name: str, value: object, status: bool | Non
     """Record an explicit `data`/`static` status, and refuse data in static attributes."""
     namespace = vars(node)
     if status is not None:
-        statuses = namespace.get(_STATUSES)
+        statuses = namespace.get(STATUSES)
         if statuses is None:
-            statuses = namespace[_STATUSES] = {}
+            statuses = namespace[STATUSES] = {}
         statuses[name] = status
         if not status:
             check_static(node, name, value, explicit=True)
@@ -304,7 +304,7 @@ def _check_assignment(node: Object, name: str, value: object, status: bool | Non
 
 
 def _declared_status(node: Object, namespace: dict, name: str) -> bool | None:
-    statuses = namespace.get(_STATUSES)
+    statuses = namespace.get(STATUSES)
     if statuses is not None and name in statuses:
         return statuses[name]
     return type(node)._object__class_statuses.get(name)
@@ -340,7 +340,7 @@ def _partition(
     """The treedef node (cached in `namespace`) of an Object, List or Dict with these
     `items`: each is data or static by its recorded status, else its `declared` (class)
     status, else its value (`is_data`)."""
-    statuses = namespace.get(_STATUSES) or _UNDECLARED
+    statuses = namespace.get(STATUSES) or _UNDECLARED
     data_keys, static_keys, static_values = [], [], []
     known = data_types()
     for k, value in items:
@@ -403,7 +403,7 @@ def _object_unflattener(cls: type) -> Callable[[ObjectTreeDef, Iterable], Object
         namespace.update(zip(treedef.data_keys, children, strict=True))
         namespace.update(zip(treedef.static_keys, treedef.static_values, strict=True))
         if treedef.statuses:
-            namespace[_STATUSES] = dict(treedef.statuses)
+            namespace[STATUSES] = dict(treedef.statuses)
         namespace[_TREEDEF] = treedef
         if restore is not None:
             restore(node)
@@ -491,9 +491,9 @@ def _item(node: list | dict, key: object, value: object) -> object:
         check_owner(node, owner, key)
     value, status = unmark(value)
     if status is not None:
-        statuses = namespace.get(_STATUSES)
+        statuses = namespace.get(STATUSES)
         if statuses is None:
-            statuses = namespace[_STATUSES] = {}
+            statuses = namespace[STATUSES] = {}
         statuses[key] = status
         if not status:
             check_static(node, f"[{key!r}]", value, explicit=True)
@@ -641,7 +641,7 @@ def _restore_container(node: list | dict, treedef: ObjectTreeDef) -> None:
     namespace[OWNER] = current_trace()
     namespace[_TREEDEF] = treedef
     if treedef.statuses:
-        namespace[_STATUSES] = dict(treedef.statuses)
+        namespace[STATUSES] = dict(treedef.statuses)
 
 
 def _repr_key(item: tuple[object, bool]) -> str:
@@ -667,11 +667,12 @@ register_object_pytree(Object)
 
 
 def object_flatten(node: Object) -> tuple[Children, Hashable]:
-    """An Object's children: its attributes sorted by name, private bookkeeping left out."""
+    """An Object's children: its attributes sorted by name, private bookkeeping left out.
+    The aux is the explicit `data`/`static` statuses (see `restore_statuses`)."""
     namespace = vars(node)
     if type(node)._object__pytree:
         treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
-        return [(k, namespace[k]) for k in treedef.sorted_keys], None
+        return [(k, namespace[k]) for k in treedef.sorted_keys], treedef.statuses or None
     return object_attributes(node), None
 
 
@@ -712,11 +713,38 @@ def object_static_keys(node: Object) -> frozenset[str] | None:
     return treedef.static_set
 
 
+def restore_statuses(node: object, aux: Hashable) -> None:
+    """Give a node built from a GraphDef the explicit `data`/`static` statuses its
+    original had (the aux of its flattening: sorted `(key, is_data)` pairs, or None).
+    Without them, an attribute assigned `data((variable,))` would be static on the copy
+    (a tuple is not data by itself), its Variables frozen into the copy's GraphDef (Flax
+    keeps its `_pytree__nodes` in the GraphDef for the same reason)."""
+    if aux:
+        vars(node)[STATUSES] = dict(aux)  # type: ignore[arg-type]  # sorted (key, bool) pairs
+
+
+def set_statuses(node: object, aux: Hashable) -> None:
+    """Make a live node's explicit `data`/`static` statuses those of `aux` (what
+    `restore_statuses` gives a new node), when they differ: a graph-mode update writing
+    back `self.d = data((variable,))`, assigned inside the transform, must not find `d`
+    static."""
+    namespace = vars(node)
+    statuses = dict(aux) if aux else None  # type: ignore[call-overload]  # sorted (key, bool) pairs
+    if (namespace.get(STATUSES) or None) == statuses:
+        return
+    if statuses is None:
+        del namespace[STATUSES]
+    else:
+        namespace[STATUSES] = statuses
+    changed_in(namespace)  # the statuses decide the cached treedef
+
+
 def object_create(cls: type, aux: Hashable) -> Object:
     """An empty instance of `cls`, without calling its `__init__` (its `_object__restore`
-    hook runs)."""
+    hook runs), with the `data`/`static` statuses of `aux`."""
     node = object.__new__(cls)
     vars(node)[OWNER] = current_trace()
+    restore_statuses(node, aux)
     restore = getattr(cls, "_object__restore", None)
     if restore is not None:
         restore(node)
@@ -758,18 +786,24 @@ def object_node_type(cls: type[Object]) -> NodeType:
         init_items=object_init_items,
         set_key=object_set_key,
         pop_key=object_pop_key,
+        set_aux=set_statuses,
         tracks_structure=True,
         static_keys=object_static_keys,
     )
 
 
-def _list_flatten(node: list) -> tuple[Children, Hashable]:
-    return enumerate(node), None
+def _list_flatten(node: List) -> tuple[Children, Hashable]:
+    return enumerate(node), _list_treedef(node).statuses or None
+
+
+def _dict_flatten(node: Dict) -> tuple[Children, Hashable]:
+    return dict_flatten(node)[0], _dict_treedef(node).statuses or None
 
 
 def _tracked_create(cls: type, aux: Hashable) -> object:
     node = cls.__new__(cls)  # type: ignore[call-overload]  # List/Dict: list/dict.__new__
     vars(node)[OWNER] = current_trace()
+    restore_statuses(node, aux)
     return node
 
 
@@ -807,17 +841,19 @@ def tracked_container_node_types() -> tuple[NodeType, ...]:
             init_key=_list_init_key,
             init_items=_list_init_items,
             set_key=_setitem,
+            set_aux=set_statuses,
             tracks_structure=True,
             static_keys=_list_static_keys,
         ),
         NodeType(
             Dict,
-            flatten=dict_flatten,
+            flatten=_dict_flatten,
             create=_tracked_create,
             init_key=_dict_init_key,
             init_items=_dict_init_items,
             set_key=_setitem,
             pop_key=_delitem,
+            set_aux=set_statuses,
             tracks_structure=True,
             static_keys=_dict_static_keys,
         ),

@@ -140,6 +140,8 @@ class _Reconciler:
             built = []
             for key, child in entry.children:
                 built.append((key, (yield child)))
+            if node_type.set_aux is not None:
+                node_type.set_aux(node, entry.aux)
             if node_type.create is not None:
                 _set_children(node, node_type, built)
             return node
