@@ -274,9 +274,11 @@ class _Scope(NamedTuple):
 
 
 class _Into(NamedTuple):
-    """Where a module body is built: straight into its caller's scope (`eqns`,
-    `constvars`, `consts`), on the variables `ins` (the begin marker's outputs), so that
-    an equation is made once, not once more per module around it."""
+    """Where the body of a module called inside a region (a sub-jaxpr) is built: straight
+    into its caller's jaxpr (`eqns`, `constvars`, `consts`) between the call's marker
+    equations, on the variables `ins` (the begin marker's outputs), so that an equation
+    is made once, not once more per module around it. (A module called in a block gets a
+    block of its own: `_BlockBuilder.call`.)"""
 
     ins: list[jex.Var]
     eqns: list[jex.JaxprEqn]
@@ -671,8 +673,8 @@ class _Builder:
     def module_begin(
         self, node: DocNode, ins: list[Atom], eqns: list[jex.JaxprEqn]
     ) -> tuple[CallMarker, list[jex.Var]]:
-        """A module call's begin marker equation; returns the marker and the variables
-        its body reads."""
+        """A module call's begin marker equation (a call inside a region); returns the
+        marker and the variables its body reads."""
         marker = self.module_info(node, ins)
         begin, body_ins = marker_equation(begin_p, ins, {"call": marker})
         eqns.append(begin)
