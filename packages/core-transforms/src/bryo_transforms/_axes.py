@@ -37,7 +37,8 @@ class Carry:
         raise TypeError("`Carry` is a marker: write `Carry`, not `Carry()`.")
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """Whether `value` is an int axis (not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -84,7 +85,7 @@ class StateAxes:
         else:
             items = list(filter_axes.items() if isinstance(filter_axes, Mapping) else filter_axes)
         for filter, axis in items:
-            if not (axis is None or axis is Carry or _is_int(axis)):
+            if not (axis is None or axis is Carry or is_int(axis)):
                 raise TypeError(
                     f"`StateAxes` axes must be ints, None or `Carry`; got {axis!r} for the "
                     f"filter {filter!r}."
@@ -248,7 +249,7 @@ def _module_prefix_axes(spec: object, where: str) -> StateAxes:
                 f"at each Variable; got {axis!r} at {'.'.join(map(str, path))}."
             )
         paths_of.setdefault(axis, []).append(path)
-    later = [(f, a) for f, a in filters_of(spec) if a is None or a is Carry or _is_int(a)]
+    later = [(f, a) for f, a in filters_of(spec) if a is None or a is Carry or is_int(a)]
     return StateAxes([*((PathIn(*paths), axis) for axis, paths in paths_of.items()), *later])
 
 

@@ -38,6 +38,7 @@ from ._axes import (
     check_sizes,
     filter_repr,
     is_axis_leaf,
+    is_int,
     leaf_axes,
     prefix_per_leaf,
     sorted_axes,
@@ -479,9 +480,7 @@ class _Scan:
             grouping.replaced = []
             groups, _, out_plan = collect(inner, ys, grouping)
             for update in out_plan.set_consts:
-                stacked_tree = isinstance(update.value, InTree) and _is_int(
-                    self.leaf_axes[update.k]
-                )
+                stacked_tree = isinstance(update.value, InTree) and is_int(self.leaf_axes[update.k])
                 if not stacked_tree and (
                     self.leaf_axes[update.k] is Carry or isinstance(self.leaf_axes[update.k], int)
                 ):
@@ -630,10 +629,6 @@ class StepTrace(NamedTuple):
 def _to_front(value: object, axis: int) -> object:
     """`value` (an array, or a Variable's pytree of arrays) with `axis` moved to the front."""
     return jax.tree.map(lambda x: jnp.moveaxis(x, axis, 0), value)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _weak(x: object) -> bool:
