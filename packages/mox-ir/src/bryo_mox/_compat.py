@@ -86,5 +86,5 @@ def _jax_trace_context() -> Callable[[], Hashable] | None:
 #: precision, dtype promotion, the abstract mesh, the axis environment, ...) as a hashable
 #: value; jax keys its own trace caches by it. Private to jax (`jax._src.config`, in every
 #: supported version); `None` where a jax lacks it, and then `loads` keeps what it traced
-#: for one file only (`_load.LEAF_TRACES`).
+#: for one file only (`_load.TRACES`).
 trace_context: Callable[[], Hashable] | None = _jax_trace_context()
