@@ -258,6 +258,17 @@ SHARED_KEY_CHARS = 2048
 SHARED_FINGERPRINT_TOKENS = 512
 
 
+def _shared(key: Hashable | None, make: Callable[[], Any]) -> Any:
+    """What `TRACES` keeps for `key`, else `make()`, kept there (unless `key` is None: not
+    shareable). A `make` that raises keeps nothing."""
+    found = None if key is None else TRACES.get(key)
+    if found is None:
+        found = make()
+        if key is not None:
+            TRACES.put(key, found)
+    return found
+
+
 class _Scope(NamedTuple):
     """A request from a scope being built to the driver: build `doc`'s scope first.
 
@@ -377,12 +388,12 @@ class _Builder:
         else:
             invars = [self.input(port, doc) for port in doc.inputs]
         for port, var in zip(doc.inputs, invars, strict=True):
-            name = port.bind or port.name
-            if type(name) is str and name and name not in env:  # the common input
-                env[name] = var
-                continue
-            self.at = port_source(doc, port)
-            self.define(env, name, var, doc, "a root input" if root else "an input")
+            try:
+                name = port.bind or port.name
+                self.define(env, name, var, doc, "a root input" if root else "an input")
+            except Exception:
+                self.at = port_source(doc, port)  # found only for an error: it allocates
+                raise
         eqns: list[jex.JaxprEqn] = [] if into is None else into.eqns
         block = _BlockBuilder(self, constvars, consts) if as_block else None
         attr_names, read, checked = self.attr_names, self.read, self.checked
@@ -460,13 +471,13 @@ class _Builder:
 
     def input_aval(self, port: Port, doc: DocNode) -> Any:
         """The declared type of an input of a scope, which must name a variable."""
-        aval = self.avals.get(port.type) if type(port.type) is str else None
-        if aval is not None and (port.bind or port.name) is not None:
-            return aval  # a type read before
-        self.at = port_source(doc, port)
-        if (port.bind or port.name) is None:
-            raise MoxSerializationError(f"an input of <{doc.tag}> has no variable name.")
-        return self.aval(port.type)
+        try:
+            if (port.bind or port.name) is None:
+                raise MoxSerializationError(f"an input of <{doc.tag}> has no variable name.")
+            return self.aval(port.type)
+        except Exception:
+            self.at = port_source(doc, port)  # found only for an error: it allocates
+            raise
 
     def aval(self, text: Any) -> Any:
         """The abstract value of a type string, with its size bounded."""
@@ -576,9 +587,8 @@ class _Builder:
         key = (node.tag, attrs_key, *map(_AVAL, ins))
         traced = self.traced.get(key)
         if traced is None:
-            shared = self.shared_key(node, ins)
-            traced = None if shared is None else TRACES.get(shared)
-            if traced is None:
+
+            def trace() -> _Traced:
                 params = dict(node.attrs)
                 if node.tag in PUBLIC_BINDERS:
                     binder = PUBLIC_BINDERS[node.tag]
@@ -586,10 +596,9 @@ class _Builder:
                 else:
                     prim = primitive(node.tag)
                     fn = lambda *xs: _bound(prim, prim.bind(*xs, **params))
-                traced = _prepared(self.trace(node, fn, ins))
-                if shared is not None:
-                    TRACES.put(shared, traced)
-            self.traced[key] = traced
+                return _prepared(self.trace(node, fn, ins))
+
+            traced = self.traced[key] = _shared(self.shared_key(node, ins), trace)
         return _inline(traced, ins, eqns, constvars, consts)
 
     def shared_key(self, node: DocNode, ins: Sequence[Atom]) -> Hashable | None:
@@ -791,11 +800,7 @@ class _Builder:
 
     def traced_jit_template(self, n_in: int, n_out: int) -> _JitTemplate:
         shared = None if self.context is None else ("jit", n_in, n_out, self.context)
-        template = None if shared is None else TRACES.get(shared)
-        if template is None:
-            template = self.trace_jit_template(n_in, n_out)
-            if shared is not None:
-                TRACES.put(shared, template)
+        template = _shared(shared, lambda: self.trace_jit_template(n_in, n_out))
         self.jit_templates[n_in, n_out] = template
         return template
 
@@ -858,7 +863,7 @@ class _BlockBuilder:
         kept = []
         for i, atom in enumerate(body.outvars):
             j = position.get(id(atom)) if i < n_state_out else None
-            if j is not None and body.invars[j] is atom:
+            if j is not None:  # the body's variables are alive: an id is theirs alone
                 outs.append(ins[j])
             else:
                 kept.append(i)
