@@ -280,9 +280,9 @@ def doc_tree(doc: Any) -> Any:
     )
 
 
-def same_documents(raw: bytes) -> bool:
-    """The JSON builder declined, or built what the exact path builds; True when it built."""
-    got = json_document(raw)
+def built_as_exact(read: Any, raw: bytes) -> bool:
+    """`read(raw)` declined (None), or built what the exact path builds; True when it built."""
+    got = read(raw)
     try:
         want = exact_document(raw)
     except MoxSerializationError:
@@ -290,6 +290,11 @@ def same_documents(raw: bytes) -> bool:
         return False
     assert got is None or doc_tree(got) == doc_tree(want), raw
     return got is not None
+
+
+def same_documents(raw: bytes) -> bool:
+    """The JSON builder declined, or built what the exact path builds; True when it built."""
+    return built_as_exact(json_document, raw)
 
 
 _PY_VALUES = st.sampled_from(
@@ -398,14 +403,7 @@ def line_document(raw: bytes, limits: Limits = DEFAULT) -> Any:
 
 def same_as_exact(raw: bytes) -> bool:
     """The line reader declined, or built what the exact path builds; True when it built."""
-    got = line_document(raw)
-    try:
-        want = exact_document(raw)
-    except MoxSerializationError:
-        assert got is None, raw
-        return False
-    assert got is None or doc_tree(got) == doc_tree(want), raw
-    return got is not None
+    return built_as_exact(line_document, raw)
 
 
 _LINE_NAMES = ['"a"', '"b"']

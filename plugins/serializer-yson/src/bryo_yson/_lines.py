@@ -106,11 +106,10 @@ def read_lines(
 def _within_limits(text: str, budget: Budget) -> bool:
     """At most `max_nodes` values: every value is a string, an opener, `#`, or a token
     before `;` or a closer (an upper bound, as the other readers count)."""
-    if text.isascii():  # counted by numpy over the bytes: one compare per character
-        codes = np.frombuffer(text.encode("ascii"), np.uint8)
-        count = lambda char: int(np.count_nonzero(codes == ord(char)))
-    else:
-        count = text.count
+    # counted by numpy over the UTF-8 bytes, one compare per byte: these characters are
+    # ASCII, and no other character's UTF-8 holds an ASCII byte
+    codes = np.frombuffer(text.encode("utf-8", "surrogatepass"), np.uint8)
+    count = lambda char: int(np.count_nonzero(codes == ord(char)))
     tokens = count('"') // 2 + sum(map(count, "[{<]}>#;")) + 1
     return tokens <= budget.limits.max_nodes
 
