@@ -16,10 +16,11 @@ from typing import Any, NamedTuple, TypeVar, cast
 import jax
 
 from bryo_filters import Filter, filters_to_predicates
-from bryo_graph import Param, State, Variable, VariableState, flat_graph
+from bryo_graph import Param, State, VariableState
 from bryo_pytree import Path
 
 from ._apply import apply
+from ._axes import state_leaf
 from ._collect import Grouping, Static, collect
 from ._layout import ARRAY, scan_args
 from ._options import as_argnums, decorator_or_none
@@ -73,27 +74,12 @@ class StateEntry(NamedTuple):
 
 def state_entries(plan: CallPlan, argnums: tuple[int, ...]) -> dict[int, list[StateEntry]]:
     """Per root (index) of an argument in `argnums`, its State leaves."""
-    by_var = {id(s.variable): k for k, s in enumerate(plan.sources) if s.variable is not None}
-    by_slot = {(id(s.parent), s.key): k for k, s in enumerate(plan.sources) if s.variable is None}
-    roots = plan.roots
-    per_root: dict[int, list[StateEntry]] = {}
-    for j, place in enumerate(plan.sig.root_places):
-        if place.argument not in argnums:
-            continue
-        root = roots[j]
-        if isinstance(root, Variable):
-            per_root[j] = [StateEntry((), root, by_var[id(root)])]
-            continue
-        flat = flat_graph(root)
-        per_root[j] = [
-            StateEntry(path, s.variable, by_var[id(s.variable)])
-            if s.variable is not None
-            else StateEntry(
-                path, VariableState(s.leaf_type, s.value), by_slot[(id(s.parent), s.key)]
-            )
-            for path, s in zip(flat.paths, flat.sources, strict=True)
-        ]
-    return per_root
+    sig = plan.sig
+    return {
+        j: [StateEntry(path, state_leaf(plan, k), k) for path, k in sig.root_leaves(j)]
+        for j, place in enumerate(sig.root_places)
+        if place.argument in argnums
+    }
 
 
 def _everything(path: Path, leaf: object) -> bool:

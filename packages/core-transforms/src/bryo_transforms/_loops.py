@@ -4,7 +4,8 @@ The carry is any pytree of modules, `Rngs`, Variables, arrays and static values.
 step sees it rebuilt inside the loop and must return it with the same layout: the same
 graph nodes (changed values only), arrays of the same shapes, equal static values.
 After the loop the final values are written into the caller's Variables and the carry
-comes back holding the caller's own objects (`_state_call`).
+comes back holding the caller's own objects (`_state_call`); a carry of immutable nodes
+(Equinox models) whose arrays changed comes back as new nodes, as from `jax.lax`.
 """
 
 from __future__ import annotations
@@ -53,9 +54,24 @@ class _Carry(Generic[T]):
         return call.leaves_after(inner, roots), arrays
 
     def result(self, carry: tuple[list, list]) -> T:
-        """Outside: write the final values and rebuild the carry from the caller's nodes."""
+        """Outside: write the final values and rebuild the carry from the caller's nodes
+        (a carry of immutable nodes whose arrays the loop changed: rebuilt from its final
+        values, new nodes as `jax.lax` loops make)."""
         leaves, arrays = carry
         call = self.call
+        if call.fixed_changed:
+            if not call.all_fixed:
+                k = min(call.fixed_changed)
+                parent = type(call.plan.sources[k].parent).__name__
+                raise TransformError(
+                    f"`{call.name}`: the step replaced {call.plan.sig.describe_leaf(k)}, an "
+                    f"array of an immutable {parent}, in a carry that also holds Variables; "
+                    "those are written back into the caller's objects, which cannot take a "
+                    f"new {parent}. Loop over the immutable model in a `{call.name}` of its "
+                    "own (it comes back rebuilt), or keep it unchanged in this one."
+                )
+            (val,), _, _ = call.rebuild(leaves, arrays)
+            return cast(T, val)
         call.write(leaves)
         roots = iter(call.plan.pair[0])
         return cast(T, call.key.layouts[0].rebuild(roots, iter(arrays)))

@@ -27,6 +27,7 @@ from bryo_graph import (
     LeafEntry,
     LeafSource,
     NodeEntry,
+    RefEntry,
     Variable,
     VariableEntry,
     VariableMeta,
@@ -116,6 +117,7 @@ class Signature:
 
     __slots__ = (
         "_hash",
+        "_root_leaves",
         "graphdef",
         "kw_layouts",
         "layouts",
@@ -145,6 +147,7 @@ class Signature:
         self.leaf_of_raw: dict[tuple[int, Key], int] = {}
         _index_leaves(graphdef.root, self.leaf_of_variable, self.leaf_of_raw)
         self.root_places = _root_places(layouts, kw_layouts)
+        self._root_leaves: tuple[tuple[tuple[Path, int], ...], ...] | None = None
         self._hash = hash((graphdef, layouts, kw_layouts, metas))
 
     def __hash__(self) -> int:
@@ -163,6 +166,19 @@ class Signature:
     def named_layouts(self) -> list[tuple[int | str, ArgLayout]]:
         """`(argument, layout)` for every argument: positions, then keyword names."""
         return [*enumerate(self.layouts), *self.kw_layouts]
+
+    def root_leaves(self, j: int) -> tuple[tuple[Path, int], ...]:
+        """`(path, k)` of every State leaf of root `j`, paths below that root, in the order
+        `flat_graph(root)` lists them: a leaf the pair met first under an earlier root (a
+        shared Variable or module) is listed again at its place in root `j`.
+
+        Read off the GraphDef, never by flattening the root again: the nodes a backend
+        makes while flattening (Equinox's views of a module's lists and pytrees) are new
+        objects at each flattening, so a leaf cannot be found again by its parent's id.
+        """
+        if self._root_leaves is None:
+            self._root_leaves = _leaves_per_root(self)
+        return self._root_leaves[j]
 
     def describe_leaf(self, k: int) -> str:
         """Where State leaf `k` comes from, e.g. "`args[0]` at linear/kernel"."""
@@ -185,6 +201,50 @@ def _index_leaves(
             of_raw[(parent, key)] = len(of_variable) + len(of_raw)  # type: ignore[index]  # a LeafEntry is never the root: parent and key are set
         elif isinstance(entry, NodeEntry):
             stack.extend((child, entry.index, k) for k, child in reversed(entry.children))
+
+
+def _leaves_per_root(sig: Signature) -> tuple[tuple[tuple[Path, int], ...], ...]:
+    """`Signature.root_leaves` of every root (walks with their own stacks: any depth)."""
+    nodes: dict[int, NodeEntry] = {}
+    leaf_at = dict(sig.leaf_of_variable)  # GraphDef index of a Variable or raw ref -> leaf
+    stack: list[Entry] = [sig.graphdef.root]
+    while stack:
+        entry = stack.pop()
+        if isinstance(entry, NodeEntry):
+            nodes[entry.index] = entry
+            for key, child in entry.children:
+                if isinstance(child, LeafEntry) and child.index is not None:
+                    leaf_at[child.index] = sig.leaf_of_raw[(entry.index, key)]
+                stack.append(child)
+    per_root = []
+    for _, root in pair_side(sig.graphdef, 0).children:  # type: ignore[union-attr]  # the roots' tuple is a node
+        leaves: list[tuple[Path, int]] = []
+        seen: set[int] = set()  # GraphDef indices met under this root
+        walk: list[tuple[Entry, int, Path]] = [(root, -1, ())]
+        while walk:
+            entry, parent, path = walk.pop()
+            if isinstance(entry, RefEntry):  # met before: here again unless under this root
+                if entry.index in seen:
+                    continue
+                if entry.index in leaf_at:
+                    seen.add(entry.index)
+                    leaves.append((path, leaf_at[entry.index]))
+                    continue
+                entry = nodes[entry.index]
+            if isinstance(entry, VariableEntry):
+                seen.add(entry.index)
+                leaves.append((path, leaf_at[entry.index]))
+            elif isinstance(entry, LeafEntry):
+                if entry.index is not None:
+                    seen.add(entry.index)
+                leaves.append((path, sig.leaf_of_raw[(parent, path[-1])]))
+            elif isinstance(entry, NodeEntry):
+                seen.add(entry.index)
+                walk.extend(
+                    (child, entry.index, (*path, key)) for key, child in reversed(entry.children)
+                )
+        per_root.append(tuple(leaves))
+    return tuple(per_root)
 
 
 def _root_places(

@@ -8,7 +8,10 @@ and, inside the JAX primitive, rebuilds the arguments, runs the user's function 
 returns the value of *every* State leaf of the argument graphs, after checking that the
 function kept their structure and their Variables (new attributes, replaced Variables or
 changed metadata are errors naming the place: create them before the call). Back
-outside, `write` stores the values into the caller's Variables and raw leaves.
+outside, `write` stores the values into the caller's Variables and raw leaves. A raw leaf of an immutable node (an Equinox module's
+array) cannot be written: it is left as it was when the function kept it (the same value
+came back), and a loop whose carry holds nothing but immutable nodes comes back rebuilt
+from its final values, as `jax.lax` loops give back an Equinox model.
 
 Graph nodes a branch returns must be among its arguments' graphs; they come back as the
 caller's own objects. A loop's carry keeps its layout, its graphs being the same objects.
@@ -61,6 +64,18 @@ class StateCall:
         self.name = name
         self.key, roots, self.arrays = scan_args(args, kwargs)
         self.plan: CallPlan = build_plan(self.key, roots)
+        # Raw leaves of immutable nodes, and those a trace of the function replaced.
+        self.fixed = frozenset(
+            k
+            for k, s in enumerate(self.plan.sources)
+            if s.variable is None and (s.parent_type is None or s.parent_type.set_key is None)
+        )
+        self.fixed_changed: set[int] = set()
+
+    @property
+    def all_fixed(self) -> bool:
+        """Whether every State leaf is a raw leaf of an immutable node (an Equinox model)."""
+        return len(self.fixed) == len(self.plan.sources)
 
     def leaves(self) -> list:
         """The current value of every State leaf of the arguments' graphs."""
@@ -72,7 +87,8 @@ class StateCall:
 
     def leaves_after(self, inner: Inner, roots: Sequence[object] | None = None) -> list:
         """The State leaves of `roots` (default: the rebuilt arguments' roots) after the
-        user's function, checked to be the rebuilt graphs with new values only."""
+        user's function, checked to be the rebuilt graphs with new values only; notes the
+        raw leaves of immutable nodes that are not the values they were built from."""
         sig = self.plan.sig
         roots = inner.roots if roots is None else tuple(roots)
         post = flat_graph((tuple(roots), ()))
@@ -99,13 +115,16 @@ class StateCall:
                     f"`{self.name}`: the metadata of {sig.describe_leaf(k)} changed inside "
                     f"the function; set metadata before calling `{self.name}`."
                 )
-        return [s.variable.raw_value if s.variable is not None else s.value for s in post.sources]
+        values = [s.variable.raw_value if s.variable is not None else s.value for s in post.sources]
+        self.fixed_changed.update(k for k in self.fixed if values[k] is not inner.in_values[k])
+        return values
 
     def write(self, leaves: Sequence) -> None:
         """Outside: store the final value of every State leaf into the caller's graphs."""
-        with self.plan.writing(range(len(leaves)), self.name):
-            for k, value in enumerate(leaves):
-                self.plan.write(k, value)
+        written = [k for k in range(len(leaves)) if k not in self.fixed or k in self.fixed_changed]
+        with self.plan.writing(written, self.name):
+            for k in written:
+                self.plan.write(k, leaves[k])
 
     # Branch outputs --------------------------------------------------------------------
 
