@@ -8,10 +8,11 @@ and, inside the JAX primitive, rebuilds the arguments, runs the user's function 
 returns the value of *every* State leaf of the argument graphs, after checking that the
 function kept their structure and their Variables (new attributes, replaced Variables or
 changed metadata are errors naming the place: create them before the call). Back
-outside, `write` stores the values into the caller's Variables and raw leaves. A raw leaf of an immutable node (an Equinox module's
-array) cannot be written: it is left as it was when the function kept it (the same value
-came back), and a loop whose carry holds nothing but immutable nodes comes back rebuilt
-from its final values, as `jax.lax` loops give back an Equinox model.
+outside, `write` stores the values into the caller's Variables and raw leaves. A raw
+leaf of an immutable node (an Equinox module's array) cannot be written: it is left as it
+was when the function kept it (the same value came back), and a loop whose carry holds
+nothing but immutable nodes comes back rebuilt from its final values, as `jax.lax` loops
+give back an Equinox model.
 
 Graph nodes a branch returns must be among its arguments' graphs; they come back as the
 caller's own objects. A loop's carry keeps its layout, its graphs being the same objects.
