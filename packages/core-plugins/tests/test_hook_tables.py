@@ -133,3 +133,22 @@ def test_per_epoch_makes_its_value_once_per_registration_change(bryo_empty_plugi
     assert table.get() == {int: "int"} and len(made) == 3
     pm.unregister(plugin)
     assert table.get() == {}
+
+
+def test_per_epoch_never_keeps_a_value_made_while_a_plugin_was_registered(
+    bryo_empty_plugin_manager,
+):
+    """Another thread registering a plugin while the value is made: the value made then
+    misses it, so it must not be stamped with the epoch that has it (it was, and the
+    stale table was kept for good)."""
+    late = _table_plugin({int: "int"})
+
+    def make(pm):
+        table = hook_table("bryo_test_table", LABELS, pm=pm)
+        if pm.get_plugin("late") is None:
+            pm.register(late, name="late")  # what another thread does meanwhile
+        return table
+
+    memo = PerEpoch(make)
+    assert memo.get() == {int: "int"}
+    assert memo.get() == {int: "int"}

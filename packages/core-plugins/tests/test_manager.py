@@ -8,6 +8,8 @@ writes `*.dist-info` directories that `importlib.metadata` finds like pip-instal
 from __future__ import annotations
 
 import sys
+import threading
+import types
 
 import pytest
 
@@ -43,6 +45,31 @@ MISSPELT = """
 
 BROKEN = """
     raise ZeroDivisionError("boom at import")
+"""
+
+EXITS = """
+    import sys
+
+    sys.exit("a plugin calling sys.exit at import")
+"""
+
+INTERRUPTED = """
+    raise KeyboardInterrupt
+"""
+
+# Imported slowly, announcing it: other threads ask for its family meanwhile.
+SLOW = """
+    import sys
+    import time
+
+    from bryo_plugins import hookimpl
+
+    sys.modules["_bryo_test_gate"].importing.set()
+    time.sleep(0.3)
+
+    @hookimpl
+    def bryo_test_items(value):
+        return value
 """
 
 REENTRANT = """
@@ -155,17 +182,107 @@ def test_a_plugin_failing_to_import_is_recorded_and_not_retried(bryo_fake_distri
     assert not pm.load_family("test")
 
 
-def test_a_misspelt_hook_fails_loudly_on_every_load(bryo_fake_distributions):
-    bryo_fake_distributions.add("acme-typo", {"typo": MISSPELT}, group="bryo.test")
+def test_a_plugin_exiting_at_import_is_recorded_and_the_process_lives_on(
+    bryo_fake_distributions,
+):
+    bryo_fake_distributions.add("acme-exits", {"exits": EXITS}, group="bryo.test")
+    bryo_fake_distributions.add("acme-fine", {"fine": ITEMS}, group="bryo.test")
     pm = new_plugin_manager()
-    for _ in range(2):
-        with pytest.raises(PluginError) as info:
-            pm.load_family("test")
-        message = str(info.value)
-        assert "plugin 'typo' implements unknown hook 'bryo_test_itemz'" in message
-        assert "did you mean 'bryo_test_items'?" in message
-        assert f"{BLOCK_ENV}=typo" in message
-        assert "typo" not in _names(pm)
+    with pytest.warns(RuntimeWarning, match=r"'exits' \(distribution acme-exits\).*SystemExit"):
+        assert pm.load_family("test")
+    [failure] = pm.failures
+    assert isinstance(failure.error, SystemExit)
+    assert "fine" in _names(pm) and "exits" not in _names(pm)
+
+
+def test_ctrl_c_while_a_plugin_imports_still_interrupts(bryo_fake_distributions):
+    bryo_fake_distributions.add("acme-slow", {"interrupted": INTERRUPTED}, group="bryo.test")
+    pm = new_plugin_manager()
+    with pytest.raises(KeyboardInterrupt):
+        pm.load_family("test")
+    assert not pm.failures
+
+
+def test_a_misspelt_hook_disables_its_plugin_naming_it(bryo_fake_distributions):
+    bryo_fake_distributions.add("acme-typo", {"typo": MISSPELT}, group="bryo.test")
+    bryo_fake_distributions.add("acme-fine", {"fine": ITEMS}, group="bryo.test")
+    pm = new_plugin_manager()
+    with pytest.warns(RuntimeWarning, match="'typo' \\(distribution acme-typo\\) failed to load"):
+        assert pm.load_family("test")
+    [failure] = pm.failures
+    assert isinstance(failure.error, PluginError)
+    message = str(failure)
+    assert "plugin 'typo' implements unknown hook 'bryo_test_itemz'" in message
+    assert "did you mean 'bryo_test_items'?" in message
+    assert f"{BLOCK_ENV}=typo" in message
+    assert "typo" not in _names(pm) and pm.is_blocked("typo")
+    assert "fine" in _names(pm)  # the rest of its family loaded
+    assert not pm.load_family("test")  # not retried: one report
+    assert len(pm.failures) == 1
+
+
+def test_a_misspelt_hook_of_the_plain_group_leaves_the_manager_working(
+    bryo_fake_distributions,
+):
+    bryo_fake_distributions.add("acme-typo", {"typo": MISSPELT})
+    with pytest.warns(RuntimeWarning, match="unknown hook 'bryo_test_itemz'"):
+        pm = new_plugin_manager()
+    assert [failure.name for failure in pm.failures] == ["typo"]
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """`importing`: set by the SLOW plugin when its import starts."""
+    module = types.ModuleType("_bryo_test_gate")
+    module.importing = threading.Event()  # type: ignore[attr-defined]  # a test's own module
+    monkeypatch.setitem(sys.modules, "_bryo_test_gate", module)
+    return module
+
+
+def test_a_thread_asking_for_a_family_another_thread_loads_waits_for_it(
+    bryo_fake_distributions, gate
+):
+    """Two threads need one backend: the second used to go on without it (its family
+    looked loaded), and got no answer from the plugin still being imported."""
+    bryo_fake_distributions.add("acme-slow", {"slow": SLOW}, group="bryo.test.acme_lib")
+    pm = new_plugin_manager()
+    first = threading.Thread(target=pm.load_family, args=("test", {"acme_lib"}))
+    first.start()
+    assert gate.importing.wait(30)
+    found = bryo_plugins.answers(
+        "bryo_test_items", lambda x: x, family="test", keys={"acme_lib"}, pm=pm, value=7
+    )
+    first.join()
+    assert [(answer.plugin, answer.value) for answer in found] == [("slow", 7)]
+    assert not pm.failures
+
+
+def test_a_type_table_lookup_during_another_threads_load_sees_the_plugin(
+    bryo_fake_distributions, gate
+):
+    source = (
+        SLOW
+        + """
+    @hookimpl
+    def bryo_test_table():
+        return {object: "from slow"}
+    """
+    )
+    bryo_fake_distributions.add("acme-slow", {"slow": source}, group="bryo.test.acme_lib")
+    table = bryo_plugins.TypeTable(
+        lambda pm: bryo_plugins.hook_table(
+            "bryo_test_table", bryo_plugins.type_mapping(str.__instancecheck__, "a label"), pm=pm
+        ),
+        family="test",
+    )
+    acme = type("Widget", (), {"__module__": "acme_lib.widgets"})
+    with use_plugin_manager(new_plugin_manager()) as pm:
+        table.lookup(int)  # the table exists, made before the plugin loads
+        first = threading.Thread(target=pm.load_family, args=("test", {"acme_lib"}))
+        first.start()
+        assert gate.importing.wait(30)
+        assert table.lookup(acme) == "from slow"
+        first.join()
 
 
 def test_a_plugin_asking_for_the_manager_while_it_is_created_is_reported(

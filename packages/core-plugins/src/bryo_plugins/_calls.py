@@ -185,7 +185,9 @@ def _ask(
         if value is None:
             return None
         return Answer(impl.plugin_name, validate(value))
-    except Exception as error:  # the plugin's bug must not become the core's
+    except BaseException as error:  # the plugin's bug must not become the core's,
+        if isinstance(error, KeyboardInterrupt):  # not even a `sys.exit()` in a hook
+            raise
         name = impl.plugin_name
         pm.disable(name, PluginFailure(name, pm.distribution_of(name), error, hook_name))
         return None

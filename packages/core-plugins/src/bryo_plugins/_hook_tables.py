@@ -155,7 +155,7 @@ class PerEpoch(Generic[T]):
     wrong epoch (two threads may both make it once; the last one is kept).
 
     Args:
-        make: `pm -> value`; may load plugins (the epoch is read after it returns).
+        make: `pm -> value`; may load plugins (then it is made once more, with them).
 
     >>> memo = PerEpoch(lambda pm: {})
     >>> memo.get() is memo.get()
@@ -179,8 +179,14 @@ class PerEpoch(Generic[T]):
         pm = get_plugin_manager() if pm is None else pm
         stamped = self._stamped
         if stamped is None or stamped.epoch != pm.epoch:
+            epoch = pm.epoch
             value = self._make(pm)
-            stamped = Stamped(pm.epoch, value)
+            if pm.epoch != epoch:  # `make` loaded plugins, or another thread registered one
+                epoch = pm.epoch
+                value = self._make(pm)
+            # Stamped with the epoch read *before* making it: a plugin registered meanwhile
+            # (by another thread) makes the next `get` make it again, never keeps it stale.
+            stamped = Stamped(epoch, value)
             self._stamped = stamped
         return stamped.value
 
@@ -243,7 +249,10 @@ class TypeTable(Generic[V]):
             return tables.resolved[cls]
         except KeyError:
             pass
-        if self._family is not None and pm.load_family(self._family, module_roots(cls)):
+        if self._family is not None:
+            pm.load_family(self._family, module_roots(cls))
+            # Plugins registered since `tables` was made (by this load, or by another
+            # thread's, which `load_family` waited for) are in the table made now.
             tables = self._tables.get(pm)
         declared = tables.declared
         found = next((declared[b] for b in cls.__mro__ if b in declared), None)

@@ -9,11 +9,13 @@ every manager created later.
 
 Entry points (see `_entry_points`) are read when a manager is created. Those of the plain
 `bryo` group are loaded then; those of `bryo.<family>[.<key>]` groups wait until core code
-asks for their family (`BryoPluginManager.load_family`). After each load, `check_pending`
-makes a misspelt hook fail loudly. A plugin that fails to import is recorded as a
-`PluginFailure` and the rest keeps working. A plugin must not call `get_plugin_manager()`
-while the manager is being created (it is still loading that plugin): that is reported
-the same way, as a `PluginError` naming the plugin. See `docs/plugins.md`.
+asks for their family (`BryoPluginManager.load_family`; threads asking at once wait for
+the one loading). A plugin that fails to import (raising anything but `KeyboardInterrupt`,
+`SystemExit` included), or implements a hook no package declares (a misspelt hook would
+otherwise be silently never called), is recorded as a `PluginFailure`, warned about and
+left out; the rest keeps working. A plugin must not call `get_plugin_manager()` while the
+manager is being created (it is still loading that plugin): that is reported the same way,
+as a `PluginError` naming the plugin. See `docs/plugins.md`.
 """
 
 from __future__ import annotations
@@ -81,7 +83,10 @@ class BryoPluginManager(pluggy.PluginManager):
         self.sources: dict[str, PluginSource] = {}
         self._spec_sources: list[object] = []
         self._values: dict[str, str] = {}
+        # Entries wait here until loaded (or failed): a thread that finds its family empty
+        # knows no other thread is still importing one of them.
         self._pending: dict[str | None, list[PluginEntry]] = {}
+        self._importing: set[int] = set()
         self._warned: set[object] = set()
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
@@ -150,18 +155,27 @@ class BryoPluginManager(pluggy.PluginManager):
         Returns:
             Whether a plugin was registered (hook answers may have changed).
 
-        Raises:
-            PluginError: a plugin just loaded implements a hook no package declares. It
-                is not kept; the next load of its family raises again.
+        A plugin that raises anything but `KeyboardInterrupt` while being imported
+        (`SystemExit` included), or that implements a hook no package declares, is
+        recorded as a `PluginFailure` and left out; the others load.
         """
-        pending = self._pending.get(family)
-        if not pending:
-            return False
-        with _lock:
-            chosen = [e for e in pending if e.key is None or keys is None or e.key in keys]
-            for entry in chosen:
-                pending.remove(entry)
-            loaded = [entry for entry in chosen if self._load(entry)]
+        if not self._pending.get(family):
+            return False  # entries leave `_pending` only once loaded: nothing is in flight
+        with _lock:  # another thread loading this family: wait for it, then load the rest
+            pending = self._pending.get(family, [])
+            chosen = [
+                entry
+                for entry in pending
+                if (entry.key is None or keys is None or entry.key in keys)
+                and id(entry) not in self._importing  # this thread is importing it
+            ]
+            self._importing.update(id(entry) for entry in chosen)
+            try:
+                loaded = [entry for entry in chosen if self._load(entry)]
+            finally:
+                self._importing.difference_update(id(entry) for entry in chosen)
+                for entry in chosen:
+                    pending.remove(entry)
             self._check_loaded(loaded)
         return bool(loaded)
 
@@ -181,7 +195,9 @@ class BryoPluginManager(pluggy.PluginManager):
         try:
             plugin = entry.load()
             self.register(plugin, name=entry.name)
-        except Exception as error:  # a broken plugin must not take bryo down with it
+        except BaseException as error:  # a broken plugin must not take bryo down with it,
+            if isinstance(error, KeyboardInterrupt):  # not even by `sys.exit()` at import
+                raise
             self.record_failure(PluginFailure(entry.name, entry.distribution, error))
             return False
         finally:
@@ -203,17 +219,16 @@ class BryoPluginManager(pluggy.PluginManager):
         self.record_failure(PluginFailure(entry.name, entry.distribution, conflict))
 
     def _check_loaded(self, loaded: list[PluginEntry]) -> None:
+        """Disable, naming it, every plugin just loaded that implements an undeclared hook:
+        it would otherwise never be called, and nothing would say so."""
         names = {entry.name for entry in loaded}
-        unknown = [(name, hook) for name, hook in unknown_hookimpls(self) if name in names]
-        if not unknown:
-            return
-        failed = {name for name, _ in unknown}
-        for entry in loaded:
-            if entry.name in failed:
-                self.unregister(name=entry.name)
-                self.sources.pop(entry.name, None)
-                self._pending.setdefault(entry.family, []).append(entry)
-        raise unknown_hooks_error(self, unknown)
+        unknown: dict[str, list[tuple[str, str]]] = {}
+        for name, hook in unknown_hookimpls(self):
+            if name in names:
+                unknown.setdefault(name, []).append((name, hook))
+        for name, hooks in unknown.items():
+            error = unknown_hooks_error(self, hooks)
+            self.disable(name, PluginFailure(name, self.distribution_of(name), error))
 
 
 def unknown_hookimpls(pm: pluggy.PluginManager) -> list[tuple[str, str]]:
@@ -333,9 +348,7 @@ def new_plugin_manager(*, load: bool = True, builtins: bool = True) -> BryoPlugi
 
     Returns:
         The new manager. It is not bryo's manager until passed to `use_plugin_manager`.
-
-    Raises:
-        PluginError: a plugin of the `bryo` group implements a hook no package declares.
+        Plugins that failed to load are in its `failures`.
     """
     pm = BryoPluginManager()
     for name in blocked_names():
@@ -357,8 +370,8 @@ def get_plugin_manager() -> BryoPluginManager:
     """bryo's plugin manager, created on first use.
 
     Raises:
-        PluginError: a plugin of the `bryo` group implements an unknown hook, or a plugin
-            module called this function while the manager was loading it.
+        PluginError: a plugin module called this function while the manager was loading
+            it (the loading plugin is then recorded as failed).
     """
     global _manager
     manager = _manager
