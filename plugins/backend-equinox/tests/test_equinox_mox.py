@@ -72,3 +72,45 @@ def test_calls_are_plain_again_after_tracing():
     assert not hasattr(eqx.nn.Linear.__dict__["__call__"], "__bryo_equinox_original__")
     assert not hasattr(Block.__dict__["__call__"], "__bryo_equinox_original__")
     np.testing.assert_allclose(NET(X), bryo_mox.eval_mox(MOX, NET, X), rtol=1e-6)
+
+
+class Normed(eqx.Module):
+    linear: eqx.nn.Linear
+    norm: eqx.nn.BatchNorm
+
+    def __init__(self, key):
+        self.linear = eqx.nn.Linear(3, 4, key=key)
+        self.norm = eqx.nn.BatchNorm(4, axis_name="batch", mode="ema")
+
+    def __call__(self, x, state):
+        return self.norm(self.linear(x), state)
+
+
+def _batched(model, xs, state):
+    return jax.vmap(model, in_axes=(0, None), out_axes=(0, None), axis_name="batch")(xs, state)
+
+
+def test_a_stateful_batch_norm_evaluates_to_what_equinox_returns():
+    # The State's first-time flag leaves the traced call as a constant (`False`), which
+    # eval_mox gives back as the bool array Equinox's call returns, not a Python bool.
+    model, state = eqx.nn.make_with_state(Normed)(jax.random.key(1))
+    xs = jnp.stack([X, 2 * X])
+    mox = bryo_mox.make_mox(_batched)(model, xs, state)
+    expected_y, expected_state = _batched(model, xs, state)
+    jitted = eqx.filter_jit(lambda model, xs, state: bryo_mox.eval_mox(mox, model, xs, state))
+    for run in (lambda *args: bryo_mox.eval_mox(mox, *args), jitted):
+        y, new_state = run(model, xs, state)
+        np.testing.assert_allclose(y, expected_y, rtol=1e-5, atol=1e-6)
+        got = jax.tree_util.tree_leaves(new_state)
+        want = jax.tree_util.tree_leaves(expected_state)
+        assert [type(leaf) for leaf in got] == [type(leaf) for leaf in want]
+        assert [(leaf.dtype, leaf.shape) for leaf in got] == [(w.dtype, w.shape) for w in want]
+        for leaf, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(leaf, w, rtol=1e-5, atol=1e-6)
+
+
+def test_constant_outputs_are_arrays_of_their_traced_type():
+    mox = bryo_mox.make_mox(lambda x: (x, jnp.asarray(3, jnp.int8), 2.0))(X)
+    _, small, weak = bryo_mox.eval_mox(mox, X)
+    assert isinstance(small, jax.Array) and small.dtype == jnp.int8 and int(small) == 3
+    assert isinstance(weak, jax.Array) and weak.weak_type and float(weak) == 2.0

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.core
+import jax.numpy as jnp
+import numpy as np
 from jax.extend import core as jex
 
 from bryo_pytree import PyTreeDef, safe_equal
@@ -209,7 +211,7 @@ def eval_block(block: Block, args: Sequence[Any]) -> list[Any]:
     while True:
         frame = stack[-1]
         if frame.next == len(frame.block.nodes):
-            outs = [_read(frame.env, a) for a in frame.block.outvars]
+            outs = [_read_out(frame.env, a) for a in frame.block.outvars]
             stack.pop()
             if not stack:
                 return outs
@@ -244,6 +246,17 @@ def _bind_inputs(block: Block, args: Sequence[Any]) -> dict[Any, Any]:
 
 def _read(env: dict[Any, Any], atom: Any) -> Any:
     return atom.val if isinstance(atom, Literal) else env[atom]
+
+
+def _read_out(env: dict[Any, Any], atom: Any) -> Any:
+    """A block's output: a constant one (a literal in the jaxpr, such as the `False` an
+    Equinox BatchNorm stores in its State) as the array a traced function returns."""
+    if not isinstance(atom, Literal):
+        return env[atom]
+    value = np.asarray(atom.val)
+    if getattr(atom.aval, "weak_type", False) and value.ndim == 0:
+        return jnp.asarray(value.item())  # a Python scalar: weakly typed, as JAX keeps it
+    return jnp.asarray(value, dtype=atom.aval.dtype)
 
 
 def _store(env: dict[Any, Any], node: Node | None, values: Sequence[Any]) -> None:
