@@ -256,7 +256,7 @@ def _read_out(env: dict[Any, Any], atom: Any) -> Any:
     value = np.asarray(atom.val)
     if getattr(atom.aval, "weak_type", False) and value.ndim == 0:
         return jnp.asarray(value.item())  # a Python scalar: weakly typed, as JAX keeps it
-    return jnp.asarray(value, dtype=atom.aval.dtype)
+    return jnp.asarray(value, dtype=getattr(atom.aval, "dtype", value.dtype))
 
 
 def _store(env: dict[Any, Any], node: Node | None, values: Sequence[Any]) -> None:
