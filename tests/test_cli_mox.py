@@ -105,7 +105,60 @@ def test_convert_into_a_folder(xml_file, tmp_path, capsys):
     assert capsys.readouterr().out == f"wrote {tmp_path / 'block.mox.yson'}\n"
     missing = tmp_path / "no" / "such" / "out.yson"
     assert main(["mox", "convert", str(xml_file), "--to", "yson", "-o", str(missing)]) == 2
-    assert "does not exist" in one_line(capsys.readouterr().err)
+    assert "does not exist (end the path with / to create a folder)" in one_line(
+        capsys.readouterr().err
+    )
+    assert not missing.parent.exists()
+
+
+def test_convert_into_a_folder_named_with_a_trailing_slash_creates_it(xml_file, tmp_path, capsys):
+    folder = tmp_path / "out" / "mox"
+    assert main(["mox", "convert", str(xml_file), "--to", "yson", "-o", f"{folder}/"]) == 0
+    assert (folder / "block.mox.yson").is_file()
+    assert capsys.readouterr().out == f"wrote {folder / 'block.mox.yson'}\n"
+
+
+def test_convert_onto_an_existing_file_needs_force(xml_file, tmp_path, capsys):
+    output = tmp_path / "block.mox.yson"
+    output.write_text("keep me")
+    assert main(["mox", "convert", str(xml_file), "--to", "yson", "-o", str(output)]) == 2
+    assert f"{output} exists; pass --force to replace it" in one_line(capsys.readouterr().err)
+    assert output.read_text() == "keep me"
+    assert (
+        main(["mox", "convert", str(xml_file), "--to", "yson", "-o", str(output), "--force"]) == 0
+    )
+    assert mox.load(output).nodes
+
+
+def test_convert_writes_every_registered_format(xml_file, tmp_path, capsys, bryo_plugin_manager):
+    """`--to` used to accept `xml` and `yson` only: a plugin's format could be read, not
+    written."""
+    from bryo_mox import Serializer
+    from bryo_plugins import answers, hookimpl
+
+    [yson] = [
+        serializer
+        for answer in answers("bryo_mox_serializers", list, family="serializers")
+        for serializer in answer.value
+        if serializer.format == "yson"
+    ]
+
+    class Toy:
+        @hookimpl
+        def bryo_mox_serializers(self):
+            return [Serializer("toy", (".mox.toy",), yson.dumps, yson.loads)]
+
+    bryo_plugin_manager.register(Toy(), name="toy")
+    assert main(["mox", "convert", str(xml_file), "--to", "toy", "-o", str(tmp_path)]) == 0
+    written = tmp_path / "block.mox.toy"
+    assert [n.name for n in mox.query("//module_call", mox.load(written))] == ["", "dense"]
+    assert main(["mox", "convert", str(written), "--to", "xml", "-o", f"{tmp_path}/back/"]) == 0
+    assert (tmp_path / "back" / "block.mox.xml").is_file()
+    capsys.readouterr()
+    assert main(["mox", "convert", str(xml_file), "--to", "nope", "-o", str(tmp_path)]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "cannot write it as nope: `format` 'nope' has no serializer; installed: " in err
+    assert "toy" in err and not (tmp_path / "block.mox.nope").exists()
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ XPath that does not parse or evaluate, a usage error — is one line on stderr,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,6 @@ from typing import Any
 from bryo_plugins import hookimpl
 
 from .cli import Argument, Commands
-
-FORMATS = ("xml", "yson")
 
 
 class _CommandError(Exception):
@@ -123,30 +122,61 @@ def _query(args: argparse.Namespace) -> int:
 def _convert(args: argparse.Namespace) -> int:
     import bryo_mox
 
-    mox = _load(args.file)
-    name = _stem(args.file) + f".mox.{args.to}"
-    output = args.output or args.file.with_name(name)
-    if output.is_dir():
-        output = output / name
-    elif not output.parent.is_dir():
-        raise _CommandError(f"{output}: its folder {output.parent} does not exist")
-    if output.resolve() == args.file.resolve():
+    output = _output_path(args.file, args.to, args.output)
+    if output.exists() and output.resolve() == args.file.resolve():
         raise _CommandError(f"{output}: converting would overwrite the input; pass --output")
+    if output.exists() and not args.force:
+        raise _CommandError(f"{output} exists; pass --force to replace it")
+    mox = _load(args.file)
     try:
-        bryo_mox.dump(mox, output, format=args.to)
+        data = bryo_mox.dumps(mox, format=args.to)
     except bryo_mox.MoxError as error:
         raise _CommandError(f"{args.file}: cannot write it as {args.to}: {error}") from None
-    except OSError as error:
-        raise _CommandError(f"{output}: cannot write it ({error.strerror or error})") from None
+    _write_atomically(output, data)
     print(f"wrote {output}")
     return 0
 
 
+def _output_path(source: Path, format: str, output: str | None) -> Path:
+    """Where `convert` writes: `output`, or `<stem>.mox.<format>` beside `source` or in the
+    folder `output` names (an existing folder, or any path ending with a slash: created)."""
+    name = f"{_stem(source)}.mox.{format}"
+    if output is None:
+        return source.with_name(name)
+    path = Path(output)
+    if output.endswith(("/", os.sep)):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise _CommandError(f"{output}: cannot create it ({error.strerror or error})") from None
+    if path.is_dir():
+        return path / name
+    if not path.parent.is_dir():
+        raise _CommandError(
+            f"{path}: its folder {path.parent} does not exist (end the path with / to "
+            "create a folder)"
+        )
+    return path
+
+
+def _write_atomically(path: Path, data: str | bytes) -> None:
+    """Write `data` beside `path`, then rename it into place: a failed write leaves the old
+    file (or no file) behind, never half of one."""
+    raw = data.encode() if isinstance(data, str) else data
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(raw)
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise _CommandError(f"{path}: cannot write it ({error.strerror or error})") from None
+
+
 def _stem(path: Path) -> str:
+    """`block` of `block.mox.xml`, `block.mox.json` or `block.xml`."""
     name = path.name
-    for suffix in (".mox.xml", ".mox.yson", ".xml", ".yson"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
+    if ".mox." in name:
+        return name.partition(".mox.")[0]
     return path.stem
 
 
@@ -183,9 +213,18 @@ def bryo_cli_commands(commands: Commands) -> None:
         _run(_convert),
         [
             file,
-            Argument("--to", choices=FORMATS, required=True, help="the format to write"),
             Argument(
-                "--output", "-o", type=Path, default=None, help="the file to write, or a folder"
+                "--to",
+                required=True,
+                metavar="FORMAT",
+                help="the format to write: any installed serializer's (xml, yson, ...)",
             ),
+            Argument(
+                "--output",
+                "-o",
+                default=None,
+                help="the file to write, or a folder (a path ending with / is created)",
+            ),
+            Argument("--force", flag=True, help="replace the output file if it exists"),
         ],
     )
