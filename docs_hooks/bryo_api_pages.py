@@ -116,21 +116,65 @@ def defining_module(value: object) -> str | None:
     return module if isinstance(module, str) else None
 
 
+def traced_import(module_name: str, name: str) -> tuple[str, str]:
+    """`(module, name)` where the `from ... import` statements binding `name` in
+    `module_name` lead: through bryo's modules, up to the first module outside bryo (the
+    public path the code imports, `jax.nn.relu`, not `jax._src.nn.functions.relu`) or the
+    bryo module that binds `name` itself (a class, a function, a type alias)."""
+    seen: set[tuple[str, str]] = set()
+    while module_name.partition(".")[0] in PAGE_OF and (module_name, name) not in seen:
+        seen.add((module_name, name))
+        source = _imported_from(importlib.import_module(module_name), name)
+        if source is None:
+            break
+        module_name, name = source
+    return module_name, name
+
+
+def _imported_from(module: ModuleType, name: str) -> tuple[str, str] | None:
+    """`(absolute module, original name)` of the top-level `from ... import` binding `name`
+    in `module`'s source, or None when the module binds it otherwise."""
+    tree = ast.parse(Path(module.__file__ or "").read_text())
+    for node in tree.body:
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        for alias in node.names:
+            if (alias.asname or alias.name) == name:
+                return _absolute(module, node), alias.name
+    return None
+
+
+def _absolute(module: ModuleType, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module.__name__ if hasattr(module, "__path__") else module.__package__ or ""
+    parts = package.split(".")
+    base = parts[: len(parts) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def api_page(dist: Distribution) -> str:
     module = importlib.import_module(dist.package)
     rendered, linked, foreign = [], [], []
     for name in public_names(module):
         value = getattr(module, name)
         home = defining_module(value)
-        top = home.split(".")[0] if home else None
         if inspect.ismodule(value) and not value.__name__.startswith(f"{dist.package}."):
             foreign.append(f"| `{name}` | the module `{value.__name__}` |")
-        elif top is None or top == dist.package:
+            continue
+        if home is None or home.partition(".")[0] not in PAGE_OF:
+            # A type alias, a constant or an object of another library: its `__module__`
+            # (`types`, `builtins`, `jax._src...`) says nothing; the imports do.
+            source, original = traced_import(dist.package, name)
+            if source.partition(".")[0] not in PAGE_OF:
+                linked.append(f"| `{name}` | `{source}.{original}` (outside bryo) |")
+                continue
+            home = source  # bound in a bryo module: bryo's own alias (`Key: TypeAlias = ...`)
+        top = home.partition(".")[0]
+        if top == dist.package:
             rendered.append(f"::: {dist.package}.{name}")
-        elif top in PAGE_OF:
-            linked.append(f"| `{name}` | [`{top}`]({PAGE_OF[top]}.md#{top}.{name}) |")
         else:
-            linked.append(f"| `{name}` | `{home}` (outside bryo) |")
+            linked.append(f"| `{name}` | [`{top}`]({PAGE_OF[top]}.md#{top}.{name}) |")
     title = (
         dist.package
         if dist.package == "bryo"

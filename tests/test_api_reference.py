@@ -79,3 +79,23 @@ def test_every_entry_names_something_that_imports():
             except ImportError:
                 module = getattr(importlib.import_module(module_name), attribute)
             assert module is not None
+
+
+def test_re_exported_names_say_where_they_really_live():
+    """Type aliases of bryo's own were said to come from `types`/`builtins` "(outside
+    bryo)", and jax's functions from private `jax._src` modules."""
+    graph = PAGES["api/core-graph.md"]
+    assert "::: bryo_graph.Entry\n" in graph and "::: bryo_graph.PureState\n" in graph
+    nnx = PAGES["api/backend-nnx.md"]
+    assert "| `relu` | `jax.nn.relu` (outside bryo) |" in nnx
+    for path, markdown in PAGES.items():
+        for row in re.findall(r"^\| `\w+` \| .*\(outside bryo\) \|$", markdown, re.M):
+            assert "._" not in row and "`types`" not in row and "`builtins`" not in row, (
+                f"{path}: {row}"
+            )
+
+
+def test_an_import_chain_is_followed_to_its_public_source():
+    assert pages.traced_import("bryo_nnx", "relu") == ("jax.nn", "relu")
+    assert pages.traced_import("bryo_graph", "Entry") == ("bryo_graph._entries", "Entry")
+    assert pages.traced_import("bryo", "split")[0].startswith("bryo_graph")

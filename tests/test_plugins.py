@@ -294,6 +294,97 @@ def test_a_misspelt_hook_is_reported_and_bryo_keeps_working(
     assert "typo" not in _names(pm := new_plugin_manager()) and not pm.failures
 
 
+# --- bryo plugins --strict asks every hook -------------------------------------------------
+
+FILTER_RAISES = """
+    from bryo_plugins import hookimpl
+
+    @hookimpl
+    def bryo_filter_predicate(filter):
+        raise RuntimeError("a filter plugin that breaks when asked")
+"""
+
+FILTER_GARBAGE = """
+    from bryo_plugins import hookimpl
+
+    @hookimpl
+    def bryo_filter_predicate(filter):
+        return "a predicate, honest"
+"""
+
+SERIALIZER_GARBAGE = """
+    import bryo_mox
+    from bryo_plugins import hookimpl
+
+    @hookimpl
+    def bryo_mox_serializers():
+        return ["json"]
+"""
+
+# A dataclass backend keyed by its distribution's name instead of its classes' module.
+MISKEYED = """
+    import dataclasses
+
+    from bryo_graph import NodeType
+    from bryo_plugins import hookimpl
+
+    @dataclasses.dataclass
+    class Dense:
+        w: object
+
+    Dense.__module__ = "acme_models.layers"
+
+    @hookimpl
+    def bryo_graph_node_types():
+        return [NodeType(Dense, flatten=lambda node: ([("w", node.w)], None),
+                         unflatten=lambda cls, aux, children: Dense(dict(children)["w"]))]
+"""
+
+
+def test_strict_asks_every_hook_of_every_lazy_family_once(bryo_fake_distributions, capsys):
+    """`bryo plugins --strict` used to exit 0 here: it never called the hooks."""
+    dists = bryo_fake_distributions
+    dists.add("acme-filters", {"acme-raises": FILTER_RAISES}, group="bryo.filters")
+    dists.add("acme-garbage", {"acme-garbage": FILTER_GARBAGE}, group="bryo.filters.acme")
+    dists.add("acme-json", {"acme-json": SERIALIZER_GARBAGE}, group="bryo.serializers.json")
+    with use_plugin_manager(new_plugin_manager()), pytest.warns(RuntimeWarning):
+        assert bryo._cli.main(["plugins", "--strict"]) == 1
+    failed = [line for line in capsys.readouterr().out.splitlines() if "FAILED" in line]
+    assert len(failed) == 3, failed
+    [raises] = [line for line in failed if "'acme-raises'" in line]
+    assert "failed in hook `bryo_filter_predicate`: RuntimeError: a filter plugin" in raises
+    [garbage] = [line for line in failed if "'acme-garbage'" in line]
+    assert "answered 'a predicate, honest' about a probe" in garbage
+    [json] = [line for line in failed if "'acme-json'" in line]
+    assert "`bryo_mox_serializers`: PluginResultError: expected `bryo_mox.Serializer`s" in json
+
+
+def test_a_backend_keyed_by_the_wrong_module_is_reported(bryo_fake_distributions, capsys):
+    bryo_fake_distributions.add(
+        "acme-dataclasses", {"acme-dataclasses": MISKEYED}, group="bryo.graph.acme_dataclasses"
+    )
+    with use_plugin_manager(new_plugin_manager()) as pm:
+        with pytest.warns(RuntimeWarning, match="keyed by modules none of the types"):
+            assert bryo._cli.main(["plugins"]) == 0
+        assert bryo._cli.main(["plugins", "--strict"]) == 1
+        [failure] = pm.failures
+    assert failure.name == "acme-dataclasses" and failure.hook == "bryo_graph_node_types"
+    message = str(failure)
+    assert "entry points (bryo.graph.acme_dataclasses)" in message
+    assert "(acme_models.layers.Dense)" in message
+    assert "Key it by the top-level module of its classes (bryo.graph.acme_models)" in message
+    assert "FAILED bryo plugin 'acme-dataclasses'" in capsys.readouterr().out
+
+
+def test_a_backend_keyed_by_its_classes_module_passes(bryo_fake_distributions):
+    bryo_fake_distributions.add(
+        "acme-dataclasses", {"acme-dataclasses": MISKEYED}, group="bryo.graph.acme_models"
+    )
+    with use_plugin_manager(new_plugin_manager()) as pm:
+        assert bryo._cli.main(["plugins", "--strict"]) == 0
+        assert "acme-dataclasses" in _names(pm)
+
+
 # --- threads -------------------------------------------------------------------------------
 
 SPLIT_IN_THREADS = """

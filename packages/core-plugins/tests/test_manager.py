@@ -265,7 +265,7 @@ def test_a_type_table_lookup_during_another_threads_load_sees_the_plugin(
         + """
     @hookimpl
     def bryo_test_table():
-        return {object: "from slow"}
+        return {sys.modules["_bryo_test_gate"].Widget: "from slow"}
     """
     )
     bryo_fake_distributions.add("acme-slow", {"slow": source}, group="bryo.test.acme_lib")
@@ -275,7 +275,7 @@ def test_a_type_table_lookup_during_another_threads_load_sees_the_plugin(
         ),
         family="test",
     )
-    acme = type("Widget", (), {"__module__": "acme_lib.widgets"})
+    acme = gate.Widget = type("Widget", (), {"__module__": "acme_lib.widgets"})
     with use_plugin_manager(new_plugin_manager()) as pm:
         table.lookup(int)  # the table exists, made before the plugin loads
         first = threading.Thread(target=pm.load_family, args=("test", {"acme_lib"}))

@@ -7,11 +7,13 @@ import argparse
 
 from bryo_plugins import (
     HookInfo,
+    PerPlugin,
     PluginInfo,
     describe_hooks,
     describe_plugins,
     get_plugin_manager,
     hookimpl,
+    probe_plugins,
 )
 
 from .cli import Argument, Commands
@@ -19,7 +21,9 @@ from .cli import Argument, Commands
 
 def _plugins(args: argparse.Namespace) -> int:
     pm = get_plugin_manager()
-    pm.load_all()  # every family: the listing shows what bryo could load
+    # Every plugin of every family, every hook asked once (the listing shows what bryo could
+    # load, and a plugin that only fails when used fails here).
+    probe_plugins(pm, commands=PerPlugin(lambda plugin: Commands()))
     if args.hooks:
         _print_hooks(describe_hooks(pm))
     else:
@@ -68,10 +72,15 @@ def bryo_cli_commands(commands: Commands) -> None:
     )
     commands.add_command(
         "plugins",
-        "list the plugins with their distribution, version and hooks (--hooks: every hook)",
+        "load every plugin, ask each hook once, and list the plugins with their "
+        "distribution, version and hooks (--hooks: every hook)",
         _plugins,
         [
-            Argument("--strict", flag=True, help="exit 1 when a plugin failed"),
+            Argument(
+                "--strict",
+                flag=True,
+                help="exit 1 when a plugin failed to load, raised in a hook or answered garbage",
+            ),
             Argument("--hooks", flag=True, help="list every hook with its one-line contract"),
         ],
     )

@@ -11,7 +11,8 @@ The lowest bryo package; it needs pluggy only and never imports JAX. It owns:
   plugin at a time, each answer validated, a failing plugin named, disabled and listed by
   `plugin_failures()`, conflicts warned with one precedence;
 - the `CallRouter` backends wrap their module calls with, so that tools such as
-  `make_mox` can intercept them.
+  `make_mox` can intercept them;
+- `probe_plugins`, which loads every plugin and asks each hook once (`bryo plugins`).
 
 See `docs/plugins.md`.
 """
@@ -55,5 +56,7 @@ from ._markers import BLOCK_ENV as BLOCK_ENV
 from ._markers import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._markers import hookimpl as hookimpl
 from ._markers import hookspec as hookspec
+from ._probe import Probe as Probe
+from ._probe import probe_plugins as probe_plugins
 
 __version__ = "0.1.0"

@@ -23,12 +23,13 @@ types shows up, whatever the import order.
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from ._calls import Answer, answers, module_roots
-from ._failures import PluginConflictWarning, PluginResultError
+from ._failures import PluginConflictWarning, PluginFailure, PluginResultError
 from ._manager import BryoPluginManager, get_plugin_manager
 
 K = TypeVar("K", bound=Hashable)
@@ -85,12 +86,47 @@ def merge_answers(
     table: dict[K, V] = {}
     owners: dict[K, str] = {}
     for answer in found:
+        unreachable = _unreachable_types(pm, answer.plugin, [key for key, _ in answer.value])
+        if unreachable is not None:
+            failure = PluginFailure(
+                answer.plugin, pm.distribution_of(answer.plugin), unreachable, hook_name
+            )
+            pm.disable(answer.plugin, failure)
+            continue
         for key, value in answer.value:
             if key not in table:
                 table[key], owners[key] = value, answer.plugin
             elif owners[key] != answer.plugin:
                 _warn_conflict(pm, hook_name, key, owners[key], answer.plugin)
     return table
+
+
+def _unreachable_types(
+    pm: BryoPluginManager, plugin: str, keys: Iterable[object]
+) -> PluginResultError | None:
+    """The error for a plugin whose entry-point keys match none of the types it declares.
+
+    A keyed plugin (`bryo.graph.acme`) is loaded when bryo meets a class whose MRO holds a
+    class of that top-level module: declaring only types of other modules, it would never
+    be loaded when they are met, and nothing would say so.
+    """
+    groups = pm.entry_groups(plugin)
+    plugin_keys = {key for _, key in groups}
+    types = [key for key in keys if isinstance(key, type)]
+    if not types or not plugin_keys or None in plugin_keys:
+        return None
+    if any(module_roots(cls) & plugin_keys for cls in types):
+        return None
+    first = types[0]
+    module = first.__module__.partition(".")[0]
+    listed = ", ".join(f"bryo.{family}.{key}" for family, key in sorted(groups))
+    fixed = ", ".join(sorted({f"bryo.{family}.{module}" for family, _ in groups}))
+    return PluginResultError(
+        f"its entry points ({listed}) are keyed by modules none of the types it declares "
+        f"comes from ({first.__module__}.{first.__qualname__}"
+        f"{f' and {len(types) - 1} more' if len(types) > 1 else ''}), so bryo never loads it "
+        f"when it meets them. Key it by the top-level module of its classes ({fixed})"
+    )
 
 
 def _warn_conflict(pm: BryoPluginManager, hook: str, key: object, winner: str, loser: str) -> None:
@@ -162,11 +198,12 @@ class PerEpoch(Generic[T]):
     True
     """
 
-    __slots__ = ("_make", "_stamped")
+    __slots__ = ("__weakref__", "_make", "_stamped")
 
     def __init__(self, make: Callable[[BryoPluginManager], T]) -> None:
         self._make = make
         self._stamped: Stamped[T] | None = None
+        _caches.add(self)
 
     @property
     def epoch(self) -> int | None:
@@ -193,6 +230,17 @@ class PerEpoch(Generic[T]):
     def reset(self) -> None:
         """Forget the value: the next `get` makes it again."""
         self._stamped = None
+
+
+_caches: weakref.WeakSet[PerEpoch] = weakref.WeakSet()
+
+
+def refresh_caches(pm: BryoPluginManager | None = None) -> None:
+    """Make every live `PerEpoch` value (every `TypeTable` included) for `pm`: each hook
+    they are made from is asked, and each answer checked where its owner reads it."""
+    pm = get_plugin_manager() if pm is None else pm
+    for cache in list(_caches):
+        cache.get(pm)
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,7 @@ class BryoPluginManager(pluggy.PluginManager):
         # knows no other thread is still importing one of them.
         self._pending: dict[str | None, list[PluginEntry]] = {}
         self._importing: set[int] = set()
+        self._groups: dict[str, set[tuple[str | None, str | None]]] = {}
         self._warned: set[object] = set()
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
@@ -137,6 +138,12 @@ class BryoPluginManager(pluggy.PluginManager):
         """Make `entries` loadable: the `bryo` group's now, the families' when asked for."""
         for entry in entries:
             self._pending.setdefault(entry.family, []).append(entry)
+            self._groups.setdefault(entry.name, set()).add((entry.family, entry.key))
+
+    def entry_groups(self, name: str) -> frozenset[tuple[str | None, str | None]]:
+        """`(family, key)` of every entry point of plugin `name` (empty for a plugin not
+        loaded through entry points); `(None, None)` is the plain `bryo` group."""
+        return frozenset(self._groups.get(name, ()))
 
     def pending_entries(self) -> list[PluginEntry]:
         """The entry points not loaded yet (their family was not needed so far)."""

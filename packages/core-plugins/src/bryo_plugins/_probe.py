@@ -1,0 +1,79 @@
+"""Checking every plugin at once: what `bryo plugins` runs, and `--strict` fails on.
+
+Plugins load lazily and hooks are asked only when core code needs them, so a broken plugin
+may go unnoticed until a user meets it. `probe_plugins` loads every plugin of every family,
+makes every table bryo builds from hook answers (each answer checked by its owner's
+validator, as in real use), and calls every hook once on every plugin: hooks taking
+arguments are asked about a `Probe`, a value no plugin can know, and must answer None.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from ._calls import Validate, answers
+from ._failures import PluginFailure, PluginResultError
+from ._hook_tables import refresh_caches
+from ._manager import BryoPluginManager, get_plugin_manager
+
+
+class Probe:
+    """A value no plugin can know, passed to hooks by `probe_plugins`.
+
+    A hook asked about it must answer None, as it should for any input it does not
+    understand.
+
+    Args:
+        argument: the hook argument it stands for (shown in reports).
+    """
+
+    __slots__ = ("argument",)
+
+    def __init__(self, argument: str) -> None:
+        self.argument = argument
+
+    def __repr__(self) -> str:
+        return f"<bryo probe for `{self.argument}`>"
+
+
+def _answers_nothing(answer: object) -> object:
+    raise PluginResultError(
+        f"answered {answer!r} about a probe, a value no plugin can know; return None for "
+        "input the plugin does not understand"
+    )
+
+
+def _anything(answer: object) -> object:
+    return answer
+
+
+def probe_plugins(pm: BryoPluginManager | None = None, **arguments: object) -> list[PluginFailure]:
+    """Load every plugin and ask each hook once; the failures this found.
+
+    Failing plugins are disabled and recorded in `pm.failures`, as in real use.
+
+    Args:
+        pm: the manager to check; bryo's current one by default.
+        **arguments: real values for hook arguments a probe cannot stand for, by name
+            (the `bryo` command passes each plugin its own `commands` facade).
+
+    Returns:
+        The failures added to `pm.failures`: plugins that failed to load, raised in a
+        hook, or answered something the hook's owner (or the probe) does not allow.
+
+    >>> probe_plugins(new_plugin_manager(load=False, builtins=False))
+    []
+    """
+    pm = get_plugin_manager() if pm is None else pm
+    before = len(pm.failures)
+    pm.load_all()
+    refresh_caches(pm)
+    for name, caller in sorted(vars(pm.hook).items()):
+        if not isinstance(caller, pluggy.HookCaller) or caller.spec is None:
+            continue
+        names = caller.spec.argnames
+        probed = [arg for arg in names if arg not in arguments]
+        values = {arg: arguments[arg] if arg in arguments else Probe(arg) for arg in names}
+        validate: Validate[object] = _answers_nothing if probed else _anything
+        answers(name, validate, pm=pm, **values)
+    return pm.failures[before:]
