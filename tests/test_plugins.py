@@ -486,6 +486,20 @@ def test_the_docs_hook_table_lists_exactly_the_declared_hooks():
     )
 
 
+def test_the_docs_walk_through_the_code_the_scaffold_writes():
+    from bryo._scaffold import names, render
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    listings = dict(re.findall(r'^```python title="([\w/.]+)"\n(.*?)^```', text, re.M | re.S))
+    serializer = render(names("bryo-json"), "serializer")
+    backend = render(names("acme-layers"), "backend")
+    assert listings["bryo_json/_plugin.py"] == serializer["src/bryo_json/_plugin.py"]
+    assert listings["acme_layers/layers.py"] == backend["src/acme_layers/layers.py"]
+    assert listings["acme_layers/_plugin.py"] == backend["src/acme_layers/_plugin.py"]
+    for group in ("bryo.serializers.json", "bryo.graph.acme_layers"):
+        assert f'[project.entry-points."{group}"]' in text
+
+
 def test_describe_plugins_names_distribution_version_and_hooks(bryo_fake_distributions):
     bryo_fake_distributions.add("acme-bryo-hello", {"hello": HELLO}, version="2.0")
     infos = {info.name: info for info in describe_plugins(new_plugin_manager())}

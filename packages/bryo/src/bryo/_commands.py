@@ -1,13 +1,14 @@
-"""bryo's built-in subcommands `demo` and `plugins`: a built-in plugin of the `bryo`
-package, registered directly by `bryo/__init__.py`."""
+"""bryo's built-in subcommands `demo`, `plugins` and `plugin new`: a built-in plugin of
+the `bryo` package, registered directly by `bryo/__init__.py`."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from bryo_plugins import (
     HookInfo,
-    PerPlugin,
     PluginInfo,
     describe_hooks,
     describe_plugins,
@@ -23,7 +24,7 @@ def _plugins(args: argparse.Namespace) -> int:
     pm = get_plugin_manager()
     # Every plugin of every family, every hook asked once (the listing shows what bryo could
     # load, and a plugin that only fails when used fails here).
-    probe_plugins(pm, commands=PerPlugin(lambda plugin: Commands()))
+    probe_plugins(pm)
     if args.hooks:
         _print_hooks(describe_hooks(pm))
     else:
@@ -51,6 +52,22 @@ def _print_hooks(hooks: list[HookInfo]) -> None:
         print(f"      {hook.summary}")
 
 
+def _plugin_new(args: argparse.Namespace) -> int:
+    from . import _scaffold
+
+    try:
+        written = _scaffold.write(args.name, args.kind, args.output)
+    except (_scaffold.ScaffoldError, OSError) as error:
+        print(f"bryo plugin new: {error}", file=sys.stderr)
+        return 2
+    folder = written[0].parent
+    print(f"wrote a {args.kind} plugin, {args.name}, in {folder}:")
+    for path in written:
+        print(f"  {path.relative_to(folder)}")
+    print(f"next: pip install -e '{folder}[test]' && pytest {folder}")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from . import _demo  # imports optax and every backend: only when the demo runs
 
@@ -69,6 +86,27 @@ def bryo_cli_commands(commands: Commands) -> None:
         description="Build a small model with a Stacked trunk, train it on synthetic data, "
         "trace it to MoX, swap its activation, fine-tune LoRA adapters, and save and reload "
         "everything.",
+    )
+    commands.add_group("plugin", "write bryo plugins")
+    commands.add_command(
+        "plugin new",
+        "write a complete plugin distribution: pyproject, hook implementation, tests",
+        _plugin_new,
+        [
+            Argument("name", help="the distribution's name (acme-json)"),
+            Argument(
+                "--kind",
+                required=True,
+                choices=("serializer", "backend", "cli"),
+                help="a MoX file format, a graph backend for module classes, or a command",
+            ),
+            Argument(
+                "--output", "-o", type=Path, default=None, help="the folder (default: ./NAME)"
+            ),
+        ],
+        description="Write a plugin distribution that works and is tested as generated: "
+        "its entry point in the right group and key, the hook implementation, and tests "
+        "written with bryo_plugins.testing (see docs/plugins.md).",
     )
     commands.add_command(
         "plugins",

@@ -7,7 +7,7 @@ builds its parser (never by library code). bryo's own commands (`demo`, `plugins
 
 from __future__ import annotations
 
-from bryo_plugins import hookspec
+from bryo_plugins import PerPlugin, add_probe_arguments, hookspec
 
 from .cli import Commands
 
@@ -27,3 +27,7 @@ def bryo_cli_commands(commands: Commands) -> None:
     help)`). Two plugins adding the same name are a conflict: the plugin called first keeps
     it, and a warning names both.
     """
+
+
+# `bryo plugins` asks every hook once (`probe_plugins`): each plugin gets its own facade.
+add_probe_arguments("bryo_cli_commands", commands=PerPlugin(lambda plugin: Commands()))

@@ -57,6 +57,7 @@ from ._markers import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._markers import hookimpl as hookimpl
 from ._markers import hookspec as hookspec
 from ._probe import Probe as Probe
+from ._probe import add_probe_arguments as add_probe_arguments
 from ._probe import probe_plugins as probe_plugins
 
 __version__ = "0.1.0"

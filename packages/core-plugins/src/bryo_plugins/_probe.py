@@ -36,6 +36,18 @@ class Probe:
         return f"<bryo probe for `{self.argument}`>"
 
 
+_registered: dict[str, dict[str, object]] = {}
+
+
+def add_probe_arguments(hook_name: str, **arguments: object) -> None:
+    """Give `probe_plugins` real values for arguments of `hook_name` that a `Probe` cannot
+    stand for (a facade the host hands each plugin); the owner calls it with its hookspecs.
+
+    >>> add_probe_arguments("bryo_widget_renderers", registry={})  # doctest: +SKIP
+    """
+    _registered[hook_name] = dict(arguments)
+
+
 def _answers_nothing(answer: object) -> object:
     raise PluginResultError(
         f"answered {answer!r} about a probe, a value no plugin can know; return None for "
@@ -54,8 +66,9 @@ def probe_plugins(pm: BryoPluginManager | None = None, **arguments: object) -> l
 
     Args:
         pm: the manager to check; bryo's current one by default.
-        **arguments: real values for hook arguments a probe cannot stand for, by name
-            (the `bryo` command passes each plugin its own `commands` facade).
+        **arguments: real values for hook arguments a probe cannot stand for, by name,
+            over those the hooks' owners gave `add_probe_arguments` (the `bryo` command
+            gives each plugin of `bryo_cli_commands` its own `commands` facade).
 
     Returns:
         The failures added to `pm.failures`: plugins that failed to load, raised in a
@@ -72,8 +85,9 @@ def probe_plugins(pm: BryoPluginManager | None = None, **arguments: object) -> l
         if not isinstance(caller, pluggy.HookCaller) or caller.spec is None:
             continue
         names = caller.spec.argnames
-        probed = [arg for arg in names if arg not in arguments]
-        values = {arg: arguments[arg] if arg in arguments else Probe(arg) for arg in names}
+        given = {**_registered.get(name, {}), **arguments}
+        probed = [arg for arg in names if arg not in given]
+        values = {arg: given[arg] if arg in given else Probe(arg) for arg in names}
         validate: Validate[object] = _answers_nothing if probed else _anything
         answers(name, validate, pm=pm, **values)
     return pm.failures[before:]
