@@ -72,8 +72,8 @@ def answers(
     if family is not None:
         pm.load_family(family, keys)
     found = []
-    for impl in _call_order(pm, hook_name):
-        answer = _ask(pm, impl, hook_name, validate, kwargs)
+    for impl in call_order(pm, hook_name):
+        answer = ask(pm, impl, hook_name, validate, kwargs)
         if answer is not None:
             found.append(answer)
     return found
@@ -152,14 +152,14 @@ def module_roots(cls: type) -> frozenset[str]:
 def _first(
     pm: BryoPluginManager, hook_name: str, validate: Validate[T], kwargs: dict[str, object]
 ) -> Answer[T] | None:
-    for impl in _call_order(pm, hook_name):
-        answer = _ask(pm, impl, hook_name, validate, kwargs)
+    for impl in call_order(pm, hook_name):
+        answer = ask(pm, impl, hook_name, validate, kwargs)
         if answer is not None:
             return answer
     return None
 
 
-def _call_order(pm: BryoPluginManager, hook_name: str) -> list[pluggy.HookImpl]:
+def call_order(pm: BryoPluginManager, hook_name: str) -> list[pluggy.HookImpl]:
     caller = getattr(pm.hook, hook_name, None)
     if not isinstance(caller, pluggy.HookCaller):
         return []
@@ -171,7 +171,7 @@ def _argument(value: object, plugin: str) -> object:
     return value.make(plugin) if isinstance(value, PerPlugin) else value
 
 
-def _ask(
+def ask(
     pm: BryoPluginManager,
     impl: pluggy.HookImpl,
     hook_name: str,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pluggy
 
-from ._calls import Validate, answers
+from ._calls import Validate, ask, call_order
 from ._failures import PluginFailure, PluginResultError
 from ._hook_tables import refresh_caches
 from ._manager import BryoPluginManager, get_plugin_manager
@@ -89,5 +89,7 @@ def probe_plugins(pm: BryoPluginManager | None = None, **arguments: object) -> l
         probed = [arg for arg in names if arg not in given]
         values = {arg: given[arg] if arg in given else Probe(arg) for arg in names}
         validate: Validate[object] = _answers_nothing if probed else _anything
-        answers(name, validate, pm=pm, **values)
+        # Not `answers`: a hook argument named `family` or `keys` would clash with its options.
+        for impl in call_order(pm, name):
+            ask(pm, impl, name, validate, values)
     return pm.failures[before:]
