@@ -74,6 +74,7 @@ def probe_plugins(pm: BryoPluginManager | None = None, **arguments: object) -> l
         The failures added to `pm.failures`: plugins that failed to load, raised in a
         hook, or answered something the hook's owner (or the probe) does not allow.
 
+    >>> from bryo_plugins import new_plugin_manager
     >>> probe_plugins(new_plugin_manager(load=False, builtins=False))
     []
     """
