@@ -94,3 +94,19 @@ def test_a_plugin_keyed_by_another_module_than_its_types_is_reported(
     assert "(acme_widgets.core.Widget)" in str(failure.error)
     assert "(bryo.test.acme_widgets)" in str(failure.error)
     assert table.get(pm) == {}
+
+
+def test_a_table_that_cannot_be_made_is_warned_about_and_the_probe_goes_on(
+    bryo_empty_plugin_manager,
+):
+    def broken(pm):
+        raise LookupError("a bug of the table's owner")
+
+    table = PerEpoch(broken)
+    bryo_empty_plugin_manager.register(AnswersAnything(), name="anything")
+    with pytest.warns(RuntimeWarning) as record:
+        failures = probe_plugins(bryo_empty_plugin_manager)
+    assert [failure.name for failure in failures] == ["anything"]
+    messages = [str(warning.message) for warning in record]
+    assert any("could not make PerEpoch(" in m and "LookupError: a bug" in m for m in messages)
+    assert table.epoch is None

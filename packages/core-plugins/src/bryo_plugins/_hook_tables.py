@@ -23,6 +23,7 @@ types shows up, whatever the import order.
 from __future__ import annotations
 
 import sys
+import warnings
 import weakref
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -231,6 +232,10 @@ class PerEpoch(Generic[T]):
         """Forget the value: the next `get` makes it again."""
         self._stamped = None
 
+    def __repr__(self) -> str:
+        make = getattr(self._make, "__qualname__", None) or repr(self._make)
+        return f"PerEpoch({make})"
+
 
 _caches: weakref.WeakSet[PerEpoch] = weakref.WeakSet()
 
@@ -240,7 +245,15 @@ def refresh_caches(pm: BryoPluginManager | None = None) -> None:
     they are made from is asked, and each answer checked where its owner reads it."""
     pm = get_plugin_manager() if pm is None else pm
     for cache in list(_caches):
-        cache.get(pm)
+        try:
+            cache.get(pm)
+        except Exception as error:  # the host's bug, not a plugin's: say so, check the rest
+            warnings.warn(
+                f"bryo could not make {cache!r} from the hooks' answers: "
+                f"{type(error).__name__}: {error}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 @dataclass(frozen=True, slots=True)
