@@ -10,6 +10,7 @@ from bryo_plugins import add_hookspecs as _add_hookspecs
 
 from . import document as document
 from . import hookspecs as _hookspecs
+from ._dialect import tokenize_xpath as tokenize_xpath
 from ._errors import MoxError as MoxError
 from ._errors import MoxLimitError as MoxLimitError
 from ._errors import MoxSerializationError as MoxSerializationError
@@ -20,6 +21,7 @@ from ._hooks import Interceptor as Interceptor
 from ._hooks import Serializer as Serializer
 from ._ir import Block as Block
 from ._ir import Equation as Equation
+from ._ir import Expr as Expr
 from ._ir import ModuleCall as ModuleCall
 from ._ir import ModuleInfo as ModuleInfo
 from ._ir import Mox as Mox
@@ -32,8 +34,15 @@ from ._serialize import dumps as dumps
 from ._serialize import load as load
 from ._serialize import loads as loads
 from ._sub import sub as sub
+from ._symbols import Literal as Literal
+from ._symbols import Symbol as Symbol
+from ._symbols import Var as Var
 from ._trace import make_mox as make_mox
+from ._view import XPath as XPath
 from ._view import query as query
+from ._yax import dump_xml as dump_xml
+from ._yax import dump_yson as dump_yson
+from ._yax import map_mox as map_mox
 
 _add_hookspecs(_hookspecs)
 

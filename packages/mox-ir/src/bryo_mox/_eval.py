@@ -24,7 +24,7 @@ from bryo_pytree import PyTreeDef, safe_equal
 
 from ._compat import DebugInfo, new_jaxpr_eqn
 from ._errors import MoxError
-from ._ir import Block, Equation, Literal, ModuleCall, Mox, Node, Var, array_aval
+from ._ir import Block, Equation, Literal, ModuleCall, Mox, Node, Var, array_aval, is_root
 from ._types import type_str
 
 
@@ -47,7 +47,7 @@ def eval_mox(mox: Mox, *args: Any, **kwargs: Any) -> Any:
     Example:
         >>> y = jax.jit(lambda x: eval_mox(mox, x))(x)   # doctest: +SKIP
     """
-    if not isinstance(mox, Mox):
+    if not is_root(mox):
         raise MoxError(f"`mox` must be a Mox (from `make_mox`), got {type(mox).__name__}.")
     leaves = _flatten_args(mox, args, kwargs)
     out = eval_block(mox.block, leaves)

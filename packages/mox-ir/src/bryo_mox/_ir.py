@@ -16,11 +16,14 @@ view) live in `Mox.memo`, freed with the MoX.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple, Self, TypeVar, cast
+from typing import Any, NamedTuple, Self, TypeGuard, TypeVar, cast
 
 import jax
 import jax.core
@@ -29,6 +32,7 @@ from jax.extend import core as jex
 from bryo_pytree import PyTreeDef
 
 from ._errors import MoxError
+from ._symbols import Symbol, symbols
 from ._types import type_str
 
 Var = jex.Var
@@ -121,6 +125,23 @@ class Node:
     def out_avals(self) -> tuple[jax.core.ShapedArray, ...]:
         return tuple(array_aval(v) for v in self.outvars)
 
+    # YAX's spellings (`from bryo import mox as yax`): see docs/mox.md, "Coming from YAX".
+
+    @property
+    def inputs(self) -> list[Symbol]:
+        """YAX's name for `invars`, as `Var`/`Literal` symbols (a fresh list)."""
+        return symbols(self.invars)
+
+    @property
+    def outputs(self) -> list[Symbol]:
+        """YAX's name for `outvars`, as `Var`/`Literal` symbols (a fresh list)."""
+        return symbols(self.outvars)
+
+    @property
+    def is_ephemeral(self) -> bool:
+        """YAX's flag: whether the node stands for no module (the root does not)."""
+        return False
+
     def __str__(self) -> str:
         return repr(self) if _text_form is None else _text_form(self)
 
@@ -132,6 +153,10 @@ class Node:
 
     def __deepcopy__(self, memo: dict[int, object]) -> Self:
         return self
+
+
+#: YAX's name for the base class of the tree's nodes.
+Expr = Node
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -199,6 +224,15 @@ class Equation(Node):
         """The `name` param (`jit`), or the wrapped function's name (custom derivatives)."""
         return equation_name(self.eqn)
 
+    @property
+    def prim(self) -> jex.Primitive:
+        """YAX's name for `primitive`."""
+        return self.eqn.primitive
+
+    def to_dict(self, recursively: bool = True) -> dict[str, Any]:
+        """YAX's dict of the equation: its params and `primitive` (the primitive's name)."""
+        return {**self.eqn.params, "primitive": self.eqn.primitive.name}
+
     def __repr__(self) -> str:
         return f"Equation({self.primitive.name}{f' {self.name!r}' if self.name else ''})"
 
@@ -241,13 +275,68 @@ class ModuleCall(Node):
     def nodes(self) -> tuple[ModuleCall | Equation, ...]:
         return self.body.nodes
 
+    @property
+    def children(self) -> list[ModuleCall | Equation]:
+        """YAX's name for the nodes of the body (a fresh list)."""
+        return list(self.body.nodes)
+
+    @property
+    def params(self) -> MutableMapping[str, object]:
+        """YAX's module params: the module's attributes and its `name` (the last part of
+        its path; `None` for the root module).
+
+        Editable in place, as in YAX: `call.params["name"] = "LoRA_0"` renames the call
+        (its path keeps its parents), other keys set or delete attributes. An edit changes
+        what the call is called and shows, never what it computes, and queries see it.
+        """
+        return ModuleParams(self)
+
+    @property
+    def module_ty(self) -> type:
+        """YAX's module class: the class named by `type`, imported.
+
+        Raises:
+            MoxError: the class cannot be imported here (a MoX loaded from a file whose
+                model's code is not installed); the message names it.
+        """
+        return import_type(self.info.type)
+
+    @property
+    def var_tree(self) -> PyTreeDef:
+        """YAX's tree of the module's state: bryo records the state's leaves, not their
+        tree, so this is a flat tuple of `n_state` leaves (`var_tree.num_leaves` is YAX's
+        count of leading state inputs)."""
+        return jax.tree_util.tree_structure((0,) * self.n_state)
+
+    def to_dict(self, recursively: bool = True) -> dict[str, Any]:
+        """YAX's dict of the call: its attributes, `name`, `primitive="module_call"`,
+        `ephemeral=False`, `type` (the class name) and, when `recursively`, `children`."""
+        found: dict[str, Any] = {**self.info.attrs, "name": local_name(self.info.name)}
+        found.update(primitive="module_call", ephemeral=False, type=self.info.short_type)
+        if recursively:
+            found["children"] = [child.to_dict() for child in self.body.nodes]
+        return found
+
     def __repr__(self) -> str:
         return f"ModuleCall({self.info.short_type} {self.info.name!r})"
 
 
+class _MoxType(type):
+    """`isinstance(call, Mox)` holds for a `ModuleCall` too: in YAX the root and every
+    module call are `Mox` instances (`is_root` tells the root apart)."""
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        return type.__instancecheck__(cls, instance) or (
+            cls is Mox and type.__instancecheck__(ModuleCall, instance)
+        )
+
+
 @dataclass(frozen=True, eq=False, repr=False, slots=True)
-class Mox(Node):
+class Mox(Node, metaclass=_MoxType):
     """A module expression: the root of the tree, callable through `eval_mox`.
+
+    As in YAX, `isinstance(node, Mox)` is true for the root and for every `ModuleCall`
+    under it; `is_root(node)` (or `isinstance(node, ModuleCall)`) tells them apart.
 
     Attributes:
         block: the computation; its invars are the array leaves of the traced arguments
@@ -305,6 +394,39 @@ class Mox(Node):
         return tuple(self.kwargs_tree.unflatten([None] * self.kwargs_tree.num_leaves))
 
     @property
+    def children(self) -> list[ModuleCall | Equation]:
+        """YAX's name for the top-level nodes (a fresh list)."""
+        return list(self.block.nodes)
+
+    @property
+    def is_ephemeral(self) -> bool:
+        """YAX's flag: the root stands for no module."""
+        return True
+
+    @property
+    def module_ty(self) -> None:
+        """YAX's module class: the root has none."""
+        return None
+
+    @property
+    def params(self) -> Mapping[str, object]:
+        """YAX's params: the root has none (an empty, read-only mapping)."""
+        return _NO_PARAMS
+
+    @property
+    def var_tree(self) -> PyTreeDef:
+        """YAX's state tree: the root holds no state of its own (an empty tree)."""
+        return jax.tree_util.tree_structure(())
+
+    def to_dict(self, recursively: bool = True) -> dict[str, Any]:
+        """YAX's dict of the root: `primitive="module_call"`, `ephemeral=True` and, when
+        `recursively`, the dicts of its `children`."""
+        found: dict[str, Any] = {"primitive": "module_call", "ephemeral": True}
+        if recursively:
+            found["children"] = [child.to_dict() for child in self.block.nodes]
+        return found
+
+    @property
     def extra_param_types(self) -> dict[str, jax.ShapeDtypeStruct]:
         """`{key: ShapeDtypeStruct}` of the parameters `sub` added, for initialising them."""
         return dict(self.extra_params)
@@ -334,10 +456,143 @@ class Mox(Node):
                 value = self._memo.setdefault(key, built)
         return value
 
+    def forget(self, key: str, value: object) -> None:
+        """Drop the memo under `key` if it is still `value` (a stale cache)."""
+        with _memo_lock:
+            if self._memo.get(key, _MISSING) is value:
+                del self._memo[key]
+
 
 _T = TypeVar("_T")
 _MISSING = object()
 _memo_lock = threading.Lock()
+_NO_PARAMS: Mapping[str, object] = MappingProxyType({})
+_edits = 0
+
+
+def _refuse_setattr(self: Node, name: str, value: object = None) -> None:
+    where = "the root" if is_root(self) else repr(self)
+    raise dataclasses.FrozenInstanceError(
+        f"cannot set or delete `{name}` of {where}: MoX nodes are immutable (one node may serve "
+        "several MoXes). To change what a node computes, `sub` it; to rename a module call "
+        "or change its attributes, edit `call.params` (`call.params['name'] = 'LoRA_0'`)."
+    )
+
+
+for _cls in (Equation, ModuleCall, Mox):
+    _cls.__setattr__ = _refuse_setattr  # type: ignore[method-assign]
+    _cls.__delattr__ = _refuse_setattr  # type: ignore[method-assign,assignment]
+
+
+def is_root(node: object) -> TypeGuard[Mox]:
+    """Whether `node` is the root of a MoX (a `Mox`, not a `ModuleCall`)."""
+    return type.__instancecheck__(Mox, node)
+
+
+def edit_count() -> int:
+    """How many in-place edits of module calls (`call.params[...] = ...`) were made; views
+    built from a MoX before the last edit are stale."""
+    return _edits
+
+
+def local_name(path: str) -> str | None:
+    """The last part of a module's path (`"Dense_0"` for `"block/Dense_0"`), `None` for
+    the root module (path `""`)."""
+    return path.rsplit("/", 1)[-1] or None
+
+
+class ModuleParams(MutableMapping[str, object]):
+    """A module call's YAX params (`ModuleCall.params`): its attributes and `name`; an edit
+    replaces the call's `info` with a checked new one."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: ModuleCall) -> None:
+        self.call = call
+
+    def _current(self) -> dict[str, object]:
+        info = self.call.info
+        return {**info.attrs, "name": local_name(info.name)}
+
+    def __getitem__(self, key: str) -> object:
+        return self._current()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._current())
+
+    def __len__(self) -> int:
+        return len(self.call.info.attrs) + 1
+
+    def __repr__(self) -> str:
+        return repr(self._current())
+
+    def __setitem__(self, key: str, value: object) -> None:
+        info = self.call.info
+        if key == "name":
+            if not isinstance(value, str) or not value or "/" in value:
+                raise MoxError(
+                    f"a module's `name` must be a non-empty string without '/', got "
+                    f"{value!r} (module {info.name!r}, {info.type})."
+                )
+            parent = info.name.rpartition("/")[0]
+            new = ModuleInfo(info.type, f"{parent}/{value}" if parent else value, info.attrs)
+        else:
+            if not _is_attr_value(value):
+                raise MoxError(
+                    f"attribute {key!r} of module {info.name!r} ({info.type}) must be an int, "
+                    f"float, bool, str, None or a tuple of these, got {type(value).__name__}."
+                )
+            new = ModuleInfo(info.type, info.name, {**info.attrs, key: value})
+        self._replace(new)
+
+    def __delitem__(self, key: str) -> None:
+        info = self.call.info
+        if key == "name":
+            raise MoxError(f"a module's `name` cannot be deleted (module {info.name!r}).")
+        if key not in info.attrs:
+            raise KeyError(key)
+        kept = {k: v for k, v in info.attrs.items() if k != key}
+        self._replace(ModuleInfo(info.type, info.name, kept))
+
+    def _replace(self, info: ModuleInfo) -> None:
+        global _edits
+        with _memo_lock:
+            object.__setattr__(self.call, "info", info)
+            _edits += 1
+
+
+def _is_attr_value(value: object) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, tuple) and all(_is_attr_value(v) for v in value)
+
+
+def import_type(dotted: str) -> type:
+    """The class a dotted path names (`"flax.linen.linear.Dense"`), imported."""
+    found = _imported_type(dotted)
+    if found is None:
+        raise MoxError(
+            f"module type {dotted!r} cannot be imported here: install or import the code "
+            "that defines it (a class defined inside a function has no importable path)."
+        )
+    return found
+
+
+def _imported_type(dotted: str) -> type | None:
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:cut])
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+        found: object = module
+        for attr in parts[cut:]:
+            found = getattr(found, attr, None)
+        return found if isinstance(found, type) else None
+    return None
 
 
 def equation_name(eqn: jex.JaxprEqn) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 from jax.extend.core import Var as _Var
 
 from ._codec import encode
-from ._ir import JIT_NAME, Block, Equation, Literal, ModuleCall, Mox, Node, set_text_form
+from ._ir import JIT_NAME, Block, Equation, Literal, ModuleCall, Node, is_root, set_text_form
 from ._types import type_str
 
 
@@ -63,7 +63,7 @@ def _letters(n: int) -> str:
 def pformat(node: Node) -> str:
     """The text form of a MoX node (root, module call or equation)."""
     namer = Namer()
-    if isinstance(node, Mox):
+    if is_root(node):
         return _render(_block(node.block, namer, 0))
     return _render(_node(node, namer, 0)).removeprefix("\n")
 

@@ -12,14 +12,15 @@ they drop is freed by reference counting, and the collector resumes afterwards.
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypeGuard, cast
 
 from ._collector import collector_paused
-from ._errors import MoxError, MoxSerializationError
+from ._errors import MoxError, MoxLimitError, MoxSerializationError
 from ._hooks import Serializer, serializer_for
-from ._ir import Mox, set_pickler
+from ._ir import Mox, is_root, set_pickler
 from ._limits import Limits, loading
 from ._load import from_document
 from .document import DocNode, to_document
@@ -54,8 +55,17 @@ def loads(data: str | bytes, format: str = "xml", *, limits: Limits | None = Non
     return _read(serializer_for(format), data, limits)
 
 
-def dump(mox: Mox, path: str | os.PathLike[str], format: str | None = None) -> None:
-    """Write `mox` to `path`; the format follows the extension (`.xml`, `.yson`) unless given."""
+def dump(
+    mox: Mox, path: str | os.PathLike[str] | IO[str] | IO[bytes], format: str | None = None
+) -> None:
+    """Write `mox` to `path`, a file name or a file object open for writing (text or
+    binary); the format follows the extension (`.xml`, `.yson`; a file object's `name`)
+    unless given."""
+    if _is_file(path, "write"):
+        data = _write(serializer_for(format, _file_name(path, format)), mox)
+        _write_to(path, data)
+        return
+    path = cast("str | os.PathLike[str]", path)
     data = _write(serializer_for(format, str(path)), mox)
     if isinstance(data, bytes):
         with open(path, "wb") as file:
@@ -66,11 +76,56 @@ def dump(mox: Mox, path: str | os.PathLike[str], format: str | None = None) -> N
 
 
 def load(
-    path: str | os.PathLike[str], format: str | None = None, *, limits: Limits | None = None
+    path: str | os.PathLike[str] | IO[str] | IO[bytes],
+    format: str | None = None,
+    *,
+    limits: Limits | None = None,
 ) -> Mox:
-    """Read a MoX from `path`; the format follows the extension unless given (see `loads`)."""
+    """Read a MoX from `path`, a file name or a file object open for reading (text or
+    binary); the format follows the extension (a file object's `name`) unless given (see
+    `loads`). A file object is read up to the size budget (`limits.max_bytes`) and no
+    further."""
+    if _is_file(path, "read"):
+        serializer = serializer_for(format, _file_name(path, format))
+        bound = (limits or Limits()).max_bytes
+        data = path.read(bound + 1)
+        if len(data) > bound:
+            raise MoxLimitError(
+                f"the file is larger than the size budget ({bound} bytes or characters); "
+                "pass `limits=Limits(max_bytes=...)` to read it."
+            )
+        return _read(serializer, data, limits)
+    path = cast("str | os.PathLike[str]", path)
     serializer = serializer_for(format, str(path))
     return _read(serializer, Path(path).read_bytes(), limits)
+
+
+def _is_file(path: object, method: str) -> TypeGuard[Any]:
+    return not isinstance(path, (str, bytes, os.PathLike)) and callable(getattr(path, method, None))
+
+
+def _file_name(file: Any, format: str | None) -> str | None:
+    if format is not None:
+        return None
+    name = getattr(file, "name", None)
+    if not isinstance(name, str):
+        raise MoxError(
+            f"the file object {type(file).__name__} has no name to take the format from; "
+            "pass `format=` (`'xml'`, `'yson'`)."
+        )
+    return name
+
+
+def _write_to(file: Any, data: str | bytes) -> None:
+    """Write `data` to a text or a binary file object (UTF-8 across)."""
+    binary = not isinstance(file, io.TextIOBase) and (
+        isinstance(file, (io.RawIOBase, io.BufferedIOBase)) or "b" in getattr(file, "mode", "")
+    )
+    write: Any = file.write
+    if binary:
+        write(data.encode("utf-8") if isinstance(data, str) else data)
+    else:
+        write(data.decode("utf-8") if isinstance(data, bytes) else data)
 
 
 #: The formats a pickled MoX is written in, in order of preference: YSON holds any
@@ -117,7 +172,7 @@ set_pickler(pickled)
 
 
 def _write(serializer: Serializer, mox: Mox) -> str | bytes:
-    if not isinstance(mox, Mox):
+    if not is_root(mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
     with collector_paused():
         return serializer.dumps(to_document(mox))

@@ -9,8 +9,8 @@ checks run before the replay, so a failed `sub` leaves everything as it was.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -30,11 +30,12 @@ from ._ir import (
     Mox,
     Node,
     array_aval,
+    is_root,
 )
 from ._regions import bind_with_regions
 from ._trace import call_region, convert_closed, intercepting
 from ._types import same_type, type_str
-from ._view import Location, element_view, query
+from ._view import Location, XPath, element_view, query
 
 
 @dataclass
@@ -43,11 +44,16 @@ class _Target:
     location: Location
     n_skip: int  # leading node inputs not passed to the replacement (module state)
     keys: tuple[str, ...] = ()
+    replacement: Mox = field(default=None)  # type: ignore[assignment]  # set by `sub`
+
+
+#: YAX's `re.sub`-like replacement: `(path, node) -> replacement` (the node itself: keep).
+SubFn = Callable[[tuple[str, ...], Node], Any]
 
 
 def sub(
-    target: str | Node | Iterable[Node],
-    replacement: Mox,
+    target: str | Any | Node | Iterable[Node],
+    replacement: Mox | ModuleCall | Equation | SubFn,
     mox: Mox,
     *,
     with_state: bool = False,
@@ -64,14 +70,20 @@ def sub(
     `custom_vjp_call` are replaced together with it (so no stale derivative rule stays).
 
     Args:
-        target: an XPath query (see `query`), a node of `mox`, or an iterable of nodes.
-        replacement: the new computation, e.g. `make_mox(jax.nn.gelu)(x)` or
-            `make_mox(lora_apply)(lora_params, x)`.
+        target: an XPath query (see `query`; an `XPath` too), a node of `mox`, or an
+            iterable of nodes.
+        replacement: the new computation: a `Mox` (e.g. `make_mox(jax.nn.gelu)(x)` or
+            `make_mox(lora_apply)(lora_params, x)`); one node of another MoX, as YAX
+            takes (an `Equation`, or a `ModuleCall` whose state leaves are new
+            parameters); or YAX's `re.sub`-like callable `fn(path, node)` returning the
+            replacement of each selected node (`node` itself keeps it), where `path`
+            names the node and the modules around it (`("ResBlock", "Dense_0")`: a
+            module's last name part, or its class name when it has none).
         mox: the module expression to rewrite; it is not modified.
         with_state: pass a replaced module's state leaves to the replacement too.
 
     Returns:
-        A new `Mox` (`mox` itself when nothing matched).
+        A new `Mox` (`mox` itself when nothing matched or `fn` kept every node).
 
     Raises:
         MoxTypeError: an input or output type of the replacement does not match; the
@@ -81,21 +93,76 @@ def sub(
         >>> gelu = make_mox(jax.nn.gelu)(x)                       # doctest: +SKIP
         >>> new = sub('//pjit[@name="relu"]', gelu, mox)           # doctest: +SKIP
     """
-    if not isinstance(mox, Mox):
+    if not is_root(mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
-    if not isinstance(replacement, Mox):
+    function = None if isinstance(replacement, Node) else replacement
+    if function is not None and not callable(function):
         raise MoxError(
-            f"`replacement` must be a Mox (from `make_mox`), got {type(replacement).__name__}."
+            "`replacement` must be a Mox (from `make_mox`), an Equation or ModuleCall of "
+            f"another MoX, or a function `(path, node) -> replacement`; got "
+            f"{type(replacement).__name__}."
         )
     targets = _resolve(target, mox, with_state)
-    if not targets:
+    chosen: list[_Target] = []
+    for t in targets:
+        if function is None:
+            t.replacement = as_mox(replacement, "`replacement`")
+        else:
+            made = function(_yax_path(mox, t.location), t.node)
+            if made is t.node:
+                continue
+            t.replacement = as_mox(made, f"the replacement `fn` made for {describe(t.node)}")
+        chosen.append(t)
+    if not chosen:
         return mox
-    _check_and_name(targets, replacement, mox)
-    return _replay_root(mox, replacement, targets)
+    _check_and_name(chosen, mox)
+    return _replay_root(mox, chosen)
+
+
+def as_mox(node: Any, what: str) -> Mox:
+    """A replacement as a MoX: a `Mox` itself; an `Equation` or a `ModuleCall` (of any
+    MoX) as a MoX of that one node, taking its inputs (a module call's state leaves
+    first) and returning its outputs."""
+    if is_root(node):
+        return node
+    if not isinstance(node, (Equation, ModuleCall)):
+        raise MoxError(
+            f"{what} must be a Mox, an Equation or a ModuleCall, got {type(node).__name__}."
+        )
+    invars: list[jex.Var] = []
+    for atom in node.invars:
+        if isinstance(atom, jex.Var) and atom not in invars:
+            invars.append(atom)
+    if isinstance(node, ModuleCall) and len(invars) != len(node.invars):
+        fresh = [jex.Var(atom.aval) for atom in node.invars]
+        node = dataclasses.replace(node, invars=tuple(fresh))
+        invars = fresh
+    block = Block((), (), tuple(invars), (node,), tuple(node.outvars))
+    return Mox(block)
+
+
+def _yax_path(mox: Mox, location: Location) -> tuple[str, ...]:
+    """YAX's path of the node at `location`: the modules around it, then the node."""
+    names: list[str] = []
+    current = mox.block
+    node: Node | None = None
+    for step in location:
+        if not isinstance(step, int):
+            assert isinstance(node, Equation)
+            current = node.regions[step[1]].block
+            continue
+        node = current.nodes[step]
+        if isinstance(node, ModuleCall):
+            names.append(node.name.rsplit("/", 1)[-1] or node.info.short_type)
+            current = node.body
+    assert node is not None
+    if isinstance(node, Equation):
+        names.append(node.name or node.primitive.name)
+    return tuple(names)
 
 
 def _resolve(target: Any, mox: Mox, with_state: bool) -> list[_Target]:
-    if isinstance(target, str):
+    if isinstance(target, (str, XPath)):
         nodes = [n for n in query(target, mox) if isinstance(n, (ModuleCall, Equation))]
     elif isinstance(target, Node):
         nodes = [target]
@@ -172,12 +239,12 @@ def _types(avals: Sequence[Any]) -> str:
     return "(" + ", ".join(type_str(a) for a in avals) + ")"
 
 
-def _check_and_name(targets: list[_Target], replacement: Mox, mox: Mox) -> None:
-    repl_in = [v.aval for v in replacement.block.invars]
-    repl_out = [v.aval for v in replacement.block.outvars]
+def _check_and_name(targets: list[_Target], mox: Mox) -> None:
     used = {k for k, _ in mox.extra_params}
     labels: dict[str, int] = {}
     for target in targets:
+        repl_in = [v.aval for v in target.replacement.block.invars]
+        repl_out = [v.aval for v in target.replacement.block.outvars]
         node = target.node
         node_in = [v.aval for v in node.invars][target.n_skip :]
         node_out = [v.aval for v in node.outvars]
@@ -214,19 +281,16 @@ def _check_and_name(targets: list[_Target], replacement: Mox, mox: Mox) -> None:
 
 
 class _Plan:
-    def __init__(self, targets: list[_Target], replacement: Mox) -> None:
+    def __init__(self, targets: list[_Target]) -> None:
         self.targets = {t.location: t for t in targets}
         self.prefixes = {t.location[:i] for t in targets for i in range(len(t.location))}
-        self.replacement = replacement
         self.extra: dict[str, Any] = {}
 
 
-def _replay_root(mox: Mox, replacement: Mox, targets: list[_Target]) -> Mox:
-    plan = _Plan(targets, replacement)
+def _replay_root(mox: Mox, targets: list[_Target]) -> Mox:
+    plan = _Plan(targets)
     new_keys = [k for t in targets for k in t.keys]
-    n_new = [len(t.keys) for t in targets]
-    repl_avals = [array_aval(v) for v in replacement.block.invars]
-    new_avals = [a for n in n_new for a in repl_avals[:n]]
+    new_avals = [array_aval(v) for t in targets for v in t.replacement.block.invars[: len(t.keys)]]
     n_old = len(mox.block.invars)
 
     def flat(*xs: Any) -> list[Any]:
@@ -282,7 +346,7 @@ def replay_block(
 def _apply(plan: _Plan, target: _Target, ins: list[Any]) -> list[Any]:
     extra = [plan.extra[k] for k in target.keys]
     prefix = target.node.name if isinstance(target.node, ModuleCall) else None
-    return replay_block(plan.replacement.block, [*extra, *ins[target.n_skip :]], None, (), prefix)
+    return replay_block(target.replacement.block, [*extra, *ins[target.n_skip :]], None, (), prefix)
 
 
 def _replay_module(

@@ -41,8 +41,20 @@ from ._attrs import (
 )
 from ._codec import encode_attr
 from ._collector import collector_paused
+from ._dialect import yax_to_xpath
 from ._errors import MoxError
-from ._ir import JIT_ALIASES, JIT_NAME, Block, Equation, ModuleCall, Mox, Node, Region
+from ._ir import (
+    JIT_ALIASES,
+    JIT_NAME,
+    Block,
+    Equation,
+    ModuleCall,
+    Mox,
+    Node,
+    Region,
+    edit_count,
+    is_root,
+)
 
 Location = tuple[Any, ...]
 """A node's place in its MoX: indices into blocks, `("region", r)` steps into equations."""
@@ -58,6 +70,7 @@ class ElementView:
     def __init__(self, mox: Mox) -> None:
         self._trees = (mox.in_tree, mox.out_tree, mox.extra_params)  # not the MoX: no cycle
         self._root_attrs: dict[str, Any] | None = None
+        self.edits = edit_count()  # module calls edited in place after this: stale
         text, self.objects, self.lines = _write(mox)
         self.root = etree.fromstring(text, _PARSER)
         self.lock = threading.RLock()
@@ -103,11 +116,12 @@ class ElementView:
             if kind is type(None):
                 found.update(self.root_attrs())
             elif kind is ModuleCall:
-                found.update(MODULE_KEYS, *[obj.info.attrs for obj in objects])
+                found.update(MODULE_KEYS, _YAX_KEYS, *[obj.info.attrs for obj in objects])
             elif kind is Region:
                 found.update(("param", "index", "closed"))
             else:  # one `update` over every equation's params: the loop runs in C
                 found.update(SPECIAL_EQUATION_KEYS, *[obj.eqn.params for obj in objects])
+                found.add("primitive")
             names = self._names[tag] = frozenset(k for k in found if is_xml_name(k))
         return names
 
@@ -139,11 +153,22 @@ def _region_attr(region: Region, key: str) -> Any:
     return _MISSING
 
 
+#: YAX's attributes of every node: `primitive` (`module_call` for the root and module
+#: calls, the primitive's name for an equation) and `ephemeral` (true for the root only).
+_YAX_KEYS = ("primitive", "ephemeral")
+
+
 def _equation_attr(node: Equation, key: str) -> Any:
+    if key == "primitive":
+        return node.eqn.primitive.name
     return equation_attr(node, key) if equation_shows(node, key) else _MISSING
 
 
 def _module_attr(node: ModuleCall, key: str) -> Any:
+    if key == "primitive":
+        return "module_call"
+    if key == "ephemeral":
+        return False
     return module_attr(node, key, _MISSING)
 
 
@@ -160,6 +185,8 @@ def _root_attrs(in_tree: Any, out_tree: Any, extra_params: Any) -> dict[str, Any
         "in_tree": tree_example(in_tree),
         "out_tree": tree_example(out_tree),
         "extra": tuple(k for k, _ in extra_params),
+        "primitive": "module_call",
+        "ephemeral": True,
     }
 
 
@@ -269,20 +296,74 @@ def attribute_names(xpath: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=512)
-def compile_xpath(xpath: str) -> tuple[etree.XPath, frozenset[str]]:
-    """The compiled XPath and the attribute names it reads."""
+def compile_xpath(xpath: str) -> tuple[etree.XPath, frozenset[str], str]:
+    """The compiled XPath, the attribute names it reads, and the XPath 1.0 text it runs
+    (YAX's short forms spelled out, see `_dialect`)."""
+    text = "/*" if xpath.strip() == "/" else xpath
     try:
-        return etree.XPath(rewrite_aliases(xpath)), attribute_names(xpath)
+        return etree.XPath(rewrite_aliases(text)), attribute_names(text), text
     except etree.XPathSyntaxError as error:
-        raise MoxError(f"`xpath` {xpath!r} is not valid XPath 1.0: {error}.") from None
+        spelled = yax_to_xpath(xpath)
+        if spelled is not None:
+            try:
+                return etree.XPath(rewrite_aliases(spelled)), attribute_names(spelled), spelled
+            except etree.XPathSyntaxError:
+                pass
+        raise MoxError(
+            f"`xpath` {xpath!r} is not valid XPath 1.0 (nor YAX's short form of it, such as "
+            f'`//[@type="Dense"]`): {error}.'
+        ) from None
+
+
+class XPath:
+    """A compiled query: XPath 1.0 or YAX's short forms (see `query`).
+
+    `query(XPath(text), mox)` is `query(text, mox)` without compiling the text again;
+    `XPath(text)` checks the text at once.
+
+    Attributes:
+        source: the query as written.
+        xpath: the XPath 1.0 it runs as (`source`, or its YAX forms spelled out).
+
+    Raises:
+        MoxError: the text is neither valid XPath 1.0 nor YAX's form of it.
+    """
+
+    __slots__ = ("source", "xpath")
+
+    def __init__(self, xpath: str | XPath) -> None:
+        if isinstance(xpath, XPath):
+            self.source, self.xpath = xpath.source, xpath.xpath
+            return
+        if not isinstance(xpath, str):
+            raise MoxError(f"`xpath` must be a string or an XPath, got {type(xpath).__name__}.")
+        self.source = xpath
+        self.xpath = compile_xpath(xpath)[2]
+
+    def __str__(self) -> str:
+        return self.source
+
+    def __repr__(self) -> str:
+        return f"XPath({self.source!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, XPath) and other.source == self.source
+
+    def __hash__(self) -> int:
+        return hash(self.source)
 
 
 def element_view(mox: Mox) -> ElementView:
-    """The element view of `mox`, built on first use and kept with the MoX."""
-    return mox.memo("element_view", lambda: ElementView(mox))
+    """The element view of `mox`, built on first use and kept with the MoX (rebuilt after
+    an in-place edit of a module call, `call.params[...] = ...`)."""
+    view = mox.memo("element_view", lambda: ElementView(mox))
+    if view.edits != edit_count():
+        mox.forget("element_view", view)
+        view = mox.memo("element_view", lambda: ElementView(mox))
+    return view
 
 
-def query(xpath: str, mox: Mox) -> Any:
+def query(xpath: str | XPath, mox: Mox) -> Any:
     """Select nodes of `mox` with an XPath 1.0 expression, in document order.
 
     The tree reads like the seed's XML: a root `<mox>`, `<module_call type="Linear"
@@ -309,9 +390,13 @@ def query(xpath: str, mox: Mox) -> Any:
     Example:
         >>> dense = query('//module_call[@type="Linear" and @features=10]', mox)  # doctest: +SKIP
     """
-    if not isinstance(mox, Mox):
+    if not is_root(mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
-    compiled, names = compile_xpath(xpath)
+    if isinstance(xpath, XPath):
+        xpath = xpath.source
+    elif not isinstance(xpath, str):
+        raise MoxError(f"`xpath` must be a string or an XPath, got {type(xpath).__name__}.")
+    compiled, names, _ = compile_xpath(xpath)
     with collector_paused():  # building the view and its attributes only allocates
         view = element_view(mox)
         with view.lock:
