@@ -361,14 +361,147 @@ def test_sub_calls_a_function_with_yax_paths(kind):
         yax.sub("//module_call", 3, mox)
 
 
-def test_sub_takes_a_module_call_of_another_mox_and_names_it_after_the_replaced_one():
+def test_sub_takes_a_module_call_of_another_mox_with_its_weights_in_the_params_tree():
     mox, (variables, x), _ = _relu_model("linen")
     dense = nn.Dense(4, use_bias=False)
     weights = dense.init(jax.random.key(5), X)
     (call,) = yax.make_mox(dense.apply)(weights, X).children
     new = yax.sub('//[@name="layers_2"]', call, mox)
-    assert [k for k, _ in new.extra_params] == ["layers_2:0"]
-    assert [n.name for n in yax.query("//module_call", new)] == ["", "layers_0", "layers_2"]
+    assert new.extra_params == ()
+    assert [n.name for n in yax.query("//module_call", new)] == ["", "layers_0", "Dense_0"]
     hidden = jax.nn.relu(nn.Dense(4).apply({"params": variables["params"]["layers_0"]}, x))
+    params = {"layers_0": variables["params"]["layers_0"], "Dense_0": weights["params"]}
+    out = yax.eval_mox(new, {"params": params}, x)
+    np.testing.assert_allclose(out, dense.apply(weights, hidden), rtol=1e-5)
+    (again,) = yax.query('//[@type="Dense"]', yax.make_mox(dense.apply)(weights, X))
+    assert yax.sub('//[@name="layers_2"]', again, mox).in_tree == new.in_tree  # query too
+    # a MoX replacement keeps bryo's convention: new parameters in a trailing dict
+    as_mox = yax.make_mox(dense.apply)(weights, X)
+    new = yax.sub('//[@name="layers_2"]', as_mox, mox)
+    assert [k for k, _ in new.extra_params] == ["layers_2:0"]
     out = yax.eval_mox(new, variables, x, {"layers_2:0": weights["params"]["kernel"]})
     np.testing.assert_allclose(out, dense.apply(weights, hidden), rtol=1e-5)
+
+
+class Identity(nn.Module):
+    def __call__(self, xs):
+        return jnp.array(xs)
+
+
+class Holder(nn.Module):
+    inner: type = nn.Dense
+
+    @nn.compact
+    def __call__(self, xs):
+        return xs + self.inner(4)(xs) if self.inner is nn.Dense else xs + self.inner()(xs)
+
+
+class Outer(nn.Module):
+    @nn.compact
+    def __call__(self, xs):
+        return nn.Dense(4)(xs) + Holder()(xs)
+
+
+def test_a_module_call_replacement_takes_its_weights_from_the_params_tree_as_in_yax():
+    placeholder = Holder(inner=Identity)
+    mox = yax.make_mox(placeholder.apply)(placeholder.init(jax.random.key(0), X), X)
+    dense = nn.Dense(4)
+    weights = dense.init(jax.random.key(1), X)
+    (call,) = yax.make_mox(dense.apply)(weights, X).children
+    new = yax.sub('//[@name="Identity_0"]', call, mox)
+    assert new.extra_params == ()  # no trailing dict: the weights are in the tree
+    variables = {"params": {"Dense_0": weights["params"]}}  # under the replacement's name
+    expected = Holder(inner=nn.Dense).apply(variables, X)
+    np.testing.assert_allclose(yax.eval_mox(new, variables, X), expected, rtol=1e-6)
+    with pytest.raises(yax.MoxError, match="Dense_0"):
+        yax.eval_mox(new, {"params": {}}, X)  # the tree names what is missing
+
+
+def test_a_renamed_replacement_goes_to_its_new_name_and_the_old_weights_leave_the_tree():
+    model = Outer()
+    variables = model.init(jax.random.key(0), X)
+    mox = yax.make_mox(model.apply)(variables, X)
+    (inner,) = yax.query('//[@name="Holder_0/Dense_0"]', mox)
+    dense = nn.Dense(4, use_bias=False)
+    weights = dense.init(jax.random.key(2), X)
+    (call,) = yax.make_mox(dense.apply)(weights, X).children
+    call.params["name"] = "Plain_0"
+    new = yax.sub(inner, call, mox)
+    tree = jax.tree_util.tree_structure(
+        (
+            {
+                "params": {
+                    "Dense_0": {"bias": 0, "kernel": 0},
+                    "Holder_0": {"Plain_0": {"kernel": 0}},
+                }
+            },
+            0,
+        )
+    )
+    assert new.in_tree == tree and new.extra_params == ()
+    params = {
+        "Dense_0": variables["params"]["Dense_0"],
+        "Holder_0": {"Plain_0": weights["params"]},
+    }
+    hidden = dense.apply(weights, X)
+    expected = nn.Dense(4).apply({"params": variables["params"]["Dense_0"]}, X) + X + hidden
+    np.testing.assert_allclose(yax.eval_mox(new, {"params": params}, X), expected, rtol=1e-5)
+    assert [n.name for n in yax.query("//module_call", new)][-1] == "Holder_0/Plain_0"
+
+
+def test_a_clash_in_the_params_tree_is_refused_naming_the_entry():
+    model = Outer()
+    variables = model.init(jax.random.key(0), X)
+    mox = yax.make_mox(model.apply)(variables, X)
+    dense = nn.Dense(4)
+    (call,) = yax.make_mox(dense.apply)(dense.init(jax.random.key(2), X), X).children
+    call.params["name"] = "Holder_0"
+    before = yax.dumps(mox)
+    with pytest.raises(yax.MoxError, match="'Holder_0' in argument 0's 'params' collection"):
+        yax.sub('//[@name="Dense_0"]', call, mox)
+    assert yax.dumps(mox) == before
+
+
+@pytest.mark.parametrize("kind", ["nnx", "equinox"])
+def test_without_a_dict_params_tree_the_weights_come_in_the_trailing_dict(kind):
+    mox, _, _ = traced(kind)
+    (linear,) = yax.query('//[@type="Linear"]', mox)
+    replacement = nnx.Linear(4, 4, rngs=nnx.Rngs(3))
+    (call,) = yax.make_mox(lambda m, x: m(x))(replacement, X).children
+    if kind == "equinox":
+        rep = eqx.nn.Linear(4, 4, key=jax.random.key(3))
+        (call,) = yax.make_mox(lambda m, x: jax.vmap(m)(x))(rep, X).children
+    new = yax.sub(linear, call, mox)
+    assert len(new.extra_params) == 2
+    leaves = [call.invars[i].aval.shape for i in range(call.n_state)]
+    assert [s.shape for _, s in new.extra_params] == leaves
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_replacement_written_over_the_layer_reuses_its_weights_in_its_own_order(kind):
+    mox, args, _ = traced(kind)
+    (layer,) = yax.query(f'//[@type="{LINEAR[kind]}"]', mox)
+    if kind == "linen":
+        dense = nn.Dense(4)
+        weights = args[0]["params"]["Dense_0"]
+        twice = yax.make_mox(lambda p, x: dense.apply({"params": p}, x) * 2)(weights, X)
+
+        def expected_fn():
+            return X + dense.apply({"params": weights}, X) * 2
+    elif kind == "nnx":
+        graphdef, state = nnx.split(NnxRes(nnx.Rngs(0)))
+        model = nnx.merge(graphdef, state)
+        twice = yax.make_mox(lambda lin, x: lin(x) * 2)(model.linear, X)
+
+        def expected_fn():
+            return X + model.linear(X) * 2
+    else:
+        model = args[0]
+        twice = yax.make_mox(lambda lin, x: jax.vmap(lin)(x) * 2)(model.linear, X)
+
+        def expected_fn():
+            return X + jax.vmap(model.linear)(X) * 2
+
+    new = yax.sub(layer, twice, mox, with_state=True)
+    assert new.extra_params == ()  # the layer's own weights, not new parameters
+    np.testing.assert_allclose(yax.eval_mox(new, *args), expected_fn(), rtol=1e-5)

@@ -61,8 +61,9 @@ def tokenize_xpath(xpath: str) -> Iterator[Token]:
         MoxError: a character no token starts with; the message gives its offset.
 
     Example:
-        >>> [str(t) for t in tokenize_xpath('//[@type="Dense"]')]
-        ['//', '[', '@', 'type', '=', '"Dense"', ']']
+        >>> tokens = list(tokenize_xpath('//[@type="Dense"]'))
+        >>> len(tokens), tokens[3].kind, tokens[3].value
+        (7, 'NameTest', 'type')
     """
     position, last = 0, None
     while position < len(xpath):

@@ -20,7 +20,8 @@ import dataclasses
 import importlib
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Self, TypeGuard, TypeVar, cast
@@ -395,8 +396,17 @@ class Mox(Node, metaclass=_MoxType):
 
     @property
     def children(self) -> list[ModuleCall | Equation]:
-        """YAX's name for the top-level nodes (a fresh list)."""
-        return list(self.block.nodes)
+        """YAX's name for the top-level nodes (a fresh list).
+
+        A module call taken from here (or from `query`) remembers where its state leaves
+        sit in this MoX's arguments (`state_paths`), so that `sub` can place it, as YAX
+        does, with its weights in the rewritten model's params tree.
+        """
+        nodes = self.block.nodes
+        for index, node in enumerate(nodes):
+            if isinstance(node, ModuleCall):
+                record_state_paths(self, (index,), node)
+        return list(nodes)
 
     @property
     def is_ephemeral(self) -> bool:
@@ -482,6 +492,90 @@ def _refuse_setattr(self: Node, name: str, value: object = None) -> None:
 for _cls in (Equation, ModuleCall, Mox):
     _cls.__setattr__ = _refuse_setattr  # type: ignore[method-assign]
     _cls.__delattr__ = _refuse_setattr  # type: ignore[method-assign,assignment]
+
+
+#: Where the state leaves of a module call taken from a root's `children` sat in that
+#: root's positional arguments (key paths), kept as long as the call lives.
+_STATE_PATHS: weakref.WeakKeyDictionary[ModuleCall, tuple[tuple[Any, ...], ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def record_state_paths(mox: Mox, location: Sequence[Any], call: ModuleCall) -> None:
+    """Remember where `call`'s state leaves sit in `mox`'s arguments (`call` is at
+    `location` in `mox`: indices into blocks; one in a region is not recorded)."""
+    if not call.n_state or call in _STATE_PATHS:
+        return
+    chain: list[ModuleCall] = []
+    block = mox.block
+    for step in location[:-1]:
+        node = block.nodes[step] if isinstance(step, int) else None
+        if not isinstance(node, ModuleCall):
+            return
+        chain.append(node)
+        block = node.body
+    found = state_paths(mox, chain, call)
+    if found is not None:
+        _STATE_PATHS[call] = found
+
+
+def recorded_state_paths(call: ModuleCall) -> tuple[tuple[Any, ...], ...] | None:
+    """The key paths `Mox.children` recorded for `call`'s state leaves, if any."""
+    return _STATE_PATHS.get(call)
+
+
+def state_paths(
+    mox: Mox, chain: Sequence[ModuleCall], call: ModuleCall
+) -> tuple[tuple[Any, ...], ...] | None:
+    """The key paths (`(SequenceKey(0), DictKey("params"), ...)`) in `mox`'s positional
+    arguments of the state leaves of `call`, which sits in the body of the last module
+    call of `chain` (in the root's block when `chain` is empty). `None` when a leaf is not
+    an argument of the root (computed, or a keyword argument), or the root has no tree."""
+    if mox.in_tree is None:
+        return None
+    atoms: list[Atom] = list(call.invars[: call.n_state])
+    for parent in reversed(chain):
+        position = {id(v): j for j, v in enumerate(parent.body.invars)}
+        found = [position.get(id(a)) for a in atoms]
+        if any(j is None for j in found):
+            return None
+        atoms = [parent.invars[j] for j in found if j is not None]
+    position = {id(v): j for j, v in enumerate(mox.block.invars)}
+    statics = {p for p, _ in mox.static_leaves}
+    n_args = mox.in_tree.num_leaves
+    leaf_of = [p for p in range(n_args + len(mox.block.invars)) if p not in statics]
+    paths = arg_paths(mox)
+    if paths is None:
+        return None
+    result = []
+    for atom in atoms:
+        j = position.get(id(atom))
+        if j is None or leaf_of[j] >= n_args:
+            return None
+        result.append(tuple(paths[leaf_of[j]]))
+    return tuple(result)
+
+
+def arg_example(mox: Mox) -> Any:
+    """`mox`'s positional arguments with each leaf replaced by its position (`None` when
+    its tree is unknown or holds nodes that do not take integers for leaves)."""
+    if mox.in_tree is None:
+        return None
+    n_args = mox.in_tree.num_leaves
+    try:
+        example = mox.in_tree.unflatten(list(range(n_args)))
+        leaves = jax.tree_util.tree_leaves(example)
+    except Exception:  # a pytree node class that checks its leaves
+        return None
+    return example if leaves == list(range(n_args)) else None
+
+
+def arg_paths(mox: Mox) -> list[tuple[Any, ...]] | None:
+    """The key path of each leaf of `mox`'s positional arguments (see `arg_example`)."""
+    example = arg_example(mox)
+    if example is None:
+        return None
+    return [tuple(path) for path, _ in jax.tree_util.tree_flatten_with_path(example)[0]]
 
 
 def is_root(node: object) -> TypeGuard[Mox]:

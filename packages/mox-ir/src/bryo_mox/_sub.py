@@ -29,8 +29,12 @@ from ._ir import (
     ModuleInfo,
     Mox,
     Node,
+    arg_example,
+    arg_paths,
     array_aval,
     is_root,
+    recorded_state_paths,
+    state_paths,
 )
 from ._regions import bind_with_regions
 from ._trace import call_region, convert_closed, intercepting
@@ -45,6 +49,11 @@ class _Target:
     n_skip: int  # leading node inputs not passed to the replacement (module state)
     keys: tuple[str, ...] = ()
     replacement: Mox = field(default=None)  # type: ignore[assignment]  # set by `sub`
+    # the replacement's state key paths (relative to its own arguments) when it is a
+    # module call taken from a MoX's `children`: its weights go into the params tree
+    repl_paths: tuple[tuple[Any, ...], ...] | None = None
+    repl_name: str = ""
+    prefix: str | None = None  # the path the replacement's modules go under
 
 
 #: YAX's `re.sub`-like replacement: `(path, node) -> replacement` (the node itself: keep).
@@ -105,18 +114,28 @@ def sub(
     targets = _resolve(target, mox, with_state)
     chosen: list[_Target] = []
     for t in targets:
-        if function is None:
-            t.replacement = as_mox(replacement, "`replacement`")
-        else:
+        made = replacement
+        if function is not None:
             made = function(_yax_path(mox, t.location), t.node)
             if made is t.node:
                 continue
-            t.replacement = as_mox(made, f"the replacement `fn` made for {describe(t.node)}")
+        what = (
+            "`replacement`"
+            if function is None
+            else f"the replacement `fn` made for {describe(t.node)}"
+        )
+        t.replacement = as_mox(made, what)
+        over = _written_over(made, t.node) if with_state and is_root(made) else None
+        if over is not None:  # the replacement calls the replaced layer: its weights
+            t.replacement = over
+        if isinstance(made, ModuleCall) and isinstance(t.node, ModuleCall) and not with_state:
+            t.repl_paths = recorded_state_paths(made)
+            t.repl_name = made.name.rsplit("/", 1)[-1] or f"{made.info.short_type}_0"
         chosen.append(t)
     if not chosen:
         return mox
     _check_and_name(chosen, mox)
-    return _replay_root(mox, chosen)
+    return _replay_root(mox, chosen, _placements(mox, chosen))
 
 
 def as_mox(node: Any, what: str) -> Mox:
@@ -139,6 +158,38 @@ def as_mox(node: Any, what: str) -> Mox:
         invars = fresh
     block = Block((), (), tuple(invars), (node,), tuple(node.outvars))
     return Mox(block)
+
+
+def _written_over(replacement: Mox, node: ModuleCall | Equation) -> Mox | None:
+    """`replacement` taking the replaced layer's state leaves before the call's arguments
+    (after any new parameters), in the layer's own order, when it is written over that
+    layer (`lambda layer, x: layer(x) * 2`): one of its top-level module calls has the
+    replaced module's type and takes its state leaves straight from the replacement's
+    inputs. `None` otherwise."""
+    if not isinstance(node, ModuleCall) or not node.n_state:
+        return None
+    inputs = replacement.block.invars
+    for inner in replacement.block.nodes:
+        if not isinstance(inner, ModuleCall) or inner.info.type != node.info.type:
+            continue
+        state = inner.invars[: inner.n_state]
+        if inner.n_state != node.n_state or len({id(v) for v in state}) != len(state):
+            continue
+        if not all(any(v is w for w in inputs) for v in state):
+            continue
+        rest = [v for v in inputs if not any(v is w for w in state)]
+        n_args = len(node.invars) - node.n_state  # the call arguments stay last
+        cut = len(rest) - n_args
+        if cut < 0:
+            continue
+        # new parameters first, then the layer's state in its own order, then arguments
+        ordered = (*rest[:cut], *(v for v in state if isinstance(v, jex.Var)), *rest[cut:])
+        if len(ordered) != len(inputs):
+            continue
+        return dataclasses.replace(
+            replacement, block=dataclasses.replace(replacement.block, invars=ordered)
+        )
+    return None
 
 
 def _yax_path(mox: Mox, location: Location) -> tuple[str, ...]:
@@ -280,6 +331,159 @@ def _check_and_name(targets: list[_Target], mox: Mox) -> None:
         used.update(target.keys)
 
 
+class _Removed:
+    """The value of a root input `sub` took out of the params tree (the replaced module's
+    weights): reading it anywhere else is an error naming the reader."""
+
+    def __repr__(self) -> str:
+        return "<removed weights>"
+
+
+_REMOVED = _Removed()
+
+
+@dataclass
+class _Placement:
+    """The rewritten root arguments: `example` is the new positional arguments with leaf
+    placeholders (`int`: an old leaf; `str`: a new parameter's key)."""
+
+    example: Any
+    keys: set[str]
+
+
+def _placements(mox: Mox, targets: list[_Target]) -> _Placement | None:
+    """Put the weights of module-call replacements into the root's params tree, YAX's
+    way: under the replaced module's parent, named after the replacement (its name, or
+    `<Type>_0`), in place of the replaced module's entry. Targets for which the trees
+    do not allow it keep the trailing dict."""
+    candidates = [t for t in targets if t.repl_paths is not None and t.keys]
+    if not candidates or mox.in_tree is None:
+        return None
+    args = arg_example(mox)
+    if args is None:
+        return None
+    example = list(args)
+    placed = _Placement(example, set())
+    for target in candidates:
+        node = target.node
+        assert isinstance(node, ModuleCall) and target.repl_paths is not None
+        mine = _module_entry(target.repl_paths, own=True)
+        if mine is None or len(target.repl_paths) != len(target.keys):
+            continue
+        collection, argpos, tails = mine
+        if node.n_state:
+            chain = _chain(mox, target.location)
+            paths = None if chain is None else state_paths(mox, chain, node)
+            where = None if paths is None else _module_entry(paths)
+            if where is None or where[:2] != (collection, argpos):
+                continue
+            module_path = where[2]
+        elif node.name:  # a module without state: its entry would be at its path
+            module_path = tuple(node.name.split("/"))
+        else:
+            continue
+        if argpos >= len(example) or not isinstance(example[argpos], dict):
+            continue
+        parent = _dict_at(example[argpos], (collection, *module_path[:-1]), create=True)
+        if parent is None:
+            continue
+        if node.n_state:
+            assert paths is not None
+            old = parent.get(module_path[-1])
+            if not isinstance(old, dict) or sorted(jax.tree_util.tree_leaves(old)) != sorted(
+                _leaf_positions(paths, mox)
+            ):
+                continue  # the entry holds more than this module's state
+        elif module_path[-1] in parent:
+            continue
+        name = target.repl_name
+        if name != module_path[-1] and name in parent:
+            entry = "/".join(map(str, (*module_path[:-1], name)))
+            raise MoxError(
+                f"the replacement's weights would go to {entry!r} in argument {argpos}'s "
+                f"{collection!r} collection, which holds another module; rename the "
+                "replacement (`call.params['name'] = ...`)."
+            )
+        parent.pop(module_path[-1], None)
+        # the call is named as its weights are placed: `<parent path>/<name>`
+        target.prefix = "/".join(map(str, (*module_path[:-1], name)))
+        (call,) = target.replacement.block.nodes
+        assert isinstance(call, ModuleCall)
+        unnamed = dataclasses.replace(call, info=ModuleInfo(call.type, "", call.attrs))
+        block = dataclasses.replace(target.replacement.block, nodes=(unnamed,))
+        target.replacement = dataclasses.replace(target.replacement, block=block)
+        fresh: dict[str, Any] = {}
+        for key, rel in zip(target.keys, tails, strict=True):
+            _put(fresh, rel, key)
+        parent[name] = fresh
+        placed.keys.update(target.keys)
+    return placed if placed.keys else None
+
+
+def _leaf_positions(paths: Sequence[tuple[Any, ...]], mox: Mox) -> list[int]:
+    index = {path: leaf for leaf, path in enumerate(arg_paths(mox) or ())}
+    return [index[tuple(path)] for path in paths]
+
+
+def _chain(mox: Mox, location: Location) -> list[ModuleCall] | None:
+    """The module calls around the node at `location` (`None`: it sits in a region)."""
+    chain: list[ModuleCall] = []
+    block = mox.block
+    for step in location[:-1]:
+        if not isinstance(step, int):
+            return None
+        node = block.nodes[step]
+        if not isinstance(node, ModuleCall):
+            return None
+        chain.append(node)
+        block = node.body
+    return chain
+
+
+def _module_entry(paths: Sequence[tuple[Any, ...]], own: bool = False) -> tuple[Any, ...] | None:
+    """`(collection, argument position, module path)` of state leaves at `paths` (all in
+    one argument's one dict collection; the module path is their common prefix), or with
+    `own`, `(collection, argument position, leaf paths relative to the module)`."""
+    keys = []
+    for path in paths:
+        if len(path) < 3 or not isinstance(path[0], jax.tree_util.SequenceKey):
+            return None
+        rest = path[1:]
+        if not all(isinstance(k, jax.tree_util.DictKey) for k in rest):
+            return None
+        keys.append((path[0].idx, *(k.key for k in rest)))
+    if len({k[:2] for k in keys}) != 1:
+        return None
+    argpos, collection = keys[0][:2]
+    tails = [k[2:] for k in keys]
+    if own:
+        return (collection, argpos, tails)
+    common = tails[0][:-1]
+    for tail in tails[1:]:
+        n = 0
+        while n < min(len(common), len(tail) - 1) and common[n] == tail[n]:
+            n += 1
+        common = common[:n]
+    if not common:
+        return None
+    return (collection, argpos, tuple(common))
+
+
+def _dict_at(tree: Any, keys: Sequence[Any], create: bool = False) -> dict[Any, Any] | None:
+    """The dict at `keys` under `tree` (made, empty, where missing when `create`)."""
+    for key in keys:
+        if not isinstance(tree, dict) or (key not in tree and not create):
+            return None
+        tree = tree.setdefault(key, {})
+    return tree if isinstance(tree, dict) else None
+
+
+def _put(tree: dict[Any, Any], keys: Sequence[Any], value: Any) -> None:
+    for key in keys[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[keys[-1]] = value
+
+
 class _Plan:
     def __init__(self, targets: list[_Target]) -> None:
         self.targets = {t.location: t for t in targets}
@@ -287,24 +491,73 @@ class _Plan:
         self.extra: dict[str, Any] = {}
 
 
-def _replay_root(mox: Mox, targets: list[_Target]) -> Mox:
+def _replay_root(mox: Mox, targets: list[_Target], placed: _Placement | None) -> Mox:
     plan = _Plan(targets)
     new_keys = [k for t in targets for k in t.keys]
-    new_avals = [array_aval(v) for t in targets for v in t.replacement.block.invars[: len(t.keys)]]
+    new_aval = {
+        k: array_aval(v)
+        for t in targets
+        for k, v in zip(t.keys, t.replacement.block.invars[: len(t.keys)], strict=True)
+    }
+    trailing = [k for k in new_keys if placed is None or k not in placed.keys]
     n_old = len(mox.block.invars)
+    avals = [_sds(v.aval) for v in mox.block.invars]
+    fields: dict[str, Any] = {}
+    if placed is None:
+        source: list[Any] = list(range(n_old))  # what each new root input is
+    else:
+        source, fields = _new_inputs(mox, placed)
+        avals = [
+            _sds(new_aval[x] if isinstance(x, str) else mox.block.invars[x].aval) for x in source
+        ]
+    n_in = len(source)
 
     def flat(*xs: Any) -> list[Any]:
-        plan.extra = dict(zip(new_keys, xs[n_old:], strict=False))
-        return replay_block(mox.block, xs[:n_old], plan, ())
+        old: list[Any] = [_REMOVED] * n_old
+        plan.extra = dict(zip(trailing, xs[n_in:], strict=True))
+        for x, value in zip(source, xs[:n_in], strict=True):
+            if isinstance(x, str):
+                plan.extra[x] = value
+            else:
+                old[x] = value
+        return replay_block(mox.block, old, plan, ())
 
-    avals = [_sds(v.aval) for v in mox.block.invars] + [_sds(a) for a in new_avals]
+    avals += [_sds(new_aval[k]) for k in trailing]
     with intercepting():
         closed = jax.make_jaxpr(flat)(*avals)
     extra = mox.extra_params + tuple(
-        (k, jax.ShapeDtypeStruct(a.shape, a.dtype))
-        for k, a in zip(new_keys, new_avals, strict=False)
+        (k, jax.ShapeDtypeStruct(new_aval[k].shape, new_aval[k].dtype)) for k in trailing
     )
-    return dataclasses.replace(mox, block=convert_closed(closed), extra_params=extra)
+    return dataclasses.replace(mox, block=convert_closed(closed), extra_params=extra, **fields)
+
+
+def _new_inputs(mox: Mox, placed: _Placement) -> tuple[list[Any], dict[str, Any]]:
+    """The new root inputs (old input indices, new parameters' keys) and the new root's
+    `in_tree` and `static_leaves` after the params tree was rewritten."""
+    assert mox.in_tree is not None
+    leaves, in_tree = jax.tree_util.tree_flatten(tuple(placed.example))
+    statics = dict(mox.static_leaves)
+    n_args = mox.in_tree.num_leaves
+    invar_of: dict[int, int] = {}
+    for p in range(n_args + len(mox.block.invars)):
+        if p not in statics:
+            invar_of[p] = len(invar_of)
+    source: list[Any] = []
+    static_leaves: list[tuple[int, object]] = []
+    for position, leaf in enumerate(leaves):
+        if isinstance(leaf, str):
+            source.append(leaf)
+        elif leaf in statics:
+            static_leaves.append((position, statics[leaf]))
+        else:
+            source.append(invar_of[leaf])
+    n_new = len(leaves)
+    for p, value in mox.static_leaves:  # keyword arguments' static leaves follow
+        if p >= n_args:
+            static_leaves.append((p - n_args + n_new, value))
+    first_kw = n_args - sum(p < n_args for p in statics)  # keyword, then extra inputs
+    source += list(range(first_kw, len(mox.block.invars)))
+    return source, {"in_tree": in_tree, "static_leaves": tuple(static_leaves)}
 
 
 def _sds(aval: Any) -> jax.ShapeDtypeStruct:
@@ -331,9 +584,14 @@ def replay_block(
         loc = (*location, index)
         ins = [read(a) for a in node.invars]
         if plan is not None and loc in plan.targets:
+            target = plan.targets[loc]
+            if any(v is _REMOVED for v in ins[target.n_skip :]):
+                raise MoxError(_removed_use(node, loc))
             outs = _apply(plan, plan.targets[loc], ins)
         elif isinstance(node, ModuleCall):
             outs = _replay_module(node, ins, plan, loc, prefix)
+        elif any(v is _REMOVED for v in ins):
+            raise MoxError(_removed_use(node, loc))
         elif plan is not None and loc in plan.prefixes:
             outs = _rebuild_equation(node, ins, plan, loc)
         else:
@@ -343,9 +601,19 @@ def replay_block(
     return [read(a) for a in block.outvars]
 
 
+def _removed_use(node: Node, location: Location) -> str:
+    return (
+        f"{describe(node, location)} reads weights that `sub` moved out of the params tree "
+        "(the replaced module's, shared with this node); pass the replacement's weights in "
+        "the trailing dict instead: `sub(..., make_mox(...)(...), mox)` with a MoX."
+    )
+
+
 def _apply(plan: _Plan, target: _Target, ins: list[Any]) -> list[Any]:
     extra = [plan.extra[k] for k in target.keys]
-    prefix = target.node.name if isinstance(target.node, ModuleCall) else None
+    prefix = target.prefix
+    if prefix is None and isinstance(target.node, ModuleCall):
+        prefix = target.node.name
     return replay_block(target.replacement.block, [*extra, *ins[target.n_skip :]], None, (), prefix)
 
 
@@ -360,7 +628,24 @@ def _replay_module(
     if prefix is not None:
         name = "/".join(part for part in (prefix, info.name) if part)
         info = ModuleInfo(info.type, name, info.attrs)
-    new_state, out = call_region(info, fn, ins[: node.n_state], ins[node.n_state :])
+    state = ins[: node.n_state]
+    kept = [j for j, v in enumerate(state) if v is not _REMOVED]
+    if len(kept) == len(state):
+        new_state, out = call_region(info, fn, state, ins[node.n_state :])
+        return [*new_state, *out]
+
+    def without_removed(kept_state: list[Any], args: list[Any]) -> tuple[Any, Any]:
+        full = list(state)
+        for j, value in zip(kept, kept_state, strict=True):
+            full[j] = value
+        return fn(full, args)
+
+    # the module's state leaves that `sub` moved out of the params tree are no longer its
+    new_state, out = call_region(
+        info, without_removed, [state[j] for j in kept], ins[node.n_state :]
+    )
+    if any(v is _REMOVED for v in new_state):
+        raise MoxError(_removed_use(node, loc))
     return [*new_state, *out]
 
 

@@ -54,6 +54,7 @@ from ._ir import (
     Region,
     edit_count,
     is_root,
+    record_state_paths,
 )
 
 Location = tuple[Any, ...]
@@ -407,7 +408,13 @@ def query(xpath: str | XPath, mox: Mox) -> Any:
                 raise MoxError(f"`xpath` {xpath!r} cannot be evaluated: {error}.") from None
             if not isinstance(result, list):
                 return result
-            return [_result(item, view, mox) for item in result]
+            found = [_result(item, view, mox) for item in result]
+        for node in found:  # see `Mox.children`: a call taken out knows its weights' place
+            if isinstance(node, ModuleCall) and node.n_state:
+                location = view.location_of(node, mox)
+                if location is not None:
+                    record_state_paths(mox, location, node)
+        return found
 
 
 def _result(item: Any, view: ElementView, mox: Mox) -> Any:
