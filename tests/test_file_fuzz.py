@@ -1,4 +1,4 @@
-"""Fuzzing `loads` with mutated MoX files: it round-trips or raises MoxSerializationError.
+"""Fuzzing the loaders: `loads` with mutated MoX files, `restore_state` with mutated checkpoints.
 
 Valid XML and YSON files (module calls, custom derivatives, scan/cond regions, constants,
 literals, PRNG keys) are mutated the ways a corrupted or hostile file differs from a
@@ -8,15 +8,22 @@ must either return a MoX that writes and reads back the same, or raise
 `MoxSerializationError` (`MoxLimitError` included) — never another exception — and stay
 within a memory budget (traced by `tracemalloc`, which numpy reports to).
 
+Checkpoints get the same treatment at the end of the file: a mutated checkpoint restores
+the saved state bit for bit or raises `CheckpointError`, never another exception.
+
 The number of examples is small in CI; `BRYO_FUZZ_EXAMPLES=10000` runs a long campaign.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
+import shutil
+import tempfile
 import tracemalloc
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +32,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import bryo
 import bryo_mox as yax
+from bryo import nnx
 from bryo_mox import MoxSerializationError
 from bryo_mox.testing import MLP, Linear, ToyBackend, document_signature
 from bryo_plugins import new_plugin_manager, use_plugin_manager
@@ -223,3 +232,144 @@ def test_mutated_files_round_trip_or_raise_serialization_errors(data):
 @pytest.mark.parametrize(("format", "text"), corpus())
 def test_the_corpus_itself_round_trips(format, text):
     check_load(format, text)
+
+
+# Checkpoints -----------------------------------------------------------------------------
+#
+# A saved checkpoint mutated the ways a damaged disk or a hostile sender would: a file's
+# bytes flipped, garbled, cut or grown, files deleted, added or replaced by links, index
+# fields set to hostile values, the index nested deeply; half the time the manifest is
+# then rewritten to match (a crafted checkpoint). Every restore, with and without an
+# abstract state, raises `CheckpointError` or returns a State: for a damaged checkpoint
+# (manifest not rewritten), the saved state bit for bit.
+
+
+class _Checkpointed(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.linear = nnx.Linear(3, 4, rngs=rngs)
+        self.norm = nnx.BatchNorm(4, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+
+def _checkpoint_state() -> bryo.State:
+    return nnx.split(_Checkpointed(nnx.Rngs(0, dropout=1)))[1]
+
+
+@pytest.fixture(scope="module")
+def saved_checkpoint(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("fuzz") / "ckpt"
+    bryo.save_state(path, _checkpoint_state())
+    return path
+
+
+HOSTILE_INDEX_VALUES = {
+    "path": [[], ["..", "..", "etc", "passwd"], ["a/b"], [True], [["x"]], ["linear"], [""]],
+    "shape": [[], [-1], [2**40, 2**40], [1] * 70, ["4"], None, [4, 4]],
+    "dtype": ["object", "float64", "int32", "key<fry>", "V8", "<U4", "", 7],
+    "type": ["os.system", "bryo_graph._variables.Param", "array", 3],
+    "metadata": [None, [], {"a": [[[[[[[]]]]]]]}],
+    "sha256": ["0" * 64, "x", None, 5],
+}
+
+
+def _mutate_bytes(file: Path, data: st.DataObject) -> None:
+    raw = bytearray(file.read_bytes())
+    kind = data.draw(st.sampled_from(["flip", "garble", "cut", "grow", "delete", "empty"]))
+    if kind == "delete":
+        file.unlink()
+        return
+    at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
+    if kind == "flip" and raw:
+        raw[at] ^= 1 << data.draw(st.integers(0, 7))
+    elif kind == "garble":
+        raw[at : at + 8] = data.draw(st.binary(min_size=8, max_size=8))
+    elif kind == "cut":
+        del raw[at:]
+    elif kind == "grow":
+        raw[at:at] = data.draw(st.binary(min_size=1, max_size=64))
+    else:
+        raw.clear()
+    file.write_bytes(bytes(raw))
+
+
+def _mutate_index(folder: Path, data: st.DataObject) -> None:
+    index = folder / "variables" / "metadata"
+    try:
+        document = json.loads(index.read_text())
+        entries = document["variables"]
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        entries = None  # an earlier mutation already broke the index
+    if entries and data.draw(st.booleans()):
+        entry = data.draw(st.sampled_from(entries))
+        field = data.draw(st.sampled_from(sorted(HOSTILE_INDEX_VALUES)))
+        if isinstance(entry, dict):
+            entry[field] = data.draw(st.sampled_from(HOSTILE_INDEX_VALUES[field]))
+        index.write_text(json.dumps(document))
+    else:
+        depth = data.draw(st.sampled_from([40, 5000, 100_000]))
+        index.write_text("[" * depth + "]" * depth)
+
+
+def _mutate_folder(folder: Path, data: st.DataObject, elsewhere: Path) -> None:
+    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    kind = data.draw(st.sampled_from(["bytes", "bytes", "index", "add", "link"]))
+    if kind == "index":
+        _mutate_index(folder, data)
+    elif kind == "add":
+        (folder / data.draw(st.sampled_from(["arrays", "variables", "."])) / "extra").write_text(
+            "{}"
+        )
+    elif kind == "link":
+        name = data.draw(st.sampled_from([*names, "arrays"]))
+        target = elsewhere / name if data.draw(st.booleans()) else Path("/etc/hostname")
+        victim = folder / name
+        shutil.rmtree(victim) if victim.is_dir() else victim.unlink()
+        victim.symlink_to(target)
+    else:
+        _mutate_bytes(folder / data.draw(st.sampled_from(names)), data)
+
+
+def _same_values(restored: bryo.State, saved: bryo.State) -> bool:
+    got, want = restored.flat_state(), saved.flat_state()
+
+    def raw(leaf):
+        value = getattr(leaf, "value", leaf)
+        if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+            value = jax.random.key_data(value)
+        return getattr(leaf, "type", None), str(value.dtype), np.asarray(value).tobytes()
+
+    return list(got) == list(want) and all(raw(got[p]) == raw(want[p]) for p in want)
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=EXAMPLES <= 100,
+)
+@given(st.data())
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_mutated_checkpoints_restore_exactly_or_raise_checkpoint_errors(saved_checkpoint, data):
+    from bryo._checkpoint_files import seal  # rewrites the manifest: a crafted checkpoint
+
+    saved = _checkpoint_state()
+    with tempfile.TemporaryDirectory() as scratch:
+        folder, elsewhere = Path(scratch) / "ckpt", Path(scratch) / "other"
+        shutil.copytree(saved_checkpoint, folder)
+        shutil.copytree(saved_checkpoint, elsewhere)
+        for _ in range(data.draw(st.integers(1, 3))):
+            _mutate_folder(folder, data, elsewhere)
+        crafted = data.draw(st.booleans())
+        if crafted:  # a consistent manifest over the mutated files
+            try:
+                seal(folder)
+            except bryo.CheckpointError:
+                pass  # a link: the crafter cannot seal it either
+        for abstract in (None, jax.eval_shape(_checkpoint_state)):
+            try:
+                restored = bryo.restore_state(folder, abstract)
+            except bryo.CheckpointError:
+                continue
+            # a damaged checkpoint restores exactly or not at all; a crafted one may hold
+            # other values (its manifest matches them), but never raises anything else
+            assert crafted or _same_values(restored, saved)

@@ -1,10 +1,14 @@
 """Checkpoints through orbax: a whole model state, into an abstract state, never unpickled."""
 
+import hashlib
+import json
+import os
 import pickle
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -184,3 +188,120 @@ def test_raw_array_attributes_round_trip_as_raw_leaves(tmp_path):
         assert isinstance(restored["scale"], jax.Array) and same(restored["scale"], saved["scale"])
         assert restored["bias"].type is nnx.Param
         assert float(nnx.merge(graphdef, restored).scale[2]) == 2.0
+
+
+def test_force_replaces_checkpoints_only(tmp_path):
+    _, saved = trained_state()
+    save_state(tmp_path / "ckpt", saved)
+    with pytest.raises(CheckpointError, match=r"ckpt already exists; pass `force=True`"):
+        save_state(tmp_path / "ckpt", saved)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "thesis.tex").write_text("years of work")
+    (tmp_path / "notes.txt").write_text("notes")
+    for name in ("work", "notes.txt"):
+        with pytest.raises(CheckpointError, match=f"{name} exists and is not a checkpoint"):
+            save_state(tmp_path / name, saved, force=True)
+    assert (tmp_path / "work" / "thesis.tex").read_text() == "years of work"
+    assert (tmp_path / "notes.txt").read_text() == "notes"
+    (tmp_path / "latest").symlink_to(tmp_path / "ckpt")  # a link is replaced, not followed
+    save_state(tmp_path / "latest", saved.filter(nnx.Param), force=True)
+    assert not (tmp_path / "latest").is_symlink()
+    assert_same_state(restore_state(tmp_path / "ckpt"), saved)
+    save_state(tmp_path / "ckpt", saved.filter(nnx.Param), force=True)
+    assert_same_state(restore_state(tmp_path / "ckpt"), saved.filter(nnx.Param))
+    assert sorted(os.listdir(tmp_path)) == ["ckpt", "latest", "notes.txt", "work"]
+
+
+def test_leftovers_of_unfinished_saves_are_never_restored_and_the_next_save_removes_them(
+    tmp_path,
+):
+    _, saved = trained_state()
+    # killed while writing: an incomplete new folder, or orbax's own (when orbax replaced it)
+    (tmp_path / "ckpt.bryo-new-0123456789abcdef" / "arrays").mkdir(parents=True)
+    (tmp_path / "ckpt.orbax-checkpoint-tmp" / "arrays").mkdir(parents=True)
+    with pytest.raises(
+        CheckpointError, match=r"ckpt is not a bryo checkpoint .*An unfinished save left ckpt\."
+    ):
+        restore_state(tmp_path / "ckpt")
+    save_state(tmp_path / "ckpt", saved)
+    save_state(tmp_path / "ckpt2", saved.filter(nnx.Param))  # a prefix of another name
+    assert sorted(os.listdir(tmp_path)) == ["ckpt", "ckpt2"]
+    # killed between the two renames of a replace: the complete new folder is the checkpoint
+    os.rename(tmp_path / "ckpt", tmp_path / "ckpt.bryo-new-00000000000000aa")
+    assert_same_state(restore_state(tmp_path / "ckpt"), saved)
+    assert len(read_index(tmp_path / "ckpt")) == len(saved.flat_state())
+    with pytest.raises(CheckpointError, match="already exists"):
+        save_state(tmp_path / "ckpt", saved)  # the next save puts it in place first
+    assert sorted(os.listdir(tmp_path)) == ["ckpt", "ckpt2"]
+    assert_same_state(restore_state(tmp_path / "ckpt2"), saved.filter(nnx.Param))
+
+
+def test_checkpoints_from_before_checksums_still_restore(tmp_path):
+    """Index version 1 (before checksums): the same orbax files, no manifest."""
+    _, saved = trained_state()
+    save_state(tmp_path / "ckpt", saved)
+    (tmp_path / "ckpt" / "bryo-manifest.json").unlink()
+    with pytest.raises(CheckpointError, match=r"bryo-manifest.json: missing; this checkpoint"):
+        restore_state(tmp_path / "ckpt")
+    index = tmp_path / "ckpt" / "variables" / "metadata"
+    document = json.loads(index.read_text())
+    document["version"] = 1
+    for entry in document["variables"]:
+        del entry["sha256"]
+    index.write_text(json.dumps(document))
+    assert_same_state(restore_state(tmp_path / "ckpt"), saved)
+    assert_same_state(restore_state(tmp_path / "ckpt", abstract_state()), saved)
+    assert {entry.sha256 for entry in read_index(tmp_path / "ckpt")} == {None}
+
+
+def test_orbax_reads_a_bryo_checkpoint_itself(tmp_path):
+    _, saved = trained_state()
+    save_state(tmp_path / "ckpt", saved)
+    arrays = ocp.StandardCheckpointer().restore(tmp_path / "ckpt" / "arrays")
+    assert np.array_equal(arrays["linear"]["kernel"], saved["linear"]["kernel"].value)
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+        items = checkpointer.restore(
+            tmp_path / "ckpt",
+            ocp.args.Composite(arrays=ocp.args.StandardRestore(), variables=ocp.args.JsonRestore()),
+        )
+    assert np.array_equal(items["arrays"]["norm"]["mean"], saved["norm"]["mean"].value)
+    assert items["variables"]["version"] == 2
+
+
+@pytest.mark.parametrize(
+    ("flat", "message"),
+    [
+        ({("/etc", "w"): 1.0}, r"state path /etc/w would be stored by orbax as `/etc.w`"),
+        ({("a", "b/.."): 1.0}, r"as `a\.b/\.\.`, a file name leaving its folder"),
+        ({(".", "/x"): 1.0}, r"key '\.' cannot name an array"),
+        ({("..", "w"): 1.0}, r"state path \.\./w: key '\.\.' cannot name an array"),
+        ({("a.b", "c"): 1.0, ("a", "b.c"): 2.0}, r"a\.b/c and a/b\.c would both be stored as"),
+        ({("layers", 0): 1.0, ("layers", "0"): 2.0}, r"would both be stored as `layers\.0`"),
+    ],
+)
+def test_paths_orbax_cannot_store_apart_are_refused_before_writing(tmp_path, flat, message):
+    state = bryo.State.from_flat_path(
+        {path: bryo.VariableState(nnx.Param, jnp.full(2, value)) for path, value in flat.items()}
+    )
+    with pytest.raises(CheckpointError, match=message):
+        save_state(tmp_path / "ckpt", state)
+    assert not os.listdir(tmp_path)
+
+
+def test_the_index_records_each_arrays_checksum(tmp_path):
+    _, saved = trained_state()
+    save_state(tmp_path / "ckpt", saved)
+    entries = {entry.path: entry for entry in read_index(tmp_path / "ckpt")}
+    kernel = np.asarray(saved["linear"]["kernel"].value)
+    assert entries["linear", "kernel"].sha256 == hashlib.sha256(kernel.tobytes()).hexdigest()
+    key = np.asarray(jax.random.key_data(saved["seed"].value))
+    assert entries["seed",].sha256 == hashlib.sha256(key.tobytes()).hexdigest()
+
+
+def test_keys_with_slashes_round_trip(tmp_path):
+    """Keys like `trunk/stacked/down:0` (a MoX node's name) are kept: orbax stores them."""
+    state = bryo.State.from_flat_path(
+        {("lora", "trunk/stacked/down:0"): bryo.VariableState(nnx.Param, jnp.arange(3.0))}
+    )
+    save_state(tmp_path / "ckpt", state)
+    assert_same_state(restore_state(tmp_path / "ckpt"), state)

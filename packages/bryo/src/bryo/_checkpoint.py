@@ -6,7 +6,11 @@ anywhere); this module adds the glue a model state needs around it:
 - the arrays go to orbax as a plain nested dict keyed by the state's paths, so the files
   do not depend on how `State` flattens as a pytree;
 - an index written next to them (JSON, through orbax's `JsonSave`) records each path's
-  Variable type, shape, dtype and JSON-able metadata (logical sharding axes, rng tags);
+  Variable type, shape, dtype, JSON-able metadata (logical sharding axes, rng tags) and
+  the SHA-256 of its values;
+- the folder is written beside the checkpoint it replaces and swapped in by rename, with
+  a manifest of every file's SHA-256 (`_checkpoint_files`): a killed save leaves the old
+  or the new checkpoint, and a damaged file is found before orbax reads it;
 - `restore_state(directory, abstract)` restores into an abstract state (from `eval_shape`),
   optionally placed on a mesh with the Variables' logical axes, after checking that the
   checkpoint has the same paths, types, shapes and dtypes (an error names the first path
@@ -17,29 +21,47 @@ anywhere); this module adds the glue a model state needs around it:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import math
+import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from bryo_graph import State, Variable, VariableState, get_named_sharding
 from bryo_pytree import Key
 
+from . import _checkpoint_files as files
+from ._checkpoint_files import CheckpointError as CheckpointError
+
 #: The names of the two items of a bryo checkpoint (orbax `Composite` items).
 ARRAYS_ITEM = "arrays"
 INDEX_ITEM = "variables"
-INDEX_VERSION = 1
+#: Where orbax's `JsonSave` puts the index inside its item.
+INDEX_FILE = f"{INDEX_ITEM}/metadata"
+#: Version 2 adds each array's SHA-256 and the manifest; version 1 (no checksums) still
+#: restores, unchecked.
+INDEX_VERSION = 2
+UNCHECKED_INDEX_VERSION = 1
 RAW_ARRAY = "array"  # the index type of a raw array State leaf (not in a Variable)
+#: Files whose presence marks a folder as a checkpoint that `force=True` may replace.
+CHECKPOINT_MARKERS = (files.MANIFEST, INDEX_ITEM, "_CHECKPOINT_METADATA")
+MAX_RANK = 64  # numpy's limit
+#: Keys orbax cannot write into file names (it joins a path's keys with `.`; a `/` in a
+#: key is kept, so `/`-separated parts are checked on the joined name).
+_UNSAFE_KEYS = ("", ".", "..")
+_UNSAFE_IN_KEYS = ("\\", "\0")
 
 StatePath = tuple[Key, ...]
 """A State path; the JSON index holds those of str and int keys (`_nested` writes them as str)."""
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that does not fit what it is restored into, or a state it cannot save."""
 
 
 class IndexEntry(NamedTuple):
@@ -50,45 +72,104 @@ class IndexEntry(NamedTuple):
     shape: tuple[int, ...]
     dtype: str
     metadata: dict[str, Any]
+    sha256: str | None = None  # of the values' bytes; None for arrays on other hosts
 
     def to_json(self) -> dict[str, Any]:
         return {**self._asdict(), "path": list(self.path), "shape": list(self.shape)}
 
     @classmethod
-    def from_json(cls, entry: Mapping[str, Any]) -> IndexEntry:
-        metadata = {k: _tuples(v) for k, v in dict(entry["metadata"]).items()}
+    def from_json(cls, entry: object) -> IndexEntry:
+        """An entry read from an index file, checked field by field (`CheckpointError`)."""
+        if not isinstance(entry, dict) or not {"path", "type", "shape", "dtype"} <= set(entry):
+            raise CheckpointError("needs `path`, `type`, `shape` and `dtype`")
+        path, shape, dtype = entry["path"], entry["shape"], entry["dtype"]
+        metadata, digest = entry.get("metadata", {}), entry.get("sha256")
+        if not isinstance(path, list) or not path:
+            raise CheckpointError(f"its path {path!r} is not a non-empty list of keys")
+        for key in path:
+            problem = _key_problem(key)
+            if problem:
+                raise CheckpointError(f"its path {path!r}: {problem}")
+        if not isinstance(entry["type"], str):
+            raise CheckpointError(f"its type {entry['type']!r} is not a type name")
+        if (
+            not isinstance(shape, list)
+            or len(shape) > MAX_RANK
+            or not all(type(size) is int and 0 <= size < 2**62 for size in shape)
+        ):
+            raise CheckpointError(f"its shape {shape!r} is not a list of sizes")
+        _dtype(dtype)
+        if not isinstance(metadata, dict):
+            raise CheckpointError("its metadata is not an object")
+        if digest is not None and not (isinstance(digest, str) and files.is_sha256(digest)):
+            raise CheckpointError("its sha256 is not 64 hexadecimal digits")
         return cls(
-            tuple(entry["path"]), entry["type"], tuple(entry["shape"]), entry["dtype"], metadata
+            tuple(path),
+            entry["type"],
+            tuple(shape),
+            dtype,
+            {k: _tuples(v) for k, v in metadata.items()},
+            digest,
         )
+
+
+class _Checkpoint(NamedTuple):
+    """An opened checkpoint folder: its files, manifest (None before checksums) and index."""
+
+    path: Path
+    files: dict[str, Path]
+    manifest: dict[str, files.FileRecord] | None
+    index: list[IndexEntry]
 
 
 def save_state(directory: str | Path, state: State, *, force: bool = False) -> Path:
     """Save a whole model state (every Variable type, rng keys and counts) with orbax.
 
+    The checkpoint is written beside `directory` and renamed into place once complete:
+    a save killed at any moment leaves the previous checkpoint or the new one, and the
+    next save removes what the killed one left.
+
     Args:
         directory: the checkpoint folder to create (absolute or relative).
         state: a `State` (from `bryo.split`, `bryo.state` or `nnx.split`).
-        force: replace an existing checkpoint at `directory`.
+        force: replace an existing checkpoint at `directory` (a folder that is not a
+            checkpoint is never replaced).
 
     Returns:
         The checkpoint's absolute path.
     """
     directory = Path(directory).absolute()
+    if jax.process_count() > 1:
+        raise CheckpointError(
+            f"{directory}: `save_state` writes from one process and this job has "
+            f"{jax.process_count()}; save a multi-host state with orbax's CheckpointManager."
+        )
     flat = state.flat_state()
     index = [_index_entry(path, leaf) for path, leaf in flat.items()]
     arrays = _nested({path: _value(leaf) for path, leaf in flat.items()})
     document = {"version": INDEX_VERSION, "variables": [e.to_json() for e in index]}
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-        checkpointer.save(
-            directory,
-            ocp.args.Composite(
-                **{
-                    ARRAYS_ITEM: ocp.args.StandardSave(arrays),
-                    INDEX_ITEM: ocp.args.JsonSave(document),
-                }
-            ),
-            force=force,
-        )
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    files.recover(directory)
+    _check_destination(directory, force)
+    staging = files.staging_folder(directory)
+    try:
+        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+            checkpointer.save(
+                staging,
+                ocp.args.Composite(
+                    **{
+                        ARRAYS_ITEM: ocp.args.StandardSave(arrays),
+                        INDEX_ITEM: ocp.args.JsonSave(document),
+                    }
+                ),
+            )
+        files.seal(staging)
+    except BaseException:
+        for leftover in files.find_leftovers(directory):
+            if leftover.path.name.startswith(staging.name):
+                files.remove(leftover.path)
+        raise
+    files.swap_in(staging, directory)
     return directory
 
 
@@ -99,7 +180,7 @@ def restore_state(
     mesh: jax.sharding.Mesh | None = None,
     rules: Any = None,
 ) -> State:
-    """Restore a state saved by `save_state`.
+    """Restore a state saved by `save_state`, checking every file against its checksum.
 
     Args:
         directory: the checkpoint folder.
@@ -113,41 +194,172 @@ def restore_state(
     Returns:
         The restored `State`, with the abstract state's Variable types and metadata (or
         the index's, without `abstract`).
+
+    Raises:
+        CheckpointError: the checkpoint is damaged (a file missing, resized or changed
+            since saving), crafted (links, bad names, shapes beyond this machine's memory)
+            or does not fit `abstract`; the message names the file or state path.
     """
-    directory = Path(directory).absolute()
-    index = read_index(directory)
+    if abstract is None and mesh is not None:
+        raise CheckpointError("`mesh=` needs `abstract=`: pass the abstract state too.")
+    checkpoint = _open(directory)
     if abstract is None:
-        if mesh is not None:
-            raise CheckpointError("`mesh=` needs `abstract=`: pass the abstract state too.")
-        return _restore_from_index(directory, index)
+        return _restore_from_index(checkpoint)
     flat = abstract.flat_state()
-    _check_fits(directory, index, flat)
-    targets = _targets(abstract, mesh, rules)
-    arrays = _restore_arrays(directory, _nested(targets))
+    _check_fits(checkpoint.path, checkpoint.index, flat)
+    arrays = _restore_checked(checkpoint, _targets(abstract, mesh, rules))
     return State.from_flat_path(
         {path: _with_value(leaf, _lookup(arrays, path)) for path, leaf in flat.items()}
     )
 
 
 def read_index(directory: str | Path) -> list[IndexEntry]:
-    """The index of a checkpoint: each saved Variable's path, type, shape, dtype, metadata."""
-    directory = Path(directory).absolute()
-    if not (directory / INDEX_ITEM).is_dir():
+    """The index of a checkpoint: each saved Variable's path, type, shape, dtype, metadata
+    and checksum (the index file is checked against the manifest first)."""
+    return _open(directory).index
+
+
+# Opening and checking -------------------------------------------------------------------
+
+
+def _open(directory: str | Path) -> _Checkpoint:
+    """Find a checkpoint (or the complete one a killed save left), refuse links, and read
+    its manifest and index, the index checked against the manifest before parsing."""
+    requested = Path(directory).absolute()
+    path = files.resolve(requested)
+    if not path.is_dir():
+        raise _not_a_checkpoint(requested, "no such folder")
+    found = files.walk(path)
+    manifest = files.read_manifest(path) if files.MANIFEST in found else None
+    if manifest is not None:
+        record = manifest.get(INDEX_FILE)
+        damage = (
+            files.Damage(INDEX_FILE, "is not listed in the manifest", changed=False)
+            if record is None
+            else files.check_file(path, INDEX_FILE, record)
+        )
+        if damage is not None:
+            raise _damage_error(path, [damage])
+    elif INDEX_FILE not in found:
+        raise _not_a_checkpoint(requested, f"no `{INDEX_FILE}` index")
+    index_file = path / INDEX_FILE
+    version, index = _parse_index(files.read_json(index_file, "index"), index_file)
+    if manifest is None and version != UNCHECKED_INDEX_VERSION:
         raise CheckpointError(
-            f"{directory} is not a bryo checkpoint (no `{INDEX_ITEM}` item); write one with "
-            "`bryo.save_state`, or restore a plain orbax checkpoint with orbax itself."
+            f"{path / files.MANIFEST}: missing; this checkpoint (index version {version}) was "
+            "saved with one, so it was deleted. Restore an earlier checkpoint or save again."
         )
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-        restored = checkpointer.restore(
-            directory, ocp.args.Composite(**{INDEX_ITEM: ocp.args.JsonRestore()})
-        )
-    document = restored[INDEX_ITEM]
-    if document.get("version") != INDEX_VERSION:
+    return _Checkpoint(path, found, manifest, index)
+
+
+def _not_a_checkpoint(directory: Path, reason: str) -> CheckpointError:
+    leftovers = [leftover.path.name for leftover in files.find_leftovers(directory)]
+    unfinished = (
+        f" An unfinished save left {', '.join(leftovers)}, which is not a checkpoint; the "
+        "next `save_state` here removes it."
+        if leftovers
+        else ""
+    )
+    return CheckpointError(
+        f"{directory} is not a bryo checkpoint ({reason}); write one with `bryo.save_state`, "
+        f"or restore a plain orbax checkpoint with orbax itself.{unfinished}"
+    )
+
+
+def _parse_index(document: object, index_file: Path) -> tuple[int, list[IndexEntry]]:
+    if not isinstance(document, dict) or not isinstance(document.get("variables"), list):
+        raise CheckpointError(f"{index_file}: not a bryo index (no `variables` list).")
+    version = document.get("version")
+    if version not in (UNCHECKED_INDEX_VERSION, INDEX_VERSION):
         raise CheckpointError(
-            f"{directory}: index version {document.get('version')!r}, this bryo reads "
-            f"version {INDEX_VERSION}."
+            f"{index_file}: index version {version!r}, this bryo reads versions "
+            f"{UNCHECKED_INDEX_VERSION} and {INDEX_VERSION}."
         )
-    return [IndexEntry.from_json(entry) for entry in document["variables"]]
+    index = []
+    for number, raw in enumerate(document["variables"]):
+        try:
+            index.append(IndexEntry.from_json(raw))
+        except CheckpointError as error:
+            raise CheckpointError(
+                f"{index_file}: variable {number} {error}; the index is damaged or crafted."
+            ) from None
+    paths: dict[StatePath, None] = {}
+    for entry in index:
+        if entry.path in paths:
+            raise CheckpointError(f"{index_file}: state path {_show(entry.path)} is listed twice.")
+        paths[entry.path] = None
+    try:
+        _nested(paths)
+    except CheckpointError as error:
+        raise CheckpointError(f"{index_file}: {error}") from None
+    return version, index
+
+
+def _restore_checked(checkpoint: _Checkpoint, targets: dict[StatePath, Any]) -> Any:
+    """The arrays of a checkpoint whose every file matches its manifest."""
+    if checkpoint.manifest is not None:
+        damages = files.check_files(checkpoint.path, checkpoint.files, checkpoint.manifest)
+        if damages:
+            raise _damage_error(checkpoint.path, damages, checkpoint, targets)
+    return _restore_arrays(checkpoint.path, targets)
+
+
+def _damage_error(
+    path: Path,
+    damages: list[files.Damage],
+    checkpoint: _Checkpoint | None = None,
+    targets: dict[StatePath, Any] | None = None,
+) -> CheckpointError:
+    """The error for files that differ from the manifest: the first one, the number of
+    others, and where only array data changed, the state paths whose values changed."""
+    first, others = damages[0], [damage.name for damage in damages[1:]]
+    message = f"{path / first.name}: {first.problem}"
+    if others:
+        more = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        message += f"; {len(others)} more damaged file(s): {more}"
+    array_data_only = all(
+        damage.changed and damage.name.startswith(f"{ARRAYS_ITEM}/") for damage in damages
+    )
+    if checkpoint is not None and targets is not None and array_data_only:
+        message += _changed_values(checkpoint, targets)
+    return CheckpointError(
+        f"{message}. The checkpoint is damaged: restore an earlier one, or save again."
+    )
+
+
+def _changed_values(checkpoint: _Checkpoint, targets: dict[StatePath, Any]) -> str:
+    """Which state paths a change in array files altered, found by restoring the arrays
+    and comparing them with the checksums the index holds."""
+    try:
+        arrays = _restore_arrays(checkpoint.path, targets)
+    except CheckpointError as error:
+        return f" ({error.args[0].split(': ', 1)[-1]})"
+    changed = [
+        _show(entry.path)
+        for entry in checkpoint.index
+        if entry.sha256 is not None and _digest(_lookup(arrays, entry.path)) != entry.sha256
+    ]
+    return f"; it holds the values of state path(s) {', '.join(changed)}" if changed else ""
+
+
+def _check_destination(directory: Path, force: bool) -> None:
+    if not directory.name:
+        raise CheckpointError(f"{directory}: a checkpoint needs a folder name of its own.")
+    if not (directory.is_symlink() or directory.exists()):
+        return
+    if not force:
+        raise CheckpointError(
+            f"{directory} already exists; pass `force=True` to replace it (the old "
+            "checkpoint stays until the new one is complete)."
+        )
+    if not files.is_replaceable(directory, CHECKPOINT_MARKERS):
+        raise CheckpointError(
+            f"{directory} exists and is not a checkpoint; `force=True` replaces checkpoints "
+            "only. Move it away or choose another folder."
+        )
+
+
+# Index entries and values ---------------------------------------------------------------
 
 
 def _value(leaf: object) -> Any:
@@ -166,10 +378,14 @@ def _kind(leaf: object) -> str:
 
 
 def _index_entry(path: StatePath, leaf: VariableState) -> IndexEntry:
+    for key in path:
+        problem = _key_problem(key)
+        if problem:
+            raise CheckpointError(f"state path {_show(path)}: {problem}; rename it.")
     value = _value(leaf)
     if not hasattr(value, "shape") or not hasattr(value, "dtype"):
         raise CheckpointError(
-            f"state path {'/'.join(map(str, path))}: a {type(value).__name__} is not an "
+            f"state path {_show(path)}: a {type(value).__name__} is not an "
             "array; checkpoints hold arrays only (split such values out of the state first)."
         )
     metadata = (
@@ -177,17 +393,82 @@ def _index_entry(path: StatePath, leaf: VariableState) -> IndexEntry:
         if isinstance(leaf, Variable)
         else {}
     )
-    return IndexEntry(path, _kind(leaf), tuple(value.shape), str(value.dtype), metadata)
+    return IndexEntry(
+        path, _kind(leaf), tuple(value.shape), str(value.dtype), metadata, _digest(value)
+    )
+
+
+def _key_problem(key: object) -> str | None:
+    if isinstance(key, bool) or not isinstance(key, (int, str)):
+        return f"key {key!r} is not a string or an integer"
+    if isinstance(key, str) and (key in _UNSAFE_KEYS or any(bad in key for bad in _UNSAFE_IN_KEYS)):
+        return (
+            f"key {key!r} cannot name an array in a checkpoint (orbax writes keys into file "
+            "names, so empty keys, `.`, `..`, `\\` and NUL are refused)"
+        )
+    return None
+
+
+def _digest(value: Any) -> str | None:
+    """SHA-256 of an array's values (a typed key's data), or None when this process holds
+    only part of it."""
+    if isinstance(value, jax.Array):
+        if not value.is_fully_addressable:
+            return None
+        if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+            value = jax.random.key_data(value)
+    host = np.ascontiguousarray(np.asarray(value))
+    return hashlib.sha256(host.reshape(-1).view(np.uint8).data).hexdigest()
 
 
 def _type_name(variable_type: type) -> str:
     return f"{variable_type.__module__}.{variable_type.__qualname__}"
 
 
+def _show(path: StatePath) -> str:
+    return "/".join(map(str, path))
+
+
+@functools.cache
+def _key_dtypes() -> dict[str, tuple[Any, int]]:
+    """Typed PRNG key dtypes by name (`key<fry>`), with the bytes of one key's data."""
+    found = {}
+    for impl in ("threefry2x32", "rbg", "unsafe_rbg"):
+        key = jax.eval_shape(lambda impl=impl: jax.random.key(0, impl=impl))
+        data = jax.eval_shape(lambda impl=impl: jax.random.key_data(jax.random.key(0, impl=impl)))
+        found[str(key.dtype)] = (key.dtype, data.dtype.itemsize * math.prod(data.shape))
+    return found
+
+
+def _dtype(name: object) -> tuple[Any, int]:
+    """The dtype an index names, with its bytes per element: a number, bool or PRNG key
+    type; any other name (objects, strings, structures) is refused."""
+    if isinstance(name, str) and name in _key_dtypes():
+        return _key_dtypes()[name]
+    dtype = None
+    if isinstance(name, str) and len(name) < 64:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                dtype = jnp.dtype(name)
+            except (TypeError, ValueError):
+                dtype = None
+    if (
+        dtype is None
+        or str(dtype) != name
+        or not (dtype == np.bool_ or jnp.issubdtype(dtype, jnp.number))
+    ):
+        raise CheckpointError(f"its dtype {name!r} is not a numeric, bool or PRNG key dtype")
+    return dtype, dtype.itemsize
+
+
+# Checking against an abstract state -----------------------------------------------------
+
+
 def _check_fits(directory: Path, index: list[IndexEntry], flat: Mapping[StatePath, Any]) -> None:
     saved = {entry.path: entry for entry in index}
     for path, leaf in flat.items():
-        where = f"{directory}: state path {'/'.join(map(str, path))}"
+        where = f"{directory}: state path {_show(path)}"
         entry = saved.get(path)
         if entry is None:
             raise CheckpointError(
@@ -205,7 +486,7 @@ def _check_fits(directory: Path, index: list[IndexEntry], flat: Mapping[StatePat
             )
     extra = sorted(set(saved) - set(flat), key=str)
     if extra:
-        names = ", ".join("/".join(map(str, p)) for p in extra[:5])
+        names = ", ".join(_show(p) for p in extra[:5])
         raise CheckpointError(
             f"{directory}: the checkpoint holds {len(extra)} path(s) the abstract state lacks "
             f"({names}); restore into the whole model's state."
@@ -228,29 +509,64 @@ def _targets(abstract: State, mesh: Any, rules: Any) -> dict[StatePath, Any]:
     return targets
 
 
-def _restore_arrays(directory: Path, targets: Any) -> Any:
-    items = {ARRAYS_ITEM: ocp.args.StandardRestore(targets)}
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-        return checkpointer.restore(directory, ocp.args.Composite(**items))[ARRAYS_ITEM]
+# Restoring ------------------------------------------------------------------------------
 
 
-def _restore_from_index(directory: Path, index: list[IndexEntry]) -> State:
+def _restore_arrays(directory: Path, targets: dict[StatePath, Any]) -> Any:
+    items = {ARRAYS_ITEM: ocp.args.StandardRestore(_nested(targets))}
+    try:
+        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+            return checkpointer.restore(directory, ocp.args.Composite(**items))[ARRAYS_ITEM]
+    except Exception as error:  # orbax and tensorstore raise many types; name the item
+        detail = str(error).strip().split("\n", 1)[0][:300]
+        raise CheckpointError(
+            f"{directory / ARRAYS_ITEM}: orbax could not restore the arrays "
+            f"({type(error).__name__}: {detail})."
+        ) from error
+
+
+def _index_targets(checkpoint: _Checkpoint) -> dict[StatePath, Any]:
+    """Shapes and dtypes to restore from the index alone, refused when they claim more
+    bytes than this machine's memory (before anything is allocated)."""
+    targets, claimed = {}, 0
+    for entry in checkpoint.index:
+        dtype, itemsize = _dtype(entry.dtype)
+        claimed += math.prod(entry.shape) * itemsize
+        targets[entry.path] = entry.shape, dtype
+    memory = _memory_bytes()
+    if claimed > memory:
+        raise CheckpointError(
+            f"{checkpoint.path / INDEX_FILE}: the index claims arrays of {claimed:,} bytes, "
+            f"more than this machine's {memory:,} bytes of memory; the index is damaged or "
+            "crafted (pass `abstract=` to restore a checkpoint onto a mesh)."
+        )
+    return {path: jax.ShapeDtypeStruct(*spec) for path, spec in targets.items()}
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: a generous 1 TiB
+        return 2**40
+
+
+def _restore_from_index(checkpoint: _Checkpoint) -> State:
     types = _known_variable_types()
-    arrays = _restore_arrays(directory, None)
-    flat = {}
-    for entry in index:
-        if entry.type == RAW_ARRAY:
-            flat[entry.path] = _lookup(arrays, entry.path)
-            continue
-        variable_type = types.get(entry.type)
-        if variable_type is None:
+    for entry in checkpoint.index:
+        if entry.type != RAW_ARRAY and entry.type not in types:
             raise CheckpointError(
-                f"{directory}: state path {'/'.join(map(str, entry.path))} is a {entry.type}, "
+                f"{checkpoint.path}: state path {_show(entry.path)} is a {entry.type}, "
                 "a Variable type not imported here; import the module defining it, or pass "
                 "`abstract=`."
             )
-        flat[entry.path] = VariableState(
-            variable_type, _lookup(arrays, entry.path), **entry.metadata
+    arrays = _restore_checked(checkpoint, _index_targets(checkpoint))
+    flat: dict[StatePath, Any] = {}
+    for entry in checkpoint.index:
+        value = _lookup(arrays, entry.path)
+        flat[entry.path] = (
+            value
+            if entry.type == RAW_ARRAY
+            else VariableState(types[entry.type], value, **entry.metadata)
         )
     return State.from_flat_path(flat)
 
@@ -266,16 +582,34 @@ def _known_variable_types() -> dict[str, type]:
 
 
 def _nested(flat: Mapping[StatePath, Any]) -> dict[str, Any]:
-    """`{("a", 0, "b"): x}` -> `{"a": {"0": {"b": x}}}` (orbax keys are strings)."""
+    """`{("a", 0, "b"): x}` -> `{"a": {"0": {"b": x}}}` (orbax keys are strings).
+
+    Refuses paths orbax would store under one name (it joins the keys with `.`), names
+    that would leave the folder (`a/..`), and paths that hold one another."""
     tree: dict[str, Any] = {}
+    names: dict[str, StatePath] = {}
     for path, value in flat.items():
-        node = tree
+        name = ".".join(map(str, path))
+        if any(part in _UNSAFE_KEYS for part in name.split("/")):
+            raise CheckpointError(
+                f"state path {_show(path)} would be stored by orbax as `{name}`, a file name "
+                "leaving its folder (a `/` next to an empty, `.` or `..` part); rename it."
+            )
+        if name in names:
+            raise CheckpointError(
+                f"state paths {_show(names[name])} and {_show(path)} would both be stored "
+                f"as `{name}` (orbax joins keys with `.` and writes them as strings); "
+                "rename one of them."
+            )
+        names[name] = path
+        node: Any = tree
         for key in path[:-1]:
             node = node.setdefault(str(key), {})
-        if str(path[-1]) in node:
+            if not isinstance(node, dict):
+                break
+        if not isinstance(node, dict) or str(path[-1]) in node:
             raise CheckpointError(
-                f"state path {'/'.join(map(str, path))} collides with another one once its "
-                "keys are written as strings (e.g. 0 and '0'); rename one of them."
+                f"state path {_show(path)} overlaps another path (one holds the other)."
             )
         node[str(path[-1])] = value
     return tree
@@ -297,5 +631,6 @@ def _is_json(value: object) -> bool:
 
 
 def _tuples(value: Any) -> Any:
-    """JSON wrote the metadata's tuples (logical sharding axes) as lists: undo that."""
+    """JSON wrote the metadata's tuples (logical sharding axes) as lists: undo that.
+    (The index's depth is bounded when it is read, so this recursion is too.)"""
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
