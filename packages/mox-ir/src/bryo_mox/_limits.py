@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from ._errors import MoxLimitError
 
@@ -28,6 +30,8 @@ ARRAY_BYTES_PER_FILE_BYTE = 8
 ARRAY_BYTES_FLOOR = 1 << 20
 #: The largest array (in bytes) a type may describe at all: numpy's index range.
 MAX_ARRAY_BYTES = 1 << 62
+#: `read_file` reads files of unknown size (pipes, devices) this many bytes at a time.
+READ_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -131,3 +135,36 @@ def array_nbytes(shape: tuple[int, ...], itemsize: int) -> int:
     if nbytes >= MAX_ARRAY_BYTES or any(d < 0 for d in shape):
         raise MoxLimitError(f"an array of shape {shape} is larger than any array can be.")
     return nbytes
+
+
+def read_file(path: str | os.PathLike[str], limits: Limits | None = None) -> bytes:
+    """The bytes of the file at `path`, refused as soon as they pass `max_bytes`.
+
+    A regular file's size is checked before anything is read; anything else (a pipe,
+    `/dev/zero`) is read `READ_CHUNK_BYTES` at a time and refused at the first chunk
+    past the limit, so a file never makes the loader hold more than `max_bytes`.
+
+    Raises:
+        MoxLimitError: the file is larger than `limits.max_bytes`.
+        OSError: the file cannot be opened or read.
+    """
+    max_bytes = (limits or Limits()).max_bytes
+    with open(path, "rb") as file:
+        info = os.fstat(file.fileno())
+        if stat.S_ISREG(info.st_mode) and info.st_size > max_bytes:
+            _over(path, max_bytes, f"is {info.st_size} bytes")
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := file.read(min(READ_CHUNK_BYTES, max_bytes - total + 1)):
+            total += len(chunk)
+            if total > max_bytes:
+                _over(path, max_bytes, f"holds more than {max_bytes} bytes (read {total})")
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _over(path: str | os.PathLike[str], max_bytes: int, what: str) -> NoReturn:
+    raise MoxLimitError(
+        f"the file {os.fspath(path)!r} {what}, over the limit of {max_bytes}; pass "
+        "`limits=Limits(max_bytes=...)` to read it."
+    )

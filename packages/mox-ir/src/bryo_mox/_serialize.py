@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import io
 import os
-from pathlib import Path
 from typing import IO, Any, TypeGuard, cast
 
 from ._collector import collector_paused
 from ._errors import MoxError, MoxLimitError, MoxSerializationError
 from ._hooks import Serializer, serializer_for
 from ._ir import Mox, is_root, set_pickler
-from ._limits import Limits, loading
+from ._limits import Limits, loading, read_file
 from ._load import from_document
 from .document import DocNode, to_document
 
@@ -84,7 +83,8 @@ def load(
     """Read a MoX from `path`, a file name or a file object open for reading (text or
     binary); the format follows the extension (a file object's `name`) unless given (see
     `loads`). A file object is read up to the size budget (`limits.max_bytes`) and no
-    further."""
+    further; a file name is read in chunks and refused (`MoxLimitError`) at the first
+    past it, so a huge file or an endless one (`/dev/zero`) is never read whole."""
     if _is_file(path, "read"):
         serializer = serializer_for(format, _file_name(path, format))
         bound = (limits or Limits()).max_bytes
@@ -97,7 +97,7 @@ def load(
         return _read(serializer, data, limits)
     path = cast("str | os.PathLike[str]", path)
     serializer = serializer_for(format, str(path))
-    return _read(serializer, Path(path).read_bytes(), limits)
+    return _read(serializer, read_file(path, limits), limits)
 
 
 def _is_file(path: object, method: str) -> TypeGuard[Any]:
@@ -181,12 +181,12 @@ def _write(serializer: Serializer, mox: Mox) -> str | bytes:
 def _read(serializer: Serializer, data: str | bytes, limits: Limits | None) -> Mox:
     if not isinstance(data, (str, bytes, bytearray, memoryview)):
         raise MoxError(f"`data` must be str or bytes, got {type(data).__name__}.")
-    if isinstance(data, str):  # its size in UTF-8: an ASCII string's is its length
-        size = len(data) if data.isascii() else len(data.encode("utf-8", "surrogatepass"))
-    else:
-        size = len(data)
+    size = len(data)  # in UTF-8, a string has at least as many bytes as characters
+    if isinstance(data, str) and size <= (limits or Limits()).max_bytes and not data.isascii():
+        size = len(data.encode("utf-8", "surrogatepass"))
     try:
-        with loading(size, limits), collector_paused():
+        with loading(size, limits) as budget, collector_paused():
+            budget.check_size()  # before the serializer looks at the text
             # the document is freed when `from_document` returns, before the collector
             # resumes (and scans what was allocated meanwhile)
             return from_document(_document(serializer, data))

@@ -314,6 +314,12 @@ def compile_xpath(xpath: str) -> tuple[etree.XPath, frozenset[str], str]:
             f"`xpath` {xpath!r} is not valid XPath 1.0 (nor YAX's short form of it, such as "
             f'`//[@type="Dense"]`): {error}.'
         ) from None
+    except UnicodeEncodeError as error:  # a lone surrogate: bytes that were not UTF-8
+        bad = xpath[error.start : error.end]
+        raise MoxError(
+            f"`xpath` {xpath!r} holds {bad!r}, which is not a character XPath can hold (a "
+            "lone surrogate: bytes that are not UTF-8, passed as text); write it in UTF-8."
+        ) from None
 
 
 class XPath:
@@ -386,7 +392,7 @@ def query(xpath: str | XPath, mox: Mox) -> Any:
         plain value for expressions that return a string, number or boolean.
 
     Raises:
-        MoxError: `xpath` is not valid XPath 1.0, or calls an unknown function.
+        MoxError: `xpath` is not a string of valid XPath 1.0, or calls an unknown function.
 
     Example:
         >>> dense = query('//module_call[@type="Linear" and @features=10]', mox)  # doctest: +SKIP
