@@ -3,6 +3,7 @@
 import jax.numpy as jnp
 import pytest
 
+import bryo_mox
 from bryo import mox, nnx
 from bryo._cli import main
 
@@ -197,3 +198,20 @@ def test_unreadable_file_and_usage_errors_are_one_line(xml_file, tmp_path, capsy
     assert info.value.code == 2
     err = one_line(capsys.readouterr().err)
     assert err.startswith("bryo mox: the following arguments are required: xpath")
+
+
+def test_an_xpath_with_bytes_that_are_not_utf8_is_one_line(xml_file, capsys):
+    """`bryo mox query f $'//\\xff'`: Python hands the byte over as a lone surrogate."""
+    assert main(["mox", "query", str(xml_file), "//\udcff"]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert err.startswith("bryo mox: `xpath` '//\\udcff' holds '\\udcff'")
+
+
+def test_over_limit_files_are_one_line(tmp_path, capsys):
+    huge = tmp_path / "huge.mox.yson"
+    with open(huge, "wb") as file:
+        file.truncate(bryo_mox.Limits().max_bytes + 1)  # sparse: refused by its size, unread
+    for command in (["show"], ["query"], ["convert", "--to", "xml"]):
+        args = ["mox", command[0], str(huge), *command[1:]]
+        assert main([*args, "//a"] if command == ["query"] else args) == 2
+        assert "over the limit of" in one_line(capsys.readouterr().err)

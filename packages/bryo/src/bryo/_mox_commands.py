@@ -182,6 +182,7 @@ def _stem(path: Path) -> str:
 
 def _run(handler: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
+        _escape_unprintable(sys.stdout)
         try:
             return handler(args)
         except _CommandError as error:
@@ -189,6 +190,14 @@ def _run(handler: Any) -> Any:
             return 2
 
     return run
+
+
+def _escape_unprintable(stream: Any) -> None:
+    """Print what the terminal's encoding cannot hold (a name read from a file, with bytes
+    that are not UTF-8) as backslash escapes, as Python's stderr does, not a traceback."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
 
 
 @hookimpl
