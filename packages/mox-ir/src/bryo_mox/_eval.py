@@ -25,6 +25,7 @@ from bryo_pytree import PyTreeDef, safe_equal
 from ._compat import DebugInfo, new_jaxpr_eqn
 from ._errors import MoxError
 from ._ir import Block, Equation, Literal, ModuleCall, Mox, Node, Var, array_aval, is_root
+from ._trace import TRACING
 from ._types import type_str
 
 
@@ -49,7 +50,8 @@ def eval_mox(mox: Mox, *args: Any, **kwargs: Any) -> Any:
     """
     if not is_root(mox):
         raise MoxError(f"`mox` must be a Mox (from `make_mox`), got {type(mox).__name__}.")
-    leaves = _flatten_args(mox, args, kwargs)
+    with TRACING:  # not while a model among `args` holds another thread's tracers
+        leaves = _flatten_args(mox, args, kwargs)
     out = eval_block(mox.block, leaves)
     return out if mox.out_tree is None else mox.out_tree.unflatten(out)
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import operator
+import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -65,6 +67,20 @@ class _Session:
 _session: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
     "bryo_mox_session", default=None
 )
+
+#: Held while `make_mox` traces, and while `eval_mox` reads its arguments. Backends write a
+#: call's traced state into the caller's modules until the trace ends (as the call itself
+#: would update them), so two traces of one model in two threads would read each other's
+#: tracers, and restore them for good: traces take turns instead (tracing holds Python's
+#: GIL anyway). Re-entrant: a traced function may trace and evaluate again.
+TRACING = threading.RLock()
+#: While tracing, Python may nest `TRACE_RECURSION_FACTOR` times as many frames as
+#: `sys.getrecursionlimit()` allows, up to `TRACE_RECURSION_CAP` (where a thread's 8 MB
+#: C stack stays safe): a traced module call nests about 8 frames (the backend's routing,
+#: the handler, the pure call) where the call itself nests 1 or 2, so that any model that
+#: can be called can be traced (a 1,000-deep one at Python's default limit too).
+TRACE_RECURSION_FACTOR = 10
+TRACE_RECURSION_CAP = 20_000
 
 
 def current_session() -> _Session | None:
@@ -210,6 +226,13 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
     or `loads` running ends): a trace keeps nearly everything it allocates, so the
     collector's passes would only scan it again and again.
 
+    Safe from several threads, on one model too: traces take turns (a process-wide lock,
+    `eval_mox` reading its arguments takes it too), because while a model's calls are
+    traced its modules hold the traced values, as the calls themselves would update them;
+    the model is as it was when the trace ends. Other code reading the model from another
+    thread meanwhile (calling it) may see those values: pass the model as an argument
+    (`make_mox(lambda m, x: m(x))(model, x)`) and the trace works on its own copy.
+
     Args:
         fun: the function to trace. The array leaves of its positional arguments, and
             of keyword arguments holding arrays (Linen's `rngs={"dropout": key}`), are
@@ -263,7 +286,39 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
             static_leaves=tuple((i, leaf) for i, leaf in enumerate(every) if i not in kept),
         )
 
-    return trace
+    def take_turns(*args: Any, **kwargs: Any) -> Mox:
+        with TRACING, recursion_headroom() as limit:
+            try:
+                return trace(*args, **kwargs)
+            except RecursionError as error:
+                name = getattr(fun, "__qualname__", type(fun).__qualname__)
+                raise MoxError(
+                    f"tracing `{name}` nested deeper than Python allows ({limit} frames "
+                    "while tracing): its module calls nest too "
+                    "deeply, or recurse without end. Raise the limit with "
+                    "`sys.setrecursionlimit(...)` (tracing allows "
+                    f"{TRACE_RECURSION_FACTOR} times as many frames, up to "
+                    f"{TRACE_RECURSION_CAP}), or call deep stacks of layers in a loop."
+                ) from error
+
+    return take_turns
+
+
+@contextlib.contextmanager
+def recursion_headroom() -> Any:
+    """Raise Python's recursion limit as `TRACE_RECURSION_FACTOR` says inside the block
+    (under `TRACING`: traces set and restore it in turn); yields the limit in force."""
+    limit = sys.getrecursionlimit()
+    raised = max(limit, min(TRACE_RECURSION_FACTOR * limit, TRACE_RECURSION_CAP))
+    if raised == limit:
+        yield limit
+        return
+    sys.setrecursionlimit(raised)
+    try:
+        yield raised
+    finally:
+        if sys.getrecursionlimit() == raised:  # unless the traced function changed it
+            sys.setrecursionlimit(limit)
 
 
 def is_traced_leaf(leaf: object, *, argument: bool = False) -> bool:
