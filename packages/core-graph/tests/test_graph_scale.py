@@ -62,6 +62,9 @@ def test_deep_graphs_iterate_print_and_update():
     text = repr(flat_graph(model).graphdef)
     assert text.count("Link#") == DEPTH
     params = state(model, Param)
+    text = repr(params)  # the State prints iteratively too
+    assert text.count("'inner': {") == DEPTH - 1 and text.endswith("\n})")
+    assert text.count("'w': Param(") == DEPTH
     update(model, params)
     order = flat_graph(model).graphdef.leaf_order  # depth first, attributes by name
     assert order[0] == ("inner",) * (DEPTH - 1) + ("w",) and order[-1] == ("w",)

@@ -14,7 +14,7 @@ from bryo_mox import (
     Limits,
     ModuleCall,
     ModuleInfo,
-    MoxLimitError,
+    MoxError,
     MoxSerializationError,
     dumps,
     eval_mox,
@@ -115,13 +115,55 @@ def test_deep_model_is_written_to_files(deep, fmt):
     with recursion_limit(1000):
         text = dumps(mox, format=fmt)
     assert len(text) > DEPTH
-    if fmt == "xml":  # libxml2 nests elements at most 256 deep (`huge_tree` stays off)
-        with pytest.raises(MoxSerializationError, match="depth"):
-            loads(text, format=fmt, limits=Limits(max_depth=4 * DEPTH))
-        return
-    with pytest.raises(MoxLimitError, match="deeper than"):
+    with pytest.raises(MoxSerializationError, match=r"deeper than|depth"):  # XML: libxml2's
         loads(text, format=fmt)
     with recursion_limit(1000):
         back = loads(text, format=fmt, limits=Limits(max_depth=4 * DEPTH))
         assert len(query("//module_call", back)) == DEPTH
         np.testing.assert_allclose(eval_mox(back, x), expected, rtol=1e-5)
+
+
+def nnx_chain(depth):
+    """An NNX-style model `depth` modules deep, each calling the next (a Linear at the
+    bottom): its calls nest as deep as its modules."""
+    nnx = pytest.importorskip("bryo_nnx")
+    rngs = pytest.importorskip("bryo_rngs")
+
+    class Wrap(nnx.Module):
+        def __init__(self, inner, scale):
+            self.inner, self.scale = inner, scale
+
+        def __call__(self, x):
+            return jnp.sin(self.inner(x) * self.scale)
+
+    model = nnx.Linear(2, 2, rngs=rngs.Rngs(params=0))
+    for level in range(depth - 1):
+        model = Wrap(model, 1.0 + level % 3)
+    return model
+
+
+@pytest.mark.slow
+def test_a_real_backends_deep_model_traces_at_the_default_recursion_limit():
+    graph = pytest.importorskip("bryo_graph")
+    model = nnx_chain(DEPTH)
+    x = jnp.linspace(0.0, 1.0, 4).reshape(2, 2)
+    with recursion_limit(1000):  # Python's default: the model alone nests 2 frames a call
+        mox = make_mox(model)(x)
+        assert pformat(mox).count("module_call[") == DEPTH
+        assert len(str(graph.state(model))) > DEPTH
+        with recursion_limit(20 * DEPTH):  # calling the model itself nests too deep
+            expected = model(x)
+        np.testing.assert_allclose(eval_mox(mox, x), expected, rtol=1e-5)
+        for fmt in ("xml", "yson"):
+            back = loads(dumps(mox, format=fmt), format=fmt, limits=Limits(max_depth=2 * DEPTH))
+            assert query("count(//module_call)", back) == DEPTH
+            np.testing.assert_allclose(eval_mox(back, x), expected, rtol=1e-5)
+
+
+def test_a_model_deeper_than_tracing_allows_is_a_clear_error():
+    model, x = nnx_chain(100), jnp.ones((1, 2))
+    with recursion_limit(60):  # 600 frames while tracing: 100 calls need about 800
+        with pytest.raises(MoxError, match="nested deeper than Python allows"):
+            make_mox(model)(x)
+        assert sys.getrecursionlimit() == 60  # given back
+    assert query("count(//module_call)", make_mox(model)(x)) == 100

@@ -326,13 +326,32 @@ def _leaf_equal(a: object, b: object) -> bool:
 
 
 def _render(node: object, depth: int) -> str:
-    if not isinstance(node, dict):
-        return repr(node)
-    if not node:
-        return "{}"
-    pad = "  " * (depth + 1)
-    lines = [f"{pad}{key!r}: {_render(child, depth + 1)}" for key, child in node.items()]
-    return "{\n" + ",\n".join(lines) + "\n" + "  " * depth + "}"
+    """Nested dicts as indented text, one entry per line; iterative (an explicit stack of
+    the dicts being written), so a State of any depth prints."""
+    if not isinstance(node, dict) or not node:
+        return repr(node) if not isinstance(node, dict) else "{}"
+    parts = ["{"]
+    stack = [(iter(node.items()), depth)]
+    first = True  # of the entries of the dict on top of the stack
+    while stack:
+        items, level = stack[-1]
+        entry = next(items, None)
+        if entry is None:
+            stack.pop()
+            parts.append("\n" + "  " * level + "}")
+            first = False
+            continue
+        if not first:
+            parts.append(",")
+        key, child = entry
+        parts.append(f"\n{'  ' * (level + 1)}{key!r}: ")
+        first = isinstance(child, dict) and bool(child)
+        if first:
+            parts.append("{")
+            stack.append((iter(child.items()), level + 1))
+        else:
+            parts.append(repr(child) if not isinstance(child, dict) else "{}")
+    return "".join(parts)
 
 
 def _flatten_nested(

@@ -13,7 +13,9 @@ Reading checks, before lxml parses anything: the size, that the text is UTF-8 (a
 file or an `encoding="..."` declaration of another charset is refused, so the checks
 below see the real text), that it has no DTD or entity declaration (`<!` only opens
 comments and CDATA), and an upper bound of its element count. lxml then parses without
-network, entities or DTDs and with libxml2's own limits (`huge_tree=False`), and the
+network, entities or DTDs and with libxml2's own limits (`huge_tree=False`, unless
+`Limits.max_depth` allows deeper files than the default: libxml2 nests 256 elements
+deep, 2048 with `huge_tree`), and the
 elements are read into a document iteratively, each node, port and constant with its
 line and position, under the load's budgets (`bryo_mox.document.Limits`).
 """
@@ -30,6 +32,7 @@ from lxml import etree
 
 from bryo_mox import MoxError, MoxSerializationError
 from bryo_mox.document import (
+    MAX_DEPTH,
     AttrReader,
     Budget,
     DocNode,
@@ -147,11 +150,13 @@ def dumps(doc: DocNode) -> str:
     return "".join(out)
 
 
-def _parser() -> etree.XMLParser:
+def _parser(huge: bool = False) -> etree.XMLParser:
+    """The parser; `huge` lifts libxml2's fixed limits (nesting to 2048 levels, text
+    lengths), for a budget allowing deeper files: the size is bounded beforehand."""
     return etree.XMLParser(
         resolve_entities=False,
         no_network=True,
-        huge_tree=False,
+        huge_tree=huge,
         load_dtd=False,
         dtd_validation=False,
         remove_comments=True,
@@ -173,7 +178,8 @@ def loads(data: str | bytes) -> DocNode:
     text.refuse_declarations()
     budget.check_nodes(_element_bound(raw))
     try:
-        root = etree.fromstring(raw, _parser())
+        # libxml2 nests 256 elements deep, enough for the default `MAX_DEPTH` of nodes
+        root = etree.fromstring(raw, _parser(budget.limits.max_depth > MAX_DEPTH))
     except etree.XMLSyntaxError as error:
         line, column = error.position if error.position else (None, None)
         raise MoxSerializationError(
