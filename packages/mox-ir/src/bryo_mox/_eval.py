@@ -278,6 +278,12 @@ _singles: weakref.WeakKeyDictionary[Equation, _Single] = weakref.WeakKeyDictiona
 _singles_lock = threading.Lock()
 
 
+def clear_equation_cache() -> None:
+    """Forget every one-equation jaxpr made so far (`bryo_mox.clear_caches`)."""
+    with _singles_lock:
+        _singles.clear()
+
+
 def eval_equation(node: Equation, args: Sequence[Any]) -> list[Any]:
     """Bind one equation as traced (custom rules included) on the values of its inputs."""
     with _singles_lock:
