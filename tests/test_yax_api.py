@@ -373,8 +373,9 @@ def test_sub_takes_a_module_call_of_another_mox_with_its_weights_in_the_params_t
     params = {"layers_0": variables["params"]["layers_0"], "Dense_0": weights["params"]}
     out = yax.eval_mox(new, {"params": params}, x)
     np.testing.assert_allclose(out, dense.apply(weights, hidden), rtol=1e-5)
-    (again,) = yax.query('//[@type="Dense"]', yax.make_mox(dense.apply)(weights, X))
-    assert yax.sub('//[@name="layers_2"]', again, mox).in_tree == new.in_tree  # query too
+    source = yax.make_mox(dense.apply)(weights, X)
+    (again,) = yax.query('//[@type="Dense"]', source)  # a call from `query` too
+    assert yax.sub('//[@name="layers_2"]', again, mox).in_tree == new.in_tree
     # a MoX replacement keeps bryo's convention: new parameters in a trailing dict
     as_mox = yax.make_mox(dense.apply)(weights, X)
     new = yax.sub('//[@name="layers_2"]', as_mox, mox)

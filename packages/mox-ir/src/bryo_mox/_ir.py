@@ -499,13 +499,18 @@ for _cls in (Equation, ModuleCall, Mox):
 _STATE_PATHS: weakref.WeakKeyDictionary[ModuleCall, tuple[tuple[Any, ...], ...]] = (
     weakref.WeakKeyDictionary()
 )
+#: The MoX (weakly) and location `query` found a module call at.
+_SOURCES: weakref.WeakKeyDictionary[ModuleCall, tuple[weakref.ref[Mox], tuple[Any, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def record_state_paths(mox: Mox, location: Sequence[Any], call: ModuleCall) -> None:
     """Remember where `call`'s state leaves sit in `mox`'s arguments (`call` is at
     `location` in `mox`: indices into blocks; one in a region is not recorded)."""
-    if not call.n_state or call in _STATE_PATHS:
-        return
+    with _memo_lock:
+        if not call.n_state or call in _STATE_PATHS:
+            return
     chain: list[ModuleCall] = []
     block = mox.block
     for step in location[:-1]:
@@ -516,12 +521,30 @@ def record_state_paths(mox: Mox, location: Sequence[Any], call: ModuleCall) -> N
         block = node.body
     found = state_paths(mox, chain, call)
     if found is not None:
-        _STATE_PATHS[call] = found
+        with _memo_lock:
+            _STATE_PATHS[call] = found
+
+
+def note_source(mox: Mox, location: Sequence[Any], call: ModuleCall) -> None:
+    """Remember, weakly, that `call` was found at `location` in `mox` (by `query`): its
+    state paths are worked out when `sub` needs them, if `mox` is still alive."""
+    with _memo_lock:
+        _SOURCES[call] = (weakref.ref(mox), tuple(location))
 
 
 def recorded_state_paths(call: ModuleCall) -> tuple[tuple[Any, ...], ...] | None:
-    """The key paths `Mox.children` recorded for `call`'s state leaves, if any."""
-    return _STATE_PATHS.get(call)
+    """Where `call`'s state leaves sat in the arguments of the MoX it was taken from
+    (`Mox.children`, or `query` while that MoX lives), if known."""
+    with _memo_lock:
+        found = _STATE_PATHS.get(call)
+        source = _SOURCES.pop(call, None) if found is None else None
+    if source is not None:
+        mox = source[0]()
+        if mox is not None:
+            record_state_paths(mox, source[1], call)
+            with _memo_lock:
+                found = _STATE_PATHS.get(call)
+    return found
 
 
 def state_paths(
@@ -534,26 +557,43 @@ def state_paths(
     if mox.in_tree is None:
         return None
     atoms: list[Atom] = list(call.invars[: call.n_state])
+    positions = mox.memo("invar_positions", dict)  # id(block) -> {id(var): index}
     for parent in reversed(chain):
-        position = {id(v): j for j, v in enumerate(parent.body.invars)}
+        position = positions.get(id(parent.body))
+        if position is None:
+            position = {id(v): j for j, v in enumerate(parent.body.invars)}
+            positions[id(parent.body)] = position
         found = [position.get(id(a)) for a in atoms]
         if any(j is None for j in found):
             return None
         atoms = [parent.invars[j] for j in found if j is not None]
-    position = {id(v): j for j, v in enumerate(mox.block.invars)}
-    statics = {p for p, _ in mox.static_leaves}
-    n_args = mox.in_tree.num_leaves
-    leaf_of = [p for p in range(n_args + len(mox.block.invars)) if p not in statics]
-    paths = arg_paths(mox)
-    if paths is None:
+    root = mox.memo("root_arg_paths", lambda: _root_arg_paths(mox))
+    if root is None:
         return None
+    position, paths = root
     result = []
     for atom in atoms:
-        j = position.get(id(atom))
-        if j is None or leaf_of[j] >= n_args:
+        path = paths.get(position.get(id(atom), -1))
+        if path is None:
             return None
-        result.append(tuple(paths[leaf_of[j]]))
+        result.append(path)
     return tuple(result)
+
+
+def _root_arg_paths(mox: Mox) -> tuple[dict[int, int], dict[int, tuple[Any, ...]]] | None:
+    """`({id(root input): index}, {root input index: key path})` for the root inputs that
+    are leaves of the positional arguments."""
+    paths = arg_paths(mox)
+    if paths is None or mox.in_tree is None:
+        return None
+    statics = {p for p, _ in mox.static_leaves}
+    leaf_of = [p for p in range(len(paths) + len(mox.block.invars)) if p not in statics]
+    position = {id(v): j for j, v in enumerate(mox.block.invars)}
+    return position, {
+        j: paths[leaf_of[j]]
+        for j in range(min(len(mox.block.invars), len(leaf_of)))
+        if leaf_of[j] < len(paths)
+    }
 
 
 def arg_example(mox: Mox) -> Any:

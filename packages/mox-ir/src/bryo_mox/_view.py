@@ -54,7 +54,7 @@ from ._ir import (
     Region,
     edit_count,
     is_root,
-    record_state_paths,
+    note_source,
 )
 
 Location = tuple[Any, ...]
@@ -415,11 +415,11 @@ def query(xpath: str | XPath, mox: Mox) -> Any:
             if not isinstance(result, list):
                 return result
             found = [_result(item, view, mox) for item in result]
-        for node in found:  # see `Mox.children`: a call taken out knows its weights' place
-            if isinstance(node, ModuleCall) and node.n_state:
-                location = view.location_of(node, mox)
-                if location is not None:
-                    record_state_paths(mox, location, node)
+            for node in found:  # see `Mox.children`: a call taken out knows its source
+                if type(node) is ModuleCall and node.n_state:
+                    location = view.location_of(node, mox)
+                    if location is not None:
+                        note_source(mox, location, node)
         return found
 
 
