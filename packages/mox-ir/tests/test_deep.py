@@ -10,11 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.extend import core as jex
 
 from bryo_mox import (
+    Block,
     Limits,
     ModuleCall,
     ModuleInfo,
+    Mox,
     MoxError,
     MoxSerializationError,
     dumps,
@@ -170,3 +173,21 @@ def test_a_model_deeper_than_tracing_allows_is_a_clear_error():
             make_mox(model)(x)
         assert sys.getrecursionlimit() == limit  # given back
     assert query("count(//module_call)", make_mox(model)(x)) == depth
+
+
+def test_a_mox_deeper_than_xpath_views_allow_is_a_clear_error_to_query():
+    """libxml2 nests 2,048 elements at most: a deeper MoX prints and evaluates, and
+    querying it is a MoxError, not lxml's XMLSyntaxError."""
+    scalar = jax.core.ShapedArray((), jnp.float32)
+    x = jex.Var(scalar)
+    body = Block((), (), (x,), (), (x,))
+    for _ in range(3000):
+        y = jex.Var(scalar)
+        call = ModuleCall(ModuleInfo("deep.Layer"), (x,), (y,), body, n_state=0, n_state_out=0)
+        body = Block((), (), (x,), (call,), (y,))
+    mox = Mox(body, None, None)
+    with recursion_limit(1000):
+        assert pformat(mox).count("module_call[") == 3000
+        assert float(eval_mox(mox, jnp.float32(2.0))[0]) == 2.0
+        with pytest.raises(MoxError, match="too deep to query"):
+            query("//module_call", mox)

@@ -73,7 +73,14 @@ class ElementView:
         self._root_attrs: dict[str, Any] | None = None
         self.edits = edit_count()  # module calls edited in place after this: stale
         text, self.objects, self.lines = _write(mox)
-        self.root = etree.fromstring(text, _PARSER)
+        try:
+            self.root = etree.fromstring(text, _PARSER)
+        except etree.XMLSyntaxError as error:  # libxml2 nests 2048 elements at most
+            raise MoxError(
+                f"this MoX is too deep to query: its element view nests deeper than libxml2 "
+                f"allows ({error.msg}); the rest of bryo_mox (eval_mox, pformat, dumps) "
+                "works at any depth."
+            ) from None
         self.lock = threading.RLock()
         self._filled: set[str] = set()
         self._names: dict[str, frozenset[str]] = {}
