@@ -108,25 +108,30 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
     return leaves + extra
 
 
-def _first_difference(
-    got: PyTreeDef, want: PyTreeDef, where: tuple[str, ...] = ()
-) -> tuple[tuple[str, ...], str, str]:
-    """The first place two treedefs differ, as `([0]['layers'], got, want)` texts."""
-    got_node, want_node = got.node_data(), want.node_data()
-    got_children, want_children = got.children(), want.children()
-    if (
-        got_node is None
-        or want_node is None
-        or got_node[0] is not want_node[0]
-        or len(got_children) != len(want_children)
-    ):
-        return where, _describe(got), _describe(want)
-    keys = got_node[1] if isinstance(got_node[1], (list, tuple)) else None
-    for index, (g, w) in enumerate(zip(got_children, want_children, strict=True)):
-        if g != w:
-            key = keys[index] if keys is not None and len(keys) == len(got_children) else index
-            return _first_difference(g, w, (*where, f"[{key!r}]"))
-    return where, _describe(got), _describe(want)
+def _first_difference(got: PyTreeDef, want: PyTreeDef) -> tuple[tuple[str, ...], str, str]:
+    """The first place two treedefs differ, as `([0]['layers'], got, want)` texts; a loop
+    down the first differing child, so trees of any depth compare."""
+    where: tuple[str, ...] = ()
+    while True:
+        got_node, want_node = got.node_data(), want.node_data()
+        got_children, want_children = got.children(), want.children()
+        if (
+            got_node is None
+            or want_node is None
+            or got_node[0] is not want_node[0]
+            or len(got_children) != len(want_children)
+        ):
+            return where, _describe(got), _describe(want)
+        keys = got_node[1] if isinstance(got_node[1], (list, tuple)) else None
+        differing = next(
+            (i for i, (g, w) in enumerate(zip(got_children, want_children, strict=True)) if g != w),
+            None,
+        )
+        if differing is None:
+            return where, _describe(got), _describe(want)
+        key = keys[differing] if keys is not None and len(keys) == len(got_children) else differing
+        where = (*where, f"[{key!r}]")
+        got, want = got_children[differing], want_children[differing]
 
 
 def _describe(tree: PyTreeDef) -> str:
