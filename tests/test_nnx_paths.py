@@ -4,6 +4,7 @@ are real modules (importable by dotted path), holding the same objects as the fa
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -20,12 +21,24 @@ SUBMODULE_NAMES = {
     "nn.dtypes": ["promote_dtype", "canonicalize_dtype"],
     "nn.initializers": ["lecun_normal", "zeros_init", "ones_init", "variance_scaling"],
     "nn.linear": ["Linear", "LinearGeneral", "Einsum", "Conv", "ConvTranspose", "Embed"],
-    "nn.lora": ["LoRA", "LoRALinear", "LoRAParam"],
+    "nn.lora": ["LoRA", "LoRALinear", "LoRAParam", "default_a_initializer"],
     "nn.normalization": ["BatchNorm", "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm"],
     "nn.recurrent": ["LSTMCell", "GRUCell", "SimpleCell", "OptimizedLSTMCell", "RNN"],
     "nn.stochastic": ["Dropout"],
     "training.metrics": ["Average", "Accuracy", "Welford", "MultiMetric", "Metric"],
-    "training.optimizer": ["Optimizer", "ModelAndOptimizer", "OptState"],
+    "training.optimizer": ["Optimizer", "ModelAndOptimizer", "OptState", "to_opt_state"],
+    "training.ema": ["EMA"],
+    "rnglib": ["Rngs", "RngStream", "RngKey", "RngCount", "fork_rngs", "split_rngs"],
+    "module": ["Module", "iter_modules", "view", "with_attributes", "capture"],
+    "helpers": ["Dict", "List", "Sequential", "TrainState"],
+    "pytreelib": ["Pytree", "Object", "data", "static", "register_data_type"],
+    "summary": ["tabulate"],
+    "filterlib": ["Filter", "to_predicate", "OfType", "PathContains", "Everything"],
+    "transforms.autodiff": ["grad", "value_and_grad", "vjp", "remat", "custom_vjp"],
+    "transforms.compilation": ["jit", "jit_partial", "shard_map"],
+    "transforms.iteration": ["vmap", "scan", "pmap", "fori_loop", "StateAxes", "Carry"],
+    "transforms.transforms": ["cond", "switch", "eval_shape", "checkify"],
+    "traversals": ["flatten_mapping", "unflatten_mapping", "flatten_to_sequence"],
     "spmd": ["PARTITION_NAME", "with_partitioning", "get_partition_spec", "as_abstract"],
     "statelib": ["State", "to_flat_state", "to_pure_dict", "filter_state", "merge_state"],
     "variablelib": ["Variable", "Param", "VariableMetadata", "with_metadata"],
@@ -40,6 +53,62 @@ def test_flax_paths_import_and_hold_the_facades_objects(submodule):
         value = getattr(module, name)
         facade = getattr(nnx, name, None) or getattr(nnx.metrics, name, None)
         assert facade is None or facade is value, f"{submodule}.{name}"
+
+
+def test_the_layers_defaults_are_the_objects_the_layers_use():
+    # Flax's GSPMD guide: `nnx.with_partitioning(nnx.nn.linear.default_kernel_init, ...)`
+    linear = nnx.nn.linear
+
+    def default(layer, name):
+        return inspect.signature(layer).parameters[name].default
+
+    assert default(nnx.Linear, "kernel_init") is linear.default_kernel_init
+    assert default(nnx.Linear, "bias_init") is linear.default_bias_init
+    assert default(nnx.Embed, "embedding_init") is linear.default_embed_init
+    assert nnx.nn.attention.default_kernel_init is linear.default_kernel_init
+    assert nnx.nn.lora.default_b_initializer is nnx.initializers.zeros
+    layer = nnx.Linear(
+        2,
+        3,
+        kernel_init=nnx.with_partitioning(linear.default_kernel_init, (None, "model")),
+        rngs=nnx.Rngs(0),
+    )
+    assert layer.kernel.out_sharding == (None, "model")
+    assert (layer.kernel[...] == nnx.Linear(2, 3, rngs=nnx.Rngs(0)).kernel[...]).all()
+
+
+def test_traversals_flatten_and_unflatten_nested_mappings():
+    # Flax's surgery guide flattens `nnx.state(model).to_pure_dict()` this way
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    pure = nnx.state(model).to_pure_dict()
+    flat = nnx.traversals.flatten_mapping(pure)
+    assert set(flat) == {("kernel",), ("bias",)}
+    assert nnx.traversals.unflatten_mapping(flat).keys() == pure.keys()
+    nested = {"a": {"b": 1, "c": {}}, "d": 2}
+    assert nnx.traversals.flatten_mapping(nested, sep="/") == {"a/b": 1, "d": 2}
+    kept = nnx.traversals.flatten_mapping(nested, keep_empty_nodes=True)
+    assert kept[("a", "c")] is nnx.traversals.empty_node
+    assert nnx.traversals.unflatten_mapping(kept) == nested
+    assert nnx.traversals.flatten_to_sequence(nested) == [(("a", "b"), 1), (("d",), 2)]
+    whole = nnx.traversals.flatten_mapping(nested, is_leaf=lambda path, m: path == ("a",))
+    assert whole == {("a",): {"b": 1, "c": {}}, ("d",): 2}
+    with pytest.raises(ValueError, match=r"runs through \('a',\), which holds a leaf"):
+        nnx.traversals.unflatten_mapping({("a",): 1, ("a", "b"): 2})
+    with pytest.raises(TypeError, match="pass `sep=` for string paths"):
+        nnx.traversals.unflatten_mapping({"a/b": 1})
+
+
+def test_flax_nnx_object_is_the_non_pytree_base():
+    class Foo(nnx.Object):  # Flax's pytree guide: a plain list of arrays is fine here
+        def __init__(self):
+            self.arrays = [jnp.ones(2), jnp.zeros(2)]
+
+    foo = Foo()
+    assert jax.tree.leaves(foo) == [foo] and not isinstance(
+        nnx.Linear(1, 1, rngs=nnx.Rngs(0)), nnx.Object
+    )
+    assert len(nnx.state(foo)["arrays"]) == 2
+    assert nnx.pytreelib.Pytree is nnx.Pytree and issubclass(nnx.Module, nnx.Pytree)
 
 
 def test_initializers_metrics_and_containers_are_one_namespace():

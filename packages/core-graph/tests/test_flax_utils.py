@@ -16,6 +16,7 @@ from bryo_graph import (
     FlatState,
     GraphDef,
     GraphError,
+    GraphObject,
     List,
     Object,
     Param,
@@ -207,10 +208,15 @@ def test_unflatten_refuses_the_wrong_number_of_leaves():
         unflatten(graphdef, State({}))
 
 
-def test_graph_flatten_keeps_the_seed_spelling():
-    _, state = graph.flatten(Counter())
-    assert isinstance(state, State)
-    assert set(state.flat_state()) == {("count",), ("w",)}
+def test_graph_flatten_gives_flax_pairs_and_keeps_the_seed_spelling():
+    counter = Counter()
+    graphdef, state = graph.flatten(counter)
+    assert isinstance(state, FlatState)  # Flax's: iterating yields (path, leaf) pairs
+    pairs = [(path, value) for path, value in state]
+    assert pairs == [(("count",), counter.count), (("w",), counter.w)]
+    assert state.flat_state() == dict(pairs)  # seed 000's older spelling
+    params = State.from_flat_path({p: v for p, v in state if isinstance(v, Param)})
+    assert graph.unflatten(graphdef, state).w is counter.w and set(params) == {"w"}
 
 
 def test_flat_state_reads_filters_and_nests():
@@ -321,3 +327,19 @@ def test_state_equals_plain_mappings_by_leaves():
     assert State({"a": 1}) != {"a": 2}
     assert State({"a": 1}) != [1]
     assert pickle.loads(pickle.dumps(State({"a": 1}))) == {"a": 1}
+
+
+def test_graph_object_is_flaxs_unchecked_non_pytree_object():
+    class Holder(GraphObject):  # Flax's pytree guide: `class Foo(nnx.Object)`
+        def __init__(self) -> None:
+            self.arrays = [jnp.ones(2), jnp.zeros(2)]  # a plain list of arrays is accepted
+
+    holder = Holder()
+    assert jax.tree.leaves(holder) == [holder]  # not a pytree: one leaf
+    graphdef, state = split(holder)
+    assert set(state.flat_state()) == {("arrays", 0), ("arrays", 1)}
+    assert merge(graphdef, state).arrays[1] is state["arrays"][1]
+    with pytest.raises(ValueError, match=r"subclasses `nnx.Object`.*Subclass `nnx.Pytree`"):
+
+        class Bad(GraphObject, pytree=True):
+            pass

@@ -1,5 +1,5 @@
 """Array-ref backed Variables (Flax 0.12's `ref=True`), `var_defaults` and `with_vars`;
-bryo has no hijax Variables, so `hijax=True` is refused by name."""
+hijax Variables have their own tests (test_hijax.py)."""
 
 import copy
 import pickle
@@ -152,16 +152,6 @@ def test_ref_flag_cannot_change_in_place():
     assert v.metadata == {"tag": "b", "ref": True}
 
 
-def test_hijax_is_refused_naming_ref():
-    with pytest.raises(ValueError, match=r"no hijax Variables.*use `ref=True`"):
-        Param(1.0, hijax=True)
-    with pytest.raises(ValueError, match="no hijax Variables"):
-        with_vars(Param(1.0), hijax=True)
-    with pytest.raises(ValueError, match="no hijax Variables"):
-        Param.from_metadata(1.0, {"hijax": True})
-    assert not Param(1.0, hijax=False).hijax
-
-
 # var_defaults -------------------------------------------------------------------------
 
 
@@ -212,15 +202,6 @@ def test_var_defaults_are_per_thread():
         thread.start()
         thread.join()
     assert seen == [False]
-
-
-def test_hijax_default_is_recorded_but_variables_under_it_are_refused():
-    with var_defaults(hijax=True):
-        assert var_defaults().hijax
-        with pytest.raises(ValueError, match=r"under `var_defaults\(hijax=True\)`"):
-            Variable(1.0)
-        assert not Variable(1.0, hijax=False).hijax
-    assert not var_defaults().hijax
 
 
 def test_var_defaults_refuses_bad_values():

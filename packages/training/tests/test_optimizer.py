@@ -89,6 +89,18 @@ def test_opt_state_is_laid_out_as_optax_with_the_parameters_metadata():
     assert ("opt_state", 0, "nu", "b") in flat
 
 
+def test_opt_state_keeps_optaxs_own_types_as_flax_does():
+    # the optimization cookbook reads `optimizer.opt_state[0][1].layers[0]['kernel']`
+    model = Model()
+    optimizer = Optimizer(model, optax.adam(0.1), wrt=Param)
+    adam, empty = optimizer.opt_state
+    assert type(adam).__name__ == "ScaleByAdamState" and type(empty).__name__ == "EmptyState"
+    assert adam[1] is adam.mu and isinstance(adam.mu, graph.State)
+    assert type(adam.mu["w"]) is OptVariable and adam.mu["w"][...].shape == (3, 2)
+    assert type(adam.count) is OptArray
+    assert optimizer.opt_state[0][1].w is adam.mu["w"]  # a State reads keys as attributes
+
+
 @optax_adam_steps
 def test_the_optimizer_is_a_graph_node_that_jit_and_split_carry():
     model = Model()
@@ -165,7 +177,7 @@ def test_train_state_applies_gradients_functionally():
 
 
 def test_train_state_subclasses_add_fields_and_name_states():
-    class WithRest(TrainState):
+    class WithRest(TrainState[Model]):  # generic in the model, as Flax's toy example 03 writes
         rest: graph.State
 
     model = Model()

@@ -18,6 +18,7 @@ from . import _plugin as _builtin_plugin
 from . import extract as extract
 from . import graph as graph
 from . import hookspecs as _hookspecs
+from . import traversals as traversals
 from ._axis_rules import ShardingError as ShardingError
 from ._axis_rules import add_sharding_axis as add_sharding_axis
 from ._axis_rules import get_partition_spec as get_partition_spec
@@ -83,6 +84,7 @@ from ._nodes import is_graph_node as is_graph_node
 from ._nodes import node_type_of as node_type_of
 from ._nodes import node_types as node_types
 from ._object import Dict as Dict
+from ._object import GraphObject as GraphObject
 from ._object import List as List
 from ._object import Object as Object
 from ._object import Pytree as Pytree
@@ -136,6 +138,7 @@ from ._variable_names import variable_name_from_type as variable_name_from_type
 from ._variable_names import variable_type_from_name as variable_type_from_name
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
+from ._variables import HijaxVariable as HijaxVariable
 from ._variables import Intermediate as Intermediate
 from ._variables import Param as Param
 from ._variables import Variable as Variable

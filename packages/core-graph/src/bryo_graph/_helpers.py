@@ -347,11 +347,11 @@ def with_vars(
     only: Filter = ...,
     allow_duplicates: bool = False,
 ) -> A:
-    """A copy of `node` whose Variables are array-ref backed (`ref=True`) or plain
-    (`ref=False`), as Flax 0.12's `nnx.with_vars`.
+    """A copy of `node` whose Variables are array-ref backed (`ref=True`) or not
+    (`ref=False`), hijax ones (`hijax=True`) or not, as Flax 0.12's `nnx.with_vars`.
 
     Only the Variables that differ from the request and match `only` are copied
-    (`Variable.copy(ref=...)`: a new ref of the value, or the value out of its ref); the
+    (`Variable.copy(ref=..., hijax=...)`: a new ref of the value, or the value out of its ref); the
     others are shared with `node`. The graph's nodes are new.
 
     >>> import jax
@@ -363,7 +363,8 @@ def with_vars(
 
     Args:
         node: a graph, State or bare Variable.
-        hijax: False only (bryo has no hijax Variables; True raises a ValueError).
+        hijax: True for hijax Variables (JAX 0.10 or newer), False for plain ones, None
+            to keep them.
         ref: True for ref-backed Variables, False for plain ones, None to keep them.
         only: a filter of the Variables to convert (all by default).
         allow_duplicates: convert a Variable reached by several paths anyway (its
@@ -374,19 +375,25 @@ def with_vars(
     """
     if hijax is not None:
         check_flag("hijax", hijax, "`with_vars`")
-    if ref is None:
+    if ref is not None:
+        check_flag("ref", ref, "`with_vars`")
+    if ref is None and hijax is None:
         return map(lambda path, leaf: leaf, node, recreate_variables=False)
-    check_flag("ref", ref, "`with_vars`")
     selected = to_predicate(only)
+    flags = {k: v for k, v in (("ref", ref), ("hijax", hijax)) if v is not None}
 
     def converts(path: Path, value: object) -> bool:
-        return isinstance(value, Variable) and value.ref is not ref and selected(path, value)
+        return (
+            isinstance(value, Variable)
+            and any(getattr(value, k) is not v for k, v in flags.items())
+            and selected(path, value)
+        )
 
     if not allow_duplicates:
         _refuse_duplicates(node, converts)
 
     def convert(path: Path, leaf: Any) -> Any:
-        return leaf.copy(ref=ref) if converts(path, leaf) else leaf
+        return leaf.copy(**flags) if converts(path, leaf) else leaf
 
     return map(convert, node, recreate_variables=False)
 

@@ -146,7 +146,7 @@ def builtin_node_types() -> Sequence[NodeType]:
         ),
         NodeType(
             tuple,
-            flatten=lambda node: (enumerate(node), None),
+            flatten=_tuple_flatten,
             unflatten=lambda cls, aux, children: _rebuild_tuple(cls, children),
         ),
         JAX_PYTREE,
@@ -222,6 +222,15 @@ def _rebuild_dict(cls: type, children: list[tuple[Key, object]]) -> dict:
 def _rebuild_list(cls: type, children: list[tuple[Key, object]]) -> list:
     values = [child for _, child in children]
     return values if cls is list else cls(values)
+
+
+def _tuple_flatten(node: tuple) -> tuple[Children, None]:
+    """A tuple's items by position, a namedtuple's by field name (its keys in JAX's key
+    paths, and Flax NNX's graph paths: `opt_state[0]` of Adam holds `count`, `mu`, `nu`)."""
+    fields = getattr(type(node), "_fields", None)
+    if fields is not None and len(fields) == len(node):
+        return zip(fields, node, strict=True), None
+    return enumerate(node), None
 
 
 def _rebuild_tuple(cls: type, children: list[tuple[Key, object]]) -> tuple:

@@ -205,6 +205,22 @@ Pytree = Object
 """Flax NNX 0.12's name for a pytree-registered Object."""
 
 
+class GraphObject(Object, pytree=False):
+    """Flax NNX 0.12's `nnx.Object`: an `Object` that is a graph node only, never a JAX
+    pytree, so its attributes are not checked as data or static (a plain list of arrays
+    becomes a tracked `List`, as with `pytree=False`). Its subclasses cannot be pytrees.
+    """
+
+    def __init_subclass__(cls, *, pytree: bool = False, **kwargs: object) -> None:
+        if pytree is not False:
+            raise ValueError(
+                f"`{cls.__name__}` sets `pytree={pytree!r}`, but it subclasses `nnx.Object`, "
+                "the base of graph nodes that are not pytrees (as in Flax). Subclass "
+                "`nnx.Pytree` (or `nnx.Module`) for a pytree."
+            )
+        super().__init_subclass__(pytree=False, **kwargs)
+
+
 def in_its_trace(node: object) -> bool:
     """Whether `node` (an Object, `List` or `Dict`) may be changed now: it was made in the
     JAX trace running now (or its trace is unknown). `Rngs` streams ask it before drawing.

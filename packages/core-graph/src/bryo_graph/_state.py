@@ -609,6 +609,11 @@ class FlatState(list[tuple[Path, _Any]]):
         """The State of these pairs."""
         return State.from_flat_path(self)
 
+    def flat_state(self) -> dict[Path, _Any]:
+        """The pairs as a `{path: leaf}` dict: the older `State.flat_state()` spelling
+        (seed 000's `graph.flatten(node)[1].flat_state().items()`)."""
+        return dict(self)
+
     @overload
     def filter(self, first: Filter, /) -> FlatState: ...
     @overload

@@ -6,9 +6,9 @@ writes through it (`v[...] = x`) are seen by every holder of the ref, also acros
 that the default for the Variables created while it is set; called with no argument it
 returns the current defaults.
 
-Flax's `hijax` Variables (built on JAX's experimental hi-types) have no bryo counterpart:
-`hijax=False` is accepted everywhere; `var_defaults(hijax=True)` is recorded, but making a
-Variable under it (or with `hijax=True`) is refused, naming `ref=True`.
+`var_defaults(hijax=True)` makes new Variables hijax ones (Flax's, built on
+`jax.experimental.hijax`: see `_hijax`); on a JAX without that API, making one raises a
+ValueError naming the JAX version needed.
 """
 
 from __future__ import annotations
@@ -21,21 +21,16 @@ from typing import TypeVar
 
 F = TypeVar("F", bound=Callable)
 
-NO_HIJAX = (
-    "bryo has no hijax Variables (Flax's `hijax=True` builds on JAX's experimental "
-    "hi-types). For a Variable that `jax.jit` can update in place use `ref=True` (a "
-    "Variable backed by a `jax.new_ref` mutable array), or bryo's lifted transforms "
-    "(`nnx.jit`, ...), which write a model's Variables back after the call."
-)
-"""The error text for `hijax=True` anywhere (Variable, `var_defaults`, `with_vars`)."""
-
 
 def check_flag(name: str, value: object, where: str, *, hijax_allowed: bool = False) -> bool:
-    """`value` as the bool the `hijax`/`ref` option `name` of `where` takes."""
+    """`value` as the bool the `hijax`/`ref` option `name` of `where` takes (`hijax=True`
+    only on a JAX with hijax, unless `hijax_allowed`: a default, checked when used)."""
     if not isinstance(value, bool):
         raise TypeError(f"`{name}` of {where} takes True or False; got {value!r}.")
     if name == "hijax" and value and not hijax_allowed:
-        raise ValueError(f"{where} got `hijax=True`: {NO_HIJAX}")
+        from ._hijax import check_hijax_available
+
+        check_hijax_available(where)
     return value
 
 
@@ -67,13 +62,9 @@ class _Defaults(threading.local):
 _DEFAULTS = _Defaults()
 
 
-def check_default_hijax(where: str) -> None:
-    """A ValueError (naming `where`) for a Variable made under `var_defaults(hijax=True)`."""
-    if _DEFAULTS.hijax:
-        raise ValueError(
-            f"{where} was made under `var_defaults(hijax=True)`: {NO_HIJAX} Pass "
-            "`hijax=False` to make this one anyway."
-        )
+def default_hijax() -> bool:
+    """Whether a Variable made now without `hijax=` is a hijax one."""
+    return _DEFAULTS.hijax
 
 
 def default_ref() -> bool:
@@ -155,8 +146,9 @@ def var_defaults(
     (`@var_defaults(ref=True)`) it holds while the function runs.
 
     Args:
-        hijax: whether new Variables are hijax ones; bryo has none, so a Variable made
-            while this is True (and not given `hijax=False`) raises a ValueError.
+        hijax: whether new Variables are hijax ones (JAX 0.10 or newer: on older JAX, a
+            Variable made while this is True and not given `hijax=False` raises a
+            ValueError naming the version).
         ref: whether new Variables keep their value in a `jax.new_ref` mutable array.
 
     Returns:

@@ -51,8 +51,10 @@ from bryo_pytree import (
 from ._compat import current_trace, is_ref, new_ref
 from ._eager_sharding import placed, using_eager_sharding
 from ._errors import MUTATION_FIX, TraceContextError
+from ._hijax import check_hijax_available
+from ._hijax import register as register_hitype
 from ._tracking import WATCHES, structure_changed
-from ._var_defaults import check_default_hijax, check_flag, default_ref
+from ._var_defaults import check_flag, default_hijax, default_ref
 
 
 class _Missing:
@@ -152,11 +154,17 @@ def _unflatter(cls: type) -> Callable[[Metadata, Iterable[object]], Variable]:
 
 
 class _VariableType(type):
-    """Variable classes get empty `__slots__` unless they declare them, and are pytrees."""
+    """Variable classes get empty `__slots__` unless they declare them, and are pytrees
+    (hijax ones are JAX hi-types instead); `Cls(..., hijax=True)` (or under
+    `var_defaults(hijax=True)`) makes a hijax Variable."""
 
     def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: object) -> type:
         namespace.setdefault("__slots__", ())
         cls = super().__new__(mcs, name, bases, namespace, **kwargs)
+        if getattr(cls, "_hijax_type", False):
+            if "_hijax_base" in namespace:  # a class `hijax_class` made
+                register_hitype(cls)
+            return cls
         register_pytree_with_keys(
             cast("type[Variable]", cls),  # this metaclass makes Variable and its subclasses
             _flatten_with_keys,
@@ -164,6 +172,17 @@ class _VariableType(type):
             flatten_func=_flatten,
         )
         return cls
+
+    def __call__(cls, *args: object, **kwargs: object) -> _Any:
+        hijax = kwargs.get("hijax")
+        if (hijax is None and not default_hijax()) or hijax is False:
+            return super().__call__(*args, **kwargs)
+        where = f"`{cls.__name__}(...)`"
+        if hijax is not None:
+            check_flag("hijax", hijax, where)
+        check_hijax_available(where)
+        plain = super().__call__(*args, **{**kwargs, "hijax": False})
+        return to_hijax(plain)
 
 
 class Variable(metaclass=_VariableType):
@@ -203,10 +222,11 @@ class Variable(metaclass=_VariableType):
             ref = _flag_once(metadata, "ref", ref)
             hijax = _flag_once(metadata, "hijax", hijax)
         where = f"`{type(self).__name__}(...)`"
-        if hijax is None:
-            check_default_hijax(where)
-        else:
-            check_flag("hijax", hijax, where)
+        if hijax:  # (from wrapped metadata: the keyword is handled before `__init__`)
+            raise ValueError(
+                f"{where} got `hijax=True` in an initializer's metadata (`with_metadata`); "
+                "pass `hijax=True` to the Variable itself (or use `nnx.var_defaults`)."
+            )
         ref = default_ref() if ref is None else check_flag("ref", ref, where)
         if is_ref(value):
             raise ValueError(
@@ -287,7 +307,7 @@ class Variable(metaclass=_VariableType):
 
     @property
     def hijax(self) -> bool:
-        """Always False: bryo has no hijax Variables (see `var_defaults`)."""
+        """Whether this is a hijax Variable (`HijaxVariable`; see `var_defaults`)."""
         return False
 
     @property
@@ -317,7 +337,7 @@ class Variable(metaclass=_VariableType):
     ) -> _Any:
         """All metadata as a dict (a copy), or the entry `name` (`default` when absent).
 
-        As in Flax NNX 0.12, the flags `hijax` (always False in bryo), `ref` and
+        As in Flax NNX 0.12, the flags `hijax`, `ref` and
         `eager_sharding` are part of it; `metadata` has the other entries only."""
         metadata = self._metadata
         if name is None:
@@ -364,7 +384,7 @@ class Variable(metaclass=_VariableType):
         """The flags `get_metadata` reports beside the entries (Flax's defaults)."""
         eager = self._metadata.get("eager_sharding", MISSING)
         return {
-            "hijax": False,
+            "hijax": self.hijax,
             "ref": self.ref,
             "eager_sharding": using_eager_sharding() if eager is MISSING else bool(eager),
         }
@@ -465,12 +485,14 @@ class Variable(metaclass=_VariableType):
     @classmethod
     def from_metadata(cls, value: object, metadata: Mapping[str, object]) -> Variable:
         """A Variable of this class with `value` and `metadata`, without calling `__init__`."""
+        hijax = False
         if "ref" in metadata or "hijax" in metadata:
+            hijax = metadata.get("hijax") is True
             metadata = _without_false_flags(metadata, cls.__name__)
         variable = _new(cls)
         _set_raw_value(variable, value)
         _set_metadata(variable, as_metadata(metadata))
-        return variable
+        return _as_hijax(variable, f"`{cls.__name__}.from_metadata`") if hijax else variable
 
     def copy(self, value: object = MISSING, **metadata: object) -> Variable:
         """A new Variable of the same class: this value (or `value`), this metadata updated
@@ -664,8 +686,16 @@ def _as_ref(value: object, where: str) -> object:
         ) from None
 
 
+def _as_hijax(variable: Variable, where: str) -> Variable:
+    """The hijax Variable holding `variable` (a ValueError naming `where` on a JAX without
+    hijax)."""
+    check_hijax_available(where)
+    return to_hijax(variable)
+
+
 def _without_false_flags(metadata: Mapping[str, object], where: str) -> Mapping[str, object]:
-    """Metadata as bryo keeps it: `ref` only when True, `hijax` never (True refused)."""
+    """Metadata as bryo keeps it: `ref` only when True, `hijax` never (the Variable's class
+    says it)."""
     check_flag("hijax", metadata.get("hijax", False), f"`{where}.from_metadata`")
     if metadata.get("ref", True) is False or "hijax" in metadata:
         return {k: v for k, v in metadata.items() if k != "hijax" and not (k == "ref" and not v)}
@@ -680,10 +710,12 @@ def _dereferenced(value: object) -> object:
 def _copied_ref(cls: type[Variable], value: object, metadata: Mapping[str, object]) -> Variable:
     """A copy of a ref-backed Variable (or one asked to be): a new ref, or the plain value."""
     value = _dereferenced(value)
+    hijax = metadata.get("hijax", getattr(cls, "_hijax_type", False)) is True
     metadata = _without_false_flags(metadata, cls.__name__)
     if metadata.get("ref"):
         value = _as_ref(value, cls.__name__)
-    return cls.from_metadata(value, metadata)
+    plain = getattr(cls, "_hijax_base", cls).from_metadata(value, metadata)
+    return _as_hijax(plain, f"`{cls.__name__}.copy`") if hijax else plain
 
 
 def _written(current: object, index: object, value: object) -> object:
@@ -807,6 +839,128 @@ class Cache(Variable):
 
 class Intermediate(Variable):
     """A value a module sowed during its call, for inspection."""
+
+
+HIJAX_SLOT = Variable.__dict__["raw_value"]
+"""The slot where a hijax Variable keeps its contents, `(leaves, treedef)` of the plain
+Variable it stands for (its `raw_value` is a property reading them)."""
+
+
+class HijaxVariable(Variable):
+    """A hijax Variable (Flax NNX 0.12's `hijax=True`): one that plain `jax.jit`,
+    `jax.grad` and `jax.lax.scan` update in place, also through a function's closure.
+
+    `Param(x, hijax=True)`, `nnx.with_vars(node, hijax=True)` or any Variable made under
+    `nnx.var_defaults(hijax=True)` is an instance of a subclass of this class and of its
+    Variable class (`isinstance(v, Param)` holds; `v.var_type` is `Param`). It reads and
+    writes like any Variable; JAX sees it as one mutable value (see `_hijax`). Needs
+    JAX 0.10 or newer (`jax.experimental.hijax`).
+
+    >>> import jax, jax.numpy as jnp                        # doctest: +SKIP
+    >>> count = Variable(jnp.array(0), hijax=True)          # doctest: +SKIP
+    >>> jax.jit(lambda c: c.__setitem__(..., c[...] + 1))(count)  # doctest: +SKIP
+    >>> int(count[...])                                     # doctest: +SKIP
+    1
+    """
+
+    _hijax_type: ClassVar[bool] = True
+    _hijax_base: ClassVar[type[Variable]] = Variable
+
+    @property
+    def raw_value(self) -> _Any:  # type: ignore[override]  # a property over the slot
+        from ._hijax import read
+
+        return read(self).raw_value
+
+    @raw_value.setter
+    def raw_value(self, value: object) -> None:
+        from ._hijax import read, write
+
+        plain = read(self)
+        _set_raw_value(plain, value)
+        write(self, plain)
+
+    @property
+    def _metadata(self) -> Metadata:  # type: ignore[override]  # a property over the slot
+        from ._hijax import read
+
+        return read(self)._metadata
+
+    @_metadata.setter
+    def _metadata(self, metadata: Metadata) -> None:
+        from ._hijax import read, write
+
+        plain = read(self)
+        _set_metadata(plain, metadata)
+        write(self, plain)
+
+    @property
+    def hijax(self) -> bool:
+        """True: this is a hijax Variable."""
+        return True
+
+    @property
+    def type(self) -> type[Variable]:
+        """The Variable class this hijax Variable is one of (`Param`, ...)."""
+        return type(self)._hijax_base
+
+    var_type = type
+
+    @classmethod
+    def from_metadata(cls, value: object, metadata: Mapping[str, object]) -> Variable:
+        """A Variable of this one's Variable class: a hijax one unless `metadata` has
+        `hijax=False`."""
+        hijax = metadata.get("hijax", True) is True
+        plain = cls._hijax_base.from_metadata(value, {**metadata, "hijax": False})
+        return _as_hijax(plain, f"`{cls.__name__}.from_metadata`") if hijax else plain
+
+    def cur_qdd(self) -> _Any:
+        """What it holds now, as JAX's quasi-dynamic data (called by JAX)."""
+        from ._hijax import contents_now
+
+        return contents_now(self)
+
+    def _hijax_stored(self) -> tuple[tuple, _Any]:
+        """`(leaves, treedef)` of the plain Variable this one holds now."""
+        return HIJAX_SLOT.__get__(self)
+
+    def _hijax_store(self, leaves: tuple, treedef: _Any) -> None:
+        HIJAX_SLOT.__set__(self, (leaves, treedef))
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"raw_value": self.raw_value, "metadata": dict(self._metadata), "hijax": True}
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + ", hijax=True)"
+
+
+_HIJAX_CLASSES: dict[type, type[HijaxVariable]] = {Variable: HijaxVariable}
+
+
+def hijax_class(var_type: type[Variable]) -> type[HijaxVariable]:
+    """The class of the hijax Variables of the Variable class `var_type` (made once): a
+    subclass of `HijaxVariable` and of `var_type`."""
+    if issubclass(var_type, HijaxVariable):
+        return var_type
+    found = _HIJAX_CLASSES.get(var_type)
+    if found is None:
+        metaclass: _Any = type(var_type)
+        found = metaclass(
+            var_type.__name__,
+            (HijaxVariable, var_type),
+            {"__slots__": (), "__module__": var_type.__module__, "_hijax_base": var_type},
+        )
+        found.__qualname__ = f"HijaxVariable[{var_type.__qualname__}]"
+        _HIJAX_CLASSES[var_type] = found
+    return found  # type: ignore[return-value]  # made above as a HijaxVariable subclass
+
+
+def to_hijax(plain: Variable) -> HijaxVariable:
+    """The hijax Variable holding the plain Variable `plain` (its leaves and treedef)."""
+    leaves, treedef = jax.tree.flatten(plain)
+    made = _new(hijax_class(type(plain)))
+    made._hijax_store(tuple(leaves), treedef)
+    return made
 
 
 class _VariableStateType(type):

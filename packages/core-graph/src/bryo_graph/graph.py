@@ -1,4 +1,8 @@
-"""The graph functions under the names of `nnx.graph` (seed 000 uses `graph.flatten`)."""
+"""The graph functions under the names of `nnx.graph` (seed 000 uses `graph.flatten`).
+
+`graph.flatten(node)` is Flax NNX's: `(graphdef, FlatState)`, whose iteration yields
+`(path, leaf)` pairs; the older `state.flat_state()` of seed 000 reads it as a dict.
+"""
 
 from bryo_pytree import Key as Key
 
@@ -10,7 +14,7 @@ from ._entries import StaticEntry as StaticEntry
 from ._entries import VariableEntry as VariableEntry
 from ._graph import GraphDef as GraphDef
 from ._graph import clone as clone
-from ._graph import flatten_state
+from ._graph import flatten as flatten
 from ._graph import graphdef as graphdef
 from ._graph import iter_graph as iter_graph
 from ._graph import merge as merge
@@ -21,5 +25,3 @@ from ._graph import unflatten as unflatten
 from ._graph import update as update
 from ._graph_state import GraphState as GraphState
 from ._nodes import is_graph_node as is_graph_node
-
-flatten = flatten_state  # seed 000's `graph.flatten`: `(graphdef, State)`

@@ -18,6 +18,7 @@ from ._optimizer import OptArray as OptArray
 from ._optimizer import Optimizer as Optimizer
 from ._optimizer import OptState as OptState
 from ._optimizer import OptVariable as OptVariable
+from ._optimizer import to_opt_state as to_opt_state
 from ._train_state import TrainState as TrainState
 
 __version__ = "0.1.0"

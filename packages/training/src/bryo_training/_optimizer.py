@@ -7,25 +7,23 @@
 The optimizer is a graph node itself: its `step` and every array of the optax state are
 `OptState` Variables (`OptVariable` for the ones shaped like a parameter, with that
 parameter's metadata, so sharding annotations carry over; `OptArray` for the rest), laid
-out under `opt_state` along optax's own structure (`opt_state[0]['mu']['kernel']` for
-Adam). So `split`, `merge`, `jit` and checkpointing treat model and optimizer alike.
+out under `opt_state` in optax's own structure, as in Flax: Adam's is a tuple whose first
+item is optax's `ScaleByAdamState`, holding States like the model's
+(`opt_state[0].mu['kernel']`, or `opt_state[0][1].layers[0]['kernel']` for a
+`Sequential`). So `split`, `merge`, `jit` and checkpointing treat model and optimizer alike.
 `ModelAndOptimizer` keeps the model too, for the older one-argument `update(grads)`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
 import optax
-from jax.tree_util import DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey
 
 from bryo_filters import Filter
-from bryo_graph import Dict, Object, Param, State, Variable, VariableState, state, update
-from bryo_pytree import Path
+from bryo_graph import Object, Param, State, Variable, VariableState, data, state, update
 
 M = TypeVar("M")
 
@@ -82,38 +80,11 @@ def _to_opt_state(leaf: object) -> OptState:
     return OptVariable(leaf.value, **metadata)  # type: ignore[attr-defined]  # _is_variable(leaf) checked above
 
 
-def _key_parts(key: Any) -> tuple:
-    """A path entry of `jax.tree_util` as graph keys (a State's path key spreads out).
-
-    `key` is Any because jax declares its path-entry classes as `Any`-typed names."""
-    if isinstance(key, SequenceKey):
-        return (key.idx,)
-    if isinstance(key, GetAttrKey):
-        return (key.name,)
-    if isinstance(key, DictKey | FlattenedIndexKey):
-        return tuple(key.key) if isinstance(key.key, tuple) else (key.key,)
-    return (str(key),)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Layout:
-    """How the optax state is laid out in `opt_state`: its structure (Variables as leaves)
-    and the graph path of each leaf, in leaf order."""
-
-    treedef: Any
-    paths: tuple[Path, ...]
-
-
-def _get(node: Mapping, path: Path) -> OptState:
-    for key in path:
-        node = node[key]
-    return node  # type: ignore[return-value]  # the path leads to an OptState leaf of the optimizer state
-
-
-def _put(node: Dict, path: Path, leaf: OptState) -> None:
-    for key in path[:-1]:
-        node = node.setdefault(key, Dict())
-    node[path[-1]] = leaf
+def to_opt_state(tree: Any) -> Any:
+    """`tree` (an optax state) with each leaf in an `OptState` Variable, in optax's own
+    structure: a Variable (of the State optax was given) becomes an `OptVariable` with its
+    metadata, any other array an `OptArray` (Flax's `nnx.training.optimizer.to_opt_state`)."""
+    return jax.tree.map(_to_opt_state, tree, is_leaf=_is_variable)
 
 
 def _variables_of(node: object, wrt: Filter) -> State:
@@ -145,7 +116,7 @@ class Optimizer(Object, Generic[M]):
         self.step = OptState(jnp.array(0, dtype=jnp.uint32))
         self.tx = tx
         self.wrt = wrt
-        self._store(tx.init(_variables_of(model, wrt)))
+        self.opt_state = data(to_opt_state(tx.init(_variables_of(model, wrt))))
 
     def __getattr__(self, name: str) -> Any:
         if name == "model":
@@ -155,25 +126,13 @@ class Optimizer(Object, Generic[M]):
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def _store(self, opt_state: Any) -> None:
-        with_paths, treedef = jax.tree_util.tree_flatten_with_path(opt_state, is_leaf=_is_variable)
-        slots = Dict()
-        paths = []
-        for keys, leaf in with_paths:
-            path = tuple(part for key in keys for part in _key_parts(key))
-            _put(slots, path, _to_opt_state(leaf))
-            paths.append(path)
-        self.opt_state = slots
-        self._layout = _Layout(treedef, tuple(paths))
-
     def _pure_opt_state(self) -> Any:
-        layout = self._layout
-        return layout.treedef.unflatten([_get(self.opt_state, p)[...] for p in layout.paths])
+        return _pure(self.opt_state)
 
     def _write_opt_state(self, opt_state: Any) -> None:
-        layout = self._layout
-        for path, value in zip(layout.paths, layout.treedef.flatten_up_to(opt_state), strict=True):
-            _get(self.opt_state, path)[...] = value
+        slots, treedef = jax.tree.flatten(self.opt_state, is_leaf=_is_variable)
+        for slot, value in zip(slots, treedef.flatten_up_to(opt_state), strict=True):
+            slot[...] = value
 
     def update(self, model: M, grads: Any = _MISSING, /, **kwargs: Any) -> optax.Updates:
         """Apply one optax step: update the state and the model's `wrt` Variables in place.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -44,9 +44,14 @@ class _ApplyCaller:
         return out, split(module)
 
 
+M = TypeVar("M")
+
+
 @pytree_dataclass
-class TrainState:
+class TrainState(Generic[M]):
     """Graphdef, parameters, optax state and step: a pytree to thread through `jax.jit`.
+
+    Generic in the model's class, as Flax's: `class TrainState(nnx.TrainState[MLP])`.
 
     Attributes:
         graphdef: the model's structure (static).

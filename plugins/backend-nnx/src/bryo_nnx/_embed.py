@@ -15,7 +15,7 @@ from ._module import Module
 
 _TakeRows = Callable[[jax.Array, jax.Array], jax.Array]
 
-default_embed_init = initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
+default_embed_init = initializers.default_embed_init
 
 
 class Embed(Module):

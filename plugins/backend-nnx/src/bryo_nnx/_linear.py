@@ -36,8 +36,8 @@ from ._common import (
 )
 from ._module import Module
 
-default_kernel_init = initializers.lecun_normal()
-default_bias_init = initializers.zeros_init()
+default_kernel_init = initializers.default_kernel_init
+default_bias_init = initializers.default_bias_init
 
 DotGeneral = Callable[..., jax.Array]
 

@@ -18,8 +18,8 @@ from ._common import NO_METADATA, Metadata, OutSharding, RngsArg, init_param
 from ._linear import Linear
 from ._module import Module
 
-default_a_initializer = initializers.he_uniform()
-default_b_initializer = initializers.zeros
+default_a_initializer = initializers.default_a_initializer
+default_b_initializer = initializers.default_b_initializer
 
 
 class LoRAParam(Param):

@@ -34,3 +34,17 @@ def zeros_init() -> Initializer:
 def ones_init() -> Initializer:
     """An initializer giving ones (Flax's spelling of `ones`)."""
     return ones
+
+
+# The layers' defaults, under the names of the Flax NNX modules that define them
+# (`nnx.nn.linear.default_kernel_init`, ...): the layers use these very objects.
+default_kernel_init: Initializer = lecun_normal()
+"""`Linear`, `Conv`, `Einsum`, attention and recurrent kernels: LeCun normal."""
+default_bias_init: Initializer = zeros_init()
+"""Biases: zeros."""
+default_embed_init: Initializer = variance_scaling(1.0, "fan_in", "normal", out_axis=0)
+"""`Embed`'s table: variance scaling over the features (fan-in, out axis 0)."""
+default_a_initializer: Initializer = he_uniform()
+"""`LoRA`'s `lora_a`: He uniform."""
+default_b_initializer: Initializer = zeros
+"""`LoRA`'s `lora_b`: zeros, so an adapter starts as the identity."""

@@ -6,7 +6,6 @@ for `from flax import nnx` runs with the import line changed.
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-import bryo_filters as filterlib
 from bryo_filters import All as All
 from bryo_filters import Any as Any
 from bryo_filters import Everything as Everything
@@ -19,9 +18,9 @@ from bryo_filters import WithTag as WithTag
 from bryo_graph import BatchStat as BatchStat
 from bryo_graph import Cache as Cache
 from bryo_graph import GraphDef as GraphDef
+from bryo_graph import GraphObject as Object
 from bryo_graph import GraphState as GraphState
 from bryo_graph import Intermediate as Intermediate
-from bryo_graph import Object as Object
 from bryo_graph import Param as Param
 from bryo_graph import Pytree as Pytree
 from bryo_graph import ShardingError as ShardingError
@@ -262,6 +261,18 @@ from . import graphlib as graphlib
 from . import spmd as spmd
 from . import statelib as statelib
 from . import variablelib as variablelib
+
+# isort: split
+# Flax NNX's module layout, for code importing from it (`from flax.nnx import rnglib`,
+# `nnx.nn.linear.default_kernel_init`, `nnx.traversals.flatten_mapping`; issue 36).
+from . import filterlib as filterlib
+from . import helpers as helpers
+from . import module as module
+from . import pytreelib as pytreelib
+from . import rnglib as rnglib
+from . import summary as summary
+from . import transforms as transforms
+from . import traversals as traversals
 from .spmd import abstract_with_sharding as abstract_with_sharding
 
 merge_state = _State.merge

@@ -10,7 +10,9 @@ from bryo_graph import NoUpdate as NoUpdate
 from bryo_graph import PureState as PureState
 from bryo_graph import RefEntry as NodeRef
 from bryo_graph import SplitContext as SplitContext
+from bryo_graph import State as State
 from bryo_graph import UpdateContext as UpdateContext
+from bryo_graph import Variable as Variable
 from bryo_graph import VariableEntry as VariableDef
 from bryo_graph import as_pure as as_pure
 from bryo_graph import cached_partial as cached_partial
@@ -20,8 +22,11 @@ from bryo_graph import current_update_context as current_update_context
 from bryo_graph import find_duplicates as find_duplicates
 from bryo_graph import flatten as flatten
 from bryo_graph import graphdef as graphdef
+from bryo_graph import is_graph_node as is_graph_node
+from bryo_graph import iter_children as iter_children
 from bryo_graph import iter_graph as iter_graph
 from bryo_graph import map as map
+from bryo_graph import map_state as map_state
 from bryo_graph import merge as merge
 from bryo_graph import merge_context as merge_context
 from bryo_graph import pop as pop

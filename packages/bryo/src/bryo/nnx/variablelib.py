@@ -2,6 +2,7 @@
 
 from bryo_graph import BatchStat as BatchStat
 from bryo_graph import Cache as Cache
+from bryo_graph import HijaxVariable as HijaxVariable
 from bryo_graph import Intermediate as Intermediate
 from bryo_graph import Param as Param
 from bryo_graph import VarDefaults as VarDefaults

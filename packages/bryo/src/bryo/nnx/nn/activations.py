@@ -26,3 +26,4 @@ from bryo_nnx import softplus as softplus
 from bryo_nnx import standardize as standardize
 from bryo_nnx import swish as swish
 from bryo_nnx import tanh as tanh
+from bryo_nnx.dtypes import PromoteDtypeFn as PromoteDtypeFn

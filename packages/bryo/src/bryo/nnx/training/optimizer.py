@@ -5,3 +5,4 @@ from bryo_training import OptArray as OptArray
 from bryo_training import Optimizer as Optimizer
 from bryo_training import OptState as OptState
 from bryo_training import OptVariable as OptVariable
+from bryo_training import to_opt_state as to_opt_state
