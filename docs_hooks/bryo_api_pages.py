@@ -81,6 +81,11 @@ DISTRIBUTIONS = (
         "plugins/backend-flax", "bryo_flax", "Flax Linen and Flax NNX modules in MoX and scan."
     ),
     Distribution("plugins/backend-named", "bryo_named", "Named axes (Haliax-style `NamedArray`)."),
+    Distribution(
+        "plugins/backend-haliax",
+        "bryo_haliax",
+        "Real Haliax (`haliax.Axis`, `haliax.NamedArray`) in bryo's scan and `Stacked`.",
+    ),
     Distribution("plugins/serializer-xml", "bryo_xml", "MoX files in XML."),
     Distribution("plugins/serializer-yson", "bryo_yson", "MoX files in YSON."),
 )

@@ -276,6 +276,7 @@ def elementwise(fn: Callable[..., Any], *args: Any, what: str | None = None, **k
     give a plain array (as in Haliax), e.g. `jnp.arange(3) + x.sum()`.
     """
     named = [a for a in args if isinstance(a, NamedArray)]
+    refuse_foreign(args, what or getattr(fn, "__name__", "operation"))
     if not named:
         return fn(*args, **kwargs)
     if not any(a.axes for a in named) and any(_is_unnamed(a) and np.ndim(a) for a in args):
@@ -284,6 +285,20 @@ def elementwise(fn: Callable[..., Any], *args: Any, what: str | None = None, **k
     axes = broadcast_axes(*named, what=label)
     raws = [raw_operand(a, axes, label) for a in args]
     return NamedArray._wrap(fn(*raws, **kwargs), axes)
+
+
+def refuse_foreign(values: Sequence[Any], what: str) -> None:
+    """Raise if one of `values` is a named array of another library (Haliax's): bryo's
+    functions would see its plain array and lose its names, so they refuse it instead."""
+    for value in values:
+        if not isinstance(value, NamedArray) and hasattr(value, "axes") and hasattr(value, "array"):
+            cls = type(value)
+            names = tuple(getattr(a, "name", a) for a in value.axes)
+            raise AxisError(
+                f"`{what}` got a {cls.__module__}.{cls.__qualname__} with axes {names}: bryo.hax "
+                "takes bryo's NamedArray. Convert it with `bryo_haliax.from_haliax(x)` "
+                "(bryo-backend-haliax), or call Haliax's own function on Haliax arrays."
+            )
 
 
 def _binary(fn: Callable[[Any, Any], Any], name: str) -> tuple[Callable, Callable]:

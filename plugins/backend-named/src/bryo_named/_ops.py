@@ -29,7 +29,14 @@ from ._axis import (
     name_of,
     names_of,
 )
-from ._named_array import NamedArray, aligned, broadcast_axes, elementwise, union_axes
+from ._named_array import (
+    NamedArray,
+    aligned,
+    broadcast_axes,
+    elementwise,
+    refuse_foreign,
+    union_axes,
+)
 
 # -- creation ------------------------------------------------------------------------------
 
@@ -160,6 +167,7 @@ def clip(x: Any, lower: Any, upper: Any) -> Any:
 
 def _reduction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     def reduce(x: Any, axis: AxisSelection | None = None, **kwargs: Any) -> Any:
+        refuse_foreign((x,), name)
         if not isinstance(x, NamedArray):
             if axis is not None:
                 raise AxisError(
@@ -243,6 +251,7 @@ def dot(*arrays: Any, axis: AxisSelection | None = None, precision: Any = None) 
     """
     if arrays and not isinstance(arrays[0], NamedArray) and axis is None:
         axis, arrays = arrays[0], arrays[1:]
+    refuse_foreign(arrays, "dot")
     bad = [a for a in arrays if not isinstance(a, NamedArray)]
     if not arrays or bad:
         raise AxisError(f"`dot` multiplies NamedArrays; got {bad[0] if bad else 'none'!r}.")
