@@ -422,3 +422,19 @@ def test_train_and_eval_flip_every_layer():
     close(model(x), model(x))
     model.train()
     assert not model.drop.deterministic and not model.norm.use_running_average
+
+
+def test_batch_norm_running_statistics_carry_no_gradient():
+    # as Flax: the running statistics are written through `stop_gradient`, so a hijax
+    # BatchNorm reached through a closure under `jax.grad` can update them
+    bn = BatchNorm(2, use_running_average=False, rngs=Rngs(0))
+    graphdef, state = graph.split(bn)
+    x = jnp.arange(6.0).reshape(3, 2)
+
+    def new_running_mean(x):
+        copy = graph.merge(graphdef, state, copy=True)
+        copy(x)
+        return copy.mean[...].sum()
+
+    np.testing.assert_array_equal(jax.grad(new_running_mean)(x), np.zeros((3, 2)))
+    assert new_running_mean(x) != 0  # the statistics are still updated

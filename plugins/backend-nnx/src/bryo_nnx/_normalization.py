@@ -518,8 +518,10 @@ class BatchNorm(_Normalization):
                 mask=mask,
             )
             m = self.momentum
-            self.mean[...] = m * self.mean[...] + (1 - m) * mean
-            self.var[...] = m * self.var[...] + (1 - m) * var
+            # No gradient flows into the running statistics, as in Flax (which stops it
+            # whenever the Variables can be written, hijax ones included).
+            self.mean[...] = jax.lax.stop_gradient(m * self.mean[...] + (1 - m) * mean)
+            self.var[...] = jax.lax.stop_gradient(m * self.var[...] + (1 - m) * var)
         return normalize(
             x, mean, var, scale, bias, reduction_axes, feature_axes, self.dtype, self.epsilon
         )
