@@ -156,3 +156,18 @@ def test_conversions_round_trip_and_refuse_the_wrong_type():
 def test_unnamed_stacking_of_haliax_arrays_is_refused():
     with pytest.raises(ScanAxisError, match="needs a name"):
         bryo_scan.Stacked.init(bryo_scan.AxisInfo(None, 3, 0), Block)(Embed, Mlp, key=KEYS)
+
+
+def test_bryo_hax_registered_as_haliax_is_left_to_bryo_named(monkeypatch):
+    # Haliax's suites run against bryo.hax imported as `haliax` (the compat yardstick).
+    import importlib
+    import sys
+
+    import bryo.hax
+
+    monkeypatch.setitem(sys.modules, "haliax", bryo.hax)
+    monkeypatch.delitem(sys.modules, "bryo_haliax._plugin")
+    plugin = importlib.import_module("bryo_haliax._plugin")  # a copy; the registered one stays
+    assert not plugin.REAL_HALIAX
+    assert plugin.bryo_scan_named_leaves() == {}
+    assert plugin.bryo_scan_resolve_axis(bryo.hax.Axis("Time", 2)) is None

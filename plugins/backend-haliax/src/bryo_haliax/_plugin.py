@@ -12,10 +12,15 @@ import jax
 from bryo_plugins import hookimpl
 from bryo_scan import AxisInfo, NamedLeaf, ScanAxisError
 
+# Haliax's own test suites run against bryo.hax by registering it under the name `haliax`
+# (`hatch run compat:haliax-scan`): the names are then bryo_named's own types, which its
+# own plugin handles, and this backend has nothing to add.
+REAL_HALIAX = haliax.NamedArray.__module__.partition(".")[0] == "haliax"
+
 
 @hookimpl
 def bryo_scan_resolve_axis(axis: object) -> AxisInfo | None:
-    if isinstance(axis, haliax.Axis):
+    if REAL_HALIAX and isinstance(axis, haliax.Axis):
         return AxisInfo(name=axis.name, size=axis.size, spec=axis)
     return None
 
@@ -77,13 +82,13 @@ _LEAF: NamedLeaf[haliax.NamedArray] = HaliaxLeaf()
 
 @hookimpl
 def bryo_scan_named_leaves() -> Mapping[type, NamedLeaf[haliax.NamedArray]]:
-    return {haliax.NamedArray: _LEAF}
+    return {haliax.NamedArray: _LEAF} if REAL_HALIAX else {}
 
 
 @hookimpl
 def bryo_graph_logical_axes() -> Mapping[type, Callable[[haliax.NamedArray], tuple[str, ...]]]:
     """A Haliax NamedArray's axis names are its logical axes for sharding rules."""
-    return {haliax.NamedArray: _axis_names}
+    return {haliax.NamedArray: _axis_names} if REAL_HALIAX else {}
 
 
 def _axis_names(array: haliax.NamedArray) -> tuple[str, ...]:
