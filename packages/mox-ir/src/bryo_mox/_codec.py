@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
+import dataclasses
 import enum
 import functools
 import math
@@ -26,6 +27,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.extend import core as jex
 
 from ._errors import MoxError, MoxLimitError
 from ._limits import array_nbytes, current_budget
@@ -47,23 +49,40 @@ class Unencodable(MoxError):
 
 
 def _value_classes() -> dict[str, type]:
+    """The value types of `jax.lax` params: enums (`Precision`, `RoundingMethod`),
+    named tuples (`GatherDimensionNumbers`) and dataclasses (`RaggedDotDimensionNumbers`)."""
     classes: dict[str, type] = {}
     for name in dir(jax.lax):
         value = getattr(jax.lax, name)
         if isinstance(value, type) and (
-            issubclass(value, enum.Enum) or (issubclass(value, tuple) and hasattr(value, "_fields"))
+            issubclass(value, enum.Enum)
+            or (issubclass(value, tuple) and hasattr(value, "_fields"))
+            or dataclasses.is_dataclass(value)
         ):
             classes[value.__name__] = value
     return classes
 
 
+def _primitives() -> dict[str, Any]:
+    """The primitives `jax.extend.core.primitives` exports, by name: a param may hold one
+    (`select_and_scatter_add`'s `select_prim`), written `primitive('ge')`."""
+    found: dict[str, Any] = {}
+    for value in vars(jex.primitives).values():
+        if isinstance(value, jex.Primitive):
+            found.setdefault(value.name, value)
+    return found
+
+
 _CLASSES = _value_classes()
+_PRIMITIVES = _primitives()
 
 
 def encode(value: Any, *, strict: bool = True) -> str:
     """`value` in Python literal syntax; raises `Unencodable` (if `strict`) when impossible."""
     if value is None or isinstance(value, (bool, str)):
         return repr(value)
+    if isinstance(value, enum.Enum) and _CLASSES.get(type(value).__name__) is type(value):
+        return f"{type(value).__name__}.{value.name}"  # before `int`: an IntEnum is one
     if isinstance(value, (int, np.integer)):
         return repr(int(value))
     if isinstance(value, (float, np.floating)):
@@ -79,8 +98,14 @@ def encode(value: Any, *, strict: bool = True) -> str:
         impl = key_impls().get(str(getattr(value, "name", "")))
         if impl is not None and impl.param == value:
             return f"prng_impl({impl.name!r})"
-    if isinstance(value, enum.Enum) and _CLASSES.get(type(value).__name__) is type(value):
-        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, jex.Primitive) and _PRIMITIVES.get(value.name) is value:
+        return f"primitive({value.name!r})"
+    if dataclasses.is_dataclass(value) and _CLASSES.get(type(value).__name__) is type(value):
+        fields = ", ".join(
+            f"{f.name}={encode(getattr(value, f.name), strict=strict)}"
+            for f in dataclasses.fields(value)
+        )
+        return f"{type(value).__name__}({fields})"
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         if _CLASSES.get(type(value).__name__) is type(value):
             fields = ", ".join(
@@ -284,7 +309,15 @@ _CALLS: dict[str, Callable[..., Any]] = {
     "float": lambda text: float(text) if text in ("inf", "-inf", "nan") else _bad(text),
     "array": _decimal_array,
     "prng_impl": lambda name: _prng_impl(name),
+    "primitive": lambda name: _primitive(name),
 }
+
+
+def _primitive(name: Any) -> Any:
+    found = _PRIMITIVES.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise ValueError(f"primitive({name!r}) names no primitive jax exports")
+    return found
 
 
 def _prng_impl(name: Any) -> Any:

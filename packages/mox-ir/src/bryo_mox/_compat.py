@@ -49,27 +49,48 @@ check_jaxpr: Callable[[Any], None] | None = getattr(jex, "check_jaxpr", None)
 JaxprTypeError: type[Exception] = getattr(jex, "JaxprTypeError", TypeError)
 
 
-def traced_primitive(fun: Any, *args: Any) -> jex.Primitive:
-    """The primitive of the one equation `jax.make_jaxpr(fun)(*args)` traces.
-
-    For primitives `jax.extend.core.primitives` does not export in some supported version:
-    tracing the public function that binds them finds them in every version.
-    """
-    (eqn,) = jax.make_jaxpr(fun)(*args).jaxpr.eqns
-    return eqn.primitive
+def _public_binders() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """`name -> (function, arguments)`: a public function that binds each primitive
+    `jax.extend.core.primitives` lacks in some supported version, and arguments to trace it
+    on (a jax without the primitive binds others: the name is then not found)."""
+    x = jax.ShapeDtypeStruct((2, 2), "float32")
+    return {
+        "remat2": (jax.checkpoint(lambda v: v), (0.0,)),  # `remat_p` from jax 0.8
+        "split": (lambda v: jax.lax.split(v, (1, 1)), (x,)),
+        "stack": (lambda v: jax.numpy.stack([v, v]), (x,)),
+        "tile": (lambda v: jax.numpy.tile(v, (2, 1)), (x,)),
+        "scatter-sub": (lambda v: v.at[0].subtract(1.0), (x,)),
+        "optimization_barrier": (jax.lax.optimization_barrier, (x,)),
+        "platform_index": (
+            lambda v: jax.lax.platform_dependent(v, cpu=jax.numpy.sin, default=jax.numpy.cos),
+            (x,),
+        ),
+        "random_clone": (jax.random.clone, (jax.random.key(0),)),
+        "ragged_dot_general": (
+            lambda v: jax.lax.ragged_dot(v, v[None], jax.numpy.array([2], "int32")),
+            (x,),
+        ),
+    }
 
 
 @functools.cache
 def missing_primitives() -> dict[str, jex.Primitive]:
-    """Primitives of this jax that `jax.extend.core.primitives` lacks, by name.
-
-    - `remat2` (`jax.checkpoint`): exported as `remat_p` from jax 0.8; found by tracing
-      `jax.checkpoint` in 0.7.
+    """Primitives of this jax that `jax.extend.core.primitives` lacks, by name, found by
+    tracing the public functions that bind them (`_public_binders`): `remat2`
+    (`jax.checkpoint`, exported as `remat_p` from jax 0.8), `split` (`jax.lax.split`,
+    `jnp.split`), `stack`, `tile`, `scatter-sub`, `optimization_barrier`,
+    `platform_index` (`jax.lax.platform_dependent`), `random_clone`,
+    `ragged_dot_general` (`jax.lax.ragged_dot`).
     """
+    exported = {v.name for v in vars(jex.primitives).values() if isinstance(v, jex.Primitive)}
     found: dict[str, jex.Primitive] = {}
-    if not hasattr(jex.primitives, "remat_p"):
-        remat = traced_primitive(jax.checkpoint(lambda x: x), 0.0)
-        found[remat.name] = remat
+    for name, (fun, args) in _public_binders().items():
+        if name in exported:
+            continue
+        eqns = jax.make_jaxpr(fun)(*args).jaxpr.eqns
+        primitives = [eqn.primitive for eqn in eqns if eqn.primitive.name == name]
+        if primitives:  # this jax binds another primitive there (an older spelling)
+            found[name] = primitives[0]
     return found
 
 

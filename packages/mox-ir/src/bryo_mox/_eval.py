@@ -8,6 +8,7 @@ The one-equation jaxprs are cached per equation node, weakly: deleting a MoX fre
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from ._compat import DebugInfo, new_jaxpr_eqn
 from ._errors import MoxError
 from ._ir import Block, Equation, Literal, ModuleCall, Mox, Node, Var, array_aval, is_root
 from ._trace import TRACING
+from ._treespec import TreeSpec, spec_text
 from ._types import type_str
 
 
@@ -50,13 +52,77 @@ def eval_mox(mox: Mox, *args: Any, **kwargs: Any) -> Any:
     """
     if not is_root(mox):
         raise MoxError(f"`mox` must be a Mox (from `make_mox`), got {type(mox).__name__}.")
+    known: dict[str, PyTreeDef] = {}
     with TRACING:  # not while a model among `args` holds another thread's tracers
-        leaves = _flatten_args(mox, args, kwargs)
+        if mox.in_tree is None and mox.in_spec is not None:  # loaded: checked by its spec
+            leaves, known = _leaves_by_spec(mox, args, kwargs)
+        else:
+            leaves = _flatten_args(mox, args, kwargs)
     out = eval_block(mox.block, leaves)
-    return out if mox.out_tree is None else mox.out_tree.unflatten(out)
+    if mox.out_tree is not None:
+        return mox.out_tree.unflatten(out)
+    return out if mox.out_spec is None else mox.out_spec.build(out, known)
 
 
-def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+_SPEC_TREES = "bryo_mox.eval.in_spec_trees"
+
+
+def _leaves_by_spec(
+    mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[Any], dict[str, PyTreeDef]]:
+    """The array leaves of `args` and the traced `kwargs` of a MoX loaded with an argument
+    spec (`Mox.in_spec`), checked against it; and the treedefs of their subtrees by spec
+    text, for rebuilding the result (`TreeSpec.build`). A structure that passed is kept
+    with the MoX (by treedef), so later calls only flatten."""
+    spec = mox.in_spec
+    assert spec is not None
+    args, extra = _split_extra(mox, args)
+    static = dict(mox.static_kwargs)
+    for name, value in kwargs.items():
+        if name in static and not _same_static(value, static[name]):
+            raise MoxError(
+                f"keyword argument `{name}={value!r}` differs from the traced "
+                f"`{name}={static[name]!r}`: keyword arguments without arrays are static, "
+                f"baked into the MoX. Trace again with `{name}={value!r}`."
+            )
+    traced = {k: v for k, v in kwargs.items() if k not in static}
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path((args, traced))
+    positions = spec.static_positions
+    trees: dict[Any, dict[str, PyTreeDef]] = mox.memo(_SPEC_TREES, dict)
+    try:
+        known = trees.get(treedef)
+    except TypeError:  # a node whose aux data cannot be hashed: checked each call
+        known = None
+    if known is None:
+        text, known = spec_text(treedef, [p for p, _ in with_paths], frozenset(positions))
+        if text != spec.text:
+            path, got, want = spec.difference(TreeSpec.parse(text))
+            raise MoxError(
+                f"the arguments do not have the structure the MoX was traced with: at "
+                f"`{_argument_path(path)}` they hold {got}; the file records {want}. Pass "
+                "arguments of the traced structure (the model itself, not its `nnx.split` "
+                "state, when the model was traced)."
+            )
+        with contextlib.suppress(TypeError):
+            trees[treedef] = known
+    skip = set(positions)
+    leaves = [leaf for i, (_, leaf) in enumerate(with_paths) if i not in skip]
+    _check_shapes(mox, leaves + extra)
+    return leaves + extra, known
+
+
+def _argument_path(path: str) -> str:
+    """A path of the `(args, kwargs)` pair as the user wrote it: `args[1]['w']`."""
+    if path.startswith("[0]"):
+        return "args" + path[3:]
+    if path.startswith("[1]"):
+        return "kwargs" + path[3:]
+    return "args" if not path else path
+
+
+def _split_extra(mox: Mox, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Any]]:
+    """The positional arguments without the trailing dict of extra parameters (`sub`),
+    and those parameters in `mox.extra_params` order."""
     extra: list[Any] = []
     if mox.extra_params:
         if not args or not isinstance(args[-1], dict):
@@ -74,6 +140,11 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
                 f"{missing}, unknown {unknown}."
             )
         extra = [given[k] for k, _ in mox.extra_params]
+    return args, extra
+
+
+def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    args, extra = _split_extra(mox, args)
     if mox.in_tree is None:
         leaves = list(args)
     else:
@@ -98,14 +169,18 @@ def _flatten_args(mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
     expected = len(mox.block.invars) - len(extra)
     if len(leaves) != expected:
         raise MoxError(f"`args` have {len(leaves)} leaves; the MoX takes {expected}.")
-    for index, (leaf, var) in enumerate(zip(leaves + extra, mox.block.invars, strict=False)):
+    _check_shapes(mox, leaves + extra)
+    return leaves + extra
+
+
+def _check_shapes(mox: Mox, leaves: list[Any]) -> None:
+    for index, (leaf, var) in enumerate(zip(leaves, mox.block.invars, strict=False)):
         shape = getattr(leaf, "shape", ())
         if tuple(shape) != tuple(array_aval(var).shape):
             raise MoxError(
                 f"`args` leaf {index} has shape {tuple(shape)}, the MoX expects "
                 f"{type_str(var.aval)}."
             )
-    return leaves + extra
 
 
 def _first_difference(got: PyTreeDef, want: PyTreeDef) -> tuple[tuple[str, ...], str, str]:

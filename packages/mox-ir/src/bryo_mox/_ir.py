@@ -34,6 +34,7 @@ from bryo_pytree import PyTreeDef
 
 from ._errors import MoxError
 from ._symbols import Symbol, symbols
+from ._treespec import TreeSpec
 from ._types import type_str
 
 Var = jex.Var
@@ -358,6 +359,11 @@ class Mox(Node, metaclass=_MoxType):
             module's activation function, a flag), baked into the computation, as
             `(position, value)` pairs; positions count the leaves of the positional
             arguments, then those of the traced keyword arguments.
+        in_spec: for a MoX loaded from a file whose argument structure has nodes other
+            than tuples, lists, dicts and `None` (a model, its `State`): that structure
+            as paths and node kinds (`TreeSpec`) of the pair `(args, traced kwargs)`,
+            against which `eval_mox` checks its arguments (`in_tree` is then `None`).
+        out_spec: likewise for the result (`out_tree` is then `None`).
     """
 
     block: Block
@@ -367,6 +373,8 @@ class Mox(Node, metaclass=_MoxType):
     kwargs_tree: PyTreeDef | None = None
     static_kwargs: tuple[tuple[str, object], ...] = ()
     static_leaves: tuple[tuple[int, object], ...] = ()
+    in_spec: TreeSpec | None = None
+    out_spec: TreeSpec | None = None
     _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __treescope_repr__(self, path: str | None, subtree_renderer: object) -> object:

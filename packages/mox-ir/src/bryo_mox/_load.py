@@ -68,6 +68,7 @@ from ._markers import CallMarker, begin_p, end_p, marker_equation
 from ._regions import bind_with_regions
 from ._rules import differentiable, rebuild_custom
 from ._trace import equation_node, named_equation
+from ._treespec import ARRAY, TreeSpec
 from ._types import from_storage, is_key_dtype, parse_type, same_type, type_str
 from .document import (
     ATTR_NAME,
@@ -84,12 +85,12 @@ Atom = jex.Var | jex.Literal
 
 
 def _primitive_table() -> dict[str, jex.Primitive]:
+    """The primitives `jax.extend.core.primitives` exports, by name (`primitive` finds the
+    others, `missing_primitives`, on first use: they are traced)."""
     table: dict[str, jex.Primitive] = {}
     for value in vars(jex.primitives).values():
         if isinstance(value, jex.Primitive):
             table.setdefault(value.name, value)
-    for name, value in missing_primitives().items():
-        table.setdefault(name, value)
     return table
 
 
@@ -110,7 +111,7 @@ PUBLIC_BINDERS: dict[str, Any] = {
 
 def primitive(name: str) -> jex.Primitive:
     """jax's primitive called `name`."""
-    found = _PRIMITIVES.get(name)
+    found = _PRIMITIVES.get(name) or missing_primitives().get(name)
     if found is None:
         raise MoxSerializationError(
             f"unknown primitive `{name}`: it is not in `jax.extend.core.primitives` of this "
@@ -159,14 +160,47 @@ def from_document(doc: DocNode) -> Mox:
             f"attrs `in_tree` and `kwargs_tree` number {counted} inputs; the root has "
             f"{n_args} (besides {len(extra)} extra parameters).",
         )
+    out_tree = _tree(doc, "out_tree", 0, len(block.outvars))
+    in_spec = _spec(doc, "in_spec", n_args) if in_tree is None else None
+    out_spec = _spec(doc, "out_spec", len(block.outvars)) if out_tree is None else None
     return Mox(
         block,
         in_tree,
-        _tree(doc, "out_tree", 0, len(block.outvars)),
+        out_tree,
         extra,
         kwargs_tree=kwargs_tree if in_tree is not None else None,
         static_kwargs=_static_kwargs(doc),
+        in_spec=in_spec,
+        out_spec=out_spec,
     )
+
+
+def _spec(doc: DocNode, attr: str, arrays: int) -> TreeSpec | None:
+    """The tree spec written in attr `attr` (paths and node kinds, `TreeSpec`), or `None`
+    when not written; it must hold `arrays` array leaves (and the arguments' spec, a pair
+    `(args, kwargs)`; a result's spec, no static leaves)."""
+    text = doc.attrs.get(attr)
+    if text is None:
+        return None
+    try:
+        spec = TreeSpec.parse(text)
+    except MoxError as error:
+        raise _at(doc.source, f"attr `{attr}`: {error}") from None
+    kinds = spec.leaf_kinds
+    n_arrays = kinds.count(ARRAY)
+    if n_arrays != arrays or (attr == "out_spec" and len(kinds) != arrays):
+        what = "inputs" if attr == "in_spec" else "results"
+        raise _at(
+            doc.source,
+            f"attr `{attr}` has {n_arrays} array leaves and {len(kinds) - n_arrays} static "
+            f"ones; the root has {arrays} {what}.",
+        )
+    root = spec.nodes[0]
+    if attr == "in_spec" and (root.kind != "tuple" or root.arity != 2):
+        raise _at(
+            doc.source, f"attr `{attr}` must be the pair `(args, kwargs)`, got a `{root.kind}`."
+        )
+    return spec
 
 
 def _static_kwargs(doc: DocNode) -> tuple[tuple[str, Any], ...]:

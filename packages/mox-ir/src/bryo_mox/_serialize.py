@@ -133,7 +133,16 @@ def _write_to(file: Any, data: str | bytes) -> None:
 PICKLE_FORMATS = ("yson", "xml")
 #: The fields of a `Mox` besides its block; a pickle carries them as they are (a file
 #: drops static leaves, and static keyword arguments it cannot write).
-_FIELDS = ("in_tree", "out_tree", "extra_params", "kwargs_tree", "static_kwargs", "static_leaves")
+_FIELDS = (
+    "in_tree",
+    "out_tree",
+    "extra_params",
+    "kwargs_tree",
+    "static_kwargs",
+    "static_leaves",
+    "in_spec",
+    "out_spec",
+)
 
 
 def pickled(mox: Mox) -> tuple[Any, ...]:

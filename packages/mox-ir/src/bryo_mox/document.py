@@ -39,6 +39,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
+import jax
 import numpy as np
 from lxml import etree
 
@@ -72,6 +73,7 @@ from ._limits import Limits as Limits
 from ._limits import current_budget as current_budget
 from ._limits import loading as loading
 from ._pretty import Namer
+from ._treespec import TreeSpec
 from ._types import from_storage as from_storage
 from ._types import parse_type as parse_type
 from ._types import storage_layout as storage_layout
@@ -401,7 +403,35 @@ def to_document(
     if mox.static_kwargs and writer.encodable(mox.static_kwargs):
         root.attrs["static_kwargs"] = tuple(mox.static_kwargs)
     root.attrs["extra"] = tuple(k for k, _ in mox.extra_params)
+    if strict:
+        in_spec, out_spec = file_specs(
+            mox, write_in=in_tree is None, write_out=root.attrs["out_tree"] is None
+        )
+        if in_spec is not None:
+            root.attrs["in_spec"] = in_spec.text
+        if out_spec is not None:
+            root.attrs["out_spec"] = out_spec.text
     return root
+
+
+def file_specs(
+    mox: Mox, *, write_in: bool, write_out: bool
+) -> tuple[TreeSpec | None, TreeSpec | None]:
+    """The specs (paths and node kinds) a file records for the argument and result
+    structures that its `in_tree`/`out_tree` attrs cannot write (a model, a static leaf):
+    the MoX's own when it was loaded, else made from its treedefs."""
+    in_spec = out_spec = None
+    if write_in:
+        in_spec = mox.in_spec
+        if in_spec is None and mox.in_tree is not None:
+            kwargs_tree = mox.kwargs_tree or jax.tree_util.tree_structure({})
+            pair = jax.tree_util.treedef_tuple([mox.in_tree, kwargs_tree])
+            in_spec = TreeSpec.of(pair, [i for i, _ in mox.static_leaves])
+    if write_out:
+        out_spec = mox.out_spec
+        if out_spec is None and mox.out_tree is not None:
+            out_spec = TreeSpec.of(mox.out_tree)
+    return in_spec, out_spec
 
 
 #: A step of the writer: yields the steps of its children (receiving each one's result)

@@ -20,6 +20,7 @@ the second input of the fourth child of the first child). Files written by `yt.y
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -59,14 +60,22 @@ _PORT_KINDS = ("inputs", "outputs", "results")
 
 
 def _plain(value: Any) -> bool:
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or (isinstance(value, (bool, int, float, str)) and not _enum(value)):
         return True
     return type(value) is tuple and all(_plain(v) for v in value)
+
+
+def _enum(value: Any) -> bool:
+    """Whether `value` is an enum member: an `IntEnum` (`RoundingMethod`) is an int, but
+    reads back as one only in its text form."""
+    return isinstance(value, enum.Enum)
 
 
 def _value(value: Any) -> str:
     """An attr value in YSON: typed scalars and lists, else its text form tagged `py`."""
     if type(value) is int and not -(2**63) <= value < 2**64:
+        return _tagged(value)
+    if _enum(value):
         return _tagged(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return scalar(value)

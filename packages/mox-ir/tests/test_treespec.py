@@ -1,0 +1,110 @@
+"""Files record the argument and result structures (paths and node kinds): a loaded MoX
+takes the arguments the traced one took, and names the path where they differ."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bryo_mox as mox_lib
+from bryo_mox import MoxError, MoxSerializationError
+from bryo_mox._treespec import TreeSpec, spec_text
+from bryo_mox.testing import MLP, Linear, assert_round_trip
+
+FORMATS = ("xml", "yson")
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_a_loaded_mox_takes_the_model_and_rebuilds_the_result(toy, mlp, x, format):
+    mox = mox_lib.make_mox(lambda m, v, *, scale: {"y": m(v) * scale, "m": m})(
+        mlp, x, scale=jnp.float32(2.0)
+    )
+    back = mox_lib.loads(mox_lib.dumps(mox, format), format)
+    assert back.in_tree is None and back.in_spec is not None and back.out_spec is not None
+    got = mox_lib.eval_mox(back, mlp, x, scale=jnp.float32(2.0))
+    want = mox_lib.eval_mox(mox, mlp, x, scale=jnp.float32(2.0))
+    # the result's model is rebuilt from the argument of the same structure
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    jitted = jax.jit(lambda m, v: mox_lib.eval_mox(back, m, v, scale=jnp.float32(2.0)))
+    np.testing.assert_allclose(jitted(mlp, x)["y"], want["y"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_a_mismatch_names_the_path(toy, mlp, x, format):
+    back = mox_lib.loads(mox_lib.dumps(mox_lib.make_mox(lambda m, v: m(v))(mlp, x), format), format)
+    deeper = MLP((3, 4, 4, 2), key=jax.random.key(0))
+    with pytest.raises(MoxError, match=r"at `args\[0\]\.layers` they hold a `list` of 3"):
+        mox_lib.eval_mox(back, deeper, x)
+    with pytest.raises(MoxError, match=r"at `args` they hold a `tuple` of 1 children"):
+        mox_lib.eval_mox(back, x)
+    with pytest.raises(MoxError, match=r"at `kwargs` they hold a `dict` of 1"):
+        mox_lib.eval_mox(back, mlp, x, extra=x)
+
+
+def test_static_leaves_are_marked_and_skipped(toy, x):
+    linear = Linear(3, 2, key=jax.random.key(1))
+    mox = mox_lib.make_mox(lambda cfg, m, v: m(v) * cfg[1])(("scale", 2.0), linear, x)
+    for format in FORMATS:
+        back = assert_round_trip(mox, format, ("scale", 2.0), linear, x)
+        assert back.in_spec is not None and back.in_spec.static_positions == [0, 1]
+
+
+def test_an_unknown_result_node_is_an_error_naming_it(toy, mlp, x):
+    mox = mox_lib.make_mox(lambda m, v: (m(v), m))(mlp, x)
+    back = mox_lib.loads(mox_lib.dumps(mox))
+    assert back.out_spec is not None
+    leaves = jax.tree.leaves(mox_lib.eval_mox(mox, mlp, x))
+    np.testing.assert_allclose(mox_lib.eval_mox(back, mlp, x)[0], leaves[0], rtol=1e-6)
+    # without an argument of the model's structure, the model cannot be rebuilt
+    with pytest.raises(
+        MoxError, match=r"the result at `\[1\]\.layers\[0\]` is a `bryo_mox.testing.Linear`"
+    ):
+        back.out_spec.build(leaves, {})
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["tuple([0]=*", "tuple([0]=*))", "tuple(*)", "tuple([0]=*(), [1]=*)", "*, *", "tuple([0]=*) x"],
+)
+def test_a_malformed_spec_is_refused_with_its_place(toy, mlp, x, text):
+    mox = mox_lib.make_mox(lambda m, v: m(v))(mlp, x)
+    xml = mox_lib.dumps(mox)
+    good = mox.in_spec or TreeSpec.of(
+        jax.tree_util.treedef_tuple([mox.in_tree, jax.tree.structure({})])
+    )
+    assert good is not None and good.text in xml.replace("&#39;", "'")
+    bad = xml.replace("&#39;", "'").replace(good.text, text.replace("'", "&#39;"))
+    with pytest.raises(MoxSerializationError, match="in_spec") as info:
+        mox_lib.loads(bad)
+    assert info.value.line == 1
+
+
+_leaf = st.sampled_from([0])
+_trees = st.recursive(
+    _leaf | st.none(),
+    lambda children: (
+        st.tuples(children, children)
+        | st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(["a", "b c", "d'e", 'f"']), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_trees)
+def test_spec_text_parses_back_and_rebuilds_the_tree(tree):
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    text, known = spec_text(treedef, [p for p, _ in with_paths])
+    spec = TreeSpec.parse(text)
+    assert spec.text == text and TreeSpec.of(treedef) == spec
+    assert len(spec.leaf_kinds) == treedef.num_leaves
+    leaves = list(range(treedef.num_leaves))
+    assert jax.tree.structure(spec.build(leaves, known)) == treedef
+    assert jax.tree.leaves(spec.build(leaves, known)) == leaves
