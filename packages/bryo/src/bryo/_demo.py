@@ -370,8 +370,9 @@ def _eval_adapted(adapted: mox.Mox, trainable: State, frozen: State, x: Batch) -
 def _eval_loaded(
     loaded: mox.Mox, adapted: mox.Mox, trainable: State, frozen: State, x: Batch
 ) -> jax.Array:
-    """A loaded MoX takes its inputs flat (files keep no pytree structure)."""
-    return mox.eval_mox(loaded, *jax.tree.leaves((frozen, x)), _extra(trainable))
+    """A loaded MoX takes the arguments the traced one took (its file records their
+    structure)."""
+    return mox.eval_mox(loaded, frozen, x, _extra(trainable))
 
 
 def write_new(path: Path, data: str | bytes) -> None:
