@@ -335,6 +335,12 @@ EXCLUDED: dict[str, str] = {
     "linear_call": _CALLBACK,
     "composite": _CALLBACK,
     "call_exported": "`jax.export` of a serialized module: its param is compiled StableHLO",
+    "custom_transpose_call": _CALLBACK,
+    # jax 0.7: pmap and shard_map's own primitives
+    "xla_pmap": _PLACEMENT,
+    "full_to_shard": _PLACEMENT,
+    "shard_to_full": _PLACEMENT,
+    "pgather": _COLLECTIVE,
     # collectives
     **dict.fromkeys(
         (
@@ -370,7 +376,8 @@ EXCLUDED: dict[str, str] = {
             "dot_product_attention_fwd_wrapper dot_product_attention_bwd_wrapper "
             "dot_product_attention_fp8_fwd dot_product_attention_fp8_bwd "
             "dot_product_attention_fp8_fwd_wrapper dot_product_attention_fp8_bwd_wrapper "
-            "scaled_matmul scaled_matmul_wrapper scaled_dot cudnn_fusion core_map"
+            "scaled_matmul scaled_matmul_wrapper scaled_dot cudnn_fusion core_map "
+            "bias_fwd bias_bwd eigh_jacobi"
         ).split(),
         _GPU,
     ),
