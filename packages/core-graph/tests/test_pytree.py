@@ -27,6 +27,7 @@ from bryo_graph import (
     register_data_type,
     split,
     static,
+    structure_changed,
 )
 
 
@@ -270,3 +271,71 @@ def test_tree_map_round_trip_keeps_structure_and_values(sizes):
     for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(model), strict=True):
         assert a is b
     assert [layer.dout for layer in again.layers] == sizes[1:]
+
+
+class Holder(Object):
+    def __init__(self):
+        self.a = Param(jnp.array([0.0]))
+        self.items = List([jnp.array([1.0]), Param(jnp.array([2.0]))])
+        self.table = Dict({"x": jnp.array([3.0])})
+
+
+_CHANGES = (
+    lambda h, v: setattr(h, "a", Param(v)),
+    lambda h, v: setattr(h, "b", v),
+    lambda h, v: h.__dict__.pop("b", None) is not None and structure_changed(h),
+    lambda h, v: h.items.append(v),
+    lambda h, v: h.items.insert(0, Param(v)),
+    lambda h, v: h.items.__setitem__(-1, v) if h.items else h.items.append(v),
+    lambda h, v: h.items.pop() if h.items else None,
+    lambda h, v: h.items.extend([v, v]),
+    lambda h, v: h.items.reverse(),
+    lambda h, v: h.table.__setitem__("y", v),
+    lambda h, v: h.table.update(x=Param(v)),
+    lambda h, v: h.table.pop("y", None),
+    lambda h, v: setattr(h, "items", List([v])),
+)
+
+
+@settings(deadline=None, max_examples=30)
+@given(st.lists(st.integers(0, len(_CHANGES) - 1), max_size=10))
+def test_the_cached_flattening_follows_every_reported_change(changes):
+    """Each node caches its pytree flattening; every reported change must drop it: the
+    leaves always match those of an uncached copy (pickling leaves the caches behind)."""
+    holder = Holder()
+    for step, change in enumerate(changes):
+        jax.tree.leaves(holder)  # cached now
+        _CHANGES[change](holder, jnp.array([10.0 + step]))
+        expected = jax.tree.leaves(pickle.loads(pickle.dumps(holder)))
+        assert [float(x[0]) for x in jax.tree.leaves(holder)] == [float(x[0]) for x in expected]
+        assert jax.tree.structure(holder) == jax.tree.structure(pickle.loads(pickle.dumps(holder)))
+
+
+def test_unflattened_nodes_flatten_to_their_new_children():
+    model = MLP([2, 3])
+    again = jax.tree.map(lambda x: x + 1, model)
+    leaves = jax.tree.leaves(again)
+    np.testing.assert_allclose(leaves[0], jax.tree.leaves(model)[0] + 1)
+    again.layers[0].kernel = Param(jnp.zeros((2, 3)))
+    assert float(jnp.abs(jax.tree.leaves(again.layers[0])[1]).sum()) == 0.0
+
+
+def test_a_flattening_read_while_another_thread_writes_is_not_kept(monkeypatch):
+    """A write reported while a node's flattening is made (another thread's) may leave it
+    half old: it is returned but not cached, so the next flatten reads the node again."""
+    from bryo_graph import _object
+
+    layer = Linear(2, 2)
+    ticks = iter(range(1_000_000))
+
+    def write_count_with_a_write_in_between():
+        if next(ticks) == 1:  # the children are read, the flattening not yet stored
+            object.__setattr__(layer, "kernel", Param(jnp.zeros((2, 2))))
+            structure_changed(layer)  # what another thread's `layer.kernel = ...` reports
+        return _real_write_count()
+
+    _real_write_count = _object.write_count
+    monkeypatch.setattr(_object, "write_count", write_count_with_a_write_in_between)
+    jax.tree.leaves(layer)
+    monkeypatch.undo()
+    assert float(jnp.abs(jax.tree.leaves(layer)[1]).sum()) == 0.0

@@ -14,9 +14,11 @@ Objects are also JAX pytrees, as Flax NNX 0.12's `Pytree`s are ("tree mode"): th
 attributes (arrays, Variables, graph nodes, `data(...)`) are the children, the static
 ones ride in the treedef (see `_fields`), so `jax.jit(f)(module, x)`, `jax.grad` and
 `jax.tree.map` take modules directly. Each Object caches its treedef node until one of
-its attributes changes, so flattening a model under a plain `jax.jit` costs one dict
-lookup per node. `class Foo(Object, pytree=False)` opts out: such an Object is a graph
-node only, and plain lists and dicts assigned to it become tracked `List`/`Dict`s.
+its attributes changes, and its flattening with it (`_Flattening`): JAX reads that
+through `operator.attrgetter`, so flattening an unchanged model under a plain `jax.jit`
+runs no Python code per Object, `List` or `Dict`. `class Foo(Object, pytree=False)` opts
+out: such an Object is a graph node only, and plain lists and dicts assigned to it become
+tracked `List`/`Dict`s.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, ClassVar, NamedTuple, Self
+from typing import Any, ClassVar, Self
 
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey, register_pytree_with_keys
 
@@ -36,12 +38,13 @@ from ._fields import ATOMIC as _ATOMIC
 from ._fields import check_static, class_statuses, data_types, is_data, unmark
 from ._nodes import Children, NodeType, dict_flatten
 from ._repr import ReprBlock, render
-from ._tracking import TREEDEF, WATCHES, changed_in
+from ._tracking import FLATTENED, TREEDEF, WATCHES, changed_in, write_count
 
 # Attributes an Object keeps for itself, never children.
 _PRIVATE_PREFIX = "_object__"
 STATUSES = "_object__statuses"  # {name: is_data} set by `data(...)` / `static(...)`
 _TREEDEF = TREEDEF  # the cached pytree node data (an `ObjectTreeDef`); changes drop it
+_FLATTENED = FLATTENED  # the cached pytree flattening (`_Flattening`); changes drop it
 _FLAT = "_object__flat"  # the cached flattening of a graph this node is the root of
 _ACYCLIC = "_object__acyclic"  # the cached proof that tree mode meets no cycle (`_cycles`)
 # The JAX trace the node was made in (`current_trace()`), recorded by construction,
@@ -49,7 +52,7 @@ _ACYCLIC = "_object__acyclic"  # the cached proof that tree mode meets no cycle 
 # `TraceContextError` (Flax's TraceState check). Dropped by copies, which record their own.
 OWNER = "_object__trace"
 # Bookkeeping a List or Dict drops when copied or pickled (an Object: `_object__transient`)
-_CONTAINER_TRANSIENT = frozenset({_TREEDEF, _FLAT, _ACYCLIC, WATCHES, OWNER})
+_CONTAINER_TRANSIENT = frozenset({_TREEDEF, _FLATTENED, _FLAT, _ACYCLIC, WATCHES, OWNER})
 
 
 class ObjectTreeDef:
@@ -395,18 +398,65 @@ def data_items(node: Object | List | Dict) -> list[tuple[Key, object]]:
     return [(k, node[k]) for k in treedef.data_keys]
 
 
-def _flatten_object(node: Object) -> tuple[list, ObjectTreeDef]:
-    namespace = vars(node)
-    treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
-    return [namespace[k] for k in treedef.data_keys], treedef
+Flattened = tuple[tuple, ObjectTreeDef]
+"""A node's pytree flattening: its data children in order, and its treedef node."""
 
 
-def _flatten_object_with_keys(node: Object) -> tuple[list, ObjectTreeDef]:
+class _Flattening:
+    """The class attribute `_object__flattened` of `Object`, `List` and `Dict`: a node's
+    pytree flattening, made by `make` on first read and stored in the node's `__dict__`,
+    where the next reads find it until a reported change drops it (`changed_in`).
+
+    A non-data descriptor, so the stored flattening shadows it: JAX flattens a node with
+    `operator.attrgetter(FLATTENED)`, one dict lookup in C and no Python frame (a Python
+    flatten function per node was most of a plain `jax.jit` call's cost on a module).
+    """
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[Any], Flattened]) -> None:
+        self.make = make
+
+    def __get__(self, node: object, owner: type | None = None) -> Any:
+        if node is None:
+            return self
+        return self.make(node)
+
+
+def _flattening(
+    treedef_of: Callable[[Any], ObjectTreeDef], child: Callable[[Any, Any], object]
+) -> Callable[[Any], Flattened]:
+    """What makes a node's flattening: its treedef node (`treedef_of(node)`, cached too)
+    and its data children in order (`child(node, key)` each); the flattening is stored on
+    the node unless a write was reported meanwhile (another thread's: what was read may be
+    half old, half new)."""
+
+    def make(node: Any) -> Flattened:
+        writes = write_count()
+        treedef = treedef_of(node)
+        flattened = (tuple([child(node, k) for k in treedef.data_keys]), treedef)
+        if write_count() == writes + 1:
+            vars(node)[_FLATTENED] = flattened
+        return flattened
+
+    return make
+
+
+def _attribute(node: Object, name: str) -> object:
+    return vars(node)[name]
+
+
+def _object_treedef_of(node: Object) -> ObjectTreeDef:
     namespace = vars(node)
-    treedef = namespace.get(_TREEDEF) or _object_treedef(node, namespace)
-    return [
-        (key, namespace[k]) for key, k in zip(treedef.jax_keys, treedef.data_keys, strict=True)
-    ], treedef
+    return namespace.get(_TREEDEF) or _object_treedef(node, namespace)
+
+
+_flatten_cached = operator.attrgetter(_FLATTENED)
+
+
+def _flatten_with_keys(node: Object | List | Dict) -> tuple[list, ObjectTreeDef]:
+    children, treedef = _flatten_cached(node)
+    return list(zip(treedef.jax_keys, children, strict=True)), treedef
 
 
 def _object_unflattener(cls: type) -> Callable[[ObjectTreeDef, Iterable], Object]:
@@ -416,11 +466,13 @@ def _object_unflattener(cls: type) -> Callable[[ObjectTreeDef, Iterable], Object
         node = object.__new__(cls)
         namespace = vars(node)
         namespace[OWNER] = current_trace()
+        children = tuple(children)
         namespace.update(zip(treedef.data_keys, children, strict=True))
         namespace.update(zip(treedef.static_keys, treedef.static_values, strict=True))
         if treedef.statuses:
             namespace[STATUSES] = dict(treedef.statuses)
         namespace[_TREEDEF] = treedef
+        namespace[_FLATTENED] = (children, treedef)
         if restore is not None:
             restore(node)
         return node
@@ -432,10 +484,7 @@ def _object_unflattener(cls: type) -> Callable[[ObjectTreeDef, Iterable], Object
 def register_object_pytree(cls: type) -> None:
     """Register an `Object` subclass with JAX (done for every subclass with `pytree=True`)."""
     register_pytree_with_keys(
-        cls,
-        _flatten_object_with_keys,
-        _object_unflattener(cls),
-        flatten_func=_flatten_object,
+        cls, _flatten_with_keys, _object_unflattener(cls), flatten_func=_flatten_cached
     )
 
 
@@ -610,52 +659,30 @@ def _dict_treedef(node: Dict) -> ObjectTreeDef:
     )
 
 
-class _ContainerFlatteners(NamedTuple):
-    """A List's or Dict's pytree flatteners (without and with jax keys), which read the
-    container's data children in the order of its cached treedef."""
-
-    flatten: Callable[[Any], tuple[list, ObjectTreeDef]]
-    flatten_with_keys: Callable[[Any], tuple[list, ObjectTreeDef]]
-
-
-def _container_flatteners(treedef_of: Callable[[Any], ObjectTreeDef]) -> _ContainerFlatteners:
-    def flatten(node: Any) -> tuple[list, ObjectTreeDef]:
-        treedef = treedef_of(node)
-        return [node[k] for k in treedef.data_keys], treedef
-
-    def flatten_with_keys(node: Any) -> tuple[list, ObjectTreeDef]:
-        treedef = treedef_of(node)
-        keyed = zip(treedef.jax_keys, treedef.data_keys, strict=True)
-        return [(jax_key, node[k]) for jax_key, k in keyed], treedef
-
-    return _ContainerFlatteners(flatten, flatten_with_keys)
-
-
-_list_flatteners = _container_flatteners(_list_treedef)
-_dict_flatteners = _container_flatteners(_dict_treedef)
-
-
 def _unflatten_list(treedef: ObjectTreeDef, children: Iterable) -> List:
+    children = tuple(children)
     items = dict(zip(treedef.data_keys, children, strict=True))
     items.update(zip(treedef.static_keys, treedef.static_values, strict=True))
     node = List.__new__(List)
     list.extend(node, [items[i] for i in range(len(items))])
-    _restore_container(node, treedef)
+    _restore_container(node, treedef, children)
     return node
 
 
 def _unflatten_dict(treedef: ObjectTreeDef, children: Iterable) -> Dict:
+    children = tuple(children)
     node = Dict.__new__(Dict)
     dict.update(node, zip(treedef.data_keys, children, strict=True))
     dict.update(node, zip(treedef.static_keys, treedef.static_values, strict=True))
-    _restore_container(node, treedef)
+    _restore_container(node, treedef, children)
     return node
 
 
-def _restore_container(node: list | dict, treedef: ObjectTreeDef) -> None:
+def _restore_container(node: list | dict, treedef: ObjectTreeDef, children: tuple) -> None:
     namespace = vars(node)
     namespace[OWNER] = current_trace()
     namespace[_TREEDEF] = treedef
+    namespace[_FLATTENED] = (children, treedef)
     if treedef.statuses:
         namespace[STATUSES] = dict(treedef.statuses)
 
@@ -670,12 +697,11 @@ def _container_getstate(node: object) -> dict[str, object]:
 
 List.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]  # pickle as plain containers
 Dict.__getstate__ = _container_getstate  # type: ignore[method-assign, assignment]  # pickle as plain containers
-register_pytree_with_keys(
-    List, _list_flatteners.flatten_with_keys, _unflatten_list, _list_flatteners.flatten
-)
-register_pytree_with_keys(
-    Dict, _dict_flatteners.flatten_with_keys, _unflatten_dict, _dict_flatteners.flatten
-)
+setattr(Object, _FLATTENED, _Flattening(_flattening(_object_treedef_of, _attribute)))
+setattr(List, _FLATTENED, _Flattening(_flattening(_list_treedef, operator.getitem)))
+setattr(Dict, _FLATTENED, _Flattening(_flattening(_dict_treedef, operator.getitem)))
+register_pytree_with_keys(List, _flatten_with_keys, _unflatten_list, _flatten_cached)
+register_pytree_with_keys(Dict, _flatten_with_keys, _unflatten_dict, _flatten_cached)
 register_object_pytree(Object)
 
 

@@ -28,6 +28,9 @@ WATCHES = "_object__watches"
 TREEDEF = "_object__treedef"
 """An Object's cached pytree node data (see `_object`), made from its attributes: every
 reported change drops it."""
+FLATTENED = "_object__flattened"
+"""An Object's cached pytree flattening, `(children, treedef node)` (see `_object`): every
+reported change drops it with the treedef."""
 
 _lock = threading.Lock()  # guards every node's list of watches
 _writes = itertools.count()  # `next` is atomic: one tick per reported write
@@ -83,6 +86,7 @@ def changed_in(namespace: dict) -> None:
     `Object`, `List` and `Dict`)."""
     next(_writes)
     namespace.pop(TREEDEF, None)
+    namespace.pop(FLATTENED, None)
     if namespace.get(WATCHES):
         with _lock:
             watches = namespace.pop(WATCHES, None)
