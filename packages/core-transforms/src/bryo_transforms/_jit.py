@@ -30,6 +30,7 @@ from ._options import (
     named_positions,
     static_args,
 )
+from ._partial import BoundJit
 from ._plan import CallPlan, PairPath, PlanCache, Signature
 from ._prefixes import check_prefix
 from ._shardings import LeafOptions, StateSharding
@@ -224,15 +225,26 @@ def _place_inputs(plan: CallPlan, options: LeafOptions) -> None:
             plan.write(k, jax.device_put(value, sharding))
 
 
+Prepare = Callable[[tuple, dict], Prepared]
+
+
 class Jitted:
     """What `jit` returns: call it like `f`, or `lower` it for a given call.
 
     `jitted.lower(*args).compile()` gives a `Compiled` that is called like `f` (state is
     written back as for `jitted` itself) and has JAX's `as_text`, `cost_analysis`, ...
+    `bind(args, kwargs)`, when given, prepares the calls of `partial(*args, **kwargs)`
+    (or returns None: then each call is prepared with `args` and `kwargs` prepended).
     """
 
-    def __init__(self, f: Callable, prepare: Callable[[tuple, dict], Prepared]) -> None:
+    def __init__(
+        self,
+        f: Callable,
+        prepare: Prepare,
+        bind: Callable[[tuple, dict], Prepare | None] | None = None,
+    ) -> None:
         self._prepare = prepare
+        self._bind = bind
         self.__wrapped__ = f
         functools.update_wrapper(self, f)
 
@@ -251,6 +263,9 @@ class Jitted:
 
     def partial(self, *args: Any, **kwargs: Any) -> Jitted:
         """This function with its first arguments (and keywords) given."""
+        bound = self._bind(args, kwargs) if self._bind is not None else None
+        if bound is not None:
+            return Jitted(self.__wrapped__, bound)
         prepare = self._prepare
 
         def prepare_partial(more: tuple, more_kwargs: dict) -> Prepared:
@@ -368,8 +383,15 @@ def jit(
         if donated or donated_names:
             donated += named_positions(f, donated_names)
             jit_kwargs.update(donate_argnums=donated, donate_argnames=donated_names)
-        prepare = simple_jit(f, inputs, out_shardings, jit_kwargs)
-        return Jitted(f, prepare)  # type: ignore[return-value]  # Jitted calls like f (and adds lower/eval_shape)
+        simple = simple_jit(f, inputs, out_shardings, jit_kwargs)
+        bindable = not (positions or in_shardings is not None or donated or donated_names)
+
+        def bind(given: tuple, given_kwargs: dict) -> Prepare | None:
+            if given_kwargs or not bindable:
+                return None
+            return BoundJit(given, inputs, simple.pure, simple.jit_kwargs, simple.prepare).prepare
+
+        return Jitted(f, simple.prepare, bind)  # type: ignore[return-value]  # Jitted calls like f (and adds lower/eval_shape)
     unsupported = sorted(set(jit_kwargs) & _JIT_UNSUPPORTED)
     if unsupported:
         raise TypeError(

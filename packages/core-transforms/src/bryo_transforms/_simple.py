@@ -387,7 +387,8 @@ class Inputs:
             out, out_aliases = self._checked_output(args, kwargs, out, output)
             flags = tuple(v.raw_value is not b for v, b in zip(inner, before, strict=True))
             values = [v.raw_value for v, c in zip(inner, flags, strict=True) if c or every]
-            changed = Static(Changes(flags, out_aliases))
+            positions = tuple(i for i, c in enumerate(flags) if c)
+            changed = Static(Changes(flags, out_aliases, positions))
             if split_aux:  # grad: (loss, aux) -> loss, (aux, updates)
                 loss, aux = out
                 return loss, (aux, values, changed)
@@ -441,10 +442,12 @@ def check_not_captured(name: str, returned: object, variables: list[Variable]) -
 
 class Changes(NamedTuple):
     """What a simple-mode trace reports statically: which of the arguments' Variables
-    it changed (`flags`, in `walk` order) and whether its output holds `Alias`es."""
+    it changed (`flags`, in `walk` order; `positions`, the indices of those that did)
+    and whether its output holds `Alias`es."""
 
     flags: tuple[bool, ...]
     out_aliases: bool
+    positions: tuple[int, ...]
 
 
 def resolve_output(out: T, changed: Static[Changes]) -> T:
@@ -458,43 +461,53 @@ def write_back(
 ) -> None:
     """Store the new values into the caller's Variables that changed inside (`values`
     holds those, or one per Variable); `every` stores all of them (their buffers were
-    donated)."""
-    all_values = len(values) == len(variables)
+    donated). Only those are visited: a call that changed few Variables of a large model
+    costs little."""
+    positions: Sequence[int] = range(len(variables)) if every else changed.value.positions
+    if len(values) == len(variables):  # one value per Variable
+        values = [values[i] for i in positions]
     with WRITE_LOCK:  # checked, then written, at once
         if isinstance(variables, ReadVariables):
-            _check_unwritten(variables, changed, every)
-        it = iter(values)
-        for variable, was_changed in zip(variables, changed.value.flags, strict=True):
-            value = next(it) if all_values or was_changed else None
-            if was_changed or every:
-                variable.set_raw_value(value)
+            _check_unwritten(variables, positions)
+        for i, value in zip(positions, values, strict=True):
+            variables[i].set_raw_value(value)
 
 
-def _check_unwritten(variables: ReadVariables, changed: Static, every: bool) -> None:
-    """Raise `ConcurrentUpdateError` if a Variable about to be written changed since the
-    call read it (another thread's call wrote it)."""
-    for variable, before, was_changed in zip(
-        variables, variables.before, changed.value.flags, strict=True
-    ):
-        if (was_changed or every) and variable.raw_value is not before:
+def _check_unwritten(variables: ReadVariables, positions: Sequence[int]) -> None:
+    """Raise `ConcurrentUpdateError` if a Variable about to be written (at `positions`)
+    changed since the call read it (another thread's call wrote it)."""
+    for i in positions:
+        variable, before = variables[i], variables.before[i]
+        if variable.raw_value is not before:
             where = f"a {type(variable).__name__} of shape {getattr(before, 'shape', ())}"
             raise concurrent_update(variables.name, where)
 
 
+class SimpleJit(NamedTuple):
+    """`jit` in simple mode (`simple_jit`): `prepare` prepares one call (`Prepared`);
+    `pure` is the function of the arguments it compiles (returning the output, the new
+    values of the Variables it changed and which changed), `jit_kwargs` what it passes
+    `jax.jit` besides the static arguments."""
+
+    prepare: Callable[[tuple, dict], Prepared]
+    pure: Pure
+    jit_kwargs: dict[str, Any]
+
+
 def simple_jit(
     f: Callable, inputs: Inputs, out_shardings: object, jit_kwargs: dict[str, Any]
-) -> Callable[[tuple, dict], Prepared]:
-    """`jit` in simple mode: `jax.jit` itself (shardings and donation included). Returns
-    the function preparing one call (`Prepared`); with donation every Variable's value
-    comes back (the caller's buffers were given away)."""
+) -> SimpleJit:
+    """`jit` in simple mode: `jax.jit` itself (shardings and donation included); with
+    donation every Variable's value comes back (the caller's buffers were given away)."""
     if out_shardings is not None:
         out_shardings = tree_state_prefixes(out_shardings)
         jit_kwargs = {**jit_kwargs, "out_shardings": (out_shardings, None, None)}
     if jit_kwargs.get("in_shardings") is not None:  # `prefix(..., graph=True)`'s, as made
         jit_kwargs = {**jit_kwargs, "in_shardings": tree_state_prefixes(jit_kwargs["in_shardings"])}
     donating = bool(jit_kwargs.get("donate_argnums") or jit_kwargs.get("donate_argnames"))
+    pure = inputs.with_updates(f, every=donating)
     jitted = jax.jit(
-        inputs.with_updates(f, every=donating),
+        pure,
         static_argnums=inputs.static_argnums,
         static_argnames=inputs.static_argnames,
         **jit_kwargs,
@@ -517,7 +530,7 @@ def simple_jit(
 
         return Prepared(jitted, args, kwargs, finish)
 
-    return prepare
+    return SimpleJit(prepare, pure, jit_kwargs)
 
 
 def simple_vmap(
