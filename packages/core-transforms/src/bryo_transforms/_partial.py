@@ -84,12 +84,14 @@ class Bound(NamedTuple):
             (a Variable reached twice), calls take `jit`'s path until they change.
         variables: the caller's Variables, each once, in pytree leaf order.
         raws: their other pytree leaves (arrays, mostly), as given.
+        jitted: the `jax.jit` function compiled for `shape` (`BoundJit` sets it).
     """
 
     flat: FlatGraph
     shape: BoundShape | None
     variables: list[Variable]
     raws: list
+    jitted: Callable | None = None
 
 
 def bind(given: tuple, inputs: Inputs) -> Bound | None:
@@ -149,7 +151,15 @@ class BoundJit:
         self.jit_kwargs = jit_kwargs
         self.per_call = per_call
         self.compiled: dict[BoundShape, Callable] = {}
-        self.bound = bind(given, inputs)
+        self.bound = self.bind()
+
+    def bind(self) -> Bound | None:
+        """The given arguments bound now, with the function compiled for their shape."""
+        bound = bind(self.given, self.inputs)
+        if bound is None or bound.shape is None:
+            return bound
+        jitted = self.compiled.get(bound.shape) or self.compile_for(bound.shape)
+        return bound._replace(jitted=jitted)
 
     def compile_for(self, shape: BoundShape) -> Callable:
         pure = self.pure
@@ -166,10 +176,9 @@ class BoundJit:
     def prepare(self, args: tuple, kwargs: dict) -> Prepared:
         bound = self.bound
         if bound is not None and not bound.flat.watch.is_valid():  # type: ignore[union-attr]  # a bound flattening has a watch
-            bound = self.bound = bind(self.given, self.inputs)
-        if bound is None or bound.shape is None or _holds_graph_leaves(args, kwargs):
+            bound = self.bound = self.bind()
+        if bound is None or bound.jitted is None or _holds_graph_leaves(args, kwargs):
             return self.per_call((*self.given, *args), kwargs)
-        jitted = self.compiled.get(bound.shape) or self.compile_for(bound.shape)
         with WRITE_LOCK:
             values = list(map(_raw_value, bound.variables))
         variables = ReadVariables(bound.variables, values, self.inputs.name, repeats=False)
@@ -179,4 +188,4 @@ class BoundJit:
             write_back(variables, new_values, changed)
             return resolve_output(out, changed)
 
-        return Prepared(jitted, (values, bound.raws, *args), kwargs, finish)
+        return Prepared(bound.jitted, (values, bound.raws, *args), kwargs, finish)

@@ -464,6 +464,8 @@ def write_back(
     donated). Only those are visited: a call that changed few Variables of a large model
     costs little."""
     positions: Sequence[int] = range(len(variables)) if every else changed.value.positions
+    if not positions:
+        return
     if len(values) == len(variables):  # one value per Variable
         values = [values[i] for i in positions]
     with WRITE_LOCK:  # checked, then written, at once
