@@ -3,6 +3,8 @@ answer is named, disabled and listed, and the other plugins still answer."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from bryo_plugins import (
@@ -151,6 +153,27 @@ def test_first_answer_for_loads_the_family_keyed_by_the_arguments_classes(
     assert loaded == [{"builtins"}]
     assert first_answer_for("bryo_test_first", _is_int, family="test", value=-1) is None
     assert loaded[-1] is None  # nobody answered: the whole family was loaded and asked
+
+
+def test_first_answer_for_asks_the_plugins_of_imported_modules_before_the_rest(
+    bryo_empty_plugin_manager, monkeypatch
+):
+    """A value no plugin keyed by its class's module knows (an int, a name): the plugins keyed by
+    modules already imported answer it before the family's other plugins are imported
+    (Haliax's plugin is not imported to resolve the axis name `'Time'`)."""
+    pm = bryo_empty_plugin_manager
+    loaded = []
+
+    def load_family(family, keys=None):
+        loaded.append(keys)
+        if keys is sys.modules:  # the plugin of an imported module answers
+            pm.register(Doubles(), name="doubles")
+            return True
+        return False
+
+    monkeypatch.setattr(pm, "load_family", load_family)
+    assert first_answer_for("bryo_test_first", _is_int, family="test", value=4) == 8
+    assert loaded == [{"builtins"}, sys.modules]  # the rest of the family was not loaded
 
 
 def test_callable_answer_names_what_was_expected(bryo_empty_plugin_manager):

@@ -12,6 +12,7 @@ called: bryo hooks are answered by plain implementations only.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -90,16 +91,23 @@ def first_answer(
 ) -> Answer[T] | None:
     """The first plugin's non-None answer to `hook_name` (in call order), or None.
 
-    When `family` is given and no loaded plugin answers, the family's remaining plugins
-    are loaded (all keys) and asked too: a key narrows what is imported first, never
-    what can answer.
+    When `family` is given and no loaded plugin answers, the family's plugins keyed by
+    modules already imported are loaded and asked next, and the rest of the family last:
+    a key narrows what is imported first, never what can answer. A plugin keyed by a
+    module nobody imported cannot know a live object, so the library it wraps (Haliax,
+    Flax) is not imported to resolve a plain name such as the axis `'Time'` while another
+    plugin can.
     """
     pm = get_plugin_manager() if pm is None else pm
     if family is not None:
         pm.load_family(family, keys)
     answer = _first(pm, hook_name, validate, kwargs)
-    if answer is None and family is not None and pm.load_family(family):
-        answer = _first(pm, hook_name, validate, kwargs)
+    if family is not None:
+        for wider in (sys.modules, None):
+            if answer is not None:
+                break
+            if pm.load_family(family, wider):
+                answer = _first(pm, hook_name, validate, kwargs)
     return answer
 
 

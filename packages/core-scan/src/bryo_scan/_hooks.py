@@ -3,8 +3,9 @@
 Nothing else in core-scan asks plugins. The per-type tables are rebuilt only when a
 plugin is registered or unregistered, so flattening a tree costs a dict lookup per node;
 their plugins (hook family `scan`) load the first time a type of their module shows up.
-An axis spec loads the `scan` plugins keyed by its class's module, and the whole family
-when those do not resolve it (a name such as `'Time'` is a `str`).
+An axis spec loads the `scan` plugins keyed by its class's module, then those of the
+modules already imported, then the rest of the family, until one resolves it (a name such
+as `'Time'` is a `str`: bryo_named's plugin answers it, Haliax's is not imported).
 """
 
 from __future__ import annotations
