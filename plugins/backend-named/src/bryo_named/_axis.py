@@ -70,6 +70,11 @@ Shape = Mapping[str, int] | Axis | Sequence[Axis]
 """A shape: `{"Time": 100}`, `Axis("Time", 100)` or `(Axis("Time", 100), ...)`."""
 
 
+def make_axes(**sizes: int) -> tuple[Axis, ...]:
+    """One `Axis` per keyword, in order: `Height, Width = make_axes(Height=2, Width=3)`."""
+    return tuple(Axis(name, size) for name, size in sizes.items())
+
+
 def name_of(selector: object, what: str = "axis") -> str:
     """The name of an axis selector (`"Time"` or `Axis("Time", 100)`)."""
     if isinstance(selector, Axis):
@@ -155,3 +160,46 @@ def axis_sizes(sizes: Mapping[str, int] | None = None, /, **more: int) -> Iterat
 def declared_size(name: str) -> int | None:
     """The size declared for `name` by an enclosing `axis_sizes`, if any."""
     return _declared_sizes.get().get(name)
+
+
+def order_by_partial(order: Sequence[object], axes: Sequence[Axis], what: str) -> tuple[Axis, ...]:
+    """`axes` rearranged to follow `order`: axes (names or `Axis`) and `...` (any number).
+
+    Without `...`, `order` must list every axis. With it, the listed axes keep their
+    relative order and each unlisted axis lands in the first `...` after the listed axes
+    that come before it in `axes` and not yet holding axes (as close to its old place as
+    the order allows; Haliax's `rearrange_for_partial_order` heuristic):
+    `(..., "D", ...)` keeps `(H, W, D)` as it is, `(..., "D", "H", ...)` makes `(D, H, W)`.
+    """
+    by_name = {axis.name: axis for axis in axes}
+    listed = [name_of(item, what) for item in order if item is not Ellipsis]
+    twice = sorted({name for name in listed if listed.count(name) > 1})
+    if twice:
+        raise AxisError(
+            f"`{what}`: axis {twice[0]!r} appears twice in {tuple(order)!r}; list each axis once."
+        )
+    missing = [name for name in listed if name not in by_name]
+    if missing:
+        raise AxisError(
+            f"`{what}`: {missing} of {tuple(order)!r} are not among the axes {format_axes(axes)}."
+        )
+    if Ellipsis not in order:
+        if len(listed) != len(axes):
+            left_out = [a.name for a in axes if a.name not in listed]
+            raise AxisError(
+                f"`{what}` {tuple(listed)} leaves out {left_out} of {format_axes(axes)}; "
+                "list every axis or add `...` for the others."
+            )
+        return tuple(by_name[name] for name in listed)
+    slots: list[list[str]] = [[] if item is Ellipsis else [name_of(item)] for item in order]
+    gaps = [i for i, item in enumerate(order) if item is Ellipsis]
+    home = {name: i for i, slot in enumerate(slots) for name in slot}
+    target = gaps[0]
+    for axis in axes:
+        if axis.name in home:
+            start = max(home[axis.name] + 1, target)
+            unused = [gap for gap in gaps if gap >= start and not slots[gap]]
+            target = unused[0] if unused else target
+        else:
+            slots[target].append(axis.name)
+    return tuple(by_name[name] for slot in slots for name in slot)

@@ -19,6 +19,12 @@ from ._rearrange import rearrange
 MIRRORED: tuple[Callable[..., Any], ...] = (
     _ops.argmax,
     _ops.argmin,
+    _ops.argsort,
+    _ops.broadcast_axis,
+    _ops.broadcast_to,
+    _ops.cumprod,
+    _ops.cumsum,
+    _ops.trace,
     _ops.dot,
     _ops.rename,
     _ops.take,

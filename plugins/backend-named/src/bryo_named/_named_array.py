@@ -1,8 +1,9 @@
 """`NamedArray`: a JAX array whose axes have names, registered as a pytree.
 
 The array is the pytree child and the axes are static, so a NamedArray passes through
-`jax.jit`, `grad` and `vmap` like any array. Binary operations line axes up by name: the
-result has the first operand's axes, then the other's new ones. Python scalars and 0-d
+`jax.jit`, `grad` and `vmap` like any array. Binary operations line axes up by name, as
+Haliax's do: one operand's axes must include the other's, and the result has that
+operand's axes in its order. Python scalars and 0-d
 arrays mix freely with NamedArrays; other unnamed arrays must be named first (`named`).
 """
 
@@ -247,6 +248,35 @@ def union_axes(groups: Sequence[Sequence[Axis]], what: str = "arrays") -> tuple[
     return tuple(seen.values())
 
 
+def elementwise_axes(arrays: Sequence[NamedArray], what: str = "arrays") -> tuple[Axis, ...]:
+    """The axes of an elementwise result, by Haliax's rule: one operand's axes must include
+    every other operand's; the result has that operand's axes, in its order.
+
+    Arrays with unrelated axes (`{'Height'}` and `{'Width'}`, or `{'H', 'D'}` and
+    `{'W', 'D'}`) are refused rather than broadcast to their union, as in Haliax: such a
+    sum is more often a mistake than an outer product. Add the axes on purpose with
+    `broadcast_axis`.
+    """
+    union = union_axes([array.axes for array in arrays], what=what)
+    for array in arrays:
+        if len(array.axes) == len(union):
+            return array.axes
+    widest = max(arrays, key=lambda array: len(array.axes))
+    missing = tuple(a for a in union if not widest.has_axis(a.name))
+    shapes = " and ".join(str(array.axis_names) for array in arrays)
+    raise AxisError(
+        f"`{what}`: no operand's axes include the others' ({shapes}); bryo.hax, like Haliax, "
+        f"broadcasts only onto the operand with every axis. Add the missing axes on purpose, "
+        f"e.g. `hax.broadcast_axis(x, {_spell_axes(missing)})` on the operand with axes "
+        f"{widest.axis_names}, or rearrange/rename so one operand holds them all."
+    )
+
+
+def _spell_axes(axes: Sequence[Axis]) -> str:
+    spelled = ", ".join(f"Axis({a.name!r}, {a.size})" for a in axes)
+    return spelled if len(axes) == 1 else f"({spelled})"
+
+
 def aligned(x: NamedArray, axes: Sequence[Axis]) -> jax.Array:
     """`x`'s array transposed to the order of `axes`, with size-1 dims for missing ones."""
     order = [x.position_of(a.name) for a in axes if x.has_axis(a.name)]
@@ -282,7 +312,7 @@ def elementwise(fn: Callable[..., Any], *args: Any, what: str | None = None, **k
     if not any(a.axes for a in named) and any(_is_unnamed(a) and np.ndim(a) for a in args):
         return fn(*(a.array if isinstance(a, NamedArray) else a for a in args), **kwargs)
     label = what or getattr(fn, "__name__", "operation")
-    axes = broadcast_axes(*named, what=label)
+    axes = elementwise_axes(named, what=label)
     raws = [raw_operand(a, axes, label) for a in args]
     return NamedArray._wrap(fn(*raws, **kwargs), axes)
 

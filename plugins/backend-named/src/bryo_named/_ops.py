@@ -8,6 +8,8 @@ missing axis is an `AxisError` that names it and lists the array's axes.
 from __future__ import annotations
 
 import builtins
+import math
+import operator
 import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -28,6 +30,7 @@ from ._axis import (
     format_axes,
     name_of,
     names_of,
+    order_by_partial,
 )
 from ._named_array import (
     NamedArray,
@@ -37,6 +40,7 @@ from ._named_array import (
     refuse_foreign,
     union_axes,
 )
+from ._rearrange import reorder
 
 # -- creation ------------------------------------------------------------------------------
 
@@ -72,13 +76,84 @@ def full_like(x: NamedArray, fill_value: Any, dtype: Any = None) -> NamedArray:
 
 
 def arange(
-    axis: Axis, *, start: int | float = 0, step: int | float = 1, dtype: Any = None
+    axis: Shape, *, start: int | float = 0, step: int | float = 1, dtype: Any = None
 ) -> NamedArray:
-    """`start, start + step, ...` along `axis`: `arange(Axis("Layers", 12))` is 0..11."""
-    if not isinstance(axis, Axis):
-        raise AxisError(f"`axis` must be an Axis with a size; got {axis!r}.")
-    values = start + step * jnp.arange(axis.size, dtype=dtype)
-    return NamedArray._wrap(values if dtype is None else values.astype(dtype), (axis,))
+    """`start, start + step, ...` along `axis`: `arange(Axis("Layers", 12))` is 0..11.
+
+    Several axes (`arange((H, W))`, as in Haliax) count through their product in row-major
+    order: `arange((Axis("H", 2), Axis("W", 3)))` is `[[0, 1, 2], [3, 4, 5]]`.
+    """
+    if isinstance(axis, str) or (
+        isinstance(axis, Sequence) and builtins.any(isinstance(a, str) for a in axis)
+    ):
+        raise AxisError(f"`axis` must be an Axis (or several) with a size; got {axis!r}.")
+    axes = axes_of(axis, "axis")
+    count = math.prod(a.size for a in axes)
+    counts = jnp.arange(count, dtype=dtype or jnp.result_type(start, step))
+    values = (counts * step + start).astype(counts.dtype)
+    return NamedArray._wrap(values.reshape(tuple(a.size for a in axes)), axes)
+
+
+def broadcast_to(
+    x: Any, axes: AxisSelection, ensure_order: bool = True, enforce_no_extra_axes: bool = True
+) -> NamedArray:
+    """`x` (a NamedArray or a scalar) with the axes `axes`, new ones broadcast, as in Haliax.
+
+    `axes` may name axes `x` has by name only; new axes need a size (`Axis`). Axes of `x`
+    not in `axes` are an error unless `enforce_no_extra_axes=False` (then they follow).
+    With `ensure_order`, the result's axes follow the order of `axes`; otherwise new axes
+    go in front and `x`'s keep their places.
+
+    Example:
+        >>> Batch, Features = Axis("Batch", 2), Axis("Features", 3)
+        >>> broadcast_to(ones(Features), (Batch, Features)).shape
+        {'Batch': 2, 'Features': 3}
+    """
+    x = x if isinstance(x, NamedArray) else NamedArray(jnp.asarray(x), ())
+    refuse_foreign((x,), "broadcast_to")
+    wanted = [_resolve_or_new(x, a) for a in _selection(axes)]
+    check_unique(wanted, "axes")
+    names = {a.name for a in wanted}
+    extra = tuple(a for a in x.axes if a.name not in names)
+    if enforce_no_extra_axes and extra:
+        raise AxisError(
+            f"`broadcast_to`: the array's axes {[a.name for a in extra]} are not in `axes` "
+            f"{tuple(a.name for a in wanted)}; list them, or reduce them first, or pass "
+            "`enforce_no_extra_axes=False` (hax.broadcast_axis) to keep them."
+        )
+    added = tuple(a for a in wanted if not x.has_axis(a.name))
+    full = added + x.axes
+    array = jnp.broadcast_to(aligned(x, full), tuple(a.size for a in full))
+    result = NamedArray._wrap(array, full)
+    if ensure_order and not _is_subsequence([a.name for a in wanted], [a.name for a in full]):
+        order = tuple(wanted) + extra
+        result = NamedArray._wrap(aligned(result, order), order)
+    return result
+
+
+def broadcast_axis(x: NamedArray, axis: AxisSelection) -> NamedArray:
+    """`x` with the axes `axis` added (broadcast) where missing, keeping its other axes.
+
+    The explicit way to combine arrays whose axes do not include one another:
+    `broadcast_axis(height_only, Width) + width_only`.
+    """
+    return broadcast_to(x, axis, ensure_order=True, enforce_no_extra_axes=False)
+
+
+def _resolve_or_new(x: NamedArray, axis: AxisSelector) -> Axis:
+    if x.has_axis(axis):
+        return x.resolve_axis(axis)
+    if isinstance(axis, Axis):
+        return axis
+    raise AxisError(
+        f"`axes`: {axis!r} is a new axis for an array with axes {format_axes(x.axes)}; "
+        f"give its size: Axis({axis!r}, size)."
+    )
+
+
+def _is_subsequence(needle: Sequence[str], haystack: Sequence[str]) -> bool:
+    rest = iter(haystack)
+    return builtins.all(name in rest for name in needle)
 
 
 # -- elementwise ---------------------------------------------------------------------------
@@ -166,8 +241,12 @@ def clip(x: Any, lower: Any, upper: Any) -> Any:
 
 
 def _reduction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    def reduce(x: Any, axis: AxisSelection | None = None, **kwargs: Any) -> Any:
+    def reduce(
+        x: Any, axis: AxisSelection | None = None, *, where: Any = None, **kwargs: Any
+    ) -> Any:
         refuse_foreign((x,), name)
+        if where is not None:
+            kwargs["where"] = _mask_for(x, where, name)
         if not isinstance(x, NamedArray):
             if axis is not None:
                 raise AxisError(
@@ -183,14 +262,25 @@ def _reduction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     reduce.__name__ = reduce.__qualname__ = name
     reduce.__doc__ = (
         f"`jnp.{name}` over the named `axis` (one or several; None: all), "
-        "e.g. `{name}(x, 'Features')`."
+        "e.g. `{name}(x, 'Features')`. `where=` (a NamedArray mask) is broadcast by name."
     ).replace("{name}", name)
     return reduce
 
 
-def _selection(axis: AxisSelection) -> tuple[AxisSelector, ...]:
+def _mask_for(x: Any, where: Any, what: str) -> Any:
+    """`where=` of a reduction: a NamedArray mask is broadcast to `x`'s axes by name."""
+    if not isinstance(where, NamedArray):
+        return where
+    if not isinstance(x, NamedArray):
+        raise AxisError(f"`{what}`: a named `where` needs a NamedArray to reduce.")
+    return broadcast_to(where, x.axes).array
+
+
+def _selection(axis: AxisSelection | Mapping[str, int]) -> tuple[AxisSelector, ...]:
     if isinstance(axis, Axis | str):
         return (axis,)
+    if isinstance(axis, Mapping):
+        return axes_of(axis, "axis")
     names_of(axis)  # validates
     return tuple(axis)
 
@@ -205,6 +295,30 @@ std = _reduction(jnp.std, "std")
 all = _reduction(jnp.all, "all")
 any = _reduction(jnp.any, "any")
 logsumexp = _reduction(jax.nn.logsumexp, "logsumexp")
+
+
+def _along(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    def scan_along(x: NamedArray, axis: AxisSelector, *, dtype: Any = None) -> NamedArray:
+        return NamedArray._wrap(fn(x.array, axis=x.position_of(axis, "axis"), dtype=dtype), x.axes)
+
+    scan_along.__name__ = scan_along.__qualname__ = name
+    scan_along.__doc__ = f"`jnp.{name}` along the named `axis`, keeping the axes."
+    return scan_along
+
+
+cumsum = _along(jnp.cumsum, "cumsum")
+cumprod = _along(jnp.cumprod, "cumprod")
+
+
+def argsort(x: NamedArray, axis: AxisSelector | None, *, stable: bool = False) -> Any:
+    """The indices that sort `x` along the named `axis`, keeping the axes.
+
+    `axis=None` sorts the flattened array and returns a plain array, as in Haliax.
+    """
+    if axis is None:
+        return jnp.argsort(x.array, axis=None, stable=stable)
+    position = x.position_of(axis, "axis")
+    return NamedArray._wrap(jnp.argsort(x.array, axis=position, stable=stable), x.axes)
 
 
 def argmax(x: NamedArray, axis: AxisSelector) -> NamedArray:
@@ -238,11 +352,18 @@ def log_softmax(x: NamedArray, axis: AxisSelection) -> NamedArray:
 # -- contraction -----------------------------------------------------------------------------
 
 
-def dot(*arrays: Any, axis: AxisSelection | None = None, precision: Any = None) -> NamedArray:
-    """Multiply the arrays and sum over `axis` (one name or several; None: every axis).
+def dot(
+    *arrays: Any,
+    axis: AxisSelection | None = None,
+    precision: Any = None,
+    out_axes: Sequence[Any] | None = None,
+) -> NamedArray:
+    """Multiply the arrays and sum over `axis` (one name or several; None: every axis;
+    `()`: none, an outer product).
 
-    The other axes are kept, in order of first appearance. Also callable Haliax's older
-    way, `dot(axis, *arrays)`.
+    The other axes are kept, in order of first appearance, or in the order `out_axes`
+    gives: every kept axis, or some of them with `...` (any number) for the rest, as in
+    Haliax (`out_axes=("Out", ...)`). Also callable Haliax's older way, `dot(axis, *arrays)`.
 
     Example:
         >>> w = ones({"In": 3, "Out": 2}); x = ones({"Batch": 4, "In": 3})
@@ -263,9 +384,21 @@ def dot(*arrays: Any, axis: AxisSelection | None = None, precision: Any = None) 
             raise AxisError(f"`dot`: axis {name!r} is in none of the arrays (axes: {shapes}).")
     letters = {a.name: string.ascii_letters[i] for i, a in enumerate(union)}
     kept = tuple(a for a in union if a.name not in contracted)
+    if out_axes is not None:
+        kept = order_by_partial(_out_order(out_axes), kept, "out_axes")
     spec = ",".join("".join(letters[a.name] for a in x.axes) for x in arrays)
     spec += "->" + "".join(letters[a.name] for a in kept)
     return NamedArray._wrap(jnp.einsum(spec, *(x.array for x in arrays), precision=precision), kept)
+
+
+def _out_order(out_axes: object) -> Sequence[object]:
+    if isinstance(out_axes, Axis | str):
+        return (out_axes,)
+    if isinstance(out_axes, Sequence):
+        return out_axes
+    raise AxisError(
+        f"`out_axes` must be a sequence of axes and `...`, e.g. ('Out', ...); got {out_axes!r}."
+    )
 
 
 # -- structure -----------------------------------------------------------------------------
@@ -314,6 +447,125 @@ def concatenate(axis: AxisSelector, arrays: Sequence[NamedArray]) -> NamedArray:
     total = builtins.sum(x.axis_size(name) for x in arrays)
     axes = tuple(a.resize(total) if a.name == name else a for a in first.axes)
     return NamedArray._wrap(jnp.concatenate(parts, axis=position), axes)
+
+
+def roll(x: NamedArray, shift: Any, axis: AxisSelection) -> NamedArray:
+    """`jnp.roll` along the named `axis` (or several, with one `shift` each).
+
+    `shift` is an int, a tuple of ints, an integer 0-d array or a NamedArray without axes.
+
+    Example:
+        >>> roll(arange(Axis("H", 4)), 1, "H").array.tolist()
+        [3, 0, 1, 2]
+    """
+    if isinstance(shift, NamedArray):
+        if shift.axes:
+            raise TypeError(
+                f"`shift` of `roll` must be a scalar; got a NamedArray with axes "
+                f"{format_axes(shift.axes)}. Roll each slice with hax.vmap, or reduce it first."
+            )
+        shift = shift.array
+    positions = tuple(x.position_of(a, "axis") for a in _selection(axis))
+    if isinstance(axis, Axis | str):
+        return NamedArray._wrap(jnp.roll(x.array, shift, positions[0]), x.axes)
+    return NamedArray._wrap(jnp.roll(x.array, shift, positions), x.axes)
+
+
+def pad(
+    x: NamedArray,
+    pad_width: Mapping[AxisSelector, tuple[int, int]],
+    *,
+    mode: str = "constant",
+    constant_values: Any = 0,
+    **kwargs: Any,
+) -> NamedArray:
+    """`jnp.pad` by axis: `pad(x, {"Height": (1, 2)})` adds one row before, two after.
+
+    Axes left out of `pad_width` are not padded. Unlike Haliax, a key naming an axis the
+    array lacks is an error (Haliax skips it, which hides a misspelt name).
+    """
+    widths = {x.position_of(axis, "pad_width"): _pad_pair(axis, w) for axis, w in pad_width.items()}
+    padding = [widths.get(i, (0, 0)) for i in range(x.ndim)]
+    if isinstance(constant_values, NamedArray):
+        constant_values = constant_values.scalar()
+    if mode == "constant":
+        kwargs["constant_values"] = constant_values
+    array = jnp.pad(x.array, padding, mode=mode, **kwargs)
+    axes = tuple(
+        a.resize(a.size + before + after)
+        for a, (before, after) in zip(x.axes, padding, strict=True)
+    )
+    return NamedArray._wrap(array, axes)
+
+
+def _pad_pair(axis: AxisSelector, width: Any) -> tuple[int, int]:
+    try:
+        before, after = width
+        return operator.index(before), operator.index(after)
+    except (TypeError, ValueError):
+        raise AxisError(
+            f"`pad_width` of axis {name_of(axis)!r} must be a pair (before, after) of ints; "
+            f"got {width!r}."
+        ) from None
+
+
+def _two_axes(
+    x: NamedArray, axis1: AxisSelector, axis2: AxisSelector, what: str
+) -> tuple[int, int]:
+    first, second = x.position_of(axis1, "axis1"), x.position_of(axis2, "axis2")
+    if first == second:
+        raise AxisError(f"`{what}` needs two different axes; got {name_of(axis1)!r} twice.")
+    return first, second
+
+
+def trace(
+    x: NamedArray, axis1: AxisSelector, axis2: AxisSelector, offset: int = 0, dtype: Any = None
+) -> NamedArray:
+    """The sum of the diagonal over the named axes `axis1`, `axis2`; both are removed."""
+    first, second = _two_axes(x, axis1, axis2, "trace")
+    array = jnp.trace(x.array, offset=offset, axis1=first, axis2=second, dtype=dtype)
+    kept = tuple(a for i, a in enumerate(x.axes) if i not in (first, second))
+    return NamedArray._wrap(array, kept)
+
+
+def _triangle(fn: Callable[..., Any], name: str) -> Callable[..., NamedArray]:
+    def triangle(x: NamedArray, axis1: AxisSelector, axis2: AxisSelector, k: int = 0) -> NamedArray:
+        _two_axes(x, axis1, axis2, name)
+        moved = reorder(x, (..., axis1, axis2))
+        return NamedArray._wrap(fn(moved.array, k=k), moved.axes)
+
+    triangle.__name__ = triangle.__qualname__ = name
+    triangle.__doc__ = (
+        f"`jnp.{name}` over the named axes `axis1` (rows) and `axis2` (columns); as in "
+        "Haliax, the result has those two axes last."
+    )
+    return triangle
+
+
+tril = _triangle(jnp.tril, "tril")
+triu = _triangle(jnp.triu, "triu")
+
+
+def allclose(
+    x: Any, y: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
+) -> bool:
+    """Whether every element of `x` and `y`, lined up by name, is close (`isclose`)."""
+    return bool(isclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan).array.all())
+
+
+def array_equal(x: NamedArray, y: NamedArray) -> bool:
+    """Whether `x` and `y` have the same axes (in any order) and the same elements."""
+    if set(x.axes) != set(y.axes):
+        return False
+    return bool(jnp.array_equal(x.array, aligned(y, x.axes)))
+
+
+def array_equiv(x: NamedArray, y: NamedArray) -> bool:
+    """Whether `x` and `y` are equal once broadcast by name (False when they cannot be)."""
+    try:
+        return bool(equal(x, y).array.all())
+    except AxisError:
+        return False
 
 
 def _aligned_same(x: NamedArray, axes: tuple[Axis, ...]) -> jax.Array:

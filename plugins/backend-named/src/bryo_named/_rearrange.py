@@ -7,7 +7,9 @@ the left merges its axes into the paired new name (`"(outer inner) -> block"`). 
 right stands for the axes not mentioned; without it they follow the listed ones.
 
 A sequence of axes instead of a pattern reorders: `rearrange(x, ("Time", ...))` puts
-"Time" first and keeps the others in order; without `...` it must list every axis.
+"Time" first and keeps the others in order; without `...` it must list every axis. Several
+`...` give a partial order, as in Haliax: `(..., "D", "H", ...)` only asks that "D" comes
+just before "H".
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._axis import Axis, AxisError, check_unique, format_axes, name_of
+from ._axis import Axis, AxisError, check_unique, format_axes, order_by_partial
 from ._named_array import NamedArray
 
 _TOKEN = re.compile(r"\s*(\(|\)|\.\.\.|[A-Za-z_][A-Za-z0-9_]*)")
@@ -101,7 +103,7 @@ def rearrange(x: Any, expression: Any, **sizes: int) -> Any:
     if not isinstance(expression, str):
         if sizes:
             raise AxisError(f"`rearrange` by a sequence of axes takes no sizes; got {sizes}.")
-        return _map_arrays(lambda array: _reorder(array, expression), x)
+        return _map_arrays(lambda array: reorder(array, expression), x)
     return _map_arrays(lambda array: _rearrange_array(array, expression, sizes), x)
 
 
@@ -116,29 +118,18 @@ def _map_arrays(fn: Any, x: Any) -> Any:
     )
 
 
-def _reorder(x: NamedArray, order: Any) -> NamedArray:
-    """`x` with its axes in `order` (names or `Axis`; one `...` stands for the others)."""
-    listed = list(order) if isinstance(order, list | tuple) else None
-    if listed is None or sum(item is Ellipsis for item in listed) > 1:
+def reorder(x: NamedArray, order: Any) -> NamedArray:
+    """`x` with its axes in `order`: names or `Axis`, and any number of `...` standing for
+    the axes not listed (Haliax's partial orders, see `order_by_partial`)."""
+    if not isinstance(order, list | tuple):
         raise AxisError(
-            f"`rearrange` takes a pattern string or a sequence of axes with at most one `...`; "
-            f"got {order!r}."
+            f"`rearrange` takes a pattern string or a sequence of axes and `...`; got {order!r}."
         )
-    named = [item for item in listed if item is not Ellipsis]
-    positions = [x.position_of(item, "axes") for item in named]
-    check_unique([x.axes[p] for p in positions], "axes")
-    rest = [p for p in range(x.ndim) if p not in positions]
-    if Ellipsis not in listed and rest:
-        missing = [x.axes[p].name for p in rest]
-        raise AxisError(
-            f"`axes` {tuple(name_of(a) for a in named)} leave out {missing} of "
-            f"{format_axes(x.axes)}; list every axis or add `...` for the others."
-        )
-    split = listed.index(Ellipsis) if Ellipsis in listed else len(listed)
-    permutation = positions[:split] + rest + positions[split:]
-    return NamedArray._wrap(
-        jnp.transpose(x.array, permutation), tuple(x.axes[p] for p in permutation)
-    )
+    for item in order:
+        if item is not Ellipsis:
+            x.position_of(item, "axes")  # a missing axis or a wrong size, named
+    axes = order_by_partial(order, x.axes, "axes")
+    return NamedArray._wrap(jnp.transpose(x.array, [x.position_of(a.name) for a in axes]), axes)
 
 
 def _rearrange_array(x: NamedArray, expression: str, sizes: dict[str, int]) -> NamedArray:

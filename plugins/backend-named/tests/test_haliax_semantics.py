@@ -1,0 +1,198 @@
+"""bryo.hax follows Haliax where both have a name: broadcasting only onto the operand with
+every axis, axis tuples for `arange`/`roll`/`pad`, `dot(..., out_axes=)`, partial orders,
+`broadcast_to`/`broadcast_axis`, and `jnp` functions refusing NamedArrays."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bryo_named as hax
+from bryo_named import Axis, AxisError, NamedArray
+
+H, W, D = hax.make_axes(H=2, W=3, D=4)
+
+
+def _values(*axes):
+    return hax.arange(axes, dtype=jnp.float32)
+
+
+def test_make_axes_in_keyword_order():
+    assert (H, W, D) == (Axis("H", 2), Axis("W", 3), Axis("D", 4))
+
+
+def test_no_operand_with_every_axis_is_an_error_naming_the_fix():
+    hd, wd = _values(H, D), _values(W, D)
+    fix = r"hax\.broadcast_axis\(x, Axis\('W', 3\)\)` on the operand with axes \('H', 'D'\)"
+    with pytest.raises(AxisError, match=r"`add`: no operand's axes include the others' .*" + fix):
+        hd + wd
+    with pytest.raises(AxisError, match=r"\('H',\) and \('W',\)"):
+        _values(H) * _values(W)
+    with pytest.raises(ValueError):  # AxisError is a ValueError, as Haliax raises
+        hax.where(hd > 0, hd, wd)
+    # the explicit spelling works and gives the outer sum
+    total = hax.broadcast_axis(hd, W) + wd
+    assert total.axes == (W, H, D)
+    expected = hd.array[None, :, :] + wd.array[:, None, :]
+    np.testing.assert_allclose(total.array, expected)
+
+
+def test_the_operand_with_every_axis_sets_the_order():
+    hwd, w = _values(H, W, D), _values(W)
+    assert (w + hwd).axes == (H, W, D) and (hwd + w).axes == (H, W, D)
+    dh = _values(H, D).rearrange((D, H))
+    assert (_values(H, D) + dh).axes == (H, D) and (dh + _values(H, D)).axes == (D, H)
+    np.testing.assert_allclose((w * hwd).array, w.array[None, :, None] * hwd.array)
+    # three operands (clip, where): the one with every axis wins
+    clipped = hax.clip(hwd, hax.full((H, W), 3.0), hax.full((W, D), 7.0))
+    assert clipped.axes == (H, W, D)
+    np.testing.assert_allclose(clipped.array, jnp.clip(hwd.array, 3.0, 7.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from("abcd"), unique=True, max_size=4),
+    st.lists(st.sampled_from("abcd"), unique=True, max_size=4),
+)
+def test_broadcast_succeeds_exactly_when_one_side_holds_the_other(left, right):
+    sizes = {"a": 1, "b": 2, "c": 3, "d": 2}
+    x = hax.zeros({n: sizes[n] for n in left})
+    y = hax.ones({n: sizes[n] for n in right})
+    if set(right) <= set(left) or set(left) <= set(right):
+        out = x + y
+        wider = x if set(right) <= set(left) else y
+        assert out.axes == wider.axes and bool((out == 1.0).all())
+    else:
+        with pytest.raises(AxisError, match="no operand's axes include the others'"):
+            x + y
+
+
+def test_broadcast_to_and_broadcast_axis():
+    w = _values(W)
+    out = hax.broadcast_to(w, (H, W))
+    assert out.axes == (H, W)
+    np.testing.assert_allclose(out.array, jnp.broadcast_to(w.array, (2, 3)))
+    assert hax.broadcast_to(w, (W, H)).axes == (W, H)
+    assert hax.broadcast_to(2.0, (H,)).axes == (H,)
+    assert w.broadcast_axis((H, D)).axes == (H, D, W)
+    assert _values(W, D).broadcast_axis((H, "W")).axes == (H, W, D)
+    assert hax.broadcast_to(_values(D, W), (H, W, D), ensure_order=False).axes == (H, D, W)
+    with pytest.raises(AxisError, match=r"axes \['D'\] are not in `axes` .*broadcast_axis"):
+        hax.broadcast_to(_values(W, D), (H, W))
+    with pytest.raises(AxisError, match=r"'Q' is a new axis .* give its size: Axis\('Q', size\)"):
+        hax.broadcast_axis(w, "Q")
+    with pytest.raises(AxisError, match="'W' has size 3 in this array, not 5"):
+        hax.broadcast_to(w, (H, W.resize(5)))
+
+
+def test_arange_over_several_axes():
+    grid = hax.arange((H, W))
+    assert grid.axes == (H, W) and grid.array.tolist() == [[0, 1, 2], [3, 4, 5]]
+    np.testing.assert_allclose(
+        hax.arange((H, W), start=1.0, step=0.5).array, 1.0 + 0.5 * jnp.arange(6.0).reshape(2, 3)
+    )
+    assert hax.arange(W, dtype=jnp.float32).dtype == jnp.float32
+    with pytest.raises(AxisError, match="must be an Axis"):
+        hax.arange("W")
+    with pytest.raises(AxisError, match="must be an Axis"):
+        hax.arange((H, "W"))
+
+
+def test_roll_by_name_and_by_several_axes():
+    grid = hax.arange((H, W))
+    np.testing.assert_array_equal(hax.roll(grid, 1, "W").array, jnp.roll(grid.array, 1, 1))
+    np.testing.assert_array_equal(
+        hax.roll(grid, (1, 2), (H, W)).array, jnp.roll(grid.array, (1, 2), (0, 1))
+    )
+    np.testing.assert_array_equal(
+        hax.roll(grid, hax.named(jnp.array(1), ()), H).array, jnp.roll(grid.array, 1, 0)
+    )
+    with pytest.raises(TypeError, match=r"`shift` of `roll` must be a scalar; .*\{'W': 3\}"):
+        hax.roll(grid, hax.arange(W), H)
+    with pytest.raises(AxisError, match="axis 'Q' is not in this array"):
+        hax.roll(grid, 1, "Q")
+
+
+def test_pad_by_axis():
+    grid = hax.arange((H, W))
+    padded = hax.pad(grid, {H: (1, 2), "W": (0, 1)}, constant_values=-1)
+    assert padded.axes == (H.resize(5), W.resize(4))
+    np.testing.assert_array_equal(
+        padded.array, jnp.pad(grid.array, [(1, 2), (0, 1)], constant_values=-1)
+    )
+    edge = hax.pad(grid, {"W": (1, 1)}, mode="edge")
+    np.testing.assert_array_equal(edge.array, jnp.pad(grid.array, [(0, 0), (1, 1)], mode="edge"))
+    with pytest.raises(AxisError, match="`pad_width`: axis 'Width' is not in this array"):
+        hax.pad(grid, {"Width": (1, 1)})
+    with pytest.raises(AxisError, match=r"`pad_width` of axis 'H' must be a pair"):
+        hax.pad(grid, {"H": 3})
+
+
+def test_dot_out_axes_full_partial_and_outer():
+    m1, m2 = hax.ones((H, W, D)), _values(D, W, H)
+    ref = jnp.einsum("ijk,kji->jk", m1.array, m2.array)
+    assert hax.dot(m1, m2, axis=H).axes == (W, D)
+    out = hax.dot(m1, m2, axis=H, out_axes=(D, ...))
+    assert out.axes == (D, W)
+    np.testing.assert_allclose(out.array, ref.T)
+    assert hax.dot(m1, m2, axis=H, out_axes=("D", "W")).axes == (D, W)
+    outer = hax.dot(m1, m2, axis=(), out_axes=(..., D, H, ...))
+    assert outer.axes == (D, H, W)
+    np.testing.assert_allclose(outer.array, jnp.einsum("ijk,kji->kij", m1.array, m2.array))
+    assert hax.dot(m1, m2, axis=(), out_axes=(..., D, ...)).axes == (H, W, D)
+    with pytest.raises(AxisError, match=r"`out_axes` \('D',\) leaves out \['W'\]"):
+        hax.dot(m1, m2, axis=H, out_axes=(D,))
+    with pytest.raises(AxisError, match=r"`out_axes`: \['H'\] of .* are not among the axes"):
+        hax.dot(m1, m2, axis=H, out_axes=(H, ...))
+    with pytest.raises(AxisError, match="`out_axes` must be a sequence"):
+        hax.dot(m1, m2, axis=H, out_axes=3)
+
+
+def test_jnp_functions_refuse_named_arrays_as_in_haliax():
+    x = _values(H, W)
+    with pytest.raises(TypeError, match="sum requires ndarray or scalar arguments"):
+        jnp.sum(x)  # type: ignore[arg-type]  # the point: JAX refuses it
+    assert float(hax.sum(x)) == 15.0 and float(jnp.sum(x.array)) == 15.0
+    assert float(jnp.sum(x.sum().scalar())) == 15.0
+
+
+def test_reductions_take_a_named_where():
+    x = _values(H, W)
+    rows = hax.named(jnp.array([True, False]), (H,))
+    assert float(hax.mean(x, where=rows)) == 1.0
+    np.testing.assert_allclose(hax.sum(x, "H", where=rows).array, x.array[0])
+    mask = x > 2.0
+    np.testing.assert_allclose(hax.max(x, where=mask, initial=0.0).array, 5.0)
+    with pytest.raises(AxisError, match=r"axes \['D'\] are not in `axes`"):
+        hax.sum(x, where=hax.ones(D) > 0)
+
+
+def test_trace_tril_triu():
+    x = hax.random.uniform(jax.random.key(0), (D, H, W))
+    np.testing.assert_allclose(hax.trace(x, H, W).array, jnp.trace(x.array, axis1=1, axis2=2))
+    assert x.trace("H", "W").axes == (D,)
+    low = hax.tril(x, "D", "W", k=1)
+    assert low.axes == (H, D, W)
+    np.testing.assert_allclose(low.array, jnp.tril(jnp.transpose(x.array, (1, 0, 2)), k=1))
+    assert hax.triu(x, H, W).axes == (D, H, W)
+    with pytest.raises(AxisError, match="`trace` needs two different axes"):
+        hax.trace(x, H, "H")
+
+
+def test_comparisons_of_whole_arrays():
+    x = _values(H, W) + 1.0
+    assert hax.allclose(x, x + 1e-6) and not hax.allclose(x, x + 1.0)
+    assert hax.array_equal(x, x.rearrange((W, H)))
+    assert not hax.array_equal(x, hax.ones(W)) and hax.array_equiv(hax.ones((H, W)), hax.ones(W))
+    assert not hax.array_equiv(x, hax.ones(D))
+
+
+def test_cumulative_and_argsort_along_a_name():
+    x = hax.random.uniform(jax.random.key(1), (H, W))
+    np.testing.assert_allclose(hax.cumsum(x, "W").array, jnp.cumsum(x.array, axis=1))
+    np.testing.assert_allclose(x.cumprod(H).array, jnp.cumprod(x.array, axis=0))
+    np.testing.assert_array_equal(hax.argsort(x, "W").array, jnp.argsort(x.array, axis=1))
+    np.testing.assert_array_equal(x.argsort(None), jnp.argsort(x.array, axis=None))
+    assert isinstance(hax.cumsum(x, W), NamedArray) and hax.cumsum(x, W).axes == (H, W)
