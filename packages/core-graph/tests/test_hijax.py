@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from bryo_graph import (
+    BatchStat,
     HijaxVariable,
     Object,
     Param,
     Variable,
+    merge,
     split,
     var_defaults,
     with_vars,
@@ -168,3 +170,52 @@ def test_with_vars_converts_only_what_the_filter_selects():
     mixed = with_vars(pair, hijax=False, only=lambda path, v: path == ("b",))
     assert mixed.a is pair.a and not mixed.b.hijax and mixed.b.ref
     assert repr(pair.a).endswith("hijax=True)")
+
+
+@needs_hijax
+def test_inside_plain_jit_a_hijax_variable_is_an_instance_of_its_class():
+    seen = {}
+
+    @jax.jit
+    def step(param):
+        seen.update(
+            param=isinstance(param, Param),
+            variable=isinstance(param, Variable),
+            hijax=isinstance(param, HijaxVariable),
+            other=isinstance(param, BatchStat),
+            array=isinstance(jnp.zeros(()) + param[...], Param),
+        )
+        param[...] += 1
+
+    param = Param(jnp.array(1), hijax=True)
+    step(param)
+    assert seen == {"param": True, "variable": True, "hijax": True, "other": False, "array": False}
+    assert param[...] == 2 and not isinstance(jnp.zeros(()), Variable)
+
+
+@needs_hijax
+def test_split_and_merge_inside_plain_jit_train_a_hijax_model():
+    # Flax's hijax optimization step: split under a plain `jax.jit`, differentiate a
+    # plain copy of the parameters, write the update into the hijax ones in place
+    class Counter(Object):
+        def __init__(self) -> None:
+            self.w = Param(jnp.ones((2, 3)))
+            self.count = Variable(jnp.array(0))
+
+    model = with_vars(Counter(), hijax=True)
+
+    @jax.jit
+    def train_step(model, x):
+        graphdef, params, rest = split(model, Param, ...)
+
+        def loss(params):
+            inner = merge(graphdef, params, rest)
+            inner.count[...] += 1
+            return jnp.sum(x @ inner.w[...])
+
+        grads = jax.grad(loss)(with_vars(params, hijax=False))
+        params["w"][...] -= grads["w"][...]
+
+    train_step(model, jnp.ones((1, 2)))
+    np.testing.assert_array_equal(model.w[...], np.zeros((2, 3)))
+    assert model.count[...] == 1 and model.w.hijax

@@ -302,6 +302,12 @@ if HIJAX_AVAILABLE:
         """Make JAX see instances of `cls` (the hijax base class) as hijax values."""
         _hjx.register_hitype(cls, _abstract)
 
+    def traced_class(value: Any) -> type | None:
+        """The hijax Variable class (`HijaxVariable[Param]`, ...) the JAX tracer `value`
+        stands for, or None if it traces something else."""
+        aval = getattr(value, "aval", None)
+        return aval.hijax_type if isinstance(aval, HijaxVariableType) else None
+
     def contents_now(variable: Any) -> Contents:
         """`cur_qdd` of a concrete hijax Variable: what it holds now."""
         leaves, treedef = stored(variable)
@@ -311,3 +317,7 @@ else:
 
     def register(cls: type) -> None:
         """Nothing to register on a JAX without hijax (no hijax Variable can be made)."""
+
+    def traced_class(value: Any) -> type | None:
+        """None: on a JAX without hijax no tracer stands for a hijax Variable."""
+        return None

@@ -51,7 +51,7 @@ from bryo_pytree import (
 from ._compat import current_trace, is_ref, new_ref
 from ._eager_sharding import placed, using_eager_sharding
 from ._errors import MUTATION_FIX, TraceContextError
-from ._hijax import check_hijax_available
+from ._hijax import check_hijax_available, traced_class
 from ._hijax import register as register_hitype
 from ._tracking import WATCHES, structure_changed
 from ._var_defaults import check_flag, default_hijax, default_ref
@@ -955,8 +955,30 @@ def hijax_class(var_type: type[Variable]) -> type[HijaxVariable]:
     return found  # type: ignore[return-value]  # made above as a HijaxVariable subclass
 
 
+def _instance_or_hijax_tracer(cls: type, instance: object) -> bool:
+    """`isinstance` for Variable classes once hijax Variables exist: also true of a JAX
+    tracer of a hijax Variable of the class (inside a plain `jax.jit`, a hijax `Param`
+    argument is a tracer, and `isinstance(it, Param)` holds, as in Flax)."""
+    if type.__instancecheck__(cls, instance):
+        return True
+    if not isinstance(instance, Tracer):
+        return False
+    traced = traced_class(instance)
+    return traced is not None and issubclass(traced, cls)
+
+
+def _see_hijax_tracers() -> None:
+    """Make `isinstance(tracer, Param)` hold for tracers of hijax Params, from the first
+    hijax Variable on: only then can such tracers exist, and every program that makes
+    none keeps C-speed `isinstance` checks on Variable classes (a Python
+    `__instancecheck__` costs ~70 ns a check, and graph operations make many)."""
+    if "__instancecheck__" not in _VariableType.__dict__:
+        _VariableType.__instancecheck__ = _instance_or_hijax_tracer  # type: ignore[method-assign]
+
+
 def to_hijax(plain: Variable) -> HijaxVariable:
     """The hijax Variable holding the plain Variable `plain` (its leaves and treedef)."""
+    _see_hijax_tracers()
     leaves, treedef = jax.tree.flatten(plain)
     made = _new(hijax_class(type(plain)))
     made._hijax_store(tuple(leaves), treedef)
