@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import jax
 
-from bryo_graph import GraphDef, merge, split
+from bryo_graph import GraphDef, HijaxVariable, merge, split, with_vars
+from bryo_pytree import Path
 
 from ._options import refuse_bound_method
 from ._simple import check_no_aliases, graph_updates_on, tree_mode
@@ -43,7 +44,7 @@ def eval_shape(
 
     Returns:
         `f`'s output with every array replaced by a `jax.ShapeDtypeStruct` (modules are
-        rebuilt around them).
+        rebuilt around them; a hijax Variable it made is a hijax one holding them).
 
     Raises:
         ValueError: `f` is a method bound to a graph node; in simple mode, aliased
@@ -73,8 +74,14 @@ def eval_shape(
             )
         out_def, out_state = split((out,))  # any output, as a node
         out_graphdef.append(out_def)
-        return out_state
+        hijax = {p for p, v in out_state.flat_state().items() if isinstance(v, HijaxVariable)}
+        out_hijax.append(hijax)
+        return with_vars(out_state, hijax=False) if hijax else out_state
 
+    out_hijax: list[set[Path]] = []
     out_state = jax.eval_shape(pure, state)
+    if out_hijax[0]:  # hijax Variables again (JAX's abstract value of one is no Variable)
+        hijax = out_hijax[0]
+        out_state = with_vars(out_state, hijax=True, only=lambda path, _: path in hijax)
     (out,) = merge(out_graphdef[0], out_state)
     return out

@@ -33,6 +33,7 @@ import jax
 
 from bryo_graph import (
     Dict,
+    HijaxVariable,
     List,
     Object,
     Variable,
@@ -52,6 +53,11 @@ from ._prefixes import expand_tree_states, tree_state_prefixes
 
 Pure = Callable[..., tuple]
 T = TypeVar("T")
+
+
+_CARRIED = object()
+"""In place of a hijax Variable's value before a call: JAX itself carries what the call
+writes into a hijax Variable (the function sees a tracer of it), so none is written back."""
 
 
 def graph_updates_on(graph: bool | None, graph_updates: bool | None) -> bool:
@@ -382,10 +388,13 @@ class Inputs:
         def pure(*args: Any, **kwargs: Any) -> tuple:
             args, kwargs = self.inside(args, kwargs)
             inner = walk(scan(*self.dynamic(args, kwargs), self.first)).variables
-            before = [v.raw_value for v in inner]
+            before = [_CARRIED if isinstance(v, HijaxVariable) else v.raw_value for v in inner]
             out = f(*args, **kwargs)
             out, out_aliases = self._checked_output(args, kwargs, out, output)
-            flags = tuple(v.raw_value is not b for v, b in zip(inner, before, strict=True))
+            flags = tuple(
+                b is not _CARRIED and v.raw_value is not b
+                for v, b in zip(inner, before, strict=True)
+            )
             values = [v.raw_value for v, c in zip(inner, flags, strict=True) if c or every]
             positions = tuple(i for i, c in enumerate(flags) if c)
             changed = Static(Changes(flags, out_aliases, positions))
