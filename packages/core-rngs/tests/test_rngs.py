@@ -286,3 +286,23 @@ def test_reseed_of_split_streams_needs_a_policy():
     )
     with pytest.raises(ValueError, match="`policy`"):
         reseed(rngs, dropout=1, policy="nope")
+
+
+@pytest.mark.skipif(jax.__version_info__ < (0, 10), reason="hijax Variables need JAX 0.10")
+def test_hijax_rngs_draw_fresh_keys_under_plain_jit():
+    with graph.var_defaults(hijax=True):
+        rngs = Rngs(0, params=1)
+    assert rngs.default.key.hijax and isinstance(rngs.default.count, RngCount)
+    draw = jax.jit(lambda rngs: (rngs(), rngs.params()))
+    (a, p), (b, _) = draw(rngs), draw(rngs)
+    assert not np.array_equal(data(a), data(b))
+    assert int(rngs.default.count[...]) == 2 and int(rngs.params.count[...]) == 2
+    plain = Rngs(0, params=1)
+    np.testing.assert_array_equal(data(a), data(plain()))
+    np.testing.assert_array_equal(data(p), data(plain.params()))
+
+
+@pytest.mark.skipif(jax.__version_info__ >= (0, 10), reason="this JAX has hijax")
+def test_hijax_rngs_on_old_jax_name_the_version_needed():
+    with graph.var_defaults(hijax=True), pytest.raises(ValueError, match=r"JAX 0\.10 or newer"):
+        Rngs(0)

@@ -206,7 +206,9 @@ class RngStream(RandomMethods, Object):
     def __call__(self) -> jax.Array:
         """The next key of this stream; adds one to `count`."""
         check_trace(self)
-        key = self.key.value
+        # get_value/set_value rather than `.value`: a tracer of a hijax Variable (an
+        # `Rngs` of them under a plain `jax.jit`) forwards methods, not attribute writes
+        key = self.key.get_value()
         if key.ndim != 0:
             raise ValueError(
                 f"rng stream {self.tag!r} holds split keys of shape {tuple(key.shape)}, so it "
@@ -214,8 +216,8 @@ class RngStream(RandomMethods, Object):
                 f"over those axes (e.g. `vmap` with `StateAxes({{{self.tag!r}: 0, ...: None}})`), "
                 "or draw before splitting."
             )
-        count = self.count.value
-        self.count.value = count + 1
+        count = self.count.get_value()
+        self.count.set_value(count + 1)
         return jax.random.fold_in(key, count)
 
     def fork(self, split: Splits = None, *, tag: str | None = None) -> RngStream:
@@ -268,12 +270,12 @@ def check_trace(stream: RngStream) -> None:
 
 def draw_keys(stream: RngStream) -> jax.Array:
     """A key from every key of `stream` (of any shape), each from its own count."""
-    key, count = stream.key.value, stream.count.value
+    key, count = stream.key.get_value(), stream.count.get_value()
     if key.ndim == 0:
         return stream()
     check_trace(stream)
     flat = jax.vmap(jax.random.fold_in)(key.reshape(-1), count.reshape(-1).astype(jnp.uint32))
-    stream.count.value = count + 1
+    stream.count.set_value(count + 1)
     return flat.reshape(key.shape)
 
 
