@@ -5,6 +5,7 @@ data hidden in a static attribute; copies and pickling."""
 import copy
 import itertools
 import pickle
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -339,3 +340,24 @@ def test_a_flattening_read_while_another_thread_writes_is_not_kept(monkeypatch):
     jax.tree.leaves(layer)
     monkeypatch.undo()
     assert float(jnp.abs(jax.tree.leaves(layer)[1]).sum()) == 0.0
+
+
+def test_flattening_an_unchanged_model_runs_no_python_code():
+    """A plain `jax.jit` flattens the module on every call: JAX reads each Object's, List's
+    and Dict's cached flattening and each Variable's value and metadata in C, so no bryo
+    code runs (a Python flatten function per node was most of a call's cost)."""
+    model = MLP([2, 3, 1])
+    jax.tree.leaves(model)  # the Objects' flattenings cached
+    bryo_calls = []
+
+    def record(frame, event, arg):
+        if event == "call" and "bryo_" in frame.f_code.co_filename:
+            bryo_calls.append(frame.f_code.co_name)
+
+    sys.setprofile(record)
+    try:
+        leaves, treedef = jax.tree_util.tree_flatten(model)
+    finally:
+        sys.setprofile(None)
+    assert bryo_calls == []
+    assert len(leaves) == 7 and treedef == jax.tree.structure(MLP([2, 3, 1]))

@@ -20,10 +20,9 @@ from ._build import cycle_through_immutable, leaf_value, unknown_node_type
 from ._compat import current_trace
 from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
 from ._object import OWNER, STATUSES, object_create, object_init_items
-from ._variables import NO_METADATA, Variable
+from ._variables import NO_METADATA, Variable, store_raw_value
 
 _new = object.__new__
-_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 _set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 
 
@@ -140,7 +139,7 @@ def compile_graphdef(root: Entry, registry: TypeTable, *, name: str) -> Callable
         "Variable": Variable,
         "NO_METADATA": NO_METADATA,
         "new": _new,
-        "set_value": _set_raw_value,
+        "set_value": store_raw_value,
         "set_metadata": _set_metadata,
     }
     exec(compile(source, name, "exec"), namespace)

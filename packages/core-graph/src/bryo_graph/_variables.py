@@ -27,11 +27,12 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import functools
+import operator
 import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any as _Any
-from typing import ClassVar, cast
+from typing import ClassVar, NamedTuple, cast
 
 import jax
 import numpy as np
@@ -133,19 +134,35 @@ def metadata_equal(a: Mapping, b: Mapping) -> bool:
 _VALUE_KEY = GetAttrKey("value")
 
 
+class Held(NamedTuple):
+    """Where a Variable keeps its value: a one-item tuple, which is also the Variable's
+    pytree children as they are, so that JAX flattens a Variable with
+    `operator.attrgetter("_held", "_metadata")`, in C (a Python flatten function per
+    Variable was most of a plain `jax.jit` call's cost on a module). `raw_value` reads it
+    through the field's C getter; each write stores a new `Held`."""
+
+    value: object
+
+
+_hold = functools.partial(tuple.__new__, Held)  # `_hold((value,))`: a Held, made in C
+_flatten = operator.attrgetter("_held", "_metadata")
+
+
 def _flatten_with_keys(variable: Variable) -> tuple[tuple, Metadata]:
     return ((_VALUE_KEY, variable.raw_value),), variable._metadata
 
 
-def _flatten(variable: Variable) -> tuple[tuple, Metadata]:
-    return (variable.raw_value,), variable._metadata
+def store_raw_value(variable: Variable, value: object) -> None:
+    """Store `value` in a plain Variable as is (no `set_value`, no checks): what
+    `raw_value`'s setter does, for code that fills Variables it made."""
+    _set_held(variable, _hold((value,)))
 
 
 def _unflatter(cls: type) -> Callable[[Metadata, Iterable[object]], Variable]:
     def unflatten(metadata: Metadata, children: Iterable[object]) -> Variable:
         (value,) = children
         variable = _new(cls)
-        _set_raw_value(variable, value)
+        _set_held(variable, _hold((value,)))
         _set_metadata(variable, metadata)
         return variable
 
@@ -201,7 +218,13 @@ class Variable(metaclass=_VariableType):
     # WATCHES: the watches of cached flattenings, which a metadata change expires;
     # _owner: the JAX trace `__init__` ran in (unset on Variables that `merge`, unflattening
     # or copying made: those are never refused); a tracer written from another one raises.
-    __slots__ = ("__weakref__", WATCHES, "_metadata", "_owner", "raw_value")
+    __slots__ = ("__weakref__", WATCHES, "_held", "_metadata", "_owner")
+
+    raw_value: _Any = property(  # type: ignore[assignment]  # read in C, written by `store_raw_value`
+        operator.attrgetter("_held.value"),
+        store_raw_value,
+        doc="The value as stored, without `get_value`'s transformation.",
+    )
 
     #: The type under which a module's repr counts this class's Variables (None: the class
     #: itself). `RngState` sets itself, so keys and counts add up as one `RngState` entry.
@@ -490,7 +513,7 @@ class Variable(metaclass=_VariableType):
             hijax = metadata.get("hijax") is True
             metadata = _without_false_flags(metadata, cls.__name__)
         variable = _new(cls)
-        _set_raw_value(variable, value)
+        store_raw_value(variable, value)
         _set_metadata(variable, as_metadata(metadata))
         return _as_hijax(variable, f"`{cls.__name__}.from_metadata`") if hijax else variable
 
@@ -621,7 +644,7 @@ _FLAGS = frozenset({"ref", "hijax"})
 #: The flags `get_metadata` reports (Flax NNX 0.12's defaults) beside the stored entries.
 _FLAG_KEYS = frozenset({"hijax", "ref", "eager_sharding"})
 _new = object.__new__
-_set_raw_value = Variable.raw_value.__set__  # type: ignore[attr-defined]  # a slot's descriptor
+_set_held = Variable._held.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 _set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 
 
@@ -841,7 +864,7 @@ class Intermediate(Variable):
     """A value a module sowed during its call, for inspection."""
 
 
-HIJAX_SLOT = Variable.__dict__["raw_value"]
+HIJAX_SLOT = Variable.__dict__["_held"]
 """The slot where a hijax Variable keeps its contents, `(leaves, treedef)` of the plain
 Variable it stands for (its `raw_value` is a property reading them)."""
 
@@ -877,7 +900,7 @@ class HijaxVariable(Variable):
         from ._hijax import read, write
 
         plain = read(self)
-        _set_raw_value(plain, value)
+        store_raw_value(plain, value)
         write(self, plain)
 
     @property
