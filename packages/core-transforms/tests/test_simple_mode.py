@@ -157,3 +157,66 @@ def test_simple_grad_sees_copies_of_the_arguments_it_does_not_differentiate(grap
     grads = grad(loss, graph=graph, graph_updates=False)(jnp.array(3.0), model)
     assert float(grads) == 2.0
     assert float(model.count.value) == 1.0  # written back once, after the call
+
+
+SIMPLE = [{"graph": False}, {"graph": True, "graph_updates": False}]
+
+
+def _counting_scans(monkeypatch):
+    from bryo_transforms import _simple
+
+    scans = []
+    real = _simple.Inputs._scan
+    monkeypatch.setattr(_simple.Inputs, "_scan", lambda self, *a: scans.append(1) or real(self, *a))
+    return scans
+
+
+@pytest.mark.parametrize("mode", SIMPLE)
+def test_a_call_with_the_same_modules_is_not_scanned_again(mode, monkeypatch):
+    """The tree-mode check and the scan for Variables run once per structure: calls with
+    the same module (and plain values besides) reuse them; another module, a change of
+    structure or an argument that is not a module or a plain value scans again."""
+    scans = _counting_scans(monkeypatch)
+    model, other = Counter(), Counter()
+    f = jit(lambda m, x, scale=1.0: m(x) * scale, **mode)
+    for _ in range(3):
+        f(model, jnp.ones(2), scale=2.0)
+    assert len(scans) == 1 and float(model.count.value) == 3.0
+    f(other, jnp.ones(2))
+    f(model, jnp.ones(2))
+    assert len(scans) == 3 and float(other.count.value) == 1.0
+    model.count = BatchStat(jnp.array(10.0))  # a new Variable: seen, written back
+    f(model, jnp.ones(2))
+    assert len(scans) == 4 and float(model.count.value) == 11.0
+    f(model, jnp.ones(2))
+    assert len(scans) == 4
+    g = jit(lambda ms, x: ms[0](x), **mode)
+    g([model], jnp.ones(2))
+    g([model], jnp.ones(2))  # a plain list of modules is read with each call
+    assert len(scans) == 6 and float(model.count.value) == 14.0
+
+
+def test_a_duplicate_made_after_a_call_is_refused_at_the_next_call_in_tree_mode():
+    model = Counter()
+    f = jit(lambda m, x: m(x), graph=False)
+    f(model, jnp.ones(2))
+    model.twin = model.count
+    with pytest.raises(ValueError, match="found at paths"):
+        f(model, jnp.ones(2))
+    assert float(model.count.value) == 1.0  # unchanged by the refusal
+    del model.twin
+    f(model, jnp.ones(2))
+    assert float(model.count.value) == 2.0
+
+
+def test_the_kept_scan_does_not_keep_a_dropped_model_alive():
+    import gc
+    import weakref
+
+    f = jit(lambda m, x: m(x), graph=False)
+    model = Counter()
+    f(model, jnp.ones(2))
+    count = weakref.ref(model.count)
+    del model
+    gc.collect()
+    assert count() is None

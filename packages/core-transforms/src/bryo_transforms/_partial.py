@@ -23,22 +23,27 @@ nodes whose changes bryo cannot watch, and the options that name argument positi
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
-from jax.core import Tracer
 
 from bryo_graph import FlatGraph, Variable, VariableMeta, check_tree, flat_graph, is_array_ref
 
 from ._layout import is_graph_leaf
 from ._options import Prepared
-from ._plan import WRITE_LOCK
-from ._simple import Inputs, ReadVariables, is_variable, resolve_output, write_back
+from ._plan import WRITE_LOCK, raw_value
+from ._simple import (
+    Inputs,
+    ReadVariables,
+    concrete_array,
+    is_variable,
+    resolve_output,
+    watched_variables,
+    write_back,
+)
 
 _COMPILED_PER_FUNCTION = 16  # structures a bound function keeps compiled (oldest dropped)
-_raw_value = operator.attrgetter("raw_value")
 
 
 class BoundShape:
@@ -101,11 +106,11 @@ def bind(given: tuple, inputs: Inputs) -> Bound | None:
     if inputs.tree:
         check_tree(given, name=inputs.name)
     flat = flat_graph(given, keep=False)
-    if flat.watch is None or not flat.watch.is_valid():
+    watched = watched_variables(flat)
+    if watched is None:
         return None
     leaves, treedef = jax.tree_util.tree_flatten(given, is_leaf=is_variable)
     variables = [leaf for leaf in leaves if isinstance(leaf, Variable)]
-    watched = {id(source.variable) for source in flat.sources if source.variable is not None}
     ids = {id(v) for v in variables}
     if len(ids) != len(variables) or not ids <= watched:
         return Bound(flat, None, [], [])  # a Variable twice, or one the graph walk missed
@@ -120,15 +125,10 @@ def bind(given: tuple, inputs: Inputs) -> Bound | None:
 def _holds_graph_leaves(args: tuple, kwargs: dict) -> bool:
     """Whether a call's own arguments hold a graph node, a Variable or an array ref (then
     the call is read whole, as `jit` reads it)."""
-    if not kwargs and all(_concrete_array(arg) for arg in args):
+    if not kwargs and all(concrete_array(arg) for arg in args):
         return False  # the usual call: a batch of arrays
     leaves = jax.tree_util.tree_leaves((args, kwargs), is_leaf=is_graph_leaf)
     return any(is_graph_leaf(leaf) or is_array_ref(leaf) for leaf in leaves)
-
-
-def _concrete_array(value: object) -> bool:
-    """Whether `value` is a JAX array that is no tracer (a traced array may be a ref)."""
-    return isinstance(value, jax.Array) and not isinstance(value, Tracer)
 
 
 class BoundJit:
@@ -180,7 +180,7 @@ class BoundJit:
         if bound is None or bound.jitted is None or _holds_graph_leaves(args, kwargs):
             return self.per_call((*self.given, *args), kwargs)
         with WRITE_LOCK:
-            values = list(map(_raw_value, bound.variables))
+            values = list(map(raw_value, bound.variables))
         variables = ReadVariables(bound.variables, values, self.inputs.name, repeats=False)
 
         def finish(result: tuple) -> Any:

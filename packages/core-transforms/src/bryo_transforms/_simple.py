@@ -20,24 +20,34 @@ a shared Variable's places must agree. The per-call check looks for repeated Var
 (the arguments' scan reads them anyway): a node holding no Variable that is the only
 thing the arguments share is given as copies, which differ from one object by identity
 alone.
+
+Reading a call's arguments (the tree-mode check, the scan for their Variables) is done
+once per structure: while the call passes the same modules as the last one (and plain
+values besides), and nothing inside them changed structure (`bryo_graph.flat_graph`'s
+watch), the Variables found last time are the ones to read and write back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import jax
+from jax.core import Tracer
 
 from bryo_graph import (
     Dict,
+    FlatGraph,
     HijaxVariable,
     List,
     Object,
     Variable,
     check_tree,
+    flat_graph,
+    is_array_ref,
     made_in_another_trace,
     set_graph_mode,
     set_graph_updates,
@@ -48,7 +58,7 @@ from ._axes import raise_inconsistent_aliasing
 from ._collect import Static
 from ._errors import concurrent_update
 from ._options import Prepared
-from ._plan import WRITE_LOCK
+from ._plan import WRITE_LOCK, raw_value
 from ._prefixes import expand_tree_states, tree_state_prefixes
 
 Pure = Callable[..., tuple]
@@ -124,6 +134,7 @@ def check_no_aliases(
 # What an `Alias` may stand for: the graph nodes and Variables whose identity simple
 # graph mode keeps (plain tuples, lists and dicts are pytrees, copied as JAX copies them).
 SHARED_TYPES = (Variable, Object, List, Dict)
+_MODULE_TYPES = (Object, List, Dict)  # the arguments whose scan a call keeps (`Inputs._keep`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,6 +283,59 @@ def unscan(scanned: list, args: tuple, order: Sequence[int]) -> tuple[tuple, dic
     return tuple(new_args), scanned[-1]
 
 
+_PLAIN_TYPES = frozenset({int, float, bool, complex, str, type(None)})
+
+
+def concrete_array(value: object) -> bool:
+    """Whether `value` is a JAX array that is no tracer (a traced array may be a ref)."""
+    return isinstance(value, jax.Array) and not isinstance(value, Tracer)
+
+
+def _plain(value: object) -> bool:
+    """Whether `value` is an argument that holds no graph node, Variable or array ref and
+    has no structure: a scalar, a string, None or a concrete JAX array."""
+    return type(value) in _PLAIN_TYPES or (concrete_array(value) and not is_array_ref(value))
+
+
+def watched_variables(flat: FlatGraph) -> set[int] | None:
+    """The ids of the Variables whose changes expire `flat`'s watch, or None when the watch
+    is expired already or bryo cannot watch the graph (a node of a backend that does not
+    report its changes)."""
+    if flat.watch is None or not flat.watch.is_valid():
+        return None
+    return {id(source.variable) for source in flat.sources if source.variable is not None}
+
+
+class _Scanned(NamedTuple):
+    """The Variables a call's arguments hold (each once) and whether one repeats, kept
+    while `watch` is valid and the call passes the same modules (`nodes`: per dynamic
+    argument, positional then keyword, a weak reference to its module, or None for a
+    plain value) with the same keyword names."""
+
+    nodes: tuple[weakref.ref | None, ...]
+    names: tuple[str, ...]
+    watch: Any
+    variables: list[Variable]
+    repeats: bool
+
+
+def _scanned_again(scanned: _Scanned | None, values: tuple, names: tuple) -> bool:
+    """Whether `scanned` still holds for a call whose dynamic arguments are `values`."""
+    if scanned is None or names != scanned.names or len(values) != len(scanned.nodes):
+        return False
+    if not scanned.watch.is_valid():
+        return False
+    for value, node in zip(values, scanned.nodes, strict=True):
+        if (node() is not value) if node is not None else not _plain(value):
+            return False
+    return True
+
+
+def _forget(kept: list, _dropped: weakref.ref) -> None:
+    """A module of the kept scan was dropped: drop the scan (and its Variables) too."""
+    kept.clear()
+
+
 class ReadVariables(list):
     """The caller's Variables of one simple-mode call (a list), with the values they held
     when the call read them, the transform's name (for `ConcurrentUpdateError`) and
@@ -304,6 +368,9 @@ class Inputs:
         self.static_argnums = tuple(static_argnums)
         self.static_argnames = tuple(static_argnames)
         self.first = tuple(first)  # positions whose Variables are numbered first (grad's)
+        # the last call's scan, kept while its structure holds (in a list, which a
+        # module's weak reference empties when the module is dropped)
+        self._scanned: list[_Scanned] = []
 
     def dynamic(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """`(args, kwargs)` without the static ones (they are not traced)."""
@@ -315,20 +382,47 @@ class Inputs:
 
     def variables(self, args: tuple, kwargs: dict) -> ReadVariables:
         """The caller's Variables of a call, checked to be a tree in tree mode, with the
-        values they hold now (`write_back` checks that nobody wrote them meanwhile)."""
-        dynamic = self.dynamic(args, kwargs)
+        values they hold now (`write_back` checks that nobody wrote them meanwhile).
+        Scanned once per structure (see the module docstring)."""
+        dyn_args, dyn_kwargs = self.dynamic(args, kwargs)
+        values, names = (*dyn_args, *dyn_kwargs.values()), tuple(dyn_kwargs)
+        last = next(iter(self._scanned), None)  # (another thread may empty the list)
+        if _scanned_again(last, values, names):
+            variables, repeats = last.variables, last.repeats  # type: ignore[union-attr]  # checked by _scanned_again
+        else:
+            variables, repeats = self._scan(dyn_args, dyn_kwargs)
+            self._keep(values, names, variables, repeats)
+        with WRITE_LOCK:
+            before = list(map(raw_value, variables))
+        return ReadVariables(variables, before, self.name, repeats)
+
+    def _scan(self, args: tuple, kwargs: dict) -> tuple[list[Variable], bool]:
+        """The Variables of the dynamic arguments, each once, and whether one repeats
+        (graph mode); in tree mode the arguments are checked to be a tree."""
         if self.tree:
-            check_tree(dynamic, name=self.name)
-        scanned = scan(*dynamic, self.first)
+            check_tree((args, kwargs), name=self.name)
+        scanned = scan(args, kwargs, self.first)
         # the cheap scan first (`walk` costs a third more per call): a shared node
         # holding Variables repeats them; one holding none is copied per place, alike
         variables = variables_of(scanned)
         repeats = not self.tree and len({id(v) for v in variables}) != len(variables)
         if repeats:
             variables = walk(scanned).variables  # each once
-        with WRITE_LOCK:
-            before = [v.raw_value for v in variables]
-        return ReadVariables(variables, before, self.name, repeats)
+        return variables, repeats
+
+    def _keep(self, values: tuple, names: tuple, variables: list[Variable], repeats: bool) -> None:
+        """Keep a call's scan for the next calls, if its arguments are modules bryo can
+        watch and plain values (other arguments are scanned on every call)."""
+        nodes = [v for v in values if not _plain(v)]
+        if not nodes or not all(isinstance(v, _MODULE_TYPES) for v in nodes):
+            return
+        flat = flat_graph(tuple(nodes), keep=False)
+        watched = watched_variables(flat)
+        if watched is None or not {id(v) for v in variables} <= watched:
+            return
+        forget = functools.partial(_forget, self._scanned)
+        refs = tuple(None if _plain(v) else weakref.ref(v, forget) for v in values)
+        self._scanned[:] = [_Scanned(refs, names, flat.watch, variables, repeats)]
 
     def shared(
         self, args: tuple, kwargs: dict, variables: ReadVariables, prefix: list | None = None
