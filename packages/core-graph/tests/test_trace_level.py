@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -199,3 +200,41 @@ def test_nodes_of_a_compiled_merge_belong_to_the_trace_they_were_merged_in() -> 
         return x
 
     step(jnp.ones(()))
+
+
+def test_flax_except_clauses_catch_the_error_once_flax_is_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Code written for Flax catches `flax.errors.TraceContextError`: once Flax's errors
+    module is imported, bryo's error is also an instance of Flax's class (bryo never
+    imports Flax for it); it keeps bryo's name and pickles as bryo's class."""
+    import types
+
+    class FlaxTraceContextError(Exception):  # stands in for flax.errors.TraceContextError
+        pass
+
+    monkeypatch.delitem(sys.modules, "flax.errors", raising=False)
+    assert type(TraceContextError("no Flax")) is TraceContextError
+
+    flax_errors = types.ModuleType("flax.errors")
+    flax_errors.TraceContextError = FlaxTraceContextError  # type: ignore[attr-defined]  # a stand-in module
+    monkeypatch.setitem(sys.modules, "flax.errors", flax_errors)
+    counter = _Counter()
+
+    @jax.jit
+    def step(x: jax.Array) -> jax.Array:
+        try:
+            counter.count = x
+        except FlaxTraceContextError as error:
+            caught.append(error)
+        return x
+
+    caught: list[BaseException] = []
+    step(jnp.zeros(()))
+    (error,) = caught
+    assert isinstance(error, TraceContextError) and isinstance(error, FlaxTraceContextError)
+    assert type(error).__name__ == "TraceContextError" and "attribute 'count'" in str(error)
+    assert type(TraceContextError("again")) is type(error)  # one class per pair
+    twin = pickle.loads(pickle.dumps(error))
+    assert type(twin).__mro__[1:3] == (TraceContextError, RuntimeError)  # bryo's, re-mixed
+    assert twin.args == error.args and counter.count == 0

@@ -71,6 +71,22 @@ def test_a_stream_from_an_outer_trace_raises_at_the_call_and_stays_intact():
         jax.vmap(lambda x: x + jax.random.normal(rngs.fork()(), ()))(jnp.zeros(2))
 
 
+def test_a_stream_made_inside_a_returned_jit_refuses_draws_after_it():
+    """An `Rngs` made inside `jax.jit` and kept past the call holds that trace's tracers:
+    drawing from it afterwards raises bryo's error (Flax's), not JAX's leaked tracer."""
+    kept = []
+
+    @jax.jit
+    def make() -> None:
+        kept.append(Rngs(1))
+
+    make()
+    with pytest.raises(RngTraceError, match="Cannot mutate RngCount from a different trace"):
+        kept[0].params()
+    with pytest.raises(RngTraceError):
+        kept[0].params.split(2)
+
+
 def test_a_key_pickles_as_its_data_and_impl():
     rngs = Rngs(jax.random.key(5, impl="rbg"))
     state = rngs.default.key.__getstate__()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 class GraphError(ValueError):
     """A graph operation cannot be done as asked; the message names the paths involved."""
@@ -11,7 +13,47 @@ class TraceContextError(RuntimeError):
     """A Module, Object or Variable made outside the JAX transform being traced now was
     changed from inside it (Flax's `errors.TraceContextError`): the change would leave a
     tracer of that trace in it, broken once the trace ends. The message names the
-    attribute or Variable and the fix."""
+    attribute or Variable and the fix.
+
+    Once Flax is imported, the error raised is also a `flax.errors.TraceContextError`, so
+    `except` clauses written for Flax catch it. (bryo never imports Flax for this: code
+    that names Flax's class has imported it already.)
+    """
+
+    def __new__(cls, *args: object) -> TraceContextError:
+        flax_errors = sys.modules.get("flax.errors")
+        flax_class = getattr(flax_errors, "TraceContextError", None)
+        made = cls
+        if isinstance(flax_class, type) and issubclass(flax_class, Exception):
+            made = _with_flax_base(cls, flax_class)
+        return RuntimeError.__new__(made, *args)
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        # Pickled as bryo's own class: the class mixing Flax's in is made at run time.
+        return vars(type(self)).get("_bryo_class", type(self)), self.args
+
+
+# {(bryo's error class, Flax's class): their mix}: bounded by bryo's few error classes.
+_FLAX_MIXES: dict[tuple[type, type], type] = {}
+
+
+def _with_flax_base(cls: type[TraceContextError], flax_class: type) -> type[TraceContextError]:
+    """`cls` with Flax's `TraceContextError` as a second base, named as `cls` (tracebacks
+    and `repr` show bryo's class); made once per pair."""
+    if "_bryo_class" in vars(cls) or issubclass(cls, flax_class):
+        return cls
+    key = (cls, flax_class)
+    mix = _FLAX_MIXES.get(key)
+    if mix is None:
+        namespace = {
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+            "__init__": RuntimeError.__init__,  # not Flax's, which appends a link to its docs
+            "_bryo_class": cls,
+        }
+        mix = _FLAX_MIXES.setdefault(key, type(cls.__name__, (cls, flax_class), namespace))
+    return mix
 
 
 MUTATION_FIX = (

@@ -9,6 +9,7 @@ gathers streams by name, with an optional `default` stream for names it does not
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import TypeAlias
 
@@ -18,7 +19,7 @@ import numpy as np
 from jax.core import Tracer
 
 from bryo_filters import Filter, Predicate, to_predicate
-from bryo_graph import Object, TraceContextError, in_its_trace
+from bryo_graph import Object, TraceContextError, current_trace, in_its_trace
 from bryo_pytree import Path, is_array
 
 from ._variables import RngCount, RngKey
@@ -253,9 +254,12 @@ class RngStream(RandomMethods, Object):
 def check_trace(stream: RngStream) -> None:
     """Raise `RngTraceError` if drawing from `stream` now would leak a tracer into it:
     the stream holds a concrete count and belongs to another trace than the running one.
-    (A count that is already a tracer was put there by whoever traces the stream, such
-    as a lifted transform or `make_mox`, which also takes the new count back out.)"""
-    if isinstance(stream.count.raw_value, Tracer) or in_its_trace(stream):
+    (A count that is already a tracer of the running trace was put there by whoever
+    traces the stream, such as a lifted transform or `make_mox`, which also takes the new
+    count back out. A tracer of another trace is one a stream made inside a `jax.jit`
+    kept after it returned: refused, as Flax refuses it.)"""
+    count = stream.count.raw_value
+    if (isinstance(count, Tracer) and _of_running_trace(count)) or in_its_trace(stream):
         return
     raise RngTraceError(
         f"Cannot mutate RngCount from a different trace level: rng stream {stream.tag!r} "
@@ -266,6 +270,13 @@ def check_trace(stream: RngStream) -> None:
         "transformed function: `jax.jit(f)(model, rngs)` (changes to its count then stay "
         "inside; return it to keep them), or use bryo's `nnx.jit`, which writes them back."
     )
+
+
+def _of_running_trace(tracer: Tracer) -> bool:
+    """Whether `tracer` belongs to the JAX trace running now. (JAX names a tracer's trace
+    only privately, `Tracer._trace`; where that is missing, every tracer counts.)"""
+    trace = getattr(tracer, "_trace", None)
+    return trace is None or weakref.ref(trace) == current_trace()
 
 
 def draw_keys(stream: RngStream) -> jax.Array:
