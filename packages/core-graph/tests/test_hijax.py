@@ -15,6 +15,7 @@ from bryo_graph import (
     Object,
     Param,
     Variable,
+    graphdef,
     merge,
     split,
     var_defaults,
@@ -203,10 +204,15 @@ def test_split_and_merge_inside_plain_jit_train_a_hijax_model():
             self.count = Variable(jnp.array(0))
 
     model = with_vars(Counter(), hijax=True)
+    outside = graphdef(model)
+    seen = []
 
     @jax.jit
     def train_step(model, x):
         graphdef, params, rest = split(model, Param, ...)
+        seen.append(graphdef == outside)  # the Variables' classes, not the tracers'
+        _, tree_state = split(model, graph=False)
+        seen.append(sorted(tree_state.flat_state()) == [("count",), ("w",)])
 
         def loss(params):
             inner = merge(graphdef, params, rest)
@@ -218,4 +224,4 @@ def test_split_and_merge_inside_plain_jit_train_a_hijax_model():
 
     train_step(model, jnp.ones((1, 2)))
     np.testing.assert_array_equal(model.w[...], np.zeros((2, 3)))
-    assert model.count[...] == 1 and model.w.hijax
+    assert model.count[...] == 1 and model.w.hijax and seen == [True, True]

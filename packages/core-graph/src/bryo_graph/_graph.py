@@ -62,7 +62,7 @@ from ._object import Dict, List, Object
 from ._state import FlatState, State, check_catch_all_last, group_flat, sorted_paths
 from ._tracking import Watch, watch_all, write_count
 from ._tree_mode import TreeDef, tree_flatten, tree_iter, tree_merge, tree_split, tree_state
-from ._variables import NO_METADATA, Variable
+from ._variables import NO_METADATA, Variable, variable_class
 
 # A GraphDef is compiled once it was built this many times (`_compile` costs dozens of
 # walks and saves about half of one), and only when its nodes nest at most this deep.
@@ -481,9 +481,10 @@ class _Flattener:
                         continue
                     index[id(child)] = position = len(index)
                     paths.append((*frame.path, key))
-                    sources.append(LeafSource(child, None, type(child), node, parent_type, key))
+                    cls = variable_class(child)
+                    sources.append(LeafSource(child, None, cls, node, parent_type, key))
                     self.tracked.append(child)
-                    entries.append((key, VariableEntry(type(child), position)))
+                    entries.append((key, VariableEntry(cls, position)))
                     continue
                 child_type = registry.lookup(type(child))
                 if (
@@ -536,8 +537,9 @@ class _Flattener:
         self.paths.append(())
         if isinstance(leaf, Variable):
             self.index[id(leaf)] = 0
-            self.sources.append(LeafSource(leaf, None, type(leaf), None, None, ()))
-            return VariableEntry(type(leaf), 0)
+            cls = variable_class(leaf)
+            self.sources.append(LeafSource(leaf, None, cls, None, None, ()))
+            return VariableEntry(cls, 0)
         self.sources.append(LeafSource(None, leaf, Variable, None, None, ()))
         return LeafEntry(Variable)
 

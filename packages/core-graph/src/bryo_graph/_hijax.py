@@ -291,6 +291,7 @@ if HIJAX_AVAILABLE:
         ("type", lambda target: jax.typeof(target).var_type),
         ("var_type", lambda target: jax.typeof(target).var_type),
         ("ref", lambda target: read(target).ref),
+        ("_metadata", lambda target: read(target)._metadata),  # (the graph functions read it)
     ):
         setattr(HijaxVariableType, _name, _hjx.aval_property(_read_flag))
 

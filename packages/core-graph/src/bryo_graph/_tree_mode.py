@@ -24,7 +24,7 @@ from ._cycles import CycleFound, check_acyclic
 from ._errors import GraphError
 from ._nodes import is_leaf_treedef, node_type_of, pytree_flatten
 from ._state import State, group_flat
-from ._variables import Variable, VariableMeta
+from ._variables import Variable, VariableMeta, variable_class
 
 
 def _advice(fn_name: str, *, transform: bool) -> str:
@@ -120,7 +120,7 @@ def tree_flatten(
         _check_leaf(leaf, path, seen, fn_name, transform)
         flat[path] = leaf
         is_var = isinstance(leaf, Variable)
-        metas.append(VariableMeta(type(leaf), leaf._metadata) if is_var else None)
+        metas.append(VariableMeta(variable_class(leaf), leaf._metadata) if is_var else None)
     return TreeDef(treedef, tuple(flat), tuple(metas)), flat
 
 

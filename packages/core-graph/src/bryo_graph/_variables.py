@@ -869,6 +869,25 @@ HIJAX_SLOT = Variable.__dict__["_held"]
 Variable it stands for (its `raw_value` is a property reading them)."""
 
 
+def _through_plain(slot: str, set_slot: Callable[[Variable, _Any], None]) -> property:
+    """A hijax Variable's `slot` (`raw_value`, `_metadata`): that of the plain Variable it
+    holds, read from it, or written into it and the result stored back."""
+
+    def get(self: HijaxVariable) -> _Any:
+        from ._hijax import read  # (defined only on a JAX with hijax)
+
+        return getattr(read(self), slot)
+
+    def set_(self: HijaxVariable, value: _Any) -> None:
+        from ._hijax import read, write
+
+        plain = read(self)
+        set_slot(plain, value)
+        write(self, plain)
+
+    return property(get, set_, doc=f"The `{slot}` of the plain Variable this one holds.")
+
+
 class HijaxVariable(Variable):
     """A hijax Variable (Flax NNX 0.12's `hijax=True`): one that plain `jax.jit`,
     `jax.grad` and `jax.lax.scan` update in place, also through a function's closure.
@@ -889,33 +908,8 @@ class HijaxVariable(Variable):
     _hijax_type: ClassVar[bool] = True
     _hijax_base: ClassVar[type[Variable]] = Variable
 
-    @property
-    def raw_value(self) -> _Any:  # type: ignore[override]  # a property over the slot
-        from ._hijax import read
-
-        return read(self).raw_value
-
-    @raw_value.setter
-    def raw_value(self, value: object) -> None:
-        from ._hijax import read, write
-
-        plain = read(self)
-        store_raw_value(plain, value)
-        write(self, plain)
-
-    @property
-    def _metadata(self) -> Metadata:  # type: ignore[override]  # a property over the slot
-        from ._hijax import read
-
-        return read(self)._metadata
-
-    @_metadata.setter
-    def _metadata(self, metadata: Metadata) -> None:
-        from ._hijax import read, write
-
-        plain = read(self)
-        _set_metadata(plain, metadata)
-        write(self, plain)
+    raw_value = _through_plain("raw_value", store_raw_value)
+    _metadata = _through_plain("_metadata", _set_metadata)
 
     @property
     def hijax(self) -> bool:
@@ -988,6 +982,15 @@ def _instance_or_hijax_tracer(cls: type, instance: object) -> bool:
         return False
     traced = traced_class(instance)
     return traced is not None and issubclass(traced, cls)
+
+
+def variable_class(variable: object) -> type:
+    """`type(variable)` of a Variable, or of what `isinstance` takes for one: for a JAX
+    tracer of a hijax Variable, the class of the hijax Variable it stands for (what a
+    GraphDef records, so one made inside a plain `jax.jit` equals one made outside)."""
+    if isinstance(variable, Tracer):
+        return traced_class(variable) or type(variable)
+    return type(variable)
 
 
 def _see_hijax_tracers() -> None:
