@@ -196,3 +196,84 @@ def test_cumulative_and_argsort_along_a_name():
     np.testing.assert_array_equal(hax.argsort(x, "W").array, jnp.argsort(x.array, axis=1))
     np.testing.assert_array_equal(x.argsort(None), jnp.argsort(x.array, axis=None))
     assert isinstance(hax.cumsum(x, W), NamedArray) and hax.cumsum(x, W).axes == (H, W)
+
+
+def test_named_takes_haliax_keyword_and_unary_functions():
+    x = hax.named(jnp.array([0.25, 0.5]), axis="A")
+    assert x.axis_names == ("A",)
+    for name in ("absolute", "arccos", "arcsin", "arctan", "arctanh", "cbrt", "expm1", "log2"):
+        np.testing.assert_allclose(getattr(hax, name)(x).array, getattr(jnp, name)(x.array))
+    assert hax.isinf(x / 0.0).array.tolist() == [True, True]
+
+
+def test_argmax_over_everything_gives_the_flat_index():
+    x = _values(H, W)
+    assert hax.argmax(x).axes == () and int(hax.argmax(x, None)) == 5
+    assert int(hax.argmin(x)) == 0 and hax.argmax(x, "W").axes == (H,)
+
+
+def test_randint_draws_in_range_with_named_bounds():
+    bounds = hax.named(jnp.array([3, 10]), "H")
+    draws = hax.random.randint(jax.random.key(0), (H, W), 0, bounds)
+    assert draws.axes == (H, W) and jnp.issubdtype(draws.dtype, jnp.integer)
+    assert bool((draws.array < bounds.array[:, None]).all() & (draws.array >= 0).all())
+
+
+def test_updated_slice_scalar_start_and_ragged_starts():
+    seq = hax.arange(Axis("Seq", 5))
+    out = hax.updated_slice(seq, {"Seq": 2}, hax.named(jnp.array([7, 8]), "Seq"))
+    assert out.array.tolist() == [0, 1, 7, 8, 4]
+    Batch, Seq, New = Axis("Batch", 2), Axis("Seq", 5), Axis("Seq", 2)
+    cache = hax.zeros((Batch, Seq), dtype=jnp.int32)
+    lengths = hax.named(jnp.array([1, 3]), Batch)
+    block = hax.named(jnp.array([[1, 2], [3, 4]]), (Batch, New))
+    ragged = hax.updated_slice(cache, {"Seq": lengths}, block)
+    assert ragged.axes == (Batch, Seq)
+    assert ragged.array.tolist() == [[0, 1, 2, 0, 0], [0, 0, 0, 3, 4]]
+    one_each = hax.updated_slice(cache, {"Seq": lengths}, hax.named(jnp.array([7, 9]), Batch))
+    assert one_each.array.tolist() == [[0, 7, 0, 0, 0], [0, 0, 0, 9, 0]]
+    # an axis of the array that the update lacks is covered whole
+    rows = hax.updated_slice(cache, {"Seq": 4}, hax.ones(Axis("Seq", 1), dtype=jnp.int32))
+    assert rows.array[:, 4].tolist() == [1, 1] and int(rows.sum()) == 2
+    with pytest.raises(AxisError, match=r"`update` has axes \['New'\] that are not in the"):
+        hax.updated_slice(cache, {"Seq": 0}, hax.ones((Batch, Axis("New", 2)), dtype=jnp.int32))
+    with pytest.raises(AxisError, match="`update` of size 3 along 'Seq' does not fit from index 4"):
+        hax.updated_slice(seq, {"Seq": 4}, hax.arange(Axis("Seq", 3)))
+    with pytest.raises(AxisError, match="`start`: axis 'Batch' is not in this array"):
+        hax.updated_slice(seq, {"Seq": lengths}, hax.arange(Axis("Seq", 1)))
+
+
+def test_flatten_unflatten_ravel():
+    x = hax.random.uniform(jax.random.key(2), (H, W, D))
+    merged = x.flatten_axes((H, D), "Z")
+    assert merged.axes == (Axis("Z", 8), W)
+    back = hax.unflatten_axis(merged, "Z", (H, D))
+    assert back.axes == (H, D, W)
+    np.testing.assert_array_equal(back.array, jnp.transpose(x.array, (0, 2, 1)))
+    np.testing.assert_array_equal(x.ravel("All").array, jnp.ravel(x.array))
+    assert hax.flatten(x, "All").axes == (Axis("All", 24),)
+    assert hax.unflatten_axis(hax.ones((Axis("One", 1), W)), "One", ()).axes == (W,)
+    with pytest.raises(AxisError, match=r"axis 'Z' of size 8 cannot split into \{'H': 2, 'W': 3\}"):
+        hax.unflatten_axis(merged, "Z", (H, W))
+    with pytest.raises(AxisError, match=r"must have size 6, the product"):
+        hax.flatten_axes(x, (H, W), Axis("Z", 5))
+
+
+def test_split_repeat_tile_searchsorted():
+    x = _values(H, Axis("D", 8))
+    first, second = hax.split(x, "D", [D, D])
+    assert first.axes == (H, D) and second.axes == (H, D)
+    np.testing.assert_array_equal(second.array, x.array[:, 4:])
+    with pytest.raises(AxisError, match=r"add up to 7, not to the size 8 of axis 'D'"):
+        hax.split(x, "D", [D, D.resize(3)])
+    grid = hax.arange((H, W))
+    np.testing.assert_array_equal(hax.repeat(grid, 2, "W").array, jnp.repeat(grid.array, 2, 1))
+    assert hax.repeat(grid, jnp.array([1, 2]), H).axes == (H.resize(3), W)
+    tiled = hax.tile(grid, {"W": 2, "New": 3})
+    assert tiled.axes == (Axis("New", 3), H, W.resize(6))
+    np.testing.assert_array_equal(tiled.array, jnp.tile(grid.array, (3, 1, 2)))
+    ordered = hax.named(jnp.array([1, 3, 5, 7]), "A")
+    found = hax.searchsorted(ordered, hax.named(jnp.array([0, 6]), "V"))
+    assert found.axes == (Axis("V", 2),) and found.array.tolist() == [0, 3]
+    with pytest.raises(AxisError, match="`searchsorted` needs `a` with one axis"):
+        hax.searchsorted(grid, 1)

@@ -410,11 +410,13 @@ def _is_integer_scalar(value: object) -> bool:
     return is_array(value) and np.ndim(value) == 0 and jnp.issubdtype(value.dtype, jnp.integer)
 
 
-def named(array: Any, axes: Shape | Sequence[AxisSelector] | AxisSelector) -> NamedArray:
+def named(array: Any, axis: Shape | Sequence[AxisSelector] | AxisSelector) -> NamedArray:
     """Name the axes of a plain array: `named(jnp.ones((2, 3)), ("Batch", "Features"))`.
 
-    Axes may be bare names here (the sizes come from the array).
+    Axes may be bare names here (the sizes come from the array). The parameter is called
+    `axis`, as in Haliax (`named(values, axis=Batch)`).
     """
+    axes = axis
     array = array if isinstance(array, jax.Array) else jnp.asarray(array)
     if isinstance(axes, str | Axis):
         axes = (axes,)

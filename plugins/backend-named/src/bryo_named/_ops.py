@@ -8,6 +8,7 @@ missing axis is an `AxisError` that names it and lists the array's axes.
 from __future__ import annotations
 
 import builtins
+import itertools
 import math
 import operator
 import string
@@ -41,6 +42,7 @@ from ._named_array import (
     union_axes,
 )
 from ._rearrange import reorder
+from ._vmap import vmap
 
 # -- creation ------------------------------------------------------------------------------
 
@@ -187,6 +189,24 @@ negative = _unary(jnp.negative, "negative")
 isfinite = _unary(jnp.isfinite, "isfinite")
 isnan = _unary(jnp.isnan, "isnan")
 logical_not = _unary(jnp.logical_not, "logical_not")
+absolute = _unary(jnp.absolute, "absolute")
+angle = _unary(jnp.angle, "angle")
+arccos = _unary(jnp.arccos, "arccos")
+arccosh = _unary(jnp.arccosh, "arccosh")
+arcsin = _unary(jnp.arcsin, "arcsin")
+arcsinh = _unary(jnp.arcsinh, "arcsinh")
+arctan = _unary(jnp.arctan, "arctan")
+arctanh = _unary(jnp.arctanh, "arctanh")
+around = _unary(jnp.around, "around")
+cbrt = _unary(jnp.cbrt, "cbrt")
+cosh = _unary(jnp.cosh, "cosh")
+sinh = _unary(jnp.sinh, "sinh")
+expm1 = _unary(jnp.expm1, "expm1")
+log2 = _unary(jnp.log2, "log2")
+log10 = _unary(jnp.log10, "log10")
+reciprocal = _unary(jnp.reciprocal, "reciprocal")
+trunc = _unary(jnp.trunc, "trunc")
+isinf = _unary(jnp.isinf, "isinf")
 relu = _unary(jax.nn.relu, "relu")
 gelu = _unary(jax.nn.gelu, "gelu")
 sigmoid = _unary(jax.nn.sigmoid, "sigmoid")
@@ -321,20 +341,23 @@ def argsort(x: NamedArray, axis: AxisSelector | None, *, stable: bool = False) -
     return NamedArray._wrap(jnp.argsort(x.array, axis=position, stable=stable), x.axes)
 
 
-def argmax(x: NamedArray, axis: AxisSelector) -> NamedArray:
-    """The index of the largest element along one named `axis`."""
-    position = x.position_of(axis, "axis")
-    return NamedArray._wrap(
-        jnp.argmax(x.array, axis=position), x.axes[:position] + x.axes[position + 1 :]
+def _arg_extreme(fn: Callable[..., Any], name: str) -> Callable[..., NamedArray]:
+    def arg_extreme(x: NamedArray, axis: AxisSelector | None = None) -> NamedArray:
+        if axis is None:  # the flat index, as jnp and Haliax give it
+            return NamedArray._wrap(fn(x.array), ())
+        position = x.position_of(axis, "axis")
+        kept = x.axes[:position] + x.axes[position + 1 :]
+        return NamedArray._wrap(fn(x.array, axis=position), kept)
+
+    arg_extreme.__name__ = arg_extreme.__qualname__ = name
+    arg_extreme.__doc__ = (
+        f"`jnp.{name}` along one named `axis` (None: the index into the flattened array)."
     )
+    return arg_extreme
 
 
-def argmin(x: NamedArray, axis: AxisSelector) -> NamedArray:
-    """The index of the smallest element along one named `axis`."""
-    position = x.position_of(axis, "axis")
-    return NamedArray._wrap(
-        jnp.argmin(x.array, axis=position), x.axes[:position] + x.axes[position + 1 :]
-    )
+argmax = _arg_extreme(jnp.argmax, "argmax")
+argmin = _arg_extreme(jnp.argmin, "argmin")
 
 
 def softmax(x: NamedArray, axis: AxisSelection) -> NamedArray:
@@ -568,6 +591,138 @@ def array_equiv(x: NamedArray, y: NamedArray) -> bool:
         return False
 
 
+def flatten_axes(x: NamedArray, old_axes: AxisSelection, new_axis: AxisSelector) -> NamedArray:
+    """Merge `old_axes` (in that order, row-major) into one axis `new_axis`, placed where
+    the first of them was: `flatten_axes(x, ("H", "W"), "Pixels")`.
+
+    `unflatten_axis` undoes it. With no `old_axes`, `new_axis` (size 1) goes in front.
+    """
+    merged = tuple(x.resolve_axis(a) for a in _selection(old_axes))
+    check_unique(merged, "old_axes")
+    total = math.prod(a.size for a in merged)
+    new = _sized(new_axis, total, "new_axis")
+    names = {a.name for a in merged}
+    if not merged:
+        return NamedArray._wrap(x.array[None], check_unique((new, *x.axes), "new_axis"))
+    order: list[Axis] = []
+    result: list[Axis] = []
+    for axis in x.axes:
+        if axis.name not in names:
+            order.append(axis)
+            result.append(axis)
+        elif new not in result:
+            order.extend(merged)
+            result.append(new)
+    axes = check_unique(result, "new_axis")
+    array = aligned(x, order).reshape(tuple(a.size for a in axes))
+    return NamedArray._wrap(array, axes)
+
+
+def unflatten_axis(x: NamedArray, axis: AxisSelector, new_axes: Shape) -> NamedArray:
+    """Split the named `axis` into `new_axes` (row-major; their sizes multiply to its size),
+    in its place. No `new_axes` removes an axis of size 1."""
+    position = x.position_of(axis, "axis")
+    old = x.axes[position]
+    parts = () if isinstance(new_axes, Sequence) and not new_axes else axes_of(new_axes, "new_axes")
+    if math.prod(a.size for a in parts) != old.size:
+        sizes = format_axes(parts)
+        raise AxisError(
+            f"`unflatten_axis`: axis {old.name!r} of size {old.size} cannot split into {sizes}; "
+            "their sizes must multiply to its size."
+        )
+    axes = _replaced(x.axes, position, parts)
+    return NamedArray._wrap(x.array.reshape(tuple(a.size for a in axes)), axes)
+
+
+def ravel(x: NamedArray, new_axis: AxisSelector) -> NamedArray:
+    """Every axis merged into one, `new_axis`, in row-major order (`jnp.ravel`)."""
+    return flatten_axes(x, x.axes, new_axis)
+
+
+def flatten(x: NamedArray, new_axis: AxisSelector) -> NamedArray:
+    """`ravel`, by Haliax's other name."""
+    return ravel(x, new_axis)
+
+
+def _sized(axis: AxisSelector, size: int, what: str) -> Axis:
+    if isinstance(axis, Axis) and axis.size != size:
+        raise AxisError(
+            f"`{what}`: {axis!r} must have size {size}, the product of the merged axes."
+        )
+    return axis if isinstance(axis, Axis) else Axis(name_of(axis, what), size)
+
+
+def split(x: NamedArray, axis: AxisSelector, new_axes: Sequence[Axis]) -> list[NamedArray]:
+    """Cut `x` along `axis` into consecutive pieces, one per `Axis` in `new_axes`, which
+    takes that axis's place in its piece; their sizes must add up to the axis's size."""
+    position = x.position_of(axis, "axis")
+    old = x.axes[position]
+    pieces = tuple(new_axes)
+    for piece in pieces:
+        if not isinstance(piece, Axis):
+            raise AxisError(
+                f"`new_axes` of `split` must be Axis objects (with sizes); got {piece!r}."
+            )
+    total = builtins.sum(a.size for a in pieces)
+    if total != old.size:
+        raise AxisError(
+            f"`split`: the sizes of {format_axes(pieces)} add up to {total}, not to the size "
+            f"{old.size} of axis {old.name!r}."
+        )
+    offsets = list(itertools.accumulate(a.size for a in pieces))[:-1]
+    arrays = jnp.split(x.array, offsets, axis=position)
+    return [
+        NamedArray._wrap(array, _replaced(x.axes, position, (piece,)))
+        for array, piece in zip(arrays, pieces, strict=True)
+    ]
+
+
+def repeat(
+    x: NamedArray, repeats: Any, axis: AxisSelector, total_repeat_length: int | None = None
+) -> NamedArray:
+    """`jnp.repeat` along the named `axis`: each element `repeats` times (an int, or one
+    count per element); the axis keeps its name and grows."""
+    position = x.position_of(axis, "axis")
+    array = jnp.repeat(x.array, repeats, axis=position, total_repeat_length=total_repeat_length)
+    grown = x.axes[position].resize(array.shape[position])
+    return NamedArray._wrap(array, _replaced(x.axes, position, (grown,)))
+
+
+def _replaced(axes: tuple[Axis, ...], position: int, new: tuple[Axis, ...]) -> tuple[Axis, ...]:
+    """`axes` with the one at `position` replaced by `new` (names checked unique)."""
+    return check_unique((*axes[:position], *new, *axes[position + 1 :]), "new_axes")
+
+
+def tile(x: NamedArray, reps: Mapping[AxisSelector, int]) -> NamedArray:
+    """`jnp.tile` by axis: `{"W": 2}` repeats the whole array twice along "W"; a name `x`
+    lacks becomes a new axis in front, of size `reps`, as in Haliax."""
+    counts = [1] * x.ndim
+    new: list[Axis] = []
+    for axis, count in reps.items():
+        position = x.axis_position(axis)
+        if position is None:
+            new.append(Axis(name_of(axis, "reps"), count))
+        else:
+            counts[position] = operator.index(count)
+    array = jnp.tile(x.array, [a.size for a in new] + counts)
+    axes = tuple(new) + tuple(a.resize(a.size * n) for a, n in zip(x.axes, counts, strict=True))
+    return NamedArray._wrap(array, check_unique(axes, "reps"))
+
+
+def searchsorted(
+    a: NamedArray, v: Any, *, side: str = "left", sorter: Any = None, method: str = "scan"
+) -> NamedArray:
+    """`jnp.searchsorted` of `v` into the one-axis sorted `a`: the result has `v`'s axes."""
+    if a.ndim != 1:
+        raise AxisError(
+            f"`searchsorted` needs `a` with one axis; got {format_axes(a.axes)}. Select a slice."
+        )
+    values = v if isinstance(v, NamedArray) else NamedArray(jnp.asarray(v), ())
+    order = sorter.array if isinstance(sorter, NamedArray) else sorter
+    found = jnp.searchsorted(a.array, values.array, side=side, sorter=order, method=method)
+    return NamedArray._wrap(found, values.axes)
+
+
 def _aligned_same(x: NamedArray, axes: tuple[Axis, ...]) -> jax.Array:
     order = [x.position_of(a.name) for a in axes]
     return x.array if order == list(range(x.ndim)) else jnp.transpose(x.array, order)
@@ -604,6 +759,65 @@ def take(x: NamedArray, axis: AxisSelector, index: Any) -> NamedArray:
     values = jnp.broadcast_to(aligned(source, (*axes, hidden)), (*sizes, hidden.size))
     picks = jnp.broadcast_to(aligned(index, axes), sizes)
     return NamedArray._wrap(jnp.take_along_axis(values, picks[..., None], axis=-1)[..., 0], axes)
+
+
+def updated_slice(
+    x: NamedArray, start: Mapping[AxisSelector, Any], update: NamedArray
+) -> NamedArray:
+    """`x` with `update` written into it from the index `start` of each named axis.
+
+    `start` maps axes to where the block begins (0 for the axes left out): ints, integer
+    0-d arrays, or integer NamedArrays whose axes are axes of `x`, which write one block
+    per position along them (Haliax's ragged updates: `{"Seq": lengths}` with `lengths`
+    over "Batch"). Each axis of `update` must be an axis of `x` (possibly shorter); an axis
+    of `x` that `update` lacks is covered whole, `update` broadcast along it. An `update`
+    without axes writes the one element at `start` (as in Haliax).
+
+    Example:
+        >>> seq = arange(Axis("Seq", 5))
+        >>> update = NamedArray(jnp.array([7, 8]), {"Seq": 2})
+        >>> updated_slice(seq, {"Seq": 2}, update).array.tolist()
+        [0, 1, 7, 8, 4]
+    """
+    refuse_foreign((x, update, *start.values()), "updated_slice")
+    mapped = [a.name for v in start.values() if isinstance(v, NamedArray) for a in v.axes]
+    if mapped:
+        write = _updated_block
+        for name in dict.fromkeys(mapped):
+            x.position_of(name, "start")  # a start's axis must be one of the array's
+            write = vmap(write, name)
+        return reorder(write(x, start, update), x.axes)
+    return _updated_block(x, start, update)
+
+
+def _updated_block(x: NamedArray, start: Mapping[AxisSelector, Any], update: Any) -> NamedArray:
+    if not isinstance(update, NamedArray):
+        update = NamedArray(jnp.asarray(update), ())
+    stray = [a.name for a in update.axes if not x.has_axis(a.name)]
+    if stray:
+        raise AxisError(
+            f"`update` has axes {stray} that are not in the original array with shape "
+            f"{format_axes(x.axes)}; rename them to the array's axes they are written into."
+        )
+    corner: list[Any] = [0] * x.ndim
+    for axis, value in start.items():
+        corner[x.position_of(axis, "start")] = (
+            value.scalar() if isinstance(value, NamedArray) else value
+        )
+    if update.axes:
+        block = tuple(update.resolve_axis(a.name) if update.has_axis(a.name) else a for a in x.axes)
+    else:  # a scalar writes one element, as in Haliax
+        block = tuple(a.resize(1) for a in x.axes)
+    for axis, piece, begin in zip(x.axes, block, corner, strict=True):
+        end = begin + piece.size if isinstance(begin, int) else piece.size
+        if end > axis.size:
+            raise AxisError(
+                f"`update` of size {piece.size} along {axis.name!r} does not fit from index "
+                f"{begin if isinstance(begin, int) else 0} in the array's {axis.size}."
+            )
+    shaped = tuple(a if update.has_axis(a.name) else a.resize(1) for a in block)
+    values = jnp.broadcast_to(aligned(update, shaped), tuple(a.size for a in block))
+    return NamedArray._wrap(jax.lax.dynamic_update_slice(x.array, values, corner), x.axes)
 
 
 def rename(x: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> NamedArray:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from ._axis import Shape, axes_of
 from ._named_array import NamedArray, raw_operand
 
-__all__ = ["bernoulli", "normal", "uniform"]
+__all__ = ["bernoulli", "normal", "randint", "uniform"]
 
 
 def normal(key: jax.Array, shape: Shape, dtype: Any = jnp.float32) -> NamedArray:
@@ -39,4 +39,13 @@ def bernoulli(key: jax.Array, shape: Shape, p: Any = 0.5) -> NamedArray:
     return NamedArray._wrap(
         jax.random.bernoulli(key, raw_operand(p, axes, "bernoulli"), tuple(a.size for a in axes)),
         axes,
+    )
+
+
+def randint(key: jax.Array, shape: Shape, minval: Any, maxval: Any, dtype: Any = int) -> NamedArray:
+    """Integers in `[minval, maxval)` with the given named `shape` (bounds may be named)."""
+    axes = axes_of(shape)
+    low, high = (raw_operand(v, axes, "randint") for v in (minval, maxval))
+    return NamedArray._wrap(
+        jax.random.randint(key, tuple(a.size for a in axes), low, high, dtype), axes
     )
