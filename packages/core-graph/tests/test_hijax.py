@@ -225,3 +225,21 @@ def test_split_and_merge_inside_plain_jit_train_a_hijax_model():
     train_step(model, jnp.ones((1, 2)))
     np.testing.assert_array_equal(model.w[...], np.zeros((2, 3)))
     assert model.count[...] == 1 and model.w.hijax and seen == [True, True]
+
+
+@needs_hijax
+def test_repr_names_a_hijax_variable_by_its_variable_class():
+    class Counter(Object):
+        def __init__(self) -> None:
+            self.w = Param(jnp.ones(2))
+            self.count = Variable(jnp.array(0))
+
+    counter = with_vars(Counter(), hijax=True)
+    assert repr(counter.count).startswith("Variable(value=") and repr(counter.count).endswith(
+        ", hijax=True)"
+    )
+    assert repr(Param(2, a=1, hijax=True)) == "Param(value=2, a=1, hijax=True)"
+    text = repr(counter)
+    assert "Param: 2 (8 B)" in text and "Variable: 1 (4 B)" in text
+    assert "count=Variable(" in text and text.count("hijax=True") == 2
+    assert "HijaxVariable" not in text

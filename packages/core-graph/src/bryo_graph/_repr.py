@@ -164,7 +164,7 @@ def _children(node: object) -> Iterable[object] | None:
 
 def _variable_stats(variable: Variable) -> Stats:
     size = variable_size(variable)
-    return {variable.stats_type or type(variable): size} if size.size else {}
+    return {variable.stats_type or variable.var_type: size} if size.size else {}
 
 
 def _add(total: Stats, more: Stats) -> None:
@@ -271,7 +271,9 @@ def variable_block(variable: Variable) -> ReprBlock:
     """A Variable as a block: its value, then its metadata, one per line."""
     items: list[tuple[str, object]] = [("value=", variable.get_raw_value())]
     items += [(f"{k}=", v) for k, v in variable.metadata.items()]
-    return ReprBlock(f"{type(variable).__name__}(", ")", items)
+    if variable.hijax:  # named by its Variable class, as Flax shows one
+        items.append(("hijax=", True))
+    return ReprBlock(f"{variable.var_type.__name__}(", ")", items)
 
 
 def _container_block(container: list | tuple | dict) -> ReprBlock:

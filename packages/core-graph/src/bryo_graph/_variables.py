@@ -561,7 +561,7 @@ class Variable(metaclass=_VariableType):
     def __repr__(self) -> str:
         fields = [f"value={_value_repr(self.raw_value)}"]
         fields += [f"{k}={v!r}" for k, v in self._metadata.items()]
-        return f"{type(self).__name__}({', '.join(fields)})"
+        return f"{self.var_type.__name__}({', '.join(fields)})"
 
     def __treescope_repr__(self, path: str | None, subtree_renderer: object) -> object:
         """Rich display in notebooks (treescope, optional): see `_treescope`."""
