@@ -159,6 +159,82 @@ def test_cached_partial_binds_the_models_in_graph_mode_only():
         cached_partial(lambda m: m, counter)
 
 
+def test_cached_partial_passes_one_copy_sharing_the_variables():
+    """As Flax's: `f` gets a copy of the given module holding the same Variables (what it
+    writes reaches the module), made once: a returned module is that copy every call."""
+    counter = Counter()
+    seen = []
+
+    def step(copy: Counter, x: jax.Array) -> Counter:
+        seen.append(copy)
+        copy(x)
+        return copy
+
+    cached = cached_partial(step, counter)
+    first, second = cached(jnp.ones((2,))), cached(jnp.ones((2,)))
+    assert first is second is seen[0] is seen[1] and first is not counter
+    assert first.count is counter.count and first.w is counter.w
+    assert counter.count.value == 2
+
+
+def test_cached_partial_copies_modules_sharing_a_submodule_as_one_graph():
+    inner = Counter()
+    outer = List([inner])
+    seen = []
+    cached_partial(lambda a, b, rest: seen.extend([a, b, rest]), outer, inner, {"n": 3})()
+    copied_outer, copied_inner, rest = seen
+    assert copied_outer[0] is copied_inner and copied_inner is not inner
+    assert copied_inner.w is inner.w and rest == {"n": 3}
+
+
+def test_cached_partial_refuses_a_structure_change_and_copies_again():
+    """A change `f` leaves in the copy's structure would not reach the given module: a
+    ValueError after the call (as Flax's); the next call copies the module again."""
+    counter = Counter()
+
+    def grow(copy: Counter) -> None:
+        copy.extra = Param(jnp.zeros(()))
+
+    with pytest.raises(ValueError, match=r"'grow', given a Counter by `cached_partial`"):
+        cached_partial(grow, counter)()
+    assert not hasattr(counter, "extra")
+
+    def swap(copy: Counter) -> None:
+        copy.w = Param(jnp.ones((2,)))  # the same structure, another Variable
+
+    with pytest.raises(ValueError, match="which Variable sits where"):
+        cached_partial(swap, counter)()
+
+    calls = []
+
+    def temporary(copy: Counter) -> None:
+        calls.append(copy)
+        if len(calls) == 1:
+            copy.note = 1
+            del copy.note  # undone before returning: allowed
+        else:
+            copy.note = len(calls)
+
+    cached = cached_partial(temporary, counter)
+    cached()
+    with pytest.raises(ValueError, match="'temporary'"):
+        cached()
+    changed = calls[-1]
+    calls.clear()
+    cached()  # a fresh copy, without the note
+    assert calls[0] is not changed and changed.note == 2 and not hasattr(calls[0], "note")
+
+
+def test_cached_partial_sees_structure_changes_made_to_the_given_module():
+    counter = Counter()
+    seen = []
+    cached = cached_partial(lambda copy: seen.append(copy), counter)
+    cached()
+    counter.scale = Param(jnp.ones(()))
+    cached()
+    assert seen[0] is not seen[1] and seen[1].scale is counter.scale
+
+
 def test_pure_is_as_pure():
     assert pure is as_pure
     assert pure({"w": Param(2.0)}) == {"w": 2.0}

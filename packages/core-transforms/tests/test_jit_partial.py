@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bryo_graph import BatchStat, List, Object, Param
-from bryo_transforms import jit_partial
+from bryo_graph import BatchStat, List, Object, Param, cached_partial
+from bryo_transforms import jit, jit_partial
 
 SIMPLE = [{"graph_updates": False}, {"graph": False}]
 
@@ -147,3 +147,22 @@ def test_a_bound_call_reads_no_module_only_the_variables(mode, monkeypatch):
     g(jnp.ones((2,)))
     g(jnp.ones((2,)))
     assert reads == [] and int(model.count[...]) == 2
+
+
+def test_cached_partial_of_a_graph_mode_jit_gives_it_one_copy_sharing_the_variables():
+    """Flax's `nnx.cached_partial(nnx.jit(f), model)`: inside the jit the copy and the
+    model passed alongside share their Variables; the copy comes back, the same object
+    every call, and the count it advanced is the model's."""
+    model = Model()
+
+    @jit(graph=True, graph_updates=True)
+    def step(copy, given, x):
+        assert copy is not given and copy.count is given.count
+        copy(x)
+        return copy
+
+    cached = cached_partial(step, model)
+    first = cached(model, jnp.ones((2,)))
+    second = cached(model, jnp.ones((2,)))
+    assert first is second and first is not model
+    assert first.count is model.count and int(model.count[...]) == 2

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 
@@ -23,11 +23,11 @@ from bryo_filters import Filter, Predicate, to_predicate
 from bryo_pytree import Key, Path, path_str
 
 from ._calls import MethodCaller
-from ._graph import GraphDef, clone, merge, split, state
+from ._graph import GraphDef, clone, flat_graph, flatten, merge, split, state
 from ._modes import graph_mode
 from ._modes import graph_updates as _graph_updates
 from ._nodes import node_types
-from ._object import Object, checks_after_init
+from ._object import Dict, List, Object, checks_after_init
 from ._state import State
 from ._tree_mode import check_pytree
 from ._var_defaults import check_flag
@@ -279,9 +279,14 @@ def cached_partial(
     with the same models (`train_step(model, optimizer, x, y)`), as Flax's
     `nnx.cached_partial`.
 
-    bryo caches a graph's flattening until its structure changes, so the result is a
-    plain partial application; unlike Flax's, it stays valid when `f` changes the
-    models' structure. Like Flax's, it is a graph-mode API (`graph=True`,
+    As in Flax, `f` gets copies of the given modules (and `List`s, `Dict`s) that share
+    their Variables, made once: what `f` writes into Variables is seen in the given
+    modules, and a module `f` returns is the copy, the same object every call. `f` must
+    leave the copies' structure as it found it (attributes, submodules, which Variable
+    sits where): a change raises a `ValueError` after the call, as in Flax, because the
+    given modules would not see it (the next call copies them again). Unlike Flax's, a
+    structure change made to the given modules between calls is picked up: the next
+    call copies them again. Like Flax's, it is a graph-mode API (`graph=True`,
     `graph_updates=True`, the defaults unless `set_graph_mode`/`set_graph_updates`
     changed them).
 
@@ -300,7 +305,86 @@ def cached_partial(
             "graph_updates=True; got tree mode or graph_updates=False. Use "
             "`functools.partial` in tree mode, or `nnx.compat.cached_partial`."
         )
-    return functools.partial(f, *cached_args)
+    copies = _SharingCopies(cached_args)
+
+    @functools.wraps(f)
+    def cached(*args: object, **kwargs: object) -> A:
+        given = copies.current()
+        out = f(*given, *args, **kwargs)
+        copies.check_unchanged(f)
+        return out
+
+    return cached
+
+
+def _is_mutable_node(value: object) -> bool:
+    return isinstance(value, Object | List | Dict | Variable)
+
+
+class _SharingCopies:
+    """`cached_partial`'s arguments with each module (`List`, `Dict`) replaced by a copy
+    sharing its Variables, remade when the given modules' structure changes."""
+
+    def __init__(self, given: tuple) -> None:
+        leaves, self._treedef = jax.tree.flatten(given, is_leaf=_is_mutable_node)
+        self._leaves = leaves
+        self._at = [i for i, leaf in enumerate(leaves) if _is_mutable_node(leaf)]
+        self._make()
+
+    def _make(self) -> None:
+        sources = tuple(self._leaves[i] for i in self._at)
+        copies = merge(*split(sources)) if sources else ()
+        leaves = list(self._leaves)
+        for i, copy in zip(self._at, copies, strict=True):
+            leaves[i] = copy
+        self._args: tuple = jax.tree.unflatten(self._treedef, leaves)
+        self._source_flats: list[object] = [flat_graph(node) for node in sources]
+        self._copies = list(copies)
+        self._copy_structures = [_structure(copy) for copy in copies]
+
+    def current(self) -> tuple:
+        """The arguments to pass now (copied again if a given module changed structure)."""
+        for i, flat in zip(self._at, self._source_flats, strict=True):
+            if flat_graph(self._leaves[i]) is not flat:
+                self._make()
+                break
+        return self._args
+
+    def check_unchanged(self, f: Callable) -> None:
+        """Raise a `ValueError` if the call changed a copy's structure."""
+        for k, (copy, before) in enumerate(zip(self._copies, self._copy_structures, strict=True)):
+            if flat_graph(copy) is before.flat:
+                continue
+            after = _structure(copy)
+            if after.graphdef != before.graphdef or not _same_objects(after.leaves, before.leaves):
+                self._source_flats[k] = None  # copy again at the next call
+                raise ValueError(
+                    f"{getattr(f, '__name__', 'the function')!r}, given a "
+                    f"{type(self._leaves[self._at[k]]).__name__} by `cached_partial`, changed "
+                    "its structure (an attribute, a submodule, or which Variable sits where): "
+                    "`cached_partial` passes a copy sharing the module's Variables, so the "
+                    "module you gave would not see that change. Undo temporary changes before "
+                    "returning (`nnx.pop` what was sown), or pass the module as an argument "
+                    "instead (`functools.partial` or `nnx.jit` directly)."
+                )
+            self._copy_structures[k] = after
+
+
+class _Structure(NamedTuple):
+    """A graph's flattening, GraphDef and leaves (its Variables), to tell a change."""
+
+    flat: object
+    graphdef: object
+    leaves: list
+
+
+def _structure(node: object) -> _Structure:
+    graphdef_, leaves = flatten(node, with_paths=False)
+    return _Structure(flat_graph(node), graphdef_, leaves)
+
+
+def _same_objects(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def as_pure(tree: A) -> A:
