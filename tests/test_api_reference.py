@@ -52,6 +52,8 @@ def test_names_are_rendered_where_they_are_defined_and_linked_elsewhere():
     assert "::: bryo_graph._graph" not in graph
     top = PAGES["api/bryo.md"]
     assert "| `split` | [`bryo_graph`](core-graph.md#bryo_graph.split) |" in top
+    assert "::: bryo_graph.WithAxis\n" in graph and "::: bryo_graph.logical_axes\n" in graph
+    assert "| `WithAxis` | [`bryo_graph`](core-graph.md#bryo_graph.WithAxis) |" in top
     assert "::: bryo.save_state\n" in top
 
 

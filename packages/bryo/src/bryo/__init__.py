@@ -36,6 +36,7 @@ from bryo_graph import Param as Param  # noqa: E402
 from bryo_graph import State as State  # noqa: E402
 from bryo_graph import Variable as Variable  # noqa: E402
 from bryo_graph import VariableState as VariableState  # noqa: E402
+from bryo_graph import WithAxis as WithAxis  # noqa: E402
 from bryo_graph import clone as clone  # noqa: E402
 from bryo_graph import graphdef as graphdef  # noqa: E402
 from bryo_graph import iter_graph as iter_graph  # noqa: E402
@@ -86,6 +87,7 @@ __all__ = [
     "State",
     "Variable",
     "VariableState",
+    "WithAxis",
     "WithTag",
     "clone",
     "eval_mox",

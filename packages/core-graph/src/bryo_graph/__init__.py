@@ -19,9 +19,12 @@ from . import extract as extract
 from . import graph as graph
 from . import hookspecs as _hookspecs
 from . import traversals as traversals
+from ._axis_filter import AxisLike as AxisLike
+from ._axis_filter import WithAxis as WithAxis
 from ._axis_rules import ShardingError as ShardingError
 from ._axis_rules import add_sharding_axis as add_sharding_axis
 from ._axis_rules import get_partition_spec as get_partition_spec
+from ._axis_rules import logical_axes as logical_axes
 from ._axis_rules import logical_to_mesh as logical_to_mesh
 from ._caches import register_cache as register_cache
 from ._compat import current_trace as current_trace

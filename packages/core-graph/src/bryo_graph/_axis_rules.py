@@ -141,6 +141,27 @@ def _logical_axes(unit: object, where: str) -> tuple[tuple[LogicalAxis, ...] | N
     return None, value
 
 
+def logical_axes(value: object) -> tuple[LogicalAxis, ...] | None:
+    """The logical axes of one value, one entry per dimension, or None if it names none.
+
+    A Variable's are those its sharding metadata names (`out_sharding`, `sharding` or
+    `sharding_names`, its `sharding_rules` applied); otherwise, or for a bare value, the
+    names the value carries itself through a backend (`bryo_graph_logical_axes`: a
+    `bryo.hax` or Haliax NamedArray). Each entry is a name, a tuple of names or None.
+
+    Raises:
+        ShardingError: a Variable's sharding metadata is not a tuple of names.
+
+    Example:
+        >>> from bryo_graph import Param
+        >>> logical_axes(Param(jnp.ones((2, 3)), out_sharding=("embed", None)))
+        ('embed', None)
+        >>> logical_axes(jnp.ones(2)) is None
+        True
+    """
+    return _logical_axes(value, "the value")[0]
+
+
 def is_object_graph(tree: object) -> bool:
     """A mutable graph node (an NNX-style Object): read through `state`. Immutable nodes
     and other pytrees (Equinox modules, dataclasses, States) are mapped as pytrees, so the

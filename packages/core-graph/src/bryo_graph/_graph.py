@@ -62,7 +62,7 @@ from ._object import Dict, List, Object
 from ._state import FlatState, State, check_catch_all_last, group_flat, sorted_paths
 from ._tracking import Watch, watch_all, write_count
 from ._tree_mode import TreeDef, tree_flatten, tree_iter, tree_merge, tree_split, tree_state
-from ._variables import NO_METADATA, Variable, variable_class
+from ._variables import NO_METADATA, Variable, VariableState, variable_class
 
 # A GraphDef is compiled once it was built this many times (`_compile` costs dozens of
 # walks and saves about half of one), and only when its nodes nest at most this deep.
@@ -213,6 +213,9 @@ _compiled: weakref.WeakValueDictionary[int, GraphDef] = weakref.WeakValueDiction
 # Flattening -------------------------------------------------------------------------
 
 
+_SOURCE_VALUE = object()  # `LeafSource.as_variable`'s default: the source's own value
+
+
 class LeafSource:
     """Where one State leaf lives in the graph: a Variable, or a raw leaf of a parent.
 
@@ -253,13 +256,31 @@ class LeafSource:
     def snapshot(self) -> object:
         """The State leaf: the live Variable; a raw array as it is (Flax NNX 0.12), or
         in a new `leaf_type` Variable where the parent's node type names one (Equinox
-        modules' arrays are Params)."""
+        modules' arrays are Params), with the metadata the parent's node type gives it."""
         variable = self.variable
         if variable is not None:
             return variable
         if self.leaf_type is Variable:
             return self.value
-        return self.leaf_type.from_metadata(self.value, NO_METADATA)
+        return self.leaf_type.from_metadata(self.value, self.metadata or NO_METADATA)
+
+    @property
+    def metadata(self) -> Mapping[str, object] | None:
+        """A raw leaf's metadata from its parent's node type (`NodeType.leaf_metadata`:
+        the axis names of a Haliax array in an Equinox model), or None."""
+        parent_type = self.parent_type
+        if self.variable is not None or parent_type is None or parent_type.leaf_metadata is None:
+            return None
+        return parent_type.leaf_metadata(self.parent)
+
+    def as_variable(self, value: object = _SOURCE_VALUE) -> Variable:
+        """The leaf as transforms' filters see it: the live Variable, or a new
+        `leaf_type` VariableState holding the raw value (or `value`), with its `metadata`."""
+        if self.variable is not None:
+            return self.variable
+        leaf = VariableState(self.leaf_type, self.value if value is _SOURCE_VALUE else value)
+        metadata = self.metadata
+        return leaf.copy(**metadata) if metadata else leaf
 
 
 class FlatGraph:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Callable, Container, Hashable, Iterable, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import jax
@@ -53,6 +53,11 @@ class NodeType(Generic[N]):
             only by the nodes `create` makes.
         leaf_type: the `Variable` class that a raw array child of this node stands for in a
             State (Equinox arrays are `Param`s); None keeps the parent's choice.
+        leaf_metadata: optional, `node -> metadata or None`: the metadata of the Variables
+            its raw array children stand for in a State, read from the node (Equinox's view
+            of a Haliax `NamedArray` names its array's axes: `{'out_sharding': ('Mlp',
+            'Embed')}`); it must depend only on the node's aux, which a cached flattening
+            keeps. Children that stay raw in a State (in an NNX-style object) carry none.
         tracks_structure: the backend calls `bryo_graph.structure_changed(node)` on every
             structural change of such a node (attribute set or delete), so flattening a
             graph made only of such and immutable nodes can be cached. The node must
@@ -77,6 +82,7 @@ class NodeType(Generic[N]):
     pop_key: Callable[[N, Key], None] | None = None
     set_aux: Callable[[N, Hashable], None] | None = None
     leaf_type: builtins.type | None = None
+    leaf_metadata: Callable[[N], Mapping[str, object] | None] | None = None
     tracks_structure: bool = False
     static_keys: Callable[[N], Container[Key] | None] | None = None
 

@@ -17,7 +17,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from bryo_filters import Filter, PathIn, filters_to_predicates
-from bryo_graph import State, Variable, VariableState, flat_graph
+from bryo_graph import State, Variable, flat_graph
 from bryo_pytree import Path, PrefixError, broadcast_prefix, is_array_like, keypath_to_path
 
 from ._collect import Grouping
@@ -255,10 +255,7 @@ def _module_prefix_axes(spec: object, where: str) -> StateAxes:
 
 def state_leaf(plan: CallPlan, k: int) -> object:
     """State leaf `k` as filters see it: the Variable, or a VariableState for a raw array."""
-    source = plan.sources[k]
-    if source.variable is not None:
-        return source.variable
-    return VariableState(source.leaf_type, source.value)
+    return plan.sources[k].as_variable()
 
 
 def leaf_axes(plan: CallPlan, root_specs: list, name: str = "in_axes") -> list:

@@ -21,7 +21,6 @@ from bryo_graph import (
     NodeEntry,
     VariableEntry,
     VariableMeta,
-    VariableState,
     flat_graph,
     is_array_ref,
     made_in_another_trace,
@@ -325,7 +324,7 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
                     sets.append(Update(k, changed.group, changed.position))
             leaf_plans.append(KeptLeaf(k, changed))
             continue
-        leaf = variable if variable is not None else VariableState(source.leaf_type, value)
+        leaf = variable if variable is not None else source.as_variable(value)
         where = PairPath.of(path)
         if where.side == 0:
             group = grouping.new_input_group(where.root, where.inner, leaf)

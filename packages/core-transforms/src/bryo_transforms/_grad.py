@@ -170,9 +170,16 @@ def grad_state(plan: CallPlan, entries: list[tuple[Path, int]], grads: dict[int,
     flat = {}
     for path, k in entries:
         meta = plan.sig.metas[k]
-        leaf_type = meta.type if meta is not None else plan.sources[k].leaf_type
-        metadata = meta.metadata if meta is not None else {}
-        flat[path] = VariableState(leaf_type, grads[k], **metadata)
+        if meta is None:  # a raw leaf: its State's metadata (a Haliax array's axis names)
+            source = plan.sources[k]
+            leaf_metadata = source.metadata
+            flat[path] = (
+                source.leaf_type.from_metadata(grads[k], leaf_metadata)
+                if leaf_metadata
+                else VariableState(source.leaf_type, grads[k])
+            )
+            continue
+        flat[path] = VariableState(meta.type, grads[k], **meta.metadata)
     if list(flat) == [()]:
         return flat[()]
     return State.from_flat_path(flat)

@@ -24,7 +24,7 @@ from typing import cast
 import equinox as eqx
 import jax.tree_util as jtu
 
-from bryo_graph import BatchStat, NodeType, Param, is_graph_node
+from bryo_graph import BatchStat, NodeType, Param, is_graph_node, logical_axes
 from bryo_pytree import Key, hashable, key_to_plain, unwrap_hashable
 
 Children = Iterable[tuple[Key, object]]
@@ -229,6 +229,14 @@ def _pytree_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object
     return _unwrap(aux).unflatten([child for _, child in children])  # type: ignore[attr-defined]  # the aux _pytree_flatten kept: a jax treedef
 
 
+def _pytree_leaf_metadata(view: _Frozen) -> dict[str, object] | None:
+    """A pytree that names its own axes (a Haliax or `bryo.hax` NamedArray) gives its
+    array's Param those names as sharding metadata, so that `WithAxis('Layers')` and
+    `get_partition_spec` see them in the State."""
+    axes = logical_axes(view.value)
+    return None if axes is None else {"out_sharding": axes}
+
+
 def _sequence_flatten(view: _Frozen) -> tuple[Children, Hashable]:
     return [(i, _frozen(item)) for i, item in enumerate(view.value)], None  # type: ignore[arg-type]  # a sequence view wraps a list or tuple
 
@@ -291,5 +299,10 @@ def node_types() -> Sequence[NodeType]:
         NodeType(FrozenList, flatten=_sequence_flatten, unflatten=_list_unflatten),
         NodeType(FrozenTuple, flatten=_sequence_flatten, unflatten=_tuple_unflatten),
         NodeType(FrozenDict, flatten=_dict_flatten, unflatten=_dict_unflatten),
-        NodeType(PytreeView, flatten=_pytree_flatten, unflatten=_pytree_unflatten),
+        NodeType(
+            PytreeView,
+            flatten=_pytree_flatten,
+            unflatten=_pytree_unflatten,
+            leaf_metadata=_pytree_leaf_metadata,
+        ),
     )
