@@ -161,7 +161,34 @@ def _argument_rules(
 
 
 def _call_block(block: Any, carry: Any, *args: Any, **kwargs: Any) -> Any:
-    return block(carry, *args, **kwargs)
+    try:
+        return block(carry, *args, **kwargs)
+    except Exception as error:
+        note = _mixed_named_arrays(block, (carry, args, kwargs))
+        if note is not None:
+            error.add_note(note)
+        raise
+
+
+def _named_kinds(tree: object) -> set[type]:
+    leaves = jax.tree_util.tree_leaves(tree, is_leaf=is_named_leaf)
+    return {type(leaf) for leaf in leaves if is_named_leaf(leaf)}
+
+
+def _mixed_named_arrays(block: object, inputs: object) -> str | None:
+    """Why a block may have failed: it holds one library's named arrays (Haliax's) and
+    was given another's (bryo.hax's), which its code cannot combine."""
+    held, given = _named_kinds(block), _named_kinds(inputs)
+    foreign = given - held
+    if not held or not foreign:
+        return None
+    names = lambda kinds: " and ".join(sorted(f"{k.__module__}.{k.__qualname__}" for k in kinds))
+    return (
+        f"The block holds {names(held)} arrays but was given {names(foreign)}: the named "
+        "arrays of two libraries do not mix inside one block. Convert the inputs to the "
+        "block's kind (Haliax and bryo.hax arrays: `bryo_haliax.to_haliax(x)` or "
+        "`bryo_haliax.from_haliax(x)`)."
+    )
 
 
 def _names(fn: Callable, block: object, skip: int) -> ArgNames:

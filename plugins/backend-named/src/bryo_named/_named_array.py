@@ -334,6 +334,7 @@ def refuse_foreign(values: Sequence[Any], what: str) -> None:
 def _binary(fn: Callable[[Any, Any], Any], name: str) -> tuple[Callable, Callable]:
     def forward(self: NamedArray, other: Any) -> Any:
         if not (isinstance(other, NamedArray) or is_scalar_like(other) or _is_unnamed(other)):
+            refuse_foreign((other,), name)  # a Haliax array: say to convert it, not Haliax's error
             return NotImplemented
         return elementwise(fn, self, other, what=name)
 
