@@ -277,3 +277,64 @@ def test_split_repeat_tile_searchsorted():
     assert found.axes == (Axis("V", 2),) and found.array.tolist() == [0, 3]
     with pytest.raises(AxisError, match="`searchsorted` needs `a` with one axis"):
         hax.searchsorted(grid, 1)
+
+
+def test_axis_spec_helpers():
+    assert hax.axis_spec_to_shape_dict((H, "W")) == {"H": 2, "W": None}
+    assert hax.axis_spec_to_shape_dict({"H": 2}) == {"H": 2} and hax.axis_name((H, "W")) == (
+        "H",
+        "W",
+    )
+    assert hax.axis_spec_to_tuple({"H": 2, "W": None}) == (H, "W") and hax.axis_name(H) == "H"
+    with pytest.raises(AxisError, match="must be an axis name or an Axis"):
+        hax.axis_spec_to_shape_dict((H, 3))
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "reference"),
+    [
+        ("poisson", (2.0,), lambda k, s: jax.random.poisson(k, 2.0, s)),
+        ("gamma", (0.5,), lambda k, s: jax.random.gamma(k, 0.5, s)),
+        ("beta", (0.6, 0.5), lambda k, s: jax.random.beta(k, 0.6, 0.5, s)),
+        ("exponential", (), lambda k, s: jax.random.exponential(k, s)),
+        ("gumbel", (), lambda k, s: jax.random.gumbel(k, s)),
+        ("t", (3.0,), lambda k, s: jax.random.t(k, 3.0, s)),
+        ("truncated_normal", (-1.0, 1.0), lambda k, s: jax.random.truncated_normal(k, -1, 1, s)),
+    ],
+)
+def test_samplers_draw_what_jax_draws(name, params, reference):
+    key = jax.random.key(3)
+    draws = getattr(hax.random, name)(key, (H, W), *params)
+    assert draws.axes == (H, W)
+    np.testing.assert_allclose(draws.array, reference(key, (2, 3)), rtol=1e-6)
+
+
+def test_sampler_parameters_broadcast_by_name():
+    key = jax.random.key(4)
+    rates = hax.named(jnp.array([1.0, 50.0]), "H")
+    draws = hax.random.poisson(key, (W, H), rates)
+    assert draws.axes == (W, H)
+    np.testing.assert_array_equal(
+        draws.array, jax.random.poisson(key, jnp.broadcast_to(rates.array, (3, 2)), (3, 2))
+    )
+    with pytest.raises(AxisError, match=r"axes \['D'\] are not in `axes`"):
+        hax.random.gamma(key, (H,), hax.ones((H, D)))
+
+
+def test_categorical_choice_permutation_ball():
+    key = jax.random.key(5)
+    logits = hax.named(jnp.log(jnp.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])), (H, W))
+    assert hax.random.categorical(key, logits, "W").array.tolist() == [1, 0]
+    wide = hax.random.categorical(key, logits, W, shape=(D, H))
+    assert wide.axes == (D, H) and wide.array.tolist() == [[1, 0]] * 4
+    with pytest.raises(AxisError, match="cannot hold the category axis 'W'"):
+        hax.random.categorical(key, logits, W, shape=(W, H))
+    table = _values(H, W)
+    picked = hax.random.choice(key, (D,), table, "W", p=hax.named(jnp.array([0.0, 0.0, 1.0]), W))
+    assert picked.axes == (D, H) and bool((picked.array == table.array[None, :, 2]).all())
+    with pytest.raises(AxisError, match="`p` of `choice` must have exactly the axis 'W'"):
+        hax.random.choice(key, (D,), table, "W", p=table)
+    shuffled = hax.random.permutation(key, table, "W")
+    assert shuffled.axes == (H, W) and sorted(shuffled.array[0].tolist()) == [0.0, 1.0, 2.0]
+    points = hax.random.ball(key, (H,), D)
+    assert points.axes == (H, D) and bool((jnp.linalg.norm(points.array, axis=1) <= 1.0).all())

@@ -17,8 +17,12 @@ from ._axis import Axis as Axis
 from ._axis import AxisError as AxisError
 from ._axis import AxisSelection as AxisSelection
 from ._axis import AxisSelector as AxisSelector
+from ._axis import AxisSpec as AxisSpec
 from ._axis import Shape as Shape
+from ._axis import axis_name as axis_name
 from ._axis import axis_sizes as axis_sizes
+from ._axis import axis_spec_to_shape_dict as axis_spec_to_shape_dict
+from ._axis import axis_spec_to_tuple as axis_spec_to_tuple
 from ._axis import make_axes as make_axes
 from ._named_array import NamedArray as NamedArray
 from ._named_array import broadcast_axes as broadcast_axes

@@ -69,10 +69,38 @@ AxisSelection = AxisSelector | Sequence[AxisSelector]
 Shape = Mapping[str, int] | Axis | Sequence[Axis]
 """A shape: `{"Time": 100}`, `Axis("Time", 100)` or `(Axis("Time", 100), ...)`."""
 
+AxisSpec = Shape
+"""Haliax's name for a `Shape`."""
+
 
 def make_axes(**sizes: int) -> tuple[Axis, ...]:
     """One `Axis` per keyword, in order: `Height, Width = make_axes(Height=2, Width=3)`."""
     return tuple(Axis(name, size) for name, size in sizes.items())
+
+
+def axis_name(axis: AxisSelection) -> str | tuple[str, ...]:
+    """The name of an axis, or the names of several (Haliax's `haliax.axis.axis_name`)."""
+    return name_of(axis) if isinstance(axis, Axis | str) else names_of(axis)
+
+
+def axis_spec_to_shape_dict(spec: AxisSelection | Mapping[str, int]) -> dict[str, int | None]:
+    """`{name: size}` of one axis or several; a bare name has size None (as in Haliax)."""
+    if isinstance(spec, Mapping):
+        return {name_of(name, "axis"): size for name, size in spec.items()}
+    selectors = (spec,) if isinstance(spec, Axis | str) else tuple(spec)
+    names_of(selectors)  # validates
+    shape: dict[str, int | None] = {}
+    for selector in selectors:
+        shape[name_of(selector)] = selector.size if isinstance(selector, Axis) else None
+    return shape
+
+
+def axis_spec_to_tuple(spec: AxisSelection | Mapping[str, int]) -> tuple[AxisSelector, ...]:
+    """One axis or several as a tuple: `Axis`es, bare names where no size is known."""
+    return tuple(
+        name if size is None else Axis(name, size)
+        for name, size in axis_spec_to_shape_dict(spec).items()
+    )
 
 
 def name_of(selector: object, what: str = "axis") -> str:

@@ -4,14 +4,15 @@ A facade only (seed 003): NamedArrays and their operations come from `bryo_named
 `scan`/`fold`/`map` and the checkpoint policies from `bryo_scan`, `hax.nn.Stacked` and
 friends from `bryo_scan` too. Code written for `import haliax as hax` runs with the import
 line changed, including Haliax's module paths: `hax.nn.scan` (`Stacked`, `BlockSeq`),
-`hax.jax_utils` (`tree_checkpoint_name`) and `hax.util` (`is_named_array`) are modules
-of their own here too.
+`hax.jax_utils` (`tree_checkpoint_name`), `hax.util` (`is_named_array`) and `hax.axis`
+(`axis_spec_to_shape_dict`, ...) are modules of their own here too.
 """
 
 from bryo_named import Axis as Axis
 from bryo_named import AxisError as AxisError
 from bryo_named import AxisSelection as AxisSelection
 from bryo_named import AxisSelector as AxisSelector
+from bryo_named import AxisSpec as AxisSpec
 from bryo_named import NamedArray as NamedArray
 from bryo_named import Shape as Shape
 from bryo_named import abs as abs
@@ -143,6 +144,7 @@ from bryo_scan import fold as fold
 from bryo_scan import map as map
 from bryo_scan import scan as scan
 
+from . import axis as axis
 from . import jax_utils as jax_utils
 from . import nn as nn
 from . import util as util
