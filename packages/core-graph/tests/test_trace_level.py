@@ -238,3 +238,24 @@ def test_flax_except_clauses_catch_the_error_once_flax_is_imported(
     twin = pickle.loads(pickle.dumps(error))
     assert type(twin).__mro__[1:3] == (TraceContextError, RuntimeError)  # bryo's, re-mixed
     assert twin.args == error.args and counter.count == 0
+
+
+def test_a_subclass_keeps_its_own_init_once_flax_is_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    class FlaxTraceContextError(Exception):
+        pass
+
+    class NamedError(TraceContextError):
+        def __init__(self, name: str, *, where: str = "here") -> None:
+            super().__init__(f"{name} changed {where}")
+
+    flax_errors = types.ModuleType("flax.errors")
+    flax_errors.TraceContextError = FlaxTraceContextError  # type: ignore[attr-defined]  # a stand-in module
+    monkeypatch.setitem(sys.modules, "flax.errors", flax_errors)
+    error = NamedError("w", where="in a jit")
+    assert isinstance(error, NamedError) and isinstance(error, FlaxTraceContextError)
+    assert str(error) == "w changed in a jit" and type(error).__name__ == "NamedError"
+    assert type(NamedError("v")) is type(error)

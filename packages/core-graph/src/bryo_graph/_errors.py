@@ -20,7 +20,7 @@ class TraceContextError(RuntimeError):
     that names Flax's class has imported it already.)
     """
 
-    def __new__(cls, *args: object) -> TraceContextError:
+    def __new__(cls, *args: object, **kwargs: object) -> TraceContextError:
         flax_errors = sys.modules.get("flax.errors")
         flax_class = getattr(flax_errors, "TraceContextError", None)
         made = cls
@@ -33,26 +33,27 @@ class TraceContextError(RuntimeError):
         return vars(type(self)).get("_bryo_class", type(self)), self.args
 
 
-# {(bryo's error class, Flax's class): their mix}: bounded by bryo's few error classes.
-_FLAX_MIXES: dict[tuple[type, type], type] = {}
+_MIX = "_bryo_flax_mix"  # on an error class: (Flax's class, the mix of both), made once
 
 
 def _with_flax_base(cls: type[TraceContextError], flax_class: type) -> type[TraceContextError]:
     """`cls` with Flax's `TraceContextError` as a second base, named as `cls` (tracebacks
-    and `repr` show bryo's class); made once per pair."""
+    and `repr` show bryo's class); made once per class and kept on it (no module-level
+    cache: a class dropped by its user goes with its mix)."""
     if "_bryo_class" in vars(cls) or issubclass(cls, flax_class):
         return cls
-    key = (cls, flax_class)
-    mix = _FLAX_MIXES.get(key)
-    if mix is None:
-        namespace = {
-            "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__,
-            "__doc__": cls.__doc__,
-            "__init__": RuntimeError.__init__,  # not Flax's, which appends a link to its docs
-            "_bryo_class": cls,
-        }
-        mix = _FLAX_MIXES.setdefault(key, type(cls.__name__, (cls, flax_class), namespace))
+    made = vars(cls).get(_MIX)
+    if made is not None and made[0] is flax_class:
+        return made[1]
+    namespace = {
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__,
+        "__init__": cls.__init__,  # bryo's (not Flax's, which appends a link to its docs)
+        "_bryo_class": cls,
+    }
+    mix = type(cls.__name__, (cls, flax_class), namespace)
+    setattr(cls, _MIX, (flax_class, mix))
     return mix
 
 
