@@ -1,14 +1,15 @@
-"""Hijax Variables (`hijax=True`, JAX 0.10 or newer) through bryo's transforms: JAX itself
-carries what a call writes into one, simple mode keeps one passed twice one object, and
-`eval_shape` gives back hijax Variables holding `jax.ShapeDtypeStruct`s."""
+"""Hijax Variables (`hijax=True`, JAX 0.10 or newer) through bryo's transforms: in simple
+mode JAX itself carries what a call writes into one and one passed twice stays one object,
+graph mode writes a plain copy's changes back, and `eval_shape` gives back hijax Variables
+holding `jax.ShapeDtypeStruct`s."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bryo_graph import HijaxVariable, Object, Param, Variable, var_defaults
-from bryo_transforms import eval_shape, jit
+from bryo_graph import HijaxVariable, Object, Param, Variable, var_defaults, with_vars
+from bryo_transforms import eval_shape, jit, jit_partial
 
 pytestmark = pytest.mark.skipif(
     jax.__version_info__ < (0, 10), reason="hijax Variables need JAX 0.10 or newer"
@@ -60,3 +61,32 @@ def test_eval_shape_of_hijax_variables_gives_hijax_variables_of_shapes(modes):
     assert abstract.w.shape == (1, 2)
     assert not abstract.plain.hijax
     assert abstract.plain.get_value() == jax.ShapeDtypeStruct((3,), jnp.float32)
+
+
+class Counter(Object):
+    def __init__(self) -> None:
+        self.w = Param(jnp.ones(2))
+        self.count = Variable(jnp.array(0))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        self.count[...] += 1
+        return x @ self.w[...]
+
+
+@pytest.mark.parametrize("modes", [{}, {"graph_updates": False}, {"graph": False}])
+def test_jit_and_jit_partial_of_a_hijax_model(modes):
+    # graph mode hands the function plain copies and writes their changes back (Flax
+    # refuses a hijax model there); simple mode passes the hijax Variables to JAX whole
+    model = with_vars(Counter(), hijax=True)
+    seen = []
+
+    def forward(model, x):
+        seen.append(isinstance(model.w, Param))
+        return model(x)
+
+    np.testing.assert_allclose(jit(forward, **modes)(model, jnp.ones(2)), 2.0)
+    bound = jit_partial(forward, model, **modes)
+    bound(jnp.ones(2))
+    np.testing.assert_allclose(bound(jnp.ones(2)), 2.0)
+    assert model.count[...] == 3 and model.count.hijax and model.w.hijax
+    assert all(seen)

@@ -16,8 +16,9 @@ set, a `List` appended to, a Variable replaced) expires its watch (`bryo_graph.f
 and the next call binds them again, checked as a call would check them. Containers given
 directly (a plain dict or list of models) are not watched: like Flax's `jit_partial`,
 their items are the ones given. A call whose own arguments hold graph nodes or Variables,
-given arguments that reach a Variable twice (graph mode gives those to JAX as `Alias`es),
-nodes whose changes bryo cannot watch, and the options that name argument positions
+given arguments that reach a Variable twice (graph mode gives those to JAX as `Alias`es)
+or hold a hijax Variable (JAX carries its writes when it is passed whole), nodes whose
+changes bryo cannot watch, and the options that name argument positions
 (static arguments, donation, `in_shardings`) take the per-call path of `jit`.
 """
 
@@ -112,8 +113,10 @@ def bind(given: tuple, inputs: Inputs) -> Bound | None:
     leaves, treedef = jax.tree_util.tree_flatten(given, is_leaf=is_variable)
     variables = [leaf for leaf in leaves if isinstance(leaf, Variable)]
     ids = {id(v) for v in variables}
-    if len(ids) != len(variables) or not ids <= watched:
-        return Bound(flat, None, [], [])  # a Variable twice, or one the graph walk missed
+    if len(ids) != len(variables) or not ids <= watched or any(v.hijax for v in variables):
+        # a Variable twice, one the graph walk missed, or a hijax one (JAX carries its
+        # writes itself when the call passes it whole)
+        return Bound(flat, None, [], [])
     metas = tuple(
         VariableMeta(type(leaf), leaf.metadata) if isinstance(leaf, Variable) else None
         for leaf in leaves

@@ -260,8 +260,10 @@ def _root_places(
 
 
 def meta_of(variable: Variable) -> VariableMeta:
-    """`variable`'s type and (a copy of its) metadata."""
-    return VariableMeta(type(variable), variable.metadata)
+    """`variable`'s type and (a copy of its) metadata. A hijax Variable counts as a plain
+    one of its Variable class: the function sees a plain copy, and what it writes is
+    written back into the caller's hijax Variable like into any other."""
+    return VariableMeta(variable.var_type, variable.metadata)
 
 
 class CallPlan:
