@@ -26,10 +26,9 @@ from ._compat import is_ref
 from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
 from ._errors import GraphError
 from ._nodes import NodeType
-from ._variables import NO_METADATA, Variable, store_raw_value
+from ._variables import NO_METADATA, Variable, store
 
 _new = object.__new__
-_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 
 
 def variable_of(leaf: object, variable_type: type[Variable]) -> Variable:
@@ -38,8 +37,7 @@ def variable_of(leaf: object, variable_type: type[Variable]) -> Variable:
     if isinstance(leaf, Variable):
         return leaf
     variable = _new(variable_type)
-    store_raw_value(variable, leaf)
-    _set_metadata(variable, NO_METADATA)
+    store(variable, leaf, NO_METADATA)
     return variable
 
 

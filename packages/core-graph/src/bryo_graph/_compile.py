@@ -20,10 +20,9 @@ from ._build import cycle_through_immutable, leaf_value, unknown_node_type
 from ._compat import current_trace
 from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
 from ._object import OWNER, STATUSES, object_create, object_init_items
-from ._variables import NO_METADATA, Variable, store_raw_value
+from ._variables import NO_METADATA, Variable, store
 
 _new = object.__new__
-_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 
 
 class _Compiler:
@@ -55,8 +54,7 @@ class _Compiler:
             self.lines += [
                 f"{name} = L[{i}]",
                 f"if not isinstance({name}, Variable):",
-                f"    {name} = new({self.const(entry.type)}); set_value({name}, L[{i}]); "
-                f"set_metadata({name}, NO_METADATA)",
+                f"    {name} = new({self.const(entry.type)}); store({name}, L[{i}], NO_METADATA)",
             ]
             self.built.add(entry.index)
             return name
@@ -139,8 +137,7 @@ def compile_graphdef(root: Entry, registry: TypeTable, *, name: str) -> Callable
         "Variable": Variable,
         "NO_METADATA": NO_METADATA,
         "new": _new,
-        "set_value": store_raw_value,
-        "set_metadata": _set_metadata,
+        "store": store,
     }
     exec(compile(source, name, "exec"), namespace)
     return namespace["build"]

@@ -38,7 +38,7 @@ from ._graph import _COPIED, GraphDef, _Flattener, _is_leaf, leaves_in_order
 from ._nodes import node_types
 from ._state import FlatState, State, group_flat
 from ._tree_mode import TreeDef, tree_merge
-from ._variables import Variable
+from ._variables import Variable, store
 
 F = TypeVar("F", bound=Callable[..., _Any])
 
@@ -416,8 +416,7 @@ class MergeContext:
 def _holding(variable: Variable, raw: object) -> Variable:
     """A new Variable of `variable`'s class and metadata holding `raw` as it is."""
     new = object.__new__(type(variable))
-    object.__setattr__(new, "raw_value", raw)
-    object.__setattr__(new, "_metadata", variable._metadata)
+    store(new, raw, variable._metadata)
     return new
 
 

@@ -135,35 +135,57 @@ _VALUE_KEY = GetAttrKey("value")
 
 
 class Held(NamedTuple):
-    """Where a Variable keeps its value: a one-item tuple, which is also the Variable's
-    pytree children as they are, so that JAX flattens a Variable with
-    `operator.attrgetter("_held", "_metadata")`, in C (a Python flatten function per
-    Variable was most of a plain `jax.jit` call's cost on a module). `raw_value` reads it
-    through the field's C getter; each write stores a new `Held`."""
+    """A Variable's pytree children: its value, the one item."""
 
     value: object
 
 
+class Flattened(NamedTuple):
+    """Where a Variable keeps its value and metadata: its pytree flattening itself, so
+    that JAX flattens a Variable with `operator.attrgetter("_flattened")`, one lookup in C
+    (a Python flatten function per Variable was most of a plain `jax.jit` call's cost on
+    a module). `raw_value` and `_metadata` read it through the fields' C getters; a write
+    of either stores a new `Flattened` (`store`)."""
+
+    children: Held
+    metadata: Metadata
+
+
 _hold = functools.partial(tuple.__new__, Held)  # `_hold((value,))`: a Held, made in C
-_flatten = operator.attrgetter("_held", "_metadata")
+_flattened = functools.partial(tuple.__new__, Flattened)
+_flatten = operator.attrgetter("_flattened")
 
 
 def _flatten_with_keys(variable: Variable) -> tuple[tuple, Metadata]:
-    return ((_VALUE_KEY, variable.raw_value),), variable._metadata
+    (value,), metadata = _get_flattened(variable)
+    return ((_VALUE_KEY, value),), metadata
+
+
+def store(variable: Variable, value: object, metadata: Metadata) -> None:
+    """Store `value` and `metadata` in a plain Variable as they are (no `set_value`, no
+    checks, no change reported): for code that fills Variables it made."""
+    _set_flattened(variable, _flattened((_hold((value,)), metadata)))
 
 
 def store_raw_value(variable: Variable, value: object) -> None:
-    """Store `value` in a plain Variable as is (no `set_value`, no checks): what
-    `raw_value`'s setter does, for code that fills Variables it made."""
-    _set_held(variable, _hold((value,)))
+    """`raw_value`'s setter: store `value` as is, keeping the metadata."""
+    try:
+        metadata = _get_flattened(variable).metadata
+    except AttributeError:  # not made yet (`__init__`, unpickling)
+        metadata = NO_METADATA
+    store(variable, value, metadata)
+
+
+def _store_metadata(variable: Variable, metadata: Metadata) -> None:
+    """`_metadata`'s setter (the change is reported by the callers that need it)."""
+    store(variable, _get_flattened(variable).children.value, metadata)
 
 
 def _unflatter(cls: type) -> Callable[[Metadata, Iterable[object]], Variable]:
     def unflatten(metadata: Metadata, children: Iterable[object]) -> Variable:
         (value,) = children
         variable = _new(cls)
-        _set_held(variable, _hold((value,)))
-        _set_metadata(variable, metadata)
+        store(variable, value, metadata)
         return variable
 
     unflatten.__qualname__ = f"unflatten_{cls.__name__}"
@@ -218,12 +240,15 @@ class Variable(metaclass=_VariableType):
     # WATCHES: the watches of cached flattenings, which a metadata change expires;
     # _owner: the JAX trace `__init__` ran in (unset on Variables that `merge`, unflattening
     # or copying made: those are never refused); a tracer written from another one raises.
-    __slots__ = ("__weakref__", WATCHES, "_held", "_metadata", "_owner")
+    __slots__ = ("__weakref__", WATCHES, "_flattened", "_owner")
 
     raw_value: _Any = property(  # type: ignore[assignment]  # read in C, written by `store_raw_value`
-        operator.attrgetter("_held.value"),
+        operator.attrgetter("_flattened.children.value"),
         store_raw_value,
         doc="The value as stored, without `get_value`'s transformation.",
+    )
+    _metadata: Metadata = property(  # type: ignore[assignment]  # read in C
+        operator.attrgetter("_flattened.metadata"), _store_metadata
     )
 
     #: The type under which a module's repr counts this class's Variables (None: the class
@@ -266,8 +291,7 @@ class Variable(metaclass=_VariableType):
         if ref:
             value = _as_ref(value, type(self).__name__)
             metadata["ref"] = True
-        object.__setattr__(self, "raw_value", value)
-        object.__setattr__(self, "_metadata", Metadata(metadata) if metadata else NO_METADATA)
+        store(self, value, Metadata(metadata) if metadata else NO_METADATA)
         object.__setattr__(self, "_owner", current_trace())
 
     def __class_getitem__(cls, item: object) -> types.GenericAlias:
@@ -513,8 +537,7 @@ class Variable(metaclass=_VariableType):
             hijax = metadata.get("hijax") is True
             metadata = _without_false_flags(metadata, cls.__name__)
         variable = _new(cls)
-        store_raw_value(variable, value)
-        _set_metadata(variable, as_metadata(metadata))
+        store(variable, value, as_metadata(metadata))
         return _as_hijax(variable, f"`{cls.__name__}.from_metadata`") if hijax else variable
 
     def copy(self, value: object = MISSING, **metadata: object) -> Variable:
@@ -555,8 +578,7 @@ class Variable(metaclass=_VariableType):
         return {"raw_value": self.raw_value, "metadata": dict(self._metadata)}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        object.__setattr__(self, "raw_value", state["raw_value"])
-        object.__setattr__(self, "_metadata", as_metadata(state["metadata"]))  # type: ignore[arg-type]  # __getstate__ wrote a dict
+        store(self, state["raw_value"], as_metadata(state["metadata"]))  # type: ignore[arg-type]  # __getstate__ wrote a dict
 
     def __repr__(self) -> str:
         fields = [f"value={_value_repr(self.raw_value)}"]
@@ -644,8 +666,8 @@ _FLAGS = frozenset({"ref", "hijax"})
 #: The flags `get_metadata` reports (Flax NNX 0.12's defaults) beside the stored entries.
 _FLAG_KEYS = frozenset({"hijax", "ref", "eager_sharding"})
 _new = object.__new__
-_set_held = Variable._held.__set__  # type: ignore[attr-defined]  # a slot's descriptor
-_set_metadata = Variable._metadata.__set__  # type: ignore[attr-defined]  # a slot's descriptor
+_get_flattened = Variable._flattened.__get__  # type: ignore[attr-defined]  # a slot's descriptor
+_set_flattened = Variable._flattened.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 
 
 _OLD_SHARDING = (
@@ -864,7 +886,7 @@ class Intermediate(Variable):
     """A value a module sowed during its call, for inspection."""
 
 
-HIJAX_SLOT = Variable.__dict__["_held"]
+HIJAX_SLOT = Variable.__dict__["_flattened"]
 """The slot where a hijax Variable keeps its contents, `(leaves, treedef)` of the plain
 Variable it stands for (its `raw_value` is a property reading them)."""
 
@@ -909,7 +931,7 @@ class HijaxVariable(Variable):
     _hijax_base: ClassVar[type[Variable]] = Variable
 
     raw_value = _through_plain("raw_value", store_raw_value)
-    _metadata = _through_plain("_metadata", _set_metadata)
+    _metadata = _through_plain("_metadata", _store_metadata)  # type: ignore[assignment]  # a property, as the base class's
 
     @property
     def hijax(self) -> bool:
