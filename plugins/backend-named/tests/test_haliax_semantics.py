@@ -338,3 +338,40 @@ def test_categorical_choice_permutation_ball():
     assert shuffled.axes == (H, W) and sorted(shuffled.array[0].tolist()) == [0.0, 1.0, 2.0]
     points = hax.random.ball(key, (H,), D)
     assert points.axes == (H, D) and bool((jnp.linalg.norm(points.array, axis=1) <= 1.0).all())
+
+
+def test_where_one_argument_and_nonzero():
+    grid = hax.named(jnp.array([[0, 1, 0], [2, 0, 3]]), (H, W))
+    Hits = Axis("Hits", 4)
+    rows, cols = hax.where(grid > 0, new_axis=Hits, fill_value=-1)
+    assert rows.axes == (Hits,) and rows.array.tolist() == [0, 1, 1, -1]
+    assert cols.array.tolist() == [1, 0, 2, -1]
+    again = hax.nonzero(grid, size=Hits, fill_value=-1)
+    assert [a.array.tolist() for a in again] == [[0, 1, 1, -1], [1, 0, 2, -1]]
+    with pytest.raises(AxisError, match="needs a NamedArray condition, `new_axis`"):
+        hax.where(grid > 0)
+    with pytest.raises(AxisError, match="takes both `x` and `y`, or neither"):
+        hax.where(grid > 0, grid)
+
+
+def test_bincount_and_unique():
+    X, Bins, U = Axis("X", 6), Axis("Bins", 4), Axis("U", 3)
+    x = hax.named(jnp.array([0, 1, 1, 2, 3, 1]), X)
+    assert hax.bincount(x, Bins).array.tolist() == [1, 3, 1, 1]
+    weights = hax.arange(X, dtype=jnp.float32)
+    np.testing.assert_allclose(
+        hax.bincount(x, Bins, weights=weights).array, jnp.bincount(x.array, weights.array, length=4)
+    )
+    with pytest.raises(AxisError, match="`bincount` needs `x` with one axis"):
+        hax.bincount(hax.ones((H, W), dtype=jnp.int32), Bins)
+    values = hax.named(jnp.array([3, 4, 1, 3, 1]), "V")
+    uniq, index, inverse, counts = hax.unique_all(values, U)
+    assert uniq.axes == (U,) and uniq.array.tolist() == [1, 3, 4]
+    assert index.array.tolist() == [2, 0, 1] and counts.array.tolist() == [2, 2, 1]
+    assert inverse.axes == values.axes and inverse.array.tolist() == [1, 2, 0, 1, 0]
+    assert hax.unique_values(values, U).array.tolist() == [1, 3, 4]
+    rows = hax.named(jnp.array([[1, 2], [2, 3], [1, 2]]), (Axis("R", 3), Axis("C", 2)))
+    distinct, inv = hax.unique_inverse(rows, Axis("U", 2), axis="R")
+    assert distinct.axes == (Axis("U", 2), Axis("C", 2)) and inv.axes == (Axis("R", 3),)
+    assert distinct.array.tolist() == [[1, 2], [2, 3]] and inv.array.tolist() == [0, 1, 0]
+    assert hax.unique_counts(rows, Axis("U", 2), axis="R")[1].array.tolist() == [2, 1]

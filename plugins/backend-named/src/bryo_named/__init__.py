@@ -47,6 +47,7 @@ from ._ops import argsort as argsort
 from ._ops import around as around
 from ._ops import array_equal as array_equal
 from ._ops import array_equiv as array_equiv
+from ._ops import bincount as bincount
 from ._ops import broadcast_axis as broadcast_axis
 from ._ops import broadcast_to as broadcast_to
 from ._ops import cbrt as cbrt
@@ -94,6 +95,7 @@ from ._ops import min as min
 from ._ops import minimum as minimum
 from ._ops import multiply as multiply
 from ._ops import negative as negative
+from ._ops import nonzero as nonzero
 from ._ops import not_equal as not_equal
 from ._ops import ones as ones
 from ._ops import ones_like as ones_like
@@ -132,6 +134,11 @@ from ._ops import tril as tril
 from ._ops import triu as triu
 from ._ops import trunc as trunc
 from ._ops import unflatten_axis as unflatten_axis
+from ._ops import unique as unique
+from ._ops import unique_all as unique_all
+from ._ops import unique_counts as unique_counts
+from ._ops import unique_inverse as unique_inverse
+from ._ops import unique_values as unique_values
 from ._ops import updated_slice as updated_slice
 from ._ops import var as var
 from ._ops import where as where

@@ -247,9 +247,126 @@ def isclose(
     return elementwise(jnp.isclose, x, y, what="isclose", rtol=rtol, atol=atol, equal_nan=equal_nan)
 
 
-def where(condition: Any, x: Any, y: Any) -> Any:
-    """`x` where `condition` holds, else `y`, lined up by axis name."""
+def where(
+    condition: Any,
+    x: Any = None,
+    y: Any = None,
+    *,
+    fill_value: Any = None,
+    new_axis: Axis | None = None,
+) -> Any:
+    """`x` where `condition` holds, else `y`, lined up by axis name.
+
+    With `condition` alone, as in Haliax, the indices where it holds: one NamedArray per
+    axis of `condition`, each along `new_axis` (its size is the number of places kept;
+    `fill_value` pads the rest), like `jnp.where(condition, size=..., fill_value=...)`.
+    """
+    if x is None and y is None:
+        if not isinstance(condition, NamedArray) or new_axis is None or fill_value is None:
+            raise AxisError(
+                "`where` with only a condition needs a NamedArray condition, `new_axis` (an "
+                "Axis sized for the result) and `fill_value`, e.g. "
+                "where(mask, new_axis=Axis('Hits', 10), fill_value=-1)."
+            )
+        return nonzero(condition, size=new_axis, fill_value=fill_value)
+    if x is None or y is None:
+        raise AxisError("`where` takes both `x` and `y`, or neither (the one-argument form).")
     return elementwise(jnp.where, condition, x, y, what="where")
+
+
+def nonzero(x: NamedArray, *, size: Axis, fill_value: Any = 0) -> tuple[NamedArray, ...]:
+    """The indices of `x`'s nonzero elements, one NamedArray along `size` per axis of `x`
+    (`jnp.nonzero(..., size=size.size, fill_value=fill_value)`)."""
+    if not isinstance(x, NamedArray) or not isinstance(size, Axis):
+        raise AxisError(f"`nonzero` takes a NamedArray and `size=` an Axis; got {x!r}, {size!r}.")
+    found = jnp.nonzero(x.array, size=size.size, fill_value=fill_value)
+    return tuple(NamedArray._wrap(indices, (size,)) for indices in found)
+
+
+def bincount(x: NamedArray, Counts: Axis, *, weights: Any = None, minlength: int = 0) -> NamedArray:
+    """How often each value `0..Counts.size - 1` occurs in the one-axis integer `x`
+    (summing `weights`, broadcast to `x` by name, if given)."""
+    if x.ndim != 1:
+        raise AxisError(f"`bincount` needs `x` with one axis; got {format_axes(x.axes)}.")
+    raw = broadcast_to(weights, x.axes).array if isinstance(weights, NamedArray) else weights
+    counts = jnp.bincount(x.array, weights=raw, minlength=minlength, length=Counts.size)
+    return NamedArray._wrap(counts, (Counts,))
+
+
+def unique(
+    x: NamedArray,
+    Unique: Axis,
+    *,
+    return_index: bool = False,
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    axis: AxisSelector | None = None,
+    fill_value: Any = None,
+) -> Any:
+    """`jnp.unique` with named axes: the distinct values (or, with `axis`, the distinct
+    slices along it) along the new axis `Unique`, whose size bounds how many are kept.
+
+    With `return_index`/`return_inverse`/`return_counts`, a tuple in that order: indices
+    and counts along `Unique`; the inverse over `x`'s axes (over `axis` when given).
+    """
+    position = None if axis is None else x.position_of(axis, "axis")
+    found = jnp.unique(
+        x.array,
+        return_index=return_index,
+        return_inverse=return_inverse,
+        return_counts=return_counts,
+        axis=position,
+        size=Unique.size,
+        fill_value=fill_value,
+    )
+    parts = list(found) if return_index or return_inverse or return_counts else [found]
+    values_axes = (Unique,) if position is None else _replaced(x.axes, position, (Unique,))
+    result = [NamedArray._wrap(parts.pop(0), values_axes)]
+    if return_index:
+        result.append(NamedArray._wrap(parts.pop(0), (Unique,)))
+    if return_inverse:
+        over = x.axes if position is None else (x.axes[position],)
+        inverse = parts.pop(0).reshape(tuple(a.size for a in over))
+        result.append(NamedArray._wrap(inverse, over))
+    if return_counts:
+        result.append(NamedArray._wrap(parts.pop(0), (Unique,)))
+    return result[0] if len(result) == 1 else tuple(result)
+
+
+def unique_values(
+    x: NamedArray, Unique: Axis, axis: AxisSelector | None = None, fill_value: Any = None
+) -> NamedArray:
+    """`unique`'s values alone."""
+    return unique(x, Unique, axis=axis, fill_value=fill_value)
+
+
+def unique_counts(
+    x: NamedArray, Unique: Axis, axis: AxisSelector | None = None, fill_value: Any = None
+) -> tuple[NamedArray, NamedArray]:
+    """`unique`'s values and counts."""
+    return unique(x, Unique, return_counts=True, axis=axis, fill_value=fill_value)
+
+
+def unique_inverse(
+    x: NamedArray, Unique: Axis, axis: AxisSelector | None = None, fill_value: Any = None
+) -> tuple[NamedArray, NamedArray]:
+    """`unique`'s values and inverse."""
+    return unique(x, Unique, return_inverse=True, axis=axis, fill_value=fill_value)
+
+
+def unique_all(
+    x: NamedArray, Unique: Axis, axis: AxisSelector | None = None, fill_value: Any = None
+) -> tuple[NamedArray, NamedArray, NamedArray, NamedArray]:
+    """`unique`'s values, indices, inverse and counts."""
+    return unique(
+        x,
+        Unique,
+        return_index=True,
+        return_inverse=True,
+        return_counts=True,
+        axis=axis,
+        fill_value=fill_value,
+    )
 
 
 def clip(x: Any, lower: Any, upper: Any) -> Any:

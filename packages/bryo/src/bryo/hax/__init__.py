@@ -36,6 +36,7 @@ from bryo_named import around as around
 from bryo_named import array_equal as array_equal
 from bryo_named import array_equiv as array_equiv
 from bryo_named import axis_sizes as axis_sizes
+from bryo_named import bincount as bincount
 from bryo_named import broadcast_axes as broadcast_axes
 from bryo_named import broadcast_axis as broadcast_axis
 from bryo_named import broadcast_to as broadcast_to
@@ -87,6 +88,7 @@ from bryo_named import minimum as minimum
 from bryo_named import multiply as multiply
 from bryo_named import named as named
 from bryo_named import negative as negative
+from bryo_named import nonzero as nonzero
 from bryo_named import not_equal as not_equal
 from bryo_named import ones as ones
 from bryo_named import ones_like as ones_like
@@ -130,6 +132,11 @@ from bryo_named import tril as tril
 from bryo_named import triu as triu
 from bryo_named import trunc as trunc
 from bryo_named import unflatten_axis as unflatten_axis
+from bryo_named import unique as unique
+from bryo_named import unique_all as unique_all
+from bryo_named import unique_counts as unique_counts
+from bryo_named import unique_inverse as unique_inverse
+from bryo_named import unique_values as unique_values
 from bryo_named import updated_slice as updated_slice
 from bryo_named import var as var
 from bryo_named import vmap as vmap
