@@ -75,8 +75,8 @@ class ModuleInfo:
     attrs: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        clash = RESERVED_ATTRS & set(self.attrs)
-        if clash:
+        if not RESERVED_ATTRS.isdisjoint(self.attrs):
+            clash = RESERVED_ATTRS & set(self.attrs)
             raise MoxError(
                 f"`attrs` of module {self.name!r} ({self.type}) use reserved keys "
                 f"{sorted(clash)}; rename them in the backend (e.g. `module_{min(clash)}`)."

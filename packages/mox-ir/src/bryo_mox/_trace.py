@@ -114,9 +114,23 @@ def call_region(
     return final, list(outs[len(changed) :])
 
 
+#: `is_array` by class (it depends on the class only: `isinstance` of a tracer against
+#: `jax.Array` costs ~1 us, a dict lookup ~50 ns); cleared when it grows past a bound.
+_array_classes: dict[type, bool] = {}
+
+
+def _is_array(value: object) -> bool:
+    flag = _array_classes.get(value.__class__)
+    if flag is None:
+        if len(_array_classes) > 256:
+            _array_classes.clear()
+        flag = _array_classes[value.__class__] = is_array(value)
+    return flag
+
+
 def _split(leaves: Sequence[Any]) -> tuple[list[int] | None, list[Any]]:
     """The array leaves, and their positions (`None`: all leaves are arrays)."""
-    flags = [is_array(x) for x in leaves]
+    flags = list(map(_is_array, leaves))
     if all(flags):
         return None, list(leaves)
     positions = [i for i, flag in enumerate(flags) if flag]
@@ -135,23 +149,47 @@ def _merge(
 
 
 class _Flat(NamedTuple):
-    """A value a call returned, flattened: its leaves, its tree, and which leaves are the
-    arrays that go through the end marker."""
+    """A value flattened: its leaves, its tree, and which leaves are the arrays that go
+    through a marker. The common values (a list of arrays: a backend's state; one array:
+    a call's result) skip JAX's flattening: `treedef` is then `_LIST` or `_ONE`."""
 
-    leaves: list[Any]
+    leaves: Sequence[Any]
     treedef: Any
     positions: list[int] | None  # of the arrays among the leaves; `None`: all leaves
     arrays: list[Any]
 
     @classmethod
     def of(cls, value: Any) -> _Flat:
+        if value.__class__ is list and all(map(_is_array, value)):
+            return cls(value, _LIST, None, value)
+        if _is_array(value):
+            return cls((value,), _ONE, None, [value])
         leaves, treedef = jax.tree_util.tree_flatten(value)
+        positions, arrays = _split(leaves)
+        return cls(leaves, treedef, positions, arrays)
+
+    @classmethod
+    def of_call(cls, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Flat:
+        """`(args, kwargs)` flattened; `treedef` is `_ARGS` for positional arrays only."""
+        if not kwargs and all(map(_is_array, args)):
+            return cls(args, _ARGS, None, list(args))
+        leaves, treedef = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
         positions, arrays = _split(leaves)
         return cls(leaves, treedef, positions, arrays)
 
     def rebuild(self, arrays: Sequence[Any]) -> Any:
         """The value with `arrays` in place of its array leaves."""
-        return self.treedef.unflatten(_merge(self.leaves, self.positions, arrays))
+        treedef = self.treedef
+        if treedef is _LIST:
+            return list(arrays)
+        if treedef is _ONE:
+            return arrays[0]
+        if treedef is _ARGS:
+            return tuple(arrays), {}
+        return treedef.unflatten(_merge(self.leaves, self.positions, arrays))
+
+
+_LIST, _ONE, _ARGS = object(), object(), object()  # `_Flat.treedef`s of the fast paths
 
 
 def _handle_call(
@@ -163,37 +201,34 @@ def _handle_call(
     kwargs: Mapping[str, Any],
 ) -> Any:
     """The handler given to interceptors: one module call becomes one marked call."""
-    if not isinstance(info, ModuleInfo):
+    if info.__class__ is not ModuleInfo and not isinstance(info, ModuleInfo):
         raise MoxError(
             f"a backend passed `info` of type {type(info).__name__}; interceptors must pass "
             "a `bryo_mox.ModuleInfo`."
         )
     session = _session.get()
-    state_leaves, state_def = jax.tree_util.tree_flatten(state)
-    call_leaves, call_def = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
-    state_pos, state_dyn = _split(state_leaves)
-    call_pos, call_dyn = _split(call_leaves)
-    statics: dict[str, _Flat] = {}
+    given_state, given_call = _Flat.of(state), _Flat.of_call(args, kwargs)
+    statics: list[_Flat] = []
 
     def fn(dyn_state: list[Any], dyn_args: list[Any]) -> tuple[list[Any], list[Any]]:
-        inner_state = state_def.unflatten(_merge(state_leaves, state_pos, dyn_state))
-        inner_args, inner_kwargs = call_def.unflatten(_merge(call_leaves, call_pos, dyn_args))
-        new_state, out = pure(inner_state, *inner_args, **inner_kwargs)
-        new, out = _Flat.of(new_state), _Flat.of(out)
-        statics.update(new=new, out=out)
-        return new.arrays, out.arrays
+        inner_args, inner_kwargs = given_call.rebuild(dyn_args)
+        new_state, out = pure(given_state.rebuild(dyn_state), *inner_args, **inner_kwargs)
+        statics.append(new := _Flat.of(new_state))
+        statics.append(result := _Flat.of(out))
+        return new.arrays, result.arrays
 
-    if session is not None and session.depth == 0:
-        session.restores.append((write_back, state))
     if session is not None:
+        if session.depth == 0:
+            session.restores.append((write_back, state))
         session.depth += 1
     try:
-        new_dyn, out_dyn = call_region(info, fn, state_dyn, call_dyn)
+        new_dyn, out_dyn = call_region(info, fn, given_state.arrays, given_call.arrays)
     finally:
         if session is not None:
             session.depth -= 1
-    write_back(statics["new"].rebuild(new_dyn))
-    return statics["out"].rebuild(out_dyn)
+    new, out = statics
+    write_back(new.rebuild(new_dyn))
+    return out.rebuild(out_dyn)
 
 
 @contextlib.contextmanager
@@ -390,20 +425,21 @@ def _find_calls(jaxpr: jex.Jaxpr) -> set[int]:
                 call.kept = False
                 call = call.parent
 
-    def define(atoms: Sequence[Any]) -> None:
-        if stack:
-            top = stack[-1]
-            for atom in atoms:
-                defined_in[atom] = top
-
+    top: _Call | None = None  # the innermost open call (`stack[-1]`)
+    defined_in_get = defined_in.get
     for index, eqn in enumerate(jaxpr.eqns):
-        use(eqn.invars)
-        if eqn.primitive is begin_p:
-            call = _Call(eqn.params["call"], stack[-1] if stack else None)
-            begins[index] = call
-            stack.append(call)
-            define(eqn.outvars)
-        elif eqn.primitive is end_p:
+        for atom in eqn.invars:  # `use`, inline
+            if atom.__class__ is not Literal:
+                call = defined_in_get(atom)
+                while call is not None and not call.open:  # escapes a finished call
+                    call.kept = False
+                    call = call.parent
+        primitive = eqn.primitive
+        if primitive is begin_p:
+            top = _Call(eqn.params["call"], top)
+            begins[index] = top
+            stack.append(top)
+        elif primitive is end_p:
             marker = eqn.params["call"]
             if any(c.marker is marker for c in stack):
                 while stack[-1].marker is not marker:  # its inner ends were dropped
@@ -412,9 +448,10 @@ def _find_calls(jaxpr: jex.Jaxpr) -> set[int]:
                 call = stack.pop()
                 call.open = False
                 ends[index] = call
-            define(eqn.outvars)
-        else:
-            define(eqn.outvars)
+                top = stack[-1] if stack else None
+        if top is not None:  # `define`
+            for atom in eqn.outvars:
+                defined_in[atom] = top
     use(jaxpr.outvars)
     for call in stack:  # never ended
         call.kept = False
@@ -453,6 +490,9 @@ class _Converter:
     def run(self) -> Block:
         scope = root = self.root
         equation, owner, calls = self.equation, self.owner, self.calls
+        subst, const_values, params_jaxprs = self.subst, self.const_values, self.params_jaxprs
+        owner_of = owner.get
+        nodes = scope.nodes
         for index, eqn in enumerate(self.jaxpr.eqns):
             primitive = eqn.primitive
             if primitive is begin_p or primitive is end_p:
@@ -463,12 +503,30 @@ class _Converter:
                     self.own(eqn.outvars, scope)
                 else:
                     scope = self.close(scope, eqn)
+                nodes = scope.nodes
                 continue
-            if not eqn.outvars and not eqn.effects:
+            outvars = eqn.outvars
+            if not outvars and not eqn.effects:
                 continue  # dead: a residue of partial evaluation
-            scope.nodes.append(equation(eqn, scope))
+            # most equations read only their own block's variables and name every output:
+            # kept as they are, without `equation`'s rewriting
+            for atom in eqn.invars:
+                if atom.__class__ is not Literal and (
+                    atom in subst or owner_of(atom, root) is not scope or atom in const_values
+                ):
+                    nodes.append(equation(eqn, scope))
+                    break
+            else:
+                for atom in outvars:
+                    if isinstance(atom, DropVar):
+                        nodes.append(equation(eqn, scope))
+                        break
+                else:
+                    nodes.append(
+                        Equation(eqn) if not eqn.params else equation_node(eqn, params_jaxprs)
+                    )
             if scope is not root:
-                for atom in eqn.outvars:
+                for atom in outvars:
                     owner[atom] = scope
         outvars = tuple(self.resolve(a, self.root) for a in self.jaxpr.outvars)
         return self.block(self.root, tuple(self.jaxpr.invars), outvars)

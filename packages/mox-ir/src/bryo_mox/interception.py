@@ -19,6 +19,7 @@ from ._trace import current_session
 
 #: Attribute values MoX records (and tuples of them).
 STATIC_TYPES = (int, float, bool, str, type(None))
+_EXACT_STATIC_TYPES = frozenset(STATIC_TYPES)  # the common case, without isinstance
 
 #: `walk(module)` yields `(path, value)` for every node and leaf under `module`, the
 #: module itself with path `()`: `bryo_graph.iter_graph`, for instance.
@@ -43,7 +44,13 @@ def static_attributes(items: Iterable[tuple[str, object]]) -> dict[str, object]:
         >>> static_attributes(vars(module).items())  # doctest: +SKIP
         {'features': 10, 'in_features': 3, 'use_bias': True}
     """
-    kept = {key: value for key, value in items if key[:1] != "_" and is_static(value)}
+    kept = {
+        key: value
+        for key, value in items
+        if key[:1] != "_" and (value.__class__ in _EXACT_STATIC_TYPES or is_static(value))
+    }
+    if RESERVED_ATTRS.isdisjoint(kept):
+        return {key: kept[key] for key in sorted(kept)}
     return {f"module_{key}" if key in RESERVED_ATTRS else key: kept[key] for key in sorted(kept)}
 
 

@@ -79,10 +79,9 @@ def _route(
     args: tuple,
     kwargs: dict,
 ) -> Any:
-    from bryo_mox.interception import module_info, module_path  # only while make_mox traces
-
-    name = module_path(module, parent, iter_graph)
-    info = module_info(module, name, static_attributes(module))
+    mox = _interception()
+    name = mox.module_path(module, parent, iter_graph)
+    info = mox.module_info(module, name, static_attributes(module))
     found = own_variables(module)
     if found is None:
         return _route_state(handler, call, module, name, info, args, kwargs)
@@ -107,6 +106,21 @@ def _route(
             update(module, new_state)
 
     return handler(info, before, pure, write_back, args, kwargs)
+
+
+_mox_interception: Any = None
+
+
+def _interception() -> Any:
+    """`bryo_mox.interception`, imported on first use (only while `make_mox` traces: this
+    backend loads without bryo-mox-ir), then read from a global (an `import` statement
+    costs ~2 us a call)."""
+    global _mox_interception
+    if _mox_interception is None:
+        import bryo_mox.interception
+
+        _mox_interception = bryo_mox.interception
+    return _mox_interception
 
 
 def own_variables(module: object) -> tuple[_Watch, list[Variable]] | None:
@@ -202,16 +216,17 @@ def static_attributes(module: object) -> dict[str, object]:
     the aliases its class declares in `_mox_aliases` (`Linear` reports `features`, Flax
     Linen's name for `out_features`), and its Variables' sharding metadata (see
     `sharding_attributes`)."""
-    from bryo_graph import Variable
-    from bryo_mox.interception import static_attributes as recordable
-
-    public = [(k, v) for k, v in vars(module).items() if k[:1] != "_"]
-    attrs = recordable((k, v) for k, v in public if not isinstance(v, Variable))
+    plain, variables = [], []
+    for item in vars(module).items():
+        if item[0][:1] != "_":
+            (variables if isinstance(item[1], Variable) else plain).append(item)
+    attrs = _interception().static_attributes(plain)
     for alias, attribute in getattr(type(module), "_mox_aliases", {}).items():
         if attribute in attrs:
             attrs.setdefault(alias, attrs[attribute])
-    for key, value in _sharding_attributes(public).items():
-        attrs.setdefault(key, value)
+    if variables:
+        for key, value in _sharding_attributes(variables).items():
+            attrs.setdefault(key, value)
     return attrs
 
 
@@ -226,8 +241,6 @@ _AXES_KEYS = ("out_sharding", "sharding", "sharding_names")
 
 
 def _sharding_attributes(items: list[tuple[str, object]]) -> dict[str, tuple[str | None, ...]]:
-    from bryo_graph import Variable
-
     found = {}
     for key, value in items:
         if isinstance(value, Variable):
