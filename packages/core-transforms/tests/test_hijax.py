@@ -90,3 +90,17 @@ def test_jit_and_jit_partial_of_a_hijax_model(modes):
     np.testing.assert_allclose(bound(jnp.ones(2)), 2.0)
     assert model.count[...] == 3 and model.count.hijax and model.w.hijax
     assert all(seen)
+
+
+def test_graph_jit_writes_a_hijax_dict_value_back():
+    v = Variable({"a": jnp.array(0.0)}, hijax=True)
+
+    @jit
+    def step(v):
+        v["a"] += 1.0
+        v["b"] = jnp.array(2.0)
+
+    step(v)
+    step(v)  # (reading a hijax dict gives a new dict: no false concurrent update)
+    np.testing.assert_allclose(v["a"], 2.0)
+    np.testing.assert_allclose(v["b"], 2.0)

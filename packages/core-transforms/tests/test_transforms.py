@@ -554,3 +554,19 @@ def test_state_axes_from_a_state_give_each_path_its_axis() -> None:
 def test_state_axes_from_a_state_of_unhashable_values_name_the_path() -> None:
     with pytest.raises(TypeError, match=r"`StateAxes` given a State needs hashable.*kernel"):
         StateAxes(State({"kernel": [0]}))
+
+
+def test_jit_writes_back_a_dict_value_written_in_place() -> None:
+    # `v['a'] += 1` writes into the Variable's dict: its identity does not change, the
+    # value still leaves the call (as in Flax)
+    v = Variable({"a": jnp.array(0.0)})
+
+    @jit
+    def step(v):
+        v["a"] += 1.0
+        v["b"] = jnp.array(2.0)
+
+    step(v)
+    step(v)
+    assert set(v.get_value()) == {"a", "b"}
+    np.testing.assert_allclose(v["a"], 2.0)

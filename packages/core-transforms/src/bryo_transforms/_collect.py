@@ -34,6 +34,10 @@ from ._rebuild import Inner
 V = TypeVar("V")
 
 
+_IN_PLACE_CONTAINERS = (dict, list)
+"""Variable values a write may change in place (`Variable.set_value` writes into them)."""
+
+
 class Static(Generic[V]):
     """A pytree with no leaves carrying `value`: static data out of a JAX transform.
 
@@ -314,7 +318,13 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
             value = source.value
         if k is not None:
             changed = None
-            if value is not inner.in_values[k] or grouping.always_returned(k):
+            # a dict or list value may have been written in place (`v['a'] += 1`): its
+            # identity says nothing, so it leaves the transform as changed
+            if (
+                value is not inner.in_values[k]
+                or type(value) in _IN_PLACE_CONTAINERS
+                or grouping.always_returned(k)
+            ):
                 changed = place(grouping.input_group(k), value)
                 if isinstance(changed, Const):
                     set_consts.append(ConstUpdate(k, value))

@@ -259,6 +259,13 @@ def _root_places(
     ]
 
 
+def _rebuilt_per_read(variable: Variable, value: object) -> bool:
+    """Whether `variable.raw_value` is a new object at every read though unchanged: a
+    hijax Variable holding a container (rebuilt from its leaves), which identity cannot
+    tell changed or not."""
+    return type(value) in (dict, list) and variable.hijax
+
+
 def meta_of(variable: Variable) -> VariableMeta:
     """`variable`'s type and (a copy of its) metadata. A hijax Variable counts as a plain
     one of its Variable class: the function sees a plain copy, and what it writes is
@@ -332,7 +339,7 @@ class CallPlan:
             if variable is None:
                 continue
             before = values[self.variable_position[k]] if by_variable else values[k]
-            if variable.raw_value is not before:
+            if variable.raw_value is not before and not _rebuilt_per_read(variable, before):
                 raise concurrent_update(name, self.sig.describe_leaf(k))
 
     def write(self, k: int, value: object) -> None:
