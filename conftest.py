@@ -8,6 +8,12 @@ agree. Library code must be rank- and dtype-clean under both.
 import jax
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# No timing in the test suite: hypothesis's per-example deadline fails a test on a loaded
+# machine (CI's 2 cores), so it is off for every property test.
+settings.register_profile("bryo", deadline=None)
+settings.load_profile("bryo")
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
