@@ -4,9 +4,10 @@ Prints, measured in one run on this machine:
 
 - `make_mox` of an NNX transformer-style model (LayerNorm, MultiHeadAttention, MLP) at
   8, 32 and 128 blocks against `jax.make_jaxpr` of the same function (the anchor; target
-  <= 1.5x at every size), and the first `query('//module_call[@type="Linear"]')` on each
-  MoX, element view included (target: < 50 ms at 128 blocks). Both traces get a fresh
-  function object each time, since `jax.make_jaxpr` caches traces by function;
+  <= 1.2x at every size, issue 31; YAX measured 1.02x), and the first
+  `query('//module_call[@type="Linear"]')` on each MoX, element view included (target:
+  < 50 ms at 128 blocks). Both traces get a fresh function object each time, since
+  `jax.make_jaxpr` caches traces by function;
 - `make_mox` of a toy MLP against `jax.make_jaxpr`;
 - the jitted `eval_mox` against the jitted original function (target: equal within
   noise), per call after compilation, and whether both compile to the same HLO;
@@ -151,7 +152,7 @@ def bench_transformer(blocks: int, repeat: int) -> None:
     first = cpu_time(lambda: mox_lib.query(xpath, again))
     print(
         f"transformer {blocks:4d} blocks: make_jaxpr {a * 1e3:8.1f} ms | make_mox "
-        f"{b * 1e3:8.1f} ms | ratio {b / a:5.2f}x (target <= 1.5x) | first query "
+        f"{b * 1e3:8.1f} ms | ratio {b / a:5.2f}x (target <= 1.2x) | first query "
         f"{first * 1e3:6.1f} ms cpu, {wall * 1e3:6.1f} ms wall ({found} Linear)"
     )
 
