@@ -595,3 +595,23 @@ def test_vmap_maps_a_variable_holding_a_pytree_leaf_by_leaf() -> None:
 
     vmap(f, in_axes=(0, 0))(graph, jnp.arange(3.0))
     np.testing.assert_allclose(graph["made"].value["twice"], [[0.0, 0.0], [1.0, 1.0], [2, 2]])
+
+
+def test_a_carried_module_may_hold_an_empty_dict_variable() -> None:
+    # Flax's `sow`/capture Variables start as `{}`: an empty dict holds nothing written in
+    # place, so the carry keeps it as it is (it was refused as a Python value)
+    class Holder(Object):
+        def __init__(self) -> None:
+            self.total = Count(jnp.array(0.0))
+            self.captured = Intermediate({})
+
+    holder = Holder()
+
+    @scan(in_axes=(Carry, 0), out_axes=Carry)
+    def add(holder: Holder, x: jax.Array) -> Holder:
+        holder.total.value = holder.total.value + x
+        return holder
+
+    add(holder, jnp.arange(3.0))
+    np.testing.assert_allclose(holder.total.value, 3.0)
+    assert holder.captured.get_value() == {}

@@ -319,10 +319,11 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
         if k is not None:
             changed = None
             # a dict or list value may have been written in place (`v['a'] += 1`): its
-            # identity says nothing, so it leaves the transform as changed
+            # identity says nothing, so it leaves the transform as changed (an empty one
+            # holds nothing to write back: a scan carry would refuse it as a Python value)
             if (
                 value is not inner.in_values[k]
-                or type(value) in _IN_PLACE_CONTAINERS
+                or (type(value) in _IN_PLACE_CONTAINERS and value)
                 or grouping.always_returned(k)
             ):
                 changed = place(grouping.input_group(k), value)
