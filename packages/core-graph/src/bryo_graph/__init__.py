@@ -53,7 +53,6 @@ from ._graph import LeafSource as LeafSource
 from ._graph import clear_caches as clear_caches
 from ._graph import clone as clone
 from ._graph import flat_graph as flat_graph
-from ._graph import flatten as flatten
 from ._graph import flatten_state as flatten_state
 from ._graph import graphdef as graphdef
 from ._graph import iter_graph as iter_graph
@@ -61,7 +60,6 @@ from ._graph import merge as merge
 from ._graph import pop as pop
 from ._graph import split as split
 from ._graph import state as state
-from ._graph import unflatten as unflatten
 from ._graph import unpack as unpack
 from ._graph import update as update
 from ._graph import variables as variables
@@ -99,6 +97,10 @@ from ._placement import get_named_sharding as get_named_sharding
 from ._placement import make_mesh as make_mesh
 from ._placement import shard as shard
 from ._placement import sharded_init as sharded_init
+from ._ref_maps import IndexMap as IndexMap
+from ._ref_maps import RefMap as RefMap
+from ._ref_maps import flatten as flatten
+from ._ref_maps import unflatten as unflatten
 from ._repr import SizeBytes as SizeBytes
 from ._repr import format_bytes as format_bytes
 from ._repr import render as render

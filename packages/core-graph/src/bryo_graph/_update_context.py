@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any as _Any
 from typing import TypeVar
@@ -226,68 +226,16 @@ class SplitContext:
     def _flatten(self, node: object, method: str) -> tuple[GraphDef, dict[Path, object]]:
         if self._index is None:
             raise _closed_error("SplitContext", method)
-        index = self._index
-        start = len(index)
-        flattener = _Flattener()
-        flattener.index = index
-        node_type = flattener.registry.lookup(type(node))
-        shared = node_type is None or node_type.type not in _COPIED
-        if shared and id(node) in index and (isinstance(node, Variable) or node_type is not None):
-            root: Entry = RefEntry(index[id(node)])
-            flat: dict[Path, object] = {}
-        elif node_type is not None:
-            root = flattener.flatten(node, node_type)
-            flat = {
-                path: source.snapshot()
-                for path, source in zip(flattener.paths, flattener.sources, strict=True)
-            }
-            for walked in flattener.walked:
-                self._alive.setdefault(id(walked), walked)
-            for source in flattener.sources:  # Variables and raw refs: numbered by id
-                kept = source.variable if source.variable is not None else source.value
-                if id(kept) in index:
-                    self._alive.setdefault(id(kept), kept)
-        elif isinstance(node, Variable):
-            index[id(node)] = position = len(index)
-            self._alive[id(node)] = node
-            root, flat = VariableEntry(type(node), position), {(): node}
-        elif is_shaped(node) or _is_leaf(node):
-            root, flat = LeafEntry(Variable), {(): node}
-        else:
-            raise GraphError(
-                f"`SplitContext.{method}` takes a graph node or a leaf; got "
-                f"{type(node).__name__}: {node!r:.80}."
-            )
+        start = len(self._index)
+        root, flat = flatten_numbered(node, self._index, self._alive, f"SplitContext.{method}")
         if self._global is not None:
-            root = self._renumber(root, start)
-            flat = self._ref_outputs(flat)
+            update = self._update
+            outer = update._inner_index if update is not None else None
+            added = list(self._index.items())[start:]
+            self._next = outer_numbers(added, outer, self._global, self._next)
+            root = map_indices(root, self._global)
+            flat = ref_outputs(flat, outer)
         return GraphDef(root), flat
-
-    def _ref_outputs(self, flat: dict[Path, object]) -> dict[Path, object]:
-        """An inner split's array-ref Variables: `NoUpdate` for those from outside,
-        `ArrayRefOutput` for those made inside (their refs cannot leave)."""
-        outer = self._update._inner_index if self._update is not None else None
-        out = {}
-        for path, leaf in flat.items():
-            if isinstance(leaf, Variable) and is_ref(leaf.raw_value):
-                from_outside = outer is not None and id(leaf) in outer
-                raw = NO_UPDATE if from_outside else ArrayRefOutput(leaf.raw_value[...])  # type: ignore[index]  # a ref
-                leaf = _holding(leaf, raw)
-            out[path] = leaf
-        return out
-
-    def _renumber(self, root: Entry, start: int) -> Entry:
-        """Give the positions this split added their outer indices (or fresh ones)."""
-        update = self._update
-        outer = update._inner_index if update is not None else None
-        global_ = self._global
-        assert global_ is not None
-        for key, position in list(self._index.items())[start:]:
-            found = outer.get(key) if outer is not None and key >= 0 else None
-            if found is None:
-                found, self._next = self._next, self._next + 1
-            global_[position] = found
-        return _map_indices(root, global_)
 
     def _end(self) -> None:
         if self._update is not None:
@@ -297,7 +245,74 @@ class SplitContext:
         self._alive = {}
 
 
-def _map_indices(root: Entry, mapping: dict[int, int]) -> Entry:
+def flatten_numbered(
+    node: object, index: dict[int, int], alive: dict[int, object], caller: str
+) -> tuple[Entry, dict[Path, object]]:
+    """`node`'s root entry and State leaves, numbered on from `index` (`id(object)`, or
+    `~position` for a plain container, -> position), which receives the new positions: a
+    node or Variable already in it is a reference (`RefEntry`, no leaves). `alive`
+    receives the objects numbered by id, keeping those ids valid."""
+    flattener = _Flattener()
+    flattener.index = index
+    node_type = flattener.registry.lookup(type(node))
+    shared = node_type is None or node_type.type not in _COPIED
+    if shared and id(node) in index and (isinstance(node, Variable) or node_type is not None):
+        return RefEntry(index[id(node)]), {}
+    if node_type is not None:
+        root = flattener.flatten(node, node_type)
+        flat = {
+            path: source.snapshot()
+            for path, source in zip(flattener.paths, flattener.sources, strict=True)
+        }
+        for walked in flattener.walked:
+            alive.setdefault(id(walked), walked)
+        for source in flattener.sources:  # Variables and raw refs: numbered by id
+            kept = source.variable if source.variable is not None else source.value
+            if id(kept) in index:
+                alive.setdefault(id(kept), kept)
+        return root, flat
+    if isinstance(node, Variable):
+        index[id(node)] = position = len(index)
+        alive[id(node)] = node
+        return VariableEntry(type(node), position), {(): node}
+    if is_shaped(node) or _is_leaf(node):
+        return LeafEntry(Variable), {(): node}
+    raise GraphError(
+        f"`{caller}` takes a graph node or a leaf; got {type(node).__name__}: {node!r:.80}."
+    )
+
+
+def outer_numbers(
+    added: Sequence[tuple[int, int]],
+    outer: dict[int, int] | None,
+    mapping: dict[int, int],
+    fresh: int,
+) -> int:
+    """Give each new `(key, position)` of a flattening its outer index in `mapping`: the
+    index `outer` (`id(object)` -> outer index) has for it, or a fresh one counted from
+    `fresh` (returned, advanced) for an object made inside or a plain container."""
+    for key, position in added:
+        found = outer.get(key) if outer is not None and key >= 0 else None
+        if found is None:
+            found, fresh = fresh, fresh + 1
+        mapping[position] = found
+    return fresh
+
+
+def ref_outputs(flat: dict[Path, object], outer: dict[int, int] | None) -> dict[Path, object]:
+    """An inner flattening's array-ref Variables: `NoUpdate` for those from outside (in
+    `outer`, by id), `ArrayRefOutput` for those made inside (their refs cannot leave)."""
+    out = {}
+    for path, leaf in flat.items():
+        if isinstance(leaf, Variable) and is_ref(leaf.raw_value):
+            from_outside = outer is not None and id(leaf) in outer
+            raw = NO_UPDATE if from_outside else ArrayRefOutput(leaf.raw_value[...])  # type: ignore[index]  # a ref
+            leaf = _holding(leaf, raw)
+        out[path] = leaf
+    return out
+
+
+def map_indices(root: Entry, mapping: dict[int, int]) -> Entry:
     """`root` with every node, Variable and reference index `i` made `mapping[i]` (an
     iterative walk: graphs of any depth)."""
     if type(root) is not NodeEntry:
@@ -394,12 +409,9 @@ class MergeContext:
                 "MergeContext built. Merge the GraphDefs of one `split_context` in one "
                 "`merge_context`, in the order they were split."
             )
-        leaves = leaves_in_order(graphdef, state) if type(root) is not RefEntry else []
         reuse = self._reuse()
-        if reuse is not None:
-            _check_reusable(root, reuse, self._ctxtag)
-            leaves = _resolve_ref_outputs(root, leaves, reuse)
-        return build_graph(root, leaves, node_types(), known=built, reuse=reuse).root
+        where = f"the outer merge of update_context({self._ctxtag!r})"
+        return build_numbered(graphdef, state, built, reuse, where)
 
     def _reuse(self) -> dict[int, object] | None:
         update = self._update
@@ -411,6 +423,31 @@ class MergeContext:
         if self._update is not None and self.is_inner is not None and self._built is not None:
             self._update._merge_ended(self._built, self.is_inner)
         self._built = None
+
+
+def build_numbered(
+    graphdef: GraphDef,
+    state: _Any,
+    known: dict[int, object],
+    reuse: Mapping[int, object] | None,
+    where: str,
+    *,
+    recreate_variables: bool = True,
+) -> _Any:
+    """The graph of `graphdef` and `state`, resolving references through `known` (index
+    -> object built so far, which receives this build's); a node or Variable whose index
+    is in `reuse` is that live object, updated in place (checked first: `where` names the
+    merge in the error)."""
+    root = graphdef.root
+    leaves = leaves_in_order(graphdef, state) if type(root) is not RefEntry else []
+    if reuse is not None:
+        _check_reusable(root, reuse, where)
+        leaves = _resolve_ref_outputs(root, leaves, reuse)
+    registry = node_types()
+    built = build_graph(
+        root, leaves, registry, recreate_variables=recreate_variables, known=known, reuse=reuse
+    )
+    return built.root
 
 
 def _holding(variable: Variable, raw: object) -> Variable:
@@ -433,7 +470,9 @@ def _leaf_entries(root: Entry) -> list[Entry]:
     return found
 
 
-def _resolve_ref_outputs(root: Entry, leaves: Sequence[object], reuse: dict[int, object]) -> list:
+def _resolve_ref_outputs(
+    root: Entry, leaves: Sequence[object], reuse: Mapping[int, object]
+) -> list:
     """The outer merge's leaves with `NoUpdate` made the live Variable it stands for and
     `ArrayRefOutput` a new array-ref Variable (checked before anything is built)."""
     out = list(leaves)
@@ -455,7 +494,7 @@ def _resolve_ref_outputs(root: Entry, leaves: Sequence[object], reuse: dict[int,
     return out
 
 
-def _check_reusable(root: Entry, reuse: dict[int, object], tag: Hashable | None) -> None:
+def _check_reusable(root: Entry, reuse: Mapping[int, object], where: str) -> None:
     """Refuse, before anything is written, a GraphDef whose nodes do not fit the objects
     the outer split gave their indices."""
     stack = [root]
@@ -475,9 +514,9 @@ def _check_reusable(root: Entry, reuse: dict[int, object], tag: Hashable | None)
         else:
             continue
         raise GraphError(
-            f"the outer merge of update_context({tag!r}) got {found} at index {entry.index}, "
-            f"where the outer split had a {type(live).__name__}. Merge the GraphDef the inner "
-            "split of the same update context returned; nothing was changed."
+            f"{where} got {found} at index {entry.index}, where the outer split had a "
+            f"{type(live).__name__}. Merge the GraphDef the inner split of the same update "
+            "context returned; nothing was changed."
         )
 
 

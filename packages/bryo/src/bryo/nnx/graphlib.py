@@ -4,11 +4,13 @@ from bryo_graph import ArrayRefOutput as ArrayRefOutput
 from bryo_graph import FlatState as FlatState
 from bryo_graph import GraphDef as GraphDef
 from bryo_graph import GraphState as GraphState
+from bryo_graph import IndexMap as IndexMap
 from bryo_graph import MergeContext as MergeContext
 from bryo_graph import NodeEntry as NodeDef
 from bryo_graph import NoUpdate as NoUpdate
 from bryo_graph import PureState as PureState
 from bryo_graph import RefEntry as NodeRef
+from bryo_graph import RefMap as RefMap
 from bryo_graph import SplitContext as SplitContext
 from bryo_graph import State as State
 from bryo_graph import UpdateContext as UpdateContext
