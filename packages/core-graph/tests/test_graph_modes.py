@@ -24,10 +24,13 @@ from bryo_graph import (
     State,
     StaticEntry,
     TreeDef,
+    TreeNodeDef,
     Variable,
+    VariableEntry,
     check_tree,
     clone,
     data,
+    flatten,
     graphdef,
     iter_graph,
     merge,
@@ -157,6 +160,31 @@ def test_tree_mode_graphdefs_are_graphdefs():
     assert issubclass(TreeDef, GraphDef) and not issubclass(GraphDef, TreeDef)
     assert isinstance(unpack(MLP(), graph=False)._graphdef, GraphDef)
     assert graphdef(MLP()) != treedef and treedef != graphdef(MLP())
+
+
+def test_tree_mode_graphdef_nodes_are_flax_nnx_view_of_the_pytree():
+    """Flax NNX 0.12: a tree-mode GraphDef's `nodes` start with a `TreeNodeDef` (its root
+    type, pytree structure and leaves in sorted path order), then a VariableDef per
+    Variable, numbered in that order (which `flatten(..., graph=False)` returns)."""
+    model = MLP()
+    treedef = graphdef(model, graph=False)
+    root, *variables = treedef.nodes
+    assert isinstance(root, TreeNodeDef) and root.type is MLP
+    assert root.treedef == jax.tree.structure(model, is_leaf=_is_var)
+    paths = [path for path, _ in root.path_index]
+    assert paths == sorted(paths, key=str) and set(paths) == set(treedef.paths)
+    _, leaves = flatten(model, graph=False, with_paths=False)
+    positions = jax.tree.leaves(model, is_leaf=_is_var)
+    assert [positions[i] for _, i in root.path_index] == leaves  # leaves in sorted order
+    assert [(v.type, v.index) for v in variables] == [
+        (type(leaf), i) for i, leaf in enumerate(leaves) if isinstance(leaf, Variable)
+    ]
+    assert type(variables[0]) is VariableEntry and hash(root) == hash(treedef.nodes[0])
+    bare, raw = graphdef(Param(1.0), graph=False), graphdef(jnp.ones(2), graph=False)
+    assert bare.nodes[0].type is Param and bare.nodes[0].path_index == (((), 0),)
+    assert bare.nodes[1] == VariableEntry(Param, 0)
+    assert raw.nodes == (TreeNodeDef(type(jnp.ones(2)), raw.treedef, (((), 0),)),)
+    assert not isinstance(graphdef(model).nodes[0], TreeNodeDef)  # graph mode's
 
 
 def test_static_attributes_are_kept_whole_and_keep_the_cache():

@@ -126,6 +126,7 @@ from ._to_tree import from_tree as from_tree
 from ._to_tree import to_tree as to_tree
 from ._tracking import structure_changed as structure_changed
 from ._tree_mode import TreeDef as TreeDef
+from ._tree_mode import TreeNodeDef as TreeNodeDef
 from ._tree_mode import check_tree as check_tree
 from ._update_context import ArrayRefOutput as ArrayRefOutput
 from ._update_context import MergeContext as MergeContext

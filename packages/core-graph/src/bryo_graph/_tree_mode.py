@@ -10,6 +10,7 @@ Object of a `pytree=False` class is an error naming the paths, as in Flax NNX 0.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -21,9 +22,10 @@ from bryo_pytree import Path, keypath_to_path, path_str
 from ._calls import MethodCaller, Step, method_of
 from ._compat import is_ref
 from ._cycles import CycleFound, check_acyclic
+from ._entries import VariableEntry
 from ._errors import GraphError
 from ._nodes import is_leaf_treedef, node_type_of, pytree_flatten
-from ._state import State, group_flat
+from ._state import State, group_flat, sorted_paths
 from ._variables import Variable, VariableMeta, variable_class
 
 
@@ -58,15 +60,31 @@ class TreeDef:
         treedef: the `jax.tree_util` structure, Variables as leaves.
         paths: the State paths of the leaves, in order.
         metas: per leaf, the `VariableMeta` of a Variable, or None for a raw leaf.
+        root_type: the type of the node flattened.
     """
 
-    __slots__ = ("_hash", "metas", "paths", "treedef")
+    __slots__ = ("_hash", "metas", "paths", "root_type", "treedef")
 
-    def __init__(self, treedef: Any, paths: tuple[Path, ...], metas: tuple) -> None:
+    def __init__(
+        self, treedef: Any, paths: tuple[Path, ...], metas: tuple, root_type: type = object
+    ) -> None:
         self.treedef = treedef
         self.paths = paths
         self.metas = metas
+        self.root_type = root_type
         self._hash = hash((treedef, paths, metas))
+
+    @property
+    def nodes(self) -> tuple[TreeNodeDef | VariableEntry, ...]:
+        """Flax NNX's view of a tree-mode GraphDef (its `graphdef.nodes`): a `TreeNodeDef`
+        first, then a `VariableEntry` per Variable leaf, numbered in sorted path order (a
+        graph-mode GraphDef's `nodes` start with a `NodeEntry` or `VariableEntry`)."""
+        order = sorted_paths(self.paths)
+        position = {path: i for i, path in enumerate(self.paths)}
+        path_index = tuple((path, position[path]) for path in order)
+        metas = [self.metas[position[path]] for path in order]
+        variables = [VariableEntry(m.type, i) for i, m in enumerate(metas) if m is not None]
+        return (TreeNodeDef(self.root_type, self.treedef, path_index), *variables)
 
     def __hash__(self) -> int:
         return self._hash
@@ -98,6 +116,23 @@ class TreeDef:
 jax.tree_util.register_static(TreeDef)
 
 
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True, slots=True)
+class TreeNodeDef:
+    """The first of a tree-mode GraphDef's `nodes` (Flax NNX's `nnx.graphlib.TreeNodeDef`).
+
+    Attributes:
+        type: the type of the node flattened.
+        treedef: its `jax.tree_util` structure, Variables as leaves.
+        path_index: per State leaf in sorted path order (the order of `flatten`'s leaves),
+            its path and its position among `treedef`'s leaves.
+    """
+
+    type: type
+    treedef: Any
+    path_index: tuple[tuple[Path, int], ...]
+
+
 def _is_variable(value: object) -> bool:
     return isinstance(value, Variable)
 
@@ -121,7 +156,7 @@ def tree_flatten(
         flat[path] = leaf
         is_var = isinstance(leaf, Variable)
         metas.append(VariableMeta(variable_class(leaf), leaf._metadata) if is_var else None)
-    return TreeDef(treedef, tuple(flat), tuple(metas)), flat
+    return TreeDef(treedef, tuple(flat), tuple(metas), type(node)), flat
 
 
 def _cycle_error(cycle: CycleFound, fn_name: str, transform: bool) -> ValueError:

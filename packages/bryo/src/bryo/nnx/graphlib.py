@@ -13,6 +13,7 @@ from bryo_graph import RefEntry as NodeRef
 from bryo_graph import RefMap as RefMap
 from bryo_graph import SplitContext as SplitContext
 from bryo_graph import State as State
+from bryo_graph import TreeNodeDef as TreeNodeDef
 from bryo_graph import UpdateContext as UpdateContext
 from bryo_graph import Variable as Variable
 from bryo_graph import VariableEntry as VariableDef
