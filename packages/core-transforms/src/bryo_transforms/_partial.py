@@ -29,7 +29,15 @@ from typing import Any, NamedTuple
 
 import jax
 
-from bryo_graph import FlatGraph, Variable, VariableMeta, check_tree, flat_graph, is_array_ref
+from bryo_graph import (
+    FlatGraph,
+    Variable,
+    VariableMeta,
+    check_tree,
+    flat_graph,
+    is_array_ref,
+    raw_value_getter,
+)
 
 from ._layout import is_graph_leaf
 from ._options import Prepared
@@ -90,6 +98,7 @@ class Bound(NamedTuple):
             (a Variable reached twice), calls take `jit`'s path until they change.
         variables: the caller's Variables, each once, in pytree leaf order.
         raws: their other pytree leaves (arrays, mostly), as given.
+        read: what reads a Variable's `raw_value` (`bryo_graph.raw_value_getter`).
         jitted: the `jax.jit` function compiled for `shape` (`BoundJit` sets it).
     """
 
@@ -97,6 +106,7 @@ class Bound(NamedTuple):
     shape: BoundShape | None
     variables: list[Variable]
     raws: list
+    read: Callable[[Variable], object] = raw_value
     jitted: Callable | None = None
 
 
@@ -122,7 +132,7 @@ def bind(given: tuple, inputs: Inputs) -> Bound | None:
         for leaf in leaves
     )
     raws = [leaf for leaf in leaves if not isinstance(leaf, Variable)]
-    return Bound(flat, BoundShape(treedef, metas), variables, raws)
+    return Bound(flat, BoundShape(treedef, metas), variables, raws, raw_value_getter(variables))
 
 
 def _holds_graph_leaves(args: tuple, kwargs: dict) -> bool:
@@ -183,7 +193,7 @@ class BoundJit:
         if bound is None or bound.jitted is None or _holds_graph_leaves(args, kwargs):
             return self.per_call((*self.given, *args), kwargs)
         with WRITE_LOCK:
-            values = list(map(raw_value, bound.variables))
+            values = list(map(bound.read, bound.variables))
         variables = ReadVariables(bound.variables, values, self.inputs.name, repeats=False)
 
         def finish(result: tuple) -> Any:

@@ -33,6 +33,7 @@ from bryo_graph import (
     VariableMeta,
     flat_graph,
     node_types,
+    raw_value_getter,
     register_cache,
 )
 from bryo_pytree import Key, Path, path_str
@@ -280,6 +281,7 @@ class CallPlan:
         "_objects",
         "pair",
         "raw_values",
+        "read",
         "sig",
         "sources",
         "variable_position",
@@ -291,6 +293,7 @@ class CallPlan:
         self.pair = pair
         self.sources = sources
         self.variables = [s.variable for s in sources if s.variable is not None]
+        self.read = raw_value_getter(self.variables)  # (the plan's Variables stay the same)
         self.raw_values = [s.value for s in sources if s.variable is None]
         ks = [k for k, s in enumerate(sources) if s.variable is not None]
         self.variable_position = {k: position for position, k in enumerate(ks)}
@@ -300,7 +303,7 @@ class CallPlan:
         """The Variables' current values, read at once; this thread's write-back checks
         that no other thread wrote them in between (see `writing`)."""
         with WRITE_LOCK:
-            values = list(map(raw_value, self.variables))
+            values = list(map(self.read, self.variables))
         _reads_of_thread()[id(self)] = (values, True)
         return values
 

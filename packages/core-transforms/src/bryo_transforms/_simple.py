@@ -49,6 +49,7 @@ from bryo_graph import (
     flat_graph,
     is_array_ref,
     made_in_another_trace,
+    raw_value_getter,
     set_graph_mode,
     set_graph_updates,
 )
@@ -317,6 +318,7 @@ class _Scanned(NamedTuple):
     watch: Any
     variables: list[Variable]
     repeats: bool
+    read: Callable[[Variable], object]  # their `raw_value` reader (`raw_value_getter`)
 
 
 def _scanned_again(scanned: _Scanned | None, values: tuple, names: tuple) -> bool:
@@ -388,12 +390,12 @@ class Inputs:
         values, names = (*dyn_args, *dyn_kwargs.values()), tuple(dyn_kwargs)
         last = next(iter(self._scanned), None)  # (another thread may empty the list)
         if _scanned_again(last, values, names):
-            variables, repeats = last.variables, last.repeats  # type: ignore[union-attr]  # checked by _scanned_again
+            variables, repeats, read = last.variables, last.repeats, last.read  # type: ignore[union-attr]  # checked by _scanned_again
         else:
             variables, repeats = self._scan(dyn_args, dyn_kwargs)
-            self._keep(values, names, variables, repeats)
+            read = self._keep(values, names, variables, repeats)
         with WRITE_LOCK:
-            before = list(map(raw_value, variables))
+            before = list(map(read, variables))
         return ReadVariables(variables, before, self.name, repeats)
 
     def _scan(self, args: tuple, kwargs: dict) -> tuple[list[Variable], bool]:
@@ -410,19 +412,24 @@ class Inputs:
             variables = walk(scanned).variables  # each once
         return variables, repeats
 
-    def _keep(self, values: tuple, names: tuple, variables: list[Variable], repeats: bool) -> None:
+    def _keep(
+        self, values: tuple, names: tuple, variables: list[Variable], repeats: bool
+    ) -> Callable[[Variable], object]:
         """Keep a call's scan for the next calls, if its arguments are modules bryo can
-        watch and plain values (other arguments are scanned on every call)."""
+        watch and plain values (other arguments are scanned on every call). Returns what
+        reads the Variables' values (the kept scan's own reader, chosen once)."""
         nodes = [v for v in values if not _plain(v)]
         if not nodes or not all(isinstance(v, _MODULE_TYPES) for v in nodes):
-            return
+            return raw_value
         flat = flat_graph(tuple(nodes), keep=False)
         watched = watched_variables(flat)
         if watched is None or not {id(v) for v in variables} <= watched:
-            return
+            return raw_value
         forget = functools.partial(_forget, self._scanned)
         refs = tuple(None if _plain(v) else weakref.ref(v, forget) for v in values)
-        self._scanned[:] = [_Scanned(refs, names, flat.watch, variables, repeats)]
+        read = raw_value_getter(variables)
+        self._scanned[:] = [_Scanned(refs, names, flat.watch, variables, repeats, read)]
+        return read
 
     def shared(
         self, args: tuple, kwargs: dict, variables: ReadVariables, prefix: list | None = None
