@@ -103,6 +103,9 @@ SEED_NAMES = {
         "tree_checkpoint_name",
         "nn",
         "ScanCheckpointPolicy",
+        "index",
+        "ds",
+        "dslice",
     ],
     "bryo.hax.nn": ["Stacked", "BlockSeq", "scan"],
     "bryo.mox": ["make_mox", "eval_mox", "query", "sub", "dumps", "loads", "dump", "load"],
@@ -118,7 +121,15 @@ def test_the_seeds_names_are_in_the_facades(facade):
 
 HALIAX_MODULES = {
     "bryo.hax.jax_utils": ["tree_checkpoint_name"],
-    "bryo.hax.axis": ["axis_spec_to_shape_dict", "axis_spec_to_tuple", "axis_name", "make_axes"],
+    "bryo.hax.axis": [
+        "axis_spec_to_shape_dict",
+        "axis_spec_to_tuple",
+        "axis_name",
+        "make_axes",
+        "dslice",
+        "ds",
+        "dblock",
+    ],
     "bryo.hax.util": ["is_named_array", "is_jax_or_hax_array_like"],
     "bryo.hax.nn.scan": ["Stacked", "BlockSeq", "BlockFoldable", "ScanCheckpointPolicy"],
 }

@@ -23,9 +23,15 @@ from ._axis import axis_name as axis_name
 from ._axis import axis_sizes as axis_sizes
 from ._axis import axis_spec_to_shape_dict as axis_spec_to_shape_dict
 from ._axis import axis_spec_to_tuple as axis_spec_to_tuple
+from ._axis import dblock as dblock
+from ._axis import ds as ds
+from ._axis import dslice as dslice
 from ._axis import make_axes as make_axes
 from ._named_array import NamedArray as NamedArray
+from ._named_array import NamedIndexUpdate as NamedIndexUpdate
+from ._named_array import NamedIndexUpdater as NamedIndexUpdater
 from ._named_array import broadcast_axes as broadcast_axes
+from ._named_array import index as index
 from ._named_array import named as named
 from ._ops import abs as abs
 from ._ops import absolute as absolute

@@ -60,6 +60,63 @@ class Axis:
         return Axis(name, self.size)
 
 
+class dslice:
+    """A dynamic slice: `size` elements from `start` along one axis (Haliax's `hax.ds`).
+
+    A Python slice needs static bounds under `jax.jit`; a `dslice` takes a traced `start`
+    with a static `size`: `x["Seq", ds(i, 16)]`. Reading past the end of the axis gives 0
+    for the missing elements, and writes there (`x.at["Seq", ds(i, 16)].set(...)`) are
+    dropped, as in Haliax. `length` may be an `Axis` (its size is used).
+
+    Example:
+        >>> dslice(3, 4), dslice.block(2, 4).start
+        (dslice(start=3, size=4), 8)
+    """
+
+    __slots__ = ("size", "start")
+
+    start: object
+    size: int
+
+    def __init__(self, start: object, length: int | Axis) -> None:
+        size = length.size if isinstance(length, Axis) else length
+        try:
+            size = operator.index(size)
+        except TypeError:
+            raise AxisError(
+                f"`length` of a dslice must be a static int or an Axis; got {length!r}. The "
+                "start may be traced under jit, the size may not."
+            ) from None
+        if size < 0:
+            raise AxisError(f"`length` of a dslice must be >= 0; got {size}.")
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "size", size)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("dslice is immutable; build a new one instead.")
+
+    def __repr__(self) -> str:
+        return f"dslice(start={self.start!r}, size={self.size})"
+
+    def to_slice(self) -> slice:
+        """The Python slice `start:start + size` (for a static start)."""
+        return slice(self.start, self.start + self.size)  # type: ignore[operator]
+
+    @staticmethod
+    def block(idx: object, size: int) -> dslice:
+        """Block `idx` of blocks of `size` elements: `dslice(idx * size, size)`."""
+        return dslice(idx * size, size)  # type: ignore[operator]
+
+
+ds = dslice
+"""Haliax's short name for `dslice`."""
+
+
+def dblock(idx: object, size: int) -> dslice:
+    """Block `idx` of blocks of `size` elements: `dslice(idx * size, size)`."""
+    return dslice.block(idx, size)
+
+
 AxisSelector = Axis | str
 """An axis by name: an `Axis` (its size is checked where it matters) or its name."""
 

@@ -9,8 +9,9 @@ arrays mix freely with NamedArrays; other unnamed arrays must be named first (`n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +26,17 @@ from bryo_pytree import (
     is_array,
 )
 
-from ._axis import Axis, AxisError, AxisSelector, Shape, axes_of, check_unique, format_axes, name_of
+from ._axis import (
+    Axis,
+    AxisError,
+    AxisSelector,
+    Shape,
+    axes_of,
+    check_unique,
+    dslice,
+    format_axes,
+    name_of,
+)
 
 Scalar = int | float | complex | bool
 
@@ -199,6 +210,23 @@ class NamedArray:
     def __getitem__(self, index: Any) -> NamedArray:
         return _index(self, _index_pairs(index))
 
+    @property
+    def at(self) -> NamedIndexUpdater:
+        """Functional updates by axis name, as `jax.Array.at` (Haliax's `x.at[...]`).
+
+        `x.at[{"H": 1}].set(y)` is `x` with `x[{"H": 1}]` replaced by `y`; `add`,
+        `multiply` (`mul`), `divide`, `power`, `min`, `max` and `apply` combine instead,
+        and `get` reads (with JAX's `mode=`/`fill_value=`). The index is the one of
+        `x[...]`; the update is a scalar or a NamedArray whose axes are among the selection's
+        (broadcast over the rest). Repeated indices all apply, as in JAX.
+
+        Example:
+            >>> x = NamedArray(jnp.zeros((2, 3)), {"H": 2, "W": 3})
+            >>> x.at["H", 1].set(NamedArray(jnp.ones(3), {"W": 3})).array.tolist()
+            [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
+        """
+        return NamedIndexUpdater(self)
+
 
 # The keys are `GetAttrKey`s, which jax declares as an `Any`-typed variable (not a type).
 def _flatten_with_keys(x: NamedArray) -> tuple[list[tuple[Any, Any]], tuple[Axis, ...]]:
@@ -215,6 +243,14 @@ def _unflatten(axes: tuple[Axis, ...], children: Iterable[Any]) -> NamedArray:
 
 
 register_pytree_with_keys(NamedArray, _flatten_with_keys, _unflatten, _flatten)
+
+# A dslice's start may be traced (it is the pytree child); its size is static.
+register_pytree_with_keys(
+    dslice,
+    lambda d: ([(GetAttrKey("start"), d.start)], d.size),
+    lambda size, children: dslice(next(iter(children)), size),
+    lambda d: ([d.start], d.size),
+)
 
 
 # -- broadcasting by name ------------------------------------------------------------------
@@ -369,6 +405,8 @@ forward_operators(
 
 
 def _index_pairs(index: Any) -> list[tuple[Any, Any]]:
+    if isinstance(index, tuple) and len(index) == 1:
+        index = index[0]
     if isinstance(index, Mapping):
         return list(index.items())
     if isinstance(index, tuple) and len(index) % 2 == 0 and index:
@@ -378,29 +416,293 @@ def _index_pairs(index: Any) -> list[tuple[Any, Any]]:
     raise AxisError(f"cannot index a NamedArray with {index!r}. {_NAMED_INDEXING_HELP}")
 
 
-def _index(x: NamedArray, pairs: list[tuple[Any, Any]]) -> NamedArray:
+class IndexPlan(NamedTuple):
+    """How to index an array: one raw selector per dimension, the result's axes, and
+    whether to read with `mode="fill"` (a `dslice` may run past the end)."""
+
+    selectors: tuple[Any, ...]
+    axes: tuple[Axis, ...]
+    fill: bool
+
+
+def plan_index(x: NamedArray, pairs: Sequence[tuple[Any, Any]]) -> IndexPlan:
+    """Haliax's indexing rules, resolved to a NumPy-style index and the result's axes.
+
+    Slices keep their axis (resized); integers drop it. NamedArrays of integer indices
+    ("advanced" indices; a `dslice` and a 1-d unnamed array are turned into one, named
+    after the axis they index) are broadcast together by name, and their axes replace the
+    indexed ones: in place when the indexed axes (integers included) are adjacent, in
+    front otherwise, as in NumPy. An index axis that is also a remaining axis of `x` pairs
+    up with it, one element per position.
+    """
     selectors: list[Any] = [slice(None)] * x.ndim
-    new_axes: list[Axis | None] = list(x.axes)
+    kept_axes: list[Axis | None] = list(x.axes)
+    gathers: dict[int, NamedArray] = {}
+    fill = False
+    seen: set[int] = set()
     for axis, selector in pairs:
         position = x.position_of(axis, "index")
-        size = x.axes[position].size
+        own = x.axes[position]
+        if position in seen:
+            raise AxisError(
+                f"axis {own.name!r} is indexed twice; give each axis one index. "
+                f"{_NAMED_INDEXING_HELP}"
+            )
+        seen.add(position)
         if isinstance(selector, slice):
             selectors[position] = selector
-            new_axes[position] = x.axes[position].resize(len(range(*selector.indices(size))))
-        elif _is_integer_scalar(selector):
-            if isinstance(selector, int | np.integer) and not -size <= selector < size:
-                raise IndexError(
-                    f"index {selector} is out of range for axis {x.axes[position].name!r} "
-                    f"of size {size} (axes {format_axes(x.axes)})."
-                )
-            selectors[position] = selector
-            new_axes[position] = None
-        else:
-            raise AxisError(
-                f"axis {x.axes[position].name!r}: index {selector!r} must be an int, an "
-                f"integer scalar array or a slice. {_NAMED_INDEXING_HELP}"
+            kept_axes[position] = own.resize(len(range(*selector.indices(own.size))))
+            continue
+        kept_axes[position] = None
+        if isinstance(selector, dslice):
+            start = jnp.asarray(selector.start)
+            gathers[position] = NamedArray._wrap(
+                jnp.arange(selector.size, dtype=start.dtype) + start, (own.resize(selector.size),)
             )
-    return NamedArray._wrap(x.array[tuple(selectors)], tuple(a for a in new_axes if a is not None))
+            fill = True
+        elif _is_integer_scalar(selector):
+            selectors[position] = _checked_scalar(x, position, selector)
+        else:
+            gathers[position] = _index_array(x, position, selector)
+    if not gathers:
+        return IndexPlan(tuple(selectors), tuple(a for a in kept_axes if a is not None), fill)
+    _pair_shared_axes(x, kept_axes, gathers)
+    index_axes = _index_axes([g.axes for g in gathers.values()])
+    for position, gather in gathers.items():
+        sizes = tuple(a.size for a in index_axes)
+        selectors[position] = jnp.broadcast_to(aligned(gather, index_axes), sizes)
+    indexed = [i for i, kept in enumerate(kept_axes) if kept is None]
+    remaining = [a for a in kept_axes if a is not None]
+    if indexed == list(range(indexed[0], indexed[-1] + 1)):  # adjacent: in place
+        before = [a for a in kept_axes[: indexed[0]] if a is not None]
+        axes = (*before, *index_axes, *remaining[len(before) :])
+    else:
+        axes = (*index_axes, *remaining)
+    return IndexPlan(tuple(selectors), check_unique(axes, "index"), fill)
+
+
+def _checked_scalar(x: NamedArray, position: int, selector: Any) -> Any:
+    size = x.axes[position].size
+    if isinstance(selector, int | np.integer) or type(selector) is np.ndarray:
+        selector = int(selector)
+        if not -size <= selector < size:
+            raise IndexError(
+                f"index {selector} is out of range for axis {x.axes[position].name!r} "
+                f"of size {size} (axes {format_axes(x.axes)})."
+            )
+    return selector
+
+
+def _index_array(x: NamedArray, position: int, selector: Any) -> NamedArray:
+    """An index array as a NamedArray of integers; a 1-d unnamed one (or a list) is named
+    after the axis it indexes."""
+    own = x.axes[position]
+    if not isinstance(selector, NamedArray):
+        if isinstance(selector, list | tuple) or (is_array(selector) and np.ndim(selector) == 1):
+            values = jnp.asarray(selector)
+            if values.ndim == 1:
+                selector = NamedArray._wrap(values, (own.resize(values.shape[0]),))
+    if not isinstance(selector, NamedArray):
+        shape = getattr(selector, "shape", None)
+        what = f"an unnamed array of shape {tuple(shape)}" if shape is not None else repr(selector)
+        raise AxisError(
+            f"axis {own.name!r}: cannot index by {what}. Use an int, a slice, hax.ds(start, "
+            "size), a 1-d integer array, or a NamedArray of integer indices (name the "
+            f"dimensions of a many-dimensional index: hax.named(idx, ('Batch', 'Pick'))). "
+            f"{_NAMED_INDEXING_HELP}"
+        )
+    refuse_foreign((selector,), "index")
+    if not jnp.issubdtype(selector.dtype, jnp.integer):
+        raise AxisError(
+            f"axis {own.name!r}: an index array must hold integers; got dtype {selector.dtype} "
+            f"(axes {format_axes(selector.axes)}). Cast it with `.astype(jnp.int32)`, or use "
+            "hax.where to select by a boolean mask."
+        )
+    return selector
+
+
+def _pair_shared_axes(
+    x: NamedArray, kept_axes: list[Axis | None], gathers: dict[int, NamedArray]
+) -> None:
+    """Axes of `x` that an index array also has are indexed position by position (an arange
+    over the axis), so that the index's values along the axis pair with the array's."""
+    named_in_index = {a.name: a for gather in gathers.values() for a in gather.axes}
+    for position, kept in enumerate(kept_axes):
+        if kept is None or kept.name not in named_in_index:
+            continue
+        if named_in_index[kept.name].size != x.axes[position].size:
+            raise AxisError(
+                f"axis {kept.name!r} has size {named_in_index[kept.name].size} in an index "
+                f"array but {x.axes[position].size} in the array ({format_axes(x.axes)}); an "
+                "index axis named like an axis of the array pairs with it element by element, "
+                "so give it the same size, or rename it."
+            )
+        if kept != x.axes[position]:
+            raise AxisError(
+                f"axis {kept.name!r} is sliced and also an axis of an index array; an index "
+                "array's axis pairs element by element with the whole axis of the same name. "
+                "Slice the index array too, or rename its axis."
+            )
+        gathers[position] = NamedArray._wrap(jnp.arange(kept.size), (kept,))
+        kept_axes[position] = None
+
+
+def _index_axes(groups: Sequence[tuple[Axis, ...]]) -> tuple[Axis, ...]:
+    """The axes the index arrays broadcast to, in Haliax's order: the largest index first
+    keeps its order, and each smaller one's new axes go in front."""
+    union_axes(groups, what="index")  # same-named axes must agree in size
+    ordered = sorted(groups, key=_size, reverse=True)
+    result = ordered[0]
+    for axes in ordered[1:]:
+        big, small = (result, axes) if _size(result) >= _size(axes) else (axes, result)
+        names = {a.name for a in big}
+        result = (*(a for a in small if a.name not in names), *big)
+    return result
+
+
+def _size(axes: Sequence[Axis]) -> int:
+    return math.prod(a.size for a in axes)
+
+
+def _index(x: NamedArray, pairs: list[tuple[Any, Any]]) -> NamedArray:
+    plan = plan_index(x, pairs)
+    if plan.fill:
+        array = x.array.at[plan.selectors].get(mode="fill", fill_value=0)
+    else:
+        array = x.array[plan.selectors]
+    return NamedArray(array, plan.axes)
+
+
+def index(array: NamedArray, slices: Mapping[AxisSelector, Any]) -> NamedArray:
+    """`array[slices]`: select by axis name with ints, slices, `ds(start, size)`, 1-d
+    integer arrays or NamedArrays of integer indices (Haliax's `hax.index`).
+
+    Example:
+        >>> x = NamedArray(jnp.arange(6).reshape(2, 3), {"H": 2, "W": 3})
+        >>> picks = NamedArray(jnp.array([2, 0]), {"Pick": 2})
+        >>> index(x, {"H": 1, "W": picks}).shape
+        {'Pick': 2}
+    """
+    return _index(array, _index_pairs(slices))
+
+
+class NamedIndexUpdater:
+    """`x.at`: index it (`x.at["H", 1]`) to get a `NamedIndexUpdate`."""
+
+    __slots__ = ("_array",)
+
+    def __init__(self, array: NamedArray) -> None:
+        self._array = array
+
+    def __getitem__(self, index: Any) -> NamedIndexUpdate:
+        return NamedIndexUpdate(self._array, _index_pairs(index))
+
+
+class NamedIndexUpdate:
+    """`x.at[index]`: the methods return `x` updated at `index` (a new NamedArray).
+
+    The keywords `indices_are_sorted`, `unique_indices` and `mode` are JAX's (see
+    `jax.numpy.ndarray.at`); writes through a `dslice` past the end are dropped.
+    """
+
+    __slots__ = ("_array", "_plan")
+
+    def __init__(self, array: NamedArray, pairs: list[tuple[Any, Any]]) -> None:
+        self._array = array
+        self._plan = plan_index(array, pairs)
+
+    def get(
+        self,
+        *,
+        indices_are_sorted: bool = False,
+        unique_indices: bool = False,
+        mode: str | None = None,
+        fill_value: Any = None,
+    ) -> NamedArray:
+        """`x[index]`, with JAX's out-of-bounds `mode` and `fill_value`."""
+        read = self._array.array.at[self._plan.selectors].get(
+            indices_are_sorted=indices_are_sorted,
+            unique_indices=unique_indices,
+            mode=mode,
+            fill_value=fill_value,
+        )
+        return NamedArray(read, self._plan.axes)
+
+    def set(self, update: Any, **options: Any) -> NamedArray:
+        """`x[index] = update`."""
+        return self._scatter("set", update, options)
+
+    def add(self, update: Any, **options: Any) -> NamedArray:
+        """`x[index] += update`."""
+        return self._scatter("add", update, options)
+
+    def multiply(self, update: Any, **options: Any) -> NamedArray:
+        """`x[index] *= update`."""
+        return self._scatter("multiply", update, options)
+
+    mul = multiply
+
+    def divide(self, update: Any, **options: Any) -> NamedArray:
+        """`x[index] /= update`."""
+        return self._scatter("divide", update, options)
+
+    def power(self, update: Any, **options: Any) -> NamedArray:
+        """`x[index] **= update`."""
+        return self._scatter("power", update, options)
+
+    def min(self, update: Any, **options: Any) -> NamedArray:
+        """`x[index] = minimum(x[index], update)`."""
+        return self._scatter("min", update, options)
+
+    def max(self, update: Any, **options: Any) -> NamedArray:
+        """`x[index] = maximum(x[index], update)`."""
+        return self._scatter("max", update, options)
+
+    def apply(self, func: Callable[[Any], Any], **options: Any) -> NamedArray:
+        """`func` applied to each selected element (a scalar function, as in JAX)."""
+        at = self._array.array.at[self._plan.selectors]
+        updated = at.apply(func, **_scatter_options(options))
+        return NamedArray._wrap(updated, self._array.axes)
+
+    def _scatter(self, method: str, update: Any, options: dict[str, Any]) -> NamedArray:
+        values = _update_values(update, self._plan.axes, f"at[...].{method}")
+        scatter = getattr(self._array.array.at[self._plan.selectors], method)
+        updated = scatter(values, **_scatter_options(options))
+        return NamedArray._wrap(updated, self._array.axes)
+
+
+_SCATTER_OPTIONS = ("indices_are_sorted", "unique_indices", "mode")
+
+
+def _scatter_options(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(_SCATTER_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"`x.at[...]` updates take the keywords {list(_SCATTER_OPTIONS)}; got {unknown}."
+        )
+    return options
+
+
+def _update_values(update: Any, axes: tuple[Axis, ...], what: str) -> Any:
+    """`update` as a raw array laid out on `axes`: a scalar as it is, a NamedArray
+    aligned and broadcast by name (it may lack axes, not have extra ones)."""
+    if not isinstance(update, NamedArray):
+        return raw_operand(update, axes, what)
+    by_name = {a.name: a for a in axes}
+    for axis in update.axes:
+        target = by_name.get(axis.name)
+        if target is None:
+            raise AxisError(
+                f"`{what}`: the update's axis {axis.name!r} is not an axis of the selection "
+                f"{format_axes(axes)} (update axes {format_axes(update.axes)}); rename it, "
+                "or reduce it first."
+            )
+        if target.size != axis.size:
+            raise AxisError(
+                f"`{what}`: axis {axis.name!r} has size {axis.size} in the update but "
+                f"{target.size} in the selection {format_axes(axes)}; slice one to fit."
+            )
+    return jnp.broadcast_to(aligned(update, axes), tuple(a.size for a in axes))
 
 
 def _is_integer_scalar(value: object) -> bool:

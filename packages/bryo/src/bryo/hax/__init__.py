@@ -48,8 +48,11 @@ from bryo_named import cos as cos
 from bryo_named import cosh as cosh
 from bryo_named import cumprod as cumprod
 from bryo_named import cumsum as cumsum
+from bryo_named import dblock as dblock
 from bryo_named import divide as divide
 from bryo_named import dot as dot
+from bryo_named import ds as ds
+from bryo_named import dslice as dslice
 from bryo_named import equal as equal
 from bryo_named import exp as exp
 from bryo_named import expm1 as expm1
@@ -61,6 +64,7 @@ from bryo_named import full_like as full_like
 from bryo_named import gelu as gelu
 from bryo_named import greater as greater
 from bryo_named import greater_equal as greater_equal
+from bryo_named import index as index
 from bryo_named import infer_resource_partitions as infer_resource_partitions
 from bryo_named import is_jax_or_hax_array_like as is_jax_or_hax_array_like
 from bryo_named import is_named_array as is_named_array
