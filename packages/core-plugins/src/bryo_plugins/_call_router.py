@@ -72,14 +72,10 @@ class CallRouter:
         finally:
             self._handler.reset(token)
 
-    @contextlib.contextmanager
-    def running(self, obj: object, name: str) -> Iterator[None]:
-        """Mark `obj` (called `name`) as the call being routed, for nested calls' parents."""
-        token = self._current.set((obj, name))
-        try:
-            yield
-        finally:
-            self._current.reset(token)
+    def running(self, obj: object, name: str) -> contextlib.AbstractContextManager[None]:
+        """Mark `obj` (called `name`) as the call being routed, for nested calls' parents
+        (a context manager; once per routed call, so a class rather than a generator)."""
+        return _Running(self._current, (obj, name))
 
     @contextlib.contextmanager
     def patching(self, base: type, keep: Callable[[type], bool] = _every_class) -> Iterator[None]:
@@ -115,6 +111,25 @@ class CallRouter:
             original = original_call(cls.__dict__.get("__call__"))
             if original is not None:
                 type.__setattr__(cls, "__call__", original)
+
+
+class _Running:
+    """`CallRouter.running`'s context manager: sets a context variable for the block."""
+
+    __slots__ = ("token", "value", "var")
+
+    def __init__(self, var: contextvars.ContextVar[Any], value: object) -> None:
+        self.var = var
+        self.value = value
+        self.token: contextvars.Token[Any] | None = None
+
+    def __enter__(self) -> None:
+        self.token = self.var.set(self.value)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            self.var.reset(self.token)
+            self.token = None
 
 
 def _subclasses(cls: type) -> Iterator[type]:

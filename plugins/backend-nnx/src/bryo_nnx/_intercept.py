@@ -56,10 +56,14 @@ class _Flattening(NamedTuple):
     watch: _Watch
     sources: list[LeafSource]
     spans: dict[int, tuple[object, range | None]]  # id(module) -> (module, its leaves)
+    variables: list[Variable] | None  # each source's Variable; None: some leaf is raw
 
     @classmethod
     def of(cls, flat: FlatGraph, watch: _Watch) -> _Flattening:
-        return cls(watch, flat.sources, flat.node_spans())
+        variables = [source.variable for source in flat.sources]
+        if not all(isinstance(v, Variable) for v in variables):
+            return cls(watch, flat.sources, flat.node_spans(), None)
+        return cls(watch, flat.sources, flat.node_spans(), variables)  # type: ignore[arg-type]  # all Variables (checked above)
 
     def leaves_of(self, module: object) -> range | None:
         found = self.spans.get(id(module))
@@ -144,6 +148,8 @@ def own_variables(module: object) -> tuple[_Watch, list[Variable]] | None:
         leaves = range(len(flat.sources))
         flattenings.append(flat)
         del flattenings[:-_KEPT_FLATTENINGS]
+    if flat.variables is not None:  # (the common case: a check per model, not per call)
+        return flat.watch, flat.variables[leaves.start : leaves.stop]
     variables = [source.variable for source in flat.sources[leaves.start : leaves.stop]]
     if not all(isinstance(v, Variable) for v in variables):
         return None
@@ -152,7 +158,8 @@ def own_variables(module: object) -> tuple[_Watch, list[Variable]] | None:
 
 def _write(variables: list[Variable], values: list[Any]) -> None:
     for variable, value in zip(variables, values, strict=True):
-        variable.set_raw_value(value)
+        if variable.raw_value is not value:  # (`write_back` mostly puts back what is there)
+            variable.set_raw_value(value)
 
 
 def _route_state(
@@ -245,7 +252,11 @@ def _sharding_attributes(items: list[tuple[str, object]]) -> dict[str, tuple[str
     for key, value in items:
         if isinstance(value, Variable):
             metadata = value.metadata  # `out_sharding` (Flax 0.12), or an older key
-            axes = next((metadata[k] for k in _AXES_KEYS if metadata.get(k) is not None), None)
+            axes = None
+            for axes_key in _AXES_KEYS:
+                axes = metadata.get(axes_key)
+                if axes is not None:
+                    break
             if isinstance(axes, str):
                 found[key] = (axes,)
             elif isinstance(axes, tuple | list):  # (a PartitionSpec is a tuple)
