@@ -27,6 +27,7 @@ from ._axis import dblock as dblock
 from ._axis import ds as ds
 from ._axis import dslice as dslice
 from ._axis import make_axes as make_axes
+from ._jit import named_jit as named_jit
 from ._named_array import NamedArray as NamedArray
 from ._named_array import NamedIndexUpdate as NamedIndexUpdate
 from ._named_array import NamedIndexUpdater as NamedIndexUpdater

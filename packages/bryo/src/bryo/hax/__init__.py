@@ -91,6 +91,7 @@ from bryo_named import min as min
 from bryo_named import minimum as minimum
 from bryo_named import multiply as multiply
 from bryo_named import named as named
+from bryo_named import named_jit as named_jit
 from bryo_named import negative as negative
 from bryo_named import nonzero as nonzero
 from bryo_named import not_equal as not_equal
