@@ -14,9 +14,8 @@ the module itself to a plain `jax.jit` (modules are pytrees): JAX flattens it on
 call, so its cost is the module's pytree flatten (bryo caches each node's flattening
 and keeps each Variable's, which JAX reads in C: no Python code runs per node; what is
 left is JAX's own cost per custom pytree node). The `jit(graph=False)` rows are
-`nnx.jit` in tree mode: bryo's binds the module the calls pass first, from the second call
-in a row with it unchanged (as `jit_partial` binds it: the Variables' values go to JAX as
-one list, nothing walks the module), flax.nnx's flattens its arguments with each call.
+`nnx.jit` in tree mode: JAX's flatten plus bryo's reading of the arguments, which is
+checked once per structure.
 
 Targets: `bryo.nnx.jit` <= 1.5x the pure call at N = 100; tree mode (`jax.jit(bryo
 module)`) <= 1.2x the pure call at N = 10 and 100. The `jax.jit(minimal nodes)` row is

@@ -35,6 +35,28 @@ def test_jit_writes_values_back_but_not_structure(keywords):
         jit(lambda m: m, **keywords)(model)  # its Variables would be two objects' at once
 
 
+@pytest.mark.parametrize("keywords", [{"graph": False}, {"graph_updates": False}])
+def test_simple_jit_traces_once_for_calls_with_the_same_structure(keywords):
+    # Flax compiles a step once: a later call with the same modules (values written in
+    # between, by the call itself) must not trace the function again (each trace is a
+    # whole recompilation of a real model's step)
+    traces = 0
+
+    def swap(m):
+        nonlocal traces
+        traces += 1
+        m.w.value, m.count.value = m.w.value[::-1], m.count.value + 1
+
+    model = Counter()
+    model.w.value = jnp.array([1.0, 2.0])
+    f = jit(swap, **keywords)
+    for call in range(1, 6):
+        f(model)
+        np.testing.assert_array_equal(model.w.value, [1.0, 2.0][:: (-1) ** call])
+        assert float(model.count.value) == call
+    assert traces == 1
+
+
 def test_simple_jit_takes_jax_jit_options():
     model = Counter()
     f = jit(lambda m, x: m(x), graph_updates=False, donate_argnums=(), static_argnames=())
@@ -183,17 +205,17 @@ def test_a_call_with_the_same_modules_is_not_scanned_again(mode, monkeypatch):
         f(model, jnp.ones(2), scale=2.0)
     assert len(scans) == 1 and float(model.count.value) == 3.0
     f(other, jnp.ones(2))
-    f(model, jnp.ones(2))  # `model` stays bound (see test_leading_modules_are_bound)
-    assert len(scans) == 2 and float(other.count.value) == 1.0
+    f(model, jnp.ones(2))
+    assert len(scans) == 3 and float(other.count.value) == 1.0
     model.count = BatchStat(jnp.array(10.0))  # a new Variable: seen, written back
     f(model, jnp.ones(2))
-    assert len(scans) == 3 and float(model.count.value) == 11.0
+    assert len(scans) == 4 and float(model.count.value) == 11.0
     f(model, jnp.ones(2))
-    assert len(scans) == 3
+    assert len(scans) == 4
     g = jit(lambda ms, x: ms[0](x), **mode)
     g([model], jnp.ones(2))
     g([model], jnp.ones(2))  # a plain list of modules is read with each call
-    assert len(scans) == 5 and float(model.count.value) == 14.0
+    assert len(scans) == 6 and float(model.count.value) == 14.0
 
 
 def test_a_duplicate_made_after_a_call_is_refused_at_the_next_call_in_tree_mode():
@@ -216,98 +238,6 @@ def test_the_kept_scan_does_not_keep_a_dropped_model_alive():
     f = jit(lambda m, x: m(x), graph=False)
     model = Counter()
     f(model, jnp.ones(2))
-    count = weakref.ref(model.count)
-    del model
-    gc.collect()
-    assert count() is None
-
-
-def _counting_bound_calls(monkeypatch):
-    from bryo_transforms import _partial
-
-    calls = []
-    real = _partial.bound_call
-    monkeypatch.setattr(_partial, "bound_call", lambda *a: calls.append(1) or real(*a))
-    return calls
-
-
-@pytest.mark.parametrize("mode", SIMPLE)
-def test_leading_modules_are_bound(mode, monkeypatch):
-    """From the second call in a row with the same leading modules on, a simple-mode jit
-    binds them as jit_partial does (their values passed as one list); what the function
-    writes is written back, a structure change or other modules take jit's own path."""
-    bound = _counting_bound_calls(monkeypatch)
-    model, other = Counter(), Counter()
-    f = jit(lambda m, n, x, scale=1.0: (m(x) + n(x)) * scale, **mode)
-    for i in range(4):
-        out = f(model, other, jnp.ones(2), scale=2.0)
-        assert float(out) == 8.0 and float(model.count.value) == i + 1
-    assert len(bound) == 2 and float(other.count.value) == 4.0
-    f(other, model, jnp.ones(2))  # other modules first: jit's path, `model` stays bound
-    f(model, other, jnp.ones(2))
-    assert len(bound) == 3 and float(model.count.value) == 6.0
-    # a new Variable: the binding expires; it served too few calls to pay for binding,
-    # so the next binding waits for twice as many unchanged calls (4)
-    model.w = Param(jnp.full(2, 2.0))
-    for _ in range(4):
-        assert float(f(model, other, jnp.ones(2))) == 6.0
-    assert len(bound) == 3
-    assert float(f(model, other, jnp.ones(2))) == 6.0 and len(bound) == 4  # bound again
-    assert float(model.count.value) == 11.0 and float(other.count.value) == 11.0
-    g = jit(lambda m, v: m(v.value), **mode)  # a Variable among the call's own arguments
-    for _ in range(3):
-        g(model, Param(jnp.ones(2)))
-    assert len(bound) == 4 and float(model.count.value) == 14.0
-
-
-def test_modules_changed_at_every_call_are_never_bound(monkeypatch):
-    """Binding costs about a scan of the modules: calls whose modules change structure
-    between them (an attribute set before each) keep jit's path."""
-    from bryo_transforms import _partial
-
-    binds = []
-    real = _partial.bind
-    monkeypatch.setattr(_partial, "bind", lambda *a: binds.append(1) or real(*a))
-    model = Counter()
-    f = jit(lambda m, x: m(x), graph=False)
-    for i in range(6):
-        model.step = jnp.array(i)
-        f(model, jnp.ones(2))
-    assert not binds and float(model.count.value) == 6.0
-
-
-def test_leading_modules_sharing_a_variable_are_not_bound(monkeypatch):
-    """Graph simple mode gives a Variable two modules share as an `Alias`: such modules
-    keep jit's own path (and stay shared)."""
-    bound = _counting_bound_calls(monkeypatch)
-    model, twin = Counter(), Counter()
-    twin.count = model.count
-    f = jit(lambda m, n, x: m(x) + n(x), graph=True, graph_updates=False)
-    for i in range(3):
-        assert float(f(model, twin, jnp.ones(2))) == 4.0
-        assert float(model.count.value) == 2 * (i + 1) and twin.count is model.count
-    assert not bound
-
-
-def test_lower_and_compile_after_binding_take_jit_path():
-    model = Counter()
-    f = jit(lambda m, x: m(x), graph=False)
-    for _ in range(3):
-        f(model, jnp.ones(2))
-    compiled = f.lower(model, jnp.ones(2)).compile()
-    assert float(compiled(model, jnp.ones(2))) == 2.0
-    assert float(model.count.value) == 4.0
-    assert float(f(model, jnp.ones(2))) == 2.0 and float(model.count.value) == 5.0
-
-
-def test_the_binding_does_not_keep_a_dropped_model_alive():
-    import gc
-    import weakref
-
-    f = jit(lambda m, x: m(x), graph=False)
-    model = Counter()
-    for _ in range(3):
-        f(model, jnp.ones(2))
     count = weakref.ref(model.count)
     del model
     gc.collect()

@@ -30,7 +30,7 @@ from ._options import (
     named_positions,
     static_args,
 )
-from ._partial import BoundJit, LeadingModules
+from ._partial import BoundJit
 from ._plan import CallPlan, PairPath, PlanCache, Signature
 from ._prefixes import check_prefix
 from ._shardings import LeafOptions, StateSharding
@@ -235,8 +235,6 @@ class Jitted:
     written back as for `jitted` itself) and has JAX's `as_text`, `cost_analysis`, ...
     `bind(args, kwargs)`, when given, prepares the calls of `partial(*args, **kwargs)`
     (or returns None: then each call is prepared with `args` and `kwargs` prepended).
-    `prepare_lowered`, when given, prepares `lower` and the calls of what it compiles
-    (a lowering fixes the arguments' structure that `prepare` may change between calls).
     """
 
     def __init__(
@@ -244,10 +242,8 @@ class Jitted:
         f: Callable,
         prepare: Prepare,
         bind: Callable[[tuple, dict], Prepare | None] | None = None,
-        prepare_lowered: Prepare | None = None,
     ) -> None:
         self._prepare = prepare
-        self._prepare_lowered = prepare_lowered or prepare
         self._bind = bind
         self.__wrapped__ = f
         functools.update_wrapper(self, f)
@@ -262,9 +258,8 @@ class Jitted:
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """`jax.jit(...).lower` for this call's arguments."""
-        prepare = self._prepare_lowered
-        prepared = prepare(args, kwargs)
-        return Lowered(prepared.fn.lower(*prepared.args, **prepared.kwargs), prepare)
+        prepared = self._prepare(args, kwargs)
+        return Lowered(prepared.fn.lower(*prepared.args, **prepared.kwargs), self._prepare)
 
     def partial(self, *args: Any, **kwargs: Any) -> Jitted:
         """This function with its first arguments (and keywords) given."""
@@ -396,10 +391,7 @@ def jit(
                 return None
             return BoundJit(given, inputs, simple.pure, simple.jit_kwargs, simple.prepare).prepare
 
-        if not bindable:
-            return Jitted(f, simple.prepare, bind)  # type: ignore[return-value]  # Jitted calls like f (and adds lower/eval_shape)
-        leading = LeadingModules(inputs, simple.pure, simple.jit_kwargs, simple.prepare)
-        return Jitted(f, leading.prepare, bind, simple.prepare)  # type: ignore[return-value]  # Jitted calls like f (and adds lower/eval_shape)
+        return Jitted(f, simple.prepare, bind)  # type: ignore[return-value]  # Jitted calls like f (and adds lower/eval_shape)
     unsupported = sorted(set(jit_kwargs) & _JIT_UNSUPPORTED)
     if unsupported:
         raise TypeError(

@@ -398,17 +398,6 @@ class Inputs:
             before = list(map(read, variables))
         return ReadVariables(variables, before, self.name, repeats)
 
-    def kept_watch(self, modules: tuple) -> Any:
-        """The watch of the scan kept from the last call, if that call passed `modules`
-        first (None otherwise): valid while nothing inside them changed structure."""
-        last = next(iter(self._scanned), None)
-        if last is None or len(last.nodes) < len(modules):
-            return None
-        for node, module in zip(last.nodes, modules, strict=False):
-            if node is None or node() is not module:
-                return None
-        return last.watch
-
     def _scan(self, args: tuple, kwargs: dict) -> tuple[list[Variable], bool]:
         """The Variables of the dynamic arguments, each once, and whether one repeats
         (graph mode); in tree mode the arguments are checked to be a tree."""
