@@ -154,6 +154,7 @@ class Flattened(NamedTuple):
 _hold = functools.partial(tuple.__new__, Held)  # `_hold((value,))`: a Held, made in C
 _flattened = functools.partial(tuple.__new__, Flattened)
 _flatten = operator.attrgetter("_flattened")
+_read_stored_value = operator.attrgetter("_flattened.children.value")  # a plain `raw_value`
 
 
 def _flatten_with_keys(variable: Variable) -> tuple[tuple, Metadata]:
@@ -243,7 +244,7 @@ class Variable(metaclass=_VariableType):
     __slots__ = ("__weakref__", WATCHES, "_flattened", "_owner")
 
     raw_value: _Any = property(  # type: ignore[assignment]  # read in C, written by `store_raw_value`
-        operator.attrgetter("_flattened.children.value"),
+        _read_stored_value,
         store_raw_value,
         doc="The value as stored, without `get_value`'s transformation.",
     )
@@ -662,7 +663,6 @@ def made_in_another_trace(variable: Variable) -> bool:
     return not (owner is now or owner == now)
 
 
-_read_stored_value = operator.attrgetter("_flattened.children.value")
 _read_raw_value = operator.attrgetter("raw_value")
 
 

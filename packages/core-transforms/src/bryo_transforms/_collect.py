@@ -28,14 +28,10 @@ from bryo_graph import (
 from bryo_pytree import Path, is_array, path_str
 
 from ._layout import is_graph_leaf
-from ._plan import PairPath, index_objects, meta_of, pair_side
+from ._plan import IN_PLACE_CONTAINERS, PairPath, index_objects, meta_of, pair_side
 from ._rebuild import Inner
 
 V = TypeVar("V")
-
-
-_IN_PLACE_CONTAINERS = (dict, list)
-"""Variable values a write may change in place (`Variable.set_value` writes into them)."""
 
 
 class Static(Generic[V]):
@@ -323,7 +319,7 @@ def collect(inner: Inner, out: object, grouping: Grouping) -> tuple[list[list], 
             # holds nothing to write back: a scan carry would refuse it as a Python value)
             if (
                 value is not inner.in_values[k]
-                or (type(value) in _IN_PLACE_CONTAINERS and value)
+                or (type(value) in IN_PLACE_CONTAINERS and value)
                 or grouping.always_returned(k)
             ):
                 changed = place(grouping.input_group(k), value)

@@ -260,11 +260,16 @@ def _root_places(
     ]
 
 
+IN_PLACE_CONTAINERS = (dict, list)
+"""Variable values that identity cannot tell changed: a write may change them in place
+(`Variable.set_value` writes into them), and a hijax Variable rebuilds them at every read."""
+
+
 def _rebuilt_per_read(variable: Variable, value: object) -> bool:
     """Whether `variable.raw_value` is a new object at every read though unchanged: a
     hijax Variable holding a container (rebuilt from its leaves), which identity cannot
     tell changed or not."""
-    return type(value) in (dict, list) and variable.hijax
+    return type(value) in IN_PLACE_CONTAINERS and variable.hijax
 
 
 def meta_of(variable: Variable) -> VariableMeta:
