@@ -65,6 +65,7 @@ from ._ir import (
 )
 from ._limits import array_nbytes, current_budget
 from ._markers import CallMarker, begin_p, end_p, marker_equation
+from ._params import check_params
 from ._regions import bind_with_regions
 from ._rules import differentiable, rebuild_custom
 from ._trace import equation_node, named_equation
@@ -624,6 +625,7 @@ class _Builder:
 
             def trace() -> _Traced:
                 params = dict(node.attrs)
+                check_params(node.tag, params)
                 if node.tag in PUBLIC_BINDERS:
                     binder = PUBLIC_BINDERS[node.tag]
                     fn: Callable[..., Any] = lambda *xs: binder(list(xs), params)
@@ -690,6 +692,7 @@ class _Builder:
             _expect(node, regions, {("cond_jaxpr", None), ("body_jaxpr", None)})
             _check_while(node, [a.aval for a in ins], regions)
         params = dict(node.attrs)
+        check_params(node.tag, params)
         counts: dict[str, int] = {}
         for key, index in regions:
             if index is not None:

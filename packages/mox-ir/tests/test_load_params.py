@@ -1,0 +1,84 @@
+"""A file whose equation params jax reads only when lowering (`precision`, `mode`, ...) is
+refused on load when they do not hold what jax puts there: such a file used to load, and
+its first `eval_mox` aborted the process (`precision=5`: a fatal LLVM error) or raised an
+assertion from inside jax."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import lax
+
+from bryo_mox import MoxSerializationError, dumps, eval_mox, loads, make_mox
+
+pytest.importorskip("bryo_xml")
+
+# Each a function, its arguments and one of its equations' params (as the XML writes it).
+CASES = {
+    "dot_general": (lambda a, b: a @ b, (jnp.ones((2, 3)), jnp.ones((3, 4))), "precision"),
+    "conv": (
+        lambda a, w: lax.conv(a, w, (1,), "SAME"),
+        (jnp.ones((1, 1, 5)), jnp.ones((1, 1, 3))),
+        "precision",
+    ),
+    "round": (
+        lambda a: lax.round(a, lax.RoundingMethod.TO_NEAREST_EVEN),
+        (jnp.ones(3),),
+        "rounding_method",
+    ),
+    "fft": (lambda a: jnp.fft.fft(a), (jnp.ones(4),), "fft_type"),
+    "rng_bit_generator": (
+        lambda k: lax.rng_bit_generator(k, (3,))[1],
+        (jnp.zeros(4, jnp.uint32),),
+        "algorithm",
+    ),
+    "gather": (lambda a, i: a[i], (jnp.ones(5), jnp.array([1, 2])), "mode"),
+    "scatter": (lambda a, i: a.at[i].add(1.0), (jnp.ones(5), jnp.array([1, 2])), "mode"),
+    "gather_sorted": (
+        lambda a, i: a[i],
+        (jnp.ones(5), jnp.array([1, 2])),
+        "indices_are_sorted",
+    ),
+    "scatter_unique": (
+        lambda a, i: a.at[i].add(1.0),
+        (jnp.ones(5), jnp.array([1, 2])),
+        "unique_indices",
+    ),
+    "sort": (lambda a: jnp.sort(a), (jnp.ones(3),), "is_stable"),
+    "cumsum": (lambda a: jnp.cumsum(a), (jnp.ones(3),), "reverse"),
+}
+
+
+def _with_param(text: str, param: str, value: str) -> str:
+    changed, count = re.subn(f'( {param}=")[^"]*(")', rf"\g<1>{value}\g<2>", text)
+    assert count, f"no `{param}` in the file"
+    return changed
+
+
+@pytest.mark.parametrize("value", ["5", "'highest'", "(Precision.HIGHEST, None)"])
+@pytest.mark.parametrize("case", ["dot_general", "conv"])
+def test_a_precision_jax_cannot_lower_is_refused_on_load(case, value):
+    fn, args, param = CASES[case]
+    text = _with_param(dumps(make_mox(fn)(*args), format="xml"), param, value)
+    with pytest.raises(MoxSerializationError, match=r"param `precision=.*`Precision`") as info:
+        loads(text, format="xml")
+    assert info.value.line is not None  # located in the file
+
+
+@pytest.mark.parametrize("case", sorted(set(CASES) - {"dot_general", "conv"}))
+def test_an_enum_or_flag_param_of_another_type_is_refused_on_load(case):
+    fn, args, param = CASES[case]
+    text = _with_param(dumps(make_mox(fn)(*args), format="xml"), param, "7")
+    with pytest.raises(MoxSerializationError, match=f"param `{param}=7`; jax expects"):
+        loads(text, format="xml")
+
+
+@pytest.mark.parametrize(
+    "value", ["Precision.HIGHEST", "(Precision.HIGHEST, Precision.DEFAULT)", "None"]
+)
+def test_every_precision_jax_gives_still_loads_and_evaluates(value):
+    fn, args, param = CASES["dot_general"]
+    text = _with_param(dumps(make_mox(fn)(*args), format="xml"), param, value)
+    result = eval_mox(loads(text, format="xml"), *args)
+    assert jnp.allclose(jax.block_until_ready(result), fn(*args))
