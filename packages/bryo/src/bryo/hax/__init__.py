@@ -160,3 +160,8 @@ from . import axis as axis
 from . import jax_utils as jax_utils
 from . import nn as nn
 from . import util as util
+from ._missing import missing_name as _missing_name
+
+
+def __getattr__(name: str) -> object:
+    raise _missing_name(__name__, name)

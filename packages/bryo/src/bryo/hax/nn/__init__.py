@@ -13,4 +13,9 @@ from bryo_scan import BlockSeq as BlockSeq
 from bryo_scan import ScanCheckpointPolicy as ScanCheckpointPolicy
 from bryo_scan import Stacked as Stacked
 
+from .._missing import missing_name as _missing_name
 from . import scan as scan
+
+
+def __getattr__(name: str) -> object:
+    raise _missing_name(__name__, name)
