@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import pickle
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -305,3 +306,26 @@ def test_keys_with_slashes_round_trip(tmp_path):
     )
     save_state(tmp_path / "ckpt", state)
     assert_same_state(restore_state(tmp_path / "ckpt"), state)
+
+
+def test_threads_save_and_restore_their_own_checkpoints(tmp_path):
+    """orbax's Checkpointer fails when two threads use it at once (on different folders
+    too: FileNotFoundError in its temporary folders); bryo's saves take turns."""
+    _, state = trained_state()
+    errors: list[BaseException] = []
+
+    def save_and_restore(name: str) -> None:
+        try:
+            save_state(tmp_path / name, state)
+            restored = restore_state(tmp_path / name, abstract_state())
+            assert jnp.array_equal(restored["sharded"].value, state["sharded"].value)
+        except BaseException as error:  # reported below, with the thread's name
+            errors.append(error)
+
+    threads = [threading.Thread(target=save_and_restore, args=(f"ck{i}",)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck0", "ck1", "ck2"]

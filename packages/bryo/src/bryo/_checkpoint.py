@@ -26,10 +26,11 @@ import hashlib
 import json
 import math
 import os
+import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -122,6 +123,26 @@ class _Checkpoint(NamedTuple):
     index: list[IndexEntry]
 
 
+#: orbax's `Checkpointer` is not safe to use from several threads at once, even on
+#: different folders: two threads saving `a` and `b` fail in its temporary folders
+#: (`FileNotFoundError`/`FileExistsError`, orbax-checkpoint 0.12.8). Saves, restores and
+#: index reads of this process take turns (re-entrant: a restore reads the index).
+_TURNS = threading.RLock()
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _one_at_a_time(function: _F) -> _F:
+    """`function`, run while holding `_TURNS`."""
+
+    @functools.wraps(function)
+    def in_turn(*args: Any, **kwargs: Any) -> Any:
+        with _TURNS:
+            return function(*args, **kwargs)
+
+    return cast(_F, in_turn)
+
+
+@_one_at_a_time
 def save_state(directory: str | Path, state: State, *, force: bool = False) -> Path:
     """Save a whole model state (every Variable type, rng keys and counts) with orbax.
 
@@ -173,6 +194,7 @@ def save_state(directory: str | Path, state: State, *, force: bool = False) -> P
     return directory
 
 
+@_one_at_a_time
 def restore_state(
     directory: str | Path,
     abstract: State | None = None,
@@ -213,6 +235,7 @@ def restore_state(
     )
 
 
+@_one_at_a_time
 def read_index(directory: str | Path) -> list[IndexEntry]:
     """The index of a checkpoint: each saved Variable's path, type, shape, dtype, metadata
     and checksum (the index file is checked against the manifest first)."""
