@@ -91,13 +91,15 @@ class _Frame:
 
 
 class BuiltGraph:
-    """The result of `build_graph`: the new root, and how deep the GraphDef's nodes nest."""
+    """The result of `build_graph`: the new root, how deep the GraphDef's nodes nest, and
+    the objects built (or put in) by GraphDef index (`known`, when the caller gave it)."""
 
-    __slots__ = ("depth", "root")
+    __slots__ = ("built", "depth", "root")
 
-    def __init__(self, root: object, depth: int) -> None:
+    def __init__(self, root: object, depth: int, built: dict[int, object]) -> None:
         self.root = root
         self.depth = depth
+        self.built = built
 
 
 def build_graph(
@@ -119,15 +121,15 @@ def build_graph(
     """
     built: dict[int, object] = {} if known is None else known
     if type(root) is RefEntry:  # a graph met whole by an earlier call of the same context
-        return BuiltGraph(built[root.index], 0)
+        return BuiltGraph(built[root.index], 0, built)
     if type(root) is not NodeEntry:  # a graph of one bare Variable or array
         if type(root) is VariableEntry and not recreate_variables:
-            return BuiltGraph(leaves[0], 0)
+            return BuiltGraph(leaves[0], 0, built)
         value = _bare_leaf(root, leaves)
         if type(root) is VariableEntry:
             value = _reused_variable(value, root.index, reuse)  # type: ignore[arg-type]  # a Variable
             built[root.index] = value
-        return BuiltGraph(value, 0)
+        return BuiltGraph(value, 0, built)
     position = 0
     stack = [_open(root, registry, built, (), reuse=reuse)]
     depth = 1
@@ -166,7 +168,7 @@ def build_graph(
             stack.pop()
             node = _close(frame, built)
             if not stack:
-                return BuiltGraph(node, depth)
+                return BuiltGraph(node, depth, built)
             stack[-1].items.append((frame.key, node))
             continue
         stack.append(_open(child, registry, built, key, stack, reuse))

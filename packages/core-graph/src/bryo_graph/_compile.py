@@ -124,12 +124,19 @@ class _Compiler:
 
 
 def compile_graphdef(root: Entry, registry: TypeTable, *, name: str) -> Callable:
-    """A function `build(leaves) -> graph` for the GraphDef `root` (leaves in GraphDef
-    order); `name` is the file name its tracebacks show."""
+    """A function `build(leaves) -> (graph, objects)` for the GraphDef `root` (leaves in
+    GraphDef order); `name` is the file name its tracebacks show. `objects` holds the
+    nodes and Variables the build made or put in, in the order of their GraphDef indices,
+    with None for the root (the graph itself: a graph that held the tuple would hold
+    itself); its position is an object's index when the indices are 0, 1, 2, ... (as in
+    every GraphDef a flattening made)."""
     compiler = _Compiler(registry)
     result = compiler.expr(root, ())
     body = "\n".join(f"    {line}" for line in compiler.lines) or "    pass"
-    source = f"def build(L):\n    T = current_trace()\n{body}\n    return {result}\n"
+    root_index = root.index if type(root) is NodeEntry else None
+    names = [f"n{i}" if i != root_index else "None" for i in sorted(compiler.built)]
+    objects = f"({', '.join(names)},)" if names else "()"
+    source = f"def build(L):\n    T = current_trace()\n{body}\n    return {result}, {objects}\n"
     namespace = {
         "K": compiler.consts,
         "current_trace": current_trace,

@@ -12,7 +12,8 @@ cached: re-splitting an unchanged model only reads the Variables' current values
 cache of an `Object` (or `List`, `Dict`) root lives on the root itself, that of an
 immutable root in a bounded table that holds the root weakly, so a cache never keeps a
 model alive; a cached flattening expires when one of *its* nodes changes (`_tracking`).
-`merge` walks the GraphDef (`_build`) and compiles it only once it proved hot (`_compile`).
+`merge` walks the GraphDef (`_build`) and compiles it only once it proved hot (`_compile`),
+and hands what it built to the new graph's first flattening, which then need not walk it.
 
 As in Flax NNX 0.12, the States hold the graph's live Variables and raw leaves as they
 are (arrays, `data(...)` values; a backend's node type may name a Variable class for its
@@ -28,7 +29,7 @@ import abc
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any as _Any
 from typing import cast
 
@@ -55,10 +56,11 @@ from ._entries import (
     render,
 )
 from ._errors import GraphError
+from ._fields import data_types
 from ._graph_state import GraphState, graph_states_parts
 from ._modes import graph_mode
-from ._nodes import JAX_PYTREE, JaxPytree, NodeType, is_pytree_node, node_types
-from ._object import Dict, List, Object
+from ._nodes import JAX_PYTREE, JaxPytree, NodeType, _tuple_flatten, is_pytree_node, node_types
+from ._object import MERGED, Dict, List, Object, _dict_flatten, _list_flatten, object_flatten
 from ._state import FlatState, State, check_catch_all_last, group_flat, sorted_paths
 from ._tracking import Watch, watch_all, write_count
 from ._tree_mode import TreeDef, tree_flatten, tree_iter, tree_merge, tree_split, tree_state
@@ -84,9 +86,11 @@ class GraphDef(abc.ABC):  # noqa: B024  # an ABC only so that TreeDef can be reg
         "_builder",
         "_builds",
         "_depth",
+        "_handover",
         "_hash",
         "_leaf_order",
         "_leaf_paths",
+        "_span_table",
         "root",
     )
 
@@ -95,9 +99,13 @@ class GraphDef(abc.ABC):  # noqa: B024  # an ABC only so that TreeDef can be reg
         self._hash = hash(root)
         self._leaf_paths: frozenset[Path] | None = None
         self._leaf_order: tuple[Path, ...] | None = None
-        self._builder: Stamped[Callable[[list], object]] | None = None
+        self._builder: Stamped[Callable[[list], tuple[object, _Objects]]] | None = None
         self._builds = 0
         self._depth = 0
+        # how `merge` hands its flattening over (`_HandoverPlan`): None until a flattening
+        # of a merged graph checked it, False where it cannot be handed over
+        self._handover: _HandoverPlan | bool | None = None
+        self._span_table: dict[Path, range | None] | None = None
 
     def __hash__(self) -> int:
         return self._hash
@@ -153,6 +161,11 @@ class GraphDef(abc.ABC):  # noqa: B024  # an ABC only so that TreeDef can be reg
         compiled into straight-line Python (unless its nodes nest deeper than
         `_COMPILE_MAX_DEPTH`) and built by that function from then on.
         """
+        return self._build(leaves)[0]
+
+    def _build(self, leaves: list) -> tuple[object, _Objects]:
+        """`build`, with the nodes and Variables built (or put in) by GraphDef index: a
+        tuple or a dict, without the root (see `compile_graphdef`)."""
         registry = node_types()
         builder = self._builder
         if builder is not None and builder.epoch == registry.epoch:
@@ -165,12 +178,25 @@ class GraphDef(abc.ABC):  # noqa: B024  # an ABC only so that TreeDef can be reg
         built = build_graph(self.root, leaves, registry)
         self._builds += 1
         self._depth = built.depth
-        return built.root
+        objects = built.built
+        if type(self.root) is NodeEntry:
+            objects.pop(self.root.index, None)
+        return built.root, objects
+
+    def span_table(self) -> dict[Path, range | None]:
+        """`path -> range` of each node entry's State leaves (None where its subgraph
+        refers to a node or Variable numbered before it): what `FlatGraph.node_spans`
+        reads, made once per GraphDef. Never mutate it."""
+        table = self._span_table
+        if table is None:
+            table = self._span_table = _span_table(self.root)
+        return table
 
     def _forget_builder(self) -> None:
         """Drop the compiled builder and the count of builds (`clear_caches`)."""
         self._builder = None
         self._builds = 0
+        self._handover = None
 
     def _name(self) -> str:
         """The file name the compiled builder's tracebacks show."""
@@ -343,7 +369,8 @@ class FlatGraph:
         after dropping this flattening (its GraphDef)."""
         spans = self._spans
         if spans is None:
-            spans = self._spans = _node_spans(self.graphdef.root, dict(self.nodes))
+            table = self.graphdef.span_table()
+            spans = self._spans = {id(node): (node, table[path]) for path, node in self.nodes}
         return spans
 
     def flat_state(self) -> dict[Path, object]:
@@ -382,11 +409,11 @@ class FlatGraph:
         return tuple(groups)
 
 
-def _node_spans(root: Entry, nodes: dict[Path, object]) -> dict[int, tuple[object, range | None]]:
-    """`id(node) -> (node, leaf positions)` for the mutable nodes (`nodes`, by path) under
-    `root`: the range of each node's leaves, or None when its subgraph refers to a node or
-    Variable numbered before it (its own flattening would then hold that one's leaves)."""
-    spans: dict[int, tuple[object, range | None]] = {}
+def _span_table(root: Entry) -> dict[Path, range | None]:
+    """`path -> leaf positions` for the node entries under `root`: the range of each
+    node's leaves, or None when its subgraph refers to a node or Variable numbered before
+    it (its own flattening would then hold that one's leaves)."""
+    spans: dict[Path, range | None] = {}
     # open nodes: [index, path, first leaf position, self-contained]; items to visit are
     # (entry, path), or None to close the innermost open node
     open_nodes: list[list] = []
@@ -396,9 +423,7 @@ def _node_spans(root: Entry, nodes: dict[Path, object]) -> dict[int, tuple[objec
         item = stack.pop()
         if item is None:
             _, path, start, contained = open_nodes.pop()
-            node = nodes.get(path)
-            if node is not None:
-                spans[id(node)] = (node, range(start, position) if contained else None)
+            spans[path] = range(start, position) if contained else None
             continue
         entry, path = item
         if type(entry) is VariableEntry or type(entry) is LeafEntry:
@@ -618,12 +643,24 @@ def flat_graph(node: object, /, *, keep: bool = True) -> FlatGraph:
     its own would make a reference cycle, which only the garbage collector frees): its
     `watch` still tells whether it is valid. Tools flattening short-lived models (a model
     merged inside a traced function) pass it.
+
+    The first flattening of a graph that `merge` built, when nothing was written since, is
+    made from what the merge knew (its GraphDef, the very object `merge` got, and the nodes
+    and Variables it built) instead of walking the graph: the same result, for a fraction
+    of the cost (see "Handing a merge's flattening over" below).
     """
     own = isinstance(node, _OWN_CACHE)
+    merged = None
     if own:
-        flat = node.__dict__.get(_CACHE)
+        namespace = node.__dict__
+        flat = namespace.get(_CACHE)
         if flat is not None and flat.watch.is_valid():
             return flat
+        merged = namespace.pop(MERGED, None)  # (taken by one caller only)
+        if merged is not None:
+            flat = _handed_over(node, merged, keep)
+            if flat is not None:
+                return flat
     else:
         entry = _table.get(id(node))
         if entry is not None and entry.ref() is node and entry.flat.watch.is_valid():  # type: ignore[union-attr]  # a cached flattening has a watch
@@ -645,6 +682,8 @@ def flat_graph(node: object, /, *, keep: bool = True) -> FlatGraph:
     flat = FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
     if flattener.cacheable and (own or not node_type.mutable):
         _remember(node, flat, flattener.tracked, writes, own, keep)
+    if merged is not None and writes == merged.writes + 1:  # nothing written since merge
+        _check_handover(merged, node, flat, flattener)
     return flat
 
 
@@ -660,8 +699,7 @@ def _remember(
     if not keep:
         return
     if own:
-        node.__dict__[_CACHE] = flat
-        _owners[id(node)] = node
+        _keep_own(node, flat)
         return
     key = id(node)
     try:
@@ -678,6 +716,12 @@ def _remember(
             if oldest is not None:
                 oldest.flat.watch.expire()  # type: ignore[union-attr]  # a cached flattening has a watch
         _table[key] = _TableEntry(ref, flat)
+
+
+def _keep_own(node: object, flat: FlatGraph) -> None:
+    """Cache `flat` on its root, an `Object`, `List` or `Dict`."""
+    node.__dict__[_CACHE] = flat
+    _owners[id(node)] = node
 
 
 def _forget_root(key: int, ref: weakref.ref) -> None:
@@ -715,6 +759,180 @@ def _clear_graph_caches() -> None:
     for graphdef in list(_compiled.values()):
         graphdef._forget_builder()
     _compiled.clear()
+
+
+# Handing a merge's flattening over -------------------------------------------------
+#
+# `merge` knows the graph it built: its GraphDef, its State leaves in order, and every
+# node and Variable it made or put in, by GraphDef index. It leaves them on the new root
+# (an `Object`, `List` or `Dict`, under `MERGED`), and the root's first flattening, if
+# nothing was written anywhere since (the write counter of `_tracking` moved by exactly
+# the flattening's own tick), makes its `FlatGraph` from them instead of walking the
+# graph, sorting attributes and building a GraphDef equal to the one merge got.
+#
+# That is right only where walking the built graph gives back that GraphDef, with each
+# leaf's parent and each node being the object built for its index. The first flattening
+# of a graph merged from a GraphDef walks as before and checks exactly that: the walk's
+# GraphDef equals the merged one and every parent, node and watched object is one the
+# merge built; only then does the GraphDef keep a `_HandoverPlan` (under the node types
+# and data types it was checked with: a plugin or `register_data_type` since then makes
+# the next flattening check again). Its nodes must be of core-graph's own kinds (Objects,
+# `List`, `Dict`, tuples), whose walk depends only on what the GraphDef fixes. What a
+# merge's State may change is checked at each handover: each Variable is of its entry's
+# class and no Variable was given twice (the walk would find a shared reference), raw
+# leaves are arrays (not Variables, refs or graph nodes). Otherwise the root is walked.
+#
+# The record holds no reference to the root (no reference cycle: a merged model is freed
+# by reference counting), and the root's flattening takes it away, whether it uses it or
+# not; a copy or pickle of the root drops it.
+
+_Objects = Sequence[object] | dict[int, object]
+"""A merge's nodes and Variables by GraphDef index (a tuple from a compiled builder, a
+dict from the walking one), without the root."""
+
+
+class _Merged:
+    """What `merge` leaves on the root it built (under `MERGED`)."""
+
+    __slots__ = ("graphdef", "leaves", "objects", "writes")
+
+    def __init__(self, graphdef: GraphDef, leaves: tuple, objects: _Objects, writes: int) -> None:
+        self.graphdef = graphdef
+        self.leaves = leaves  # the State leaves, in GraphDef order
+        self.objects = objects
+        self.writes = writes  # the write counter's tick once the graph was built
+
+
+# The node kinds whose walk depends only on what the GraphDef fixes (by flatten function)
+_FAITHFUL = frozenset({object_flatten, _list_flatten, _dict_flatten, _tuple_flatten})
+
+
+class _HandoverPlan:
+    """How a flattening of a graph merged from one GraphDef is made from the merge's
+    objects (by GraphDef index), checked once against a walk."""
+
+    __slots__ = ("data_types", "epoch", "nodes", "sources", "tracked")
+
+    def __init__(
+        self,
+        epoch: int | None,
+        known_data: dict,
+        sources: tuple[tuple[int | None, type, int, NodeType, Key], ...],
+        nodes: tuple[tuple[Path, int], ...],
+        tracked: tuple[int, ...],
+    ) -> None:
+        self.epoch = epoch  # the node types' registry epoch it was checked under
+        self.data_types = known_data  # `data_types()` it was checked under
+        # per State leaf: (index of its Variable or None for a raw leaf, its leaf type,
+        # index of its parent, the parent's node type, its key)
+        self.sources = sources
+        self.nodes = nodes  # (path, index) of each mutable node, children first
+        self.tracked = tracked  # indices of the nodes and Variables a watch goes on
+
+
+def _handed_over(node: object, merged: _Merged, keep: bool) -> FlatGraph | None:
+    """The flattening of the graph `merge` just built (`node`, its root), made from what
+    the merge knew; None where it cannot be (then `node` is walked)."""
+    graphdef = merged.graphdef
+    plan = graphdef._handover
+    if type(plan) is not _HandoverPlan:
+        return None
+    registry = node_types()
+    if plan.epoch != registry.epoch or plan.data_types is not data_types():
+        return None
+    objects = merged.objects
+    found = list(objects) if type(objects) is tuple else objects
+    found[graphdef.root.index] = node  # type: ignore[index]  # a list or the merge's own dict
+    leaves = merged.leaves
+    sources = []
+    variables = []
+    for position, (at, leaf_type, parent, parent_type, key) in enumerate(plan.sources):
+        if at is not None:
+            variable = cast(Variable, found[at])
+            if type(variable) is not leaf_type and variable_class(variable) is not leaf_type:
+                return None  # a Variable of another class than the GraphDef's
+            variables.append(variable)
+            source = LeafSource(variable, None, leaf_type, found[parent], parent_type, key)
+        else:
+            value = leaves[position]
+            if (
+                isinstance(value, Variable)  # (merge put in its value of the time)
+                or not is_shaped(value)
+                or is_ref(value)
+                or registry.lookup(type(value)) is not None
+            ):
+                return None
+            source = LeafSource(None, value, leaf_type, found[parent], parent_type, key)
+        sources.append(source)
+    if len(set(map(id, variables))) != len(variables):
+        return None  # a Variable given at two paths: the graph shares it
+    nodes = [(path, found[at]) for path, at in plan.nodes]
+    flat = FlatGraph(graphdef, list(graphdef.leaf_order), sources, nodes)
+    watch = flat.watch = Watch()
+    registered = watch_all(watch, [found[at] for at in plan.tracked])
+    if write_count() != merged.writes + 1:  # the graph may have changed since merge
+        watch.expire()
+        return None
+    if not registered:
+        watch.expire()
+    elif keep:
+        _keep_own(node, flat)
+    return flat
+
+
+def _check_handover(merged: _Merged, root: object, flat: FlatGraph, walk: _Flattener) -> None:
+    """After walking the graph `merge` built (nothing written since), check whether its
+    GraphDef's merges can hand their flattening over, and keep the answer on it."""
+    graphdef = merged.graphdef
+    plan = graphdef._handover
+    if plan is False:
+        return
+    registry = walk.registry
+    if (
+        type(plan) is _HandoverPlan
+        and plan.epoch == registry.epoch
+        and plan.data_types is data_types()
+    ):
+        return  # (the handover was refused for this merge's State)
+    graphdef._handover = _handover_plan(merged, root, flat, walk) or False
+
+
+def _handover_plan(
+    merged: _Merged, root: object, flat: FlatGraph, walk: _Flattener
+) -> _HandoverPlan | None:
+    graphdef = merged.graphdef
+    if not walk.cacheable or type(graphdef.root) is not NodeEntry or flat.graphdef != graphdef:
+        return None
+    registry = walk.registry
+    for entry in graphdef.nodes:
+        if type(entry) is NodeEntry:
+            node_type = registry.lookup(entry.type)
+            if node_type is None or node_type.flatten not in _FAITHFUL:
+                return None
+    objects = merged.objects
+    index = {id(root): graphdef.root.index}
+    for at, obj in objects.items() if type(objects) is dict else enumerate(objects):
+        if obj is not None:
+            index[id(obj)] = at
+    sources = []
+    for source in flat.sources:
+        parent = index.get(id(source._parent))
+        if source.variable is not None:
+            at = index.get(id(source.variable))
+            if at is None:
+                return None
+        elif is_ref(source.value) or not is_shaped(source.value):
+            return None  # (a handover takes raw leaves that are arrays only)
+        else:
+            at = None
+        if parent is None:
+            return None  # a node its parent's flatten made on the fly
+        sources.append((at, source.leaf_type, parent, source.parent_type, source.key))
+    nodes = tuple((path, index.get(id(node), -1)) for path, node in flat.nodes)
+    tracked = tuple(index.get(id(obj), -1) for obj in walk.tracked)
+    if any(at < 0 for _, at in nodes) or any(at < 0 for at in tracked):
+        return None
+    return _HandoverPlan(registry.epoch, data_types(), tuple(sources), nodes, tracked)
 
 
 # Unflattening -----------------------------------------------------------------------
@@ -801,7 +1019,11 @@ def unflatten(
         return tree_merge(graphdef, (state,), copy=False, recreate_variables=recreate_variables)
     leaves = leaves_in_order(graphdef, state)
     if recreate_variables:
-        return graphdef.build(leaves)
+        node, objects = graphdef._build(leaves)
+        if graphdef._handover is not False and isinstance(node, _OWN_CACHE):
+            # for the first flattening of `node` (see `_handed_over`)
+            node.__dict__[MERGED] = _Merged(graphdef, tuple(leaves), objects, write_count())
+        return node
     return build_graph(graphdef.root, leaves, node_types(), recreate_variables=False).root
 
 

@@ -46,13 +46,16 @@ STATUSES = "_object__statuses"  # {name: is_data} set by `data(...)` / `static(.
 _TREEDEF = TREEDEF  # the cached pytree node data (an `ObjectTreeDef`); changes drop it
 _FLATTENED = FLATTENED  # the cached pytree flattening (`_Flattening`); changes drop it
 _FLAT = "_object__flat"  # the cached flattening of a graph this node is the root of
+# What `merge` knows of the graph it just built, for the first flattening of this root to
+# use instead of walking the graph (see `bryo_graph._graph.flat_graph`)
+MERGED = "_object__merged"
 _ACYCLIC = "_object__acyclic"  # the cached proof that tree mode meets no cycle (`_cycles`)
 # The JAX trace the node was made in (`current_trace()`), recorded by construction,
 # unflattening, `merge`, copying and unpickling: a write from inside another trace raises
 # `TraceContextError` (Flax's TraceState check). Dropped by copies, which record their own.
 OWNER = "_object__trace"
 # Bookkeeping a List or Dict drops when copied or pickled (an Object: `_object__transient`)
-_CONTAINER_TRANSIENT = frozenset({_TREEDEF, _FLATTENED, _FLAT, _ACYCLIC, WATCHES, OWNER})
+_CONTAINER_TRANSIENT = frozenset({_TREEDEF, _FLATTENED, _FLAT, MERGED, _ACYCLIC, WATCHES, OWNER})
 
 
 class ObjectTreeDef:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import types
 from collections.abc import Iterable
 
 WATCHES = "_object__watches"
@@ -110,36 +111,71 @@ def watch_all(watch: Watch, nodes: Iterable[object]) -> bool:
     cannot keep watches (a tracked node of a backend without `__dict__` or the slot)."""
     with _lock:
         for node in nodes:
-            watches = _get_watches(node)
-            if watches is None:
-                try:
-                    _set_watches(node, [watch])
-                except (AttributeError, TypeError):
-                    return False
+            cls = type(node)
+            if cls.__dictoffset__ and type(namespace := getattr(node, "__dict__", None)) is dict:
+                watches = namespace.get(WATCHES)  # (the common case, inline: an Object)
+                if watches is None:
+                    namespace[WATCHES] = [watch]
+                    continue
             else:
-                if len(watches) >= _PRUNE_AT:
-                    watches[:] = [w for w in watches if w.valid]
-                watches.append(watch)
+                slot = _slot_of(cls)
+                if slot is None:
+                    return False
+                try:
+                    watches = slot.__get__(node, cls)
+                except AttributeError:  # the slot was never set
+                    watches = None
+                if watches is None:
+                    slot.__set__(node, [watch])
+                    continue
+            if len(watches) >= _PRUNE_AT:
+                watches[:] = [w for w in watches if w.valid]
+            watches.append(watch)
     return True
 
 
+# How a node keeps its watches: in its `__dict__` (an `Object`, `List`, `Dict`), else in
+# the `WATCHES` slot its class declares (a Variable). Told apart by the class, which is
+# cheaper than trying `node.__dict__`: a Variable's `__getattr__` runs on a miss.
+_MemberDescriptor = types.MemberDescriptorType
+
+
+def _slot_of(cls: type) -> types.MemberDescriptorType | None:
+    slot = getattr(cls, WATCHES, None)
+    return slot if type(slot) is _MemberDescriptor else None
+
+
 def _get_watches(node: object) -> list[Watch] | None:
-    try:
-        return node.__dict__.get(WATCHES)
-    except AttributeError:  # a slotted node (a Variable); no class `__getattr__` involved
+    cls = type(node)
+    if cls.__dictoffset__:
         try:
-            return object.__getattribute__(node, WATCHES)
-        except AttributeError:
-            return None
+            return node.__dict__.get(WATCHES)
+        except AttributeError:  # (a class hiding its `__dict__`)
+            pass
+    slot = _slot_of(cls)
+    if slot is None:
+        return None
+    try:
+        return slot.__get__(node, cls)
+    except AttributeError:  # the slot was never set
+        return None
 
 
 def _set_watches(node: object, watches: list[Watch] | None) -> None:
-    try:
-        namespace = node.__dict__
-    except AttributeError:
-        object.__setattr__(node, WATCHES, watches)
-    else:
-        if watches is None:
-            namespace.pop(WATCHES, None)
+    cls = type(node)
+    if cls.__dictoffset__:
+        try:
+            namespace = node.__dict__
+        except AttributeError:
+            pass
         else:
-            namespace[WATCHES] = watches
+            if watches is None:
+                namespace.pop(WATCHES, None)
+            else:
+                namespace[WATCHES] = watches
+            return
+    slot = _slot_of(cls)
+    if slot is None:
+        object.__setattr__(node, WATCHES, watches)  # (raises: nowhere to keep them)
+    else:
+        slot.__set__(node, watches)
