@@ -51,6 +51,13 @@ def test_the_version_check_names_what_asked(monkeypatch):
 
 
 @needs_hijax
+def test_set_raw_value_of_a_hijax_variable_stores_through_it():
+    high = with_vars(Param(jnp.array(1), tag="hi"), hijax=True)
+    high.set_raw_value(jnp.array(4))
+    assert int(high.raw_value) == 4 and int(high[...]) == 4 and high.tag == "hi"
+
+
+@needs_hijax
 def test_jit_writes_into_a_hijax_variable_in_place():
     low = Param(jnp.array(1), tag="hi")
     high = with_vars(low, hijax=True)

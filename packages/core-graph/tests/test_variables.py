@@ -3,6 +3,7 @@ metadata, pytree behaviour, copies and pickling; `VariableState` as the older sp
 
 import copy
 import pickle
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -64,6 +65,30 @@ def test_get_and_set_value_with_index():
     assert v.get_raw_value() is v.raw_value
     v.set_raw_value(5)
     assert v.value == 5
+
+
+class Logged(Variable):
+    """Redefines `raw_value`: every write of it is logged."""
+
+    writes: typing.ClassVar[list] = []
+
+    @property
+    def raw_value(self):
+        return Variable.raw_value.fget(self)
+
+    @raw_value.setter
+    def raw_value(self, value):
+        Logged.writes.append(value)
+        Variable.raw_value.fset(self, value)
+
+
+def test_set_raw_value_goes_through_a_redefined_raw_value():
+    logged = Logged(1, tag="t")
+    logged.set_raw_value(5)
+    assert Logged.writes == [5] and logged.raw_value == 5 and logged.tag == "t"
+    plain = Param(1, tag="t")
+    plain.set_raw_value(6)
+    assert plain.raw_value == 6 and plain.tag == "t"
 
 
 class Doubled(Variable):

@@ -171,10 +171,10 @@ def store(variable: Variable, value: object, metadata: Metadata) -> None:
 def store_raw_value(variable: Variable, value: object) -> None:
     """`raw_value`'s setter: store `value` as is, keeping the metadata."""
     try:
-        metadata = _get_flattened(variable).metadata
+        metadata = _get_flattened(variable)[1]
     except AttributeError:  # not made yet (`__init__`, unpickling)
         metadata = NO_METADATA
-    store(variable, value, metadata)
+    _set_flattened(variable, _flattened((_hold((value,)), metadata)))  # (`store`, inline)
 
 
 def _store_metadata(variable: Variable, metadata: Metadata) -> None:
@@ -345,7 +345,10 @@ class Variable(metaclass=_VariableType):
 
     def set_raw_value(self, value: object) -> None:
         """Store `value` as is, without `set_value`'s transformation."""
-        object.__setattr__(self, "raw_value", value)
+        if type(self).raw_value is _PLAIN_RAW_VALUE:  # (hijax Variables redefine it)
+            store_raw_value(self, value)  # (what the property's setter runs, called directly)
+        else:
+            object.__setattr__(self, "raw_value", value)
 
     @property
     def ref(self) -> bool:
@@ -679,8 +682,7 @@ def raw_value_getter(variables: Iterable[Variable]) -> Callable[[Variable], obje
     >>> list(map(raw_value_getter(variables), variables))
     [1, 2]
     """
-    plain = Variable.__dict__["raw_value"]
-    if all(type(v).raw_value is plain for v in variables):
+    if all(type(v).raw_value is _PLAIN_RAW_VALUE for v in variables):
         return _read_stored_value
     return _read_raw_value
 
@@ -690,6 +692,7 @@ _FLAGS = frozenset({"ref", "hijax"})
 _FLAG_KEYS = frozenset({"hijax", "ref", "eager_sharding"})
 _new = object.__new__
 _get_flattened = Variable._flattened.__get__  # type: ignore[attr-defined]  # a slot's descriptor
+_PLAIN_RAW_VALUE = Variable.__dict__["raw_value"]  # the property of Variables that store plainly
 _set_flattened = Variable._flattened.__set__  # type: ignore[attr-defined]  # a slot's descriptor
 
 
