@@ -47,11 +47,24 @@ CASES = {
     ),
     "sort": (lambda a: jnp.sort(a), (jnp.ones(3),), "is_stable"),
     "cumsum": (lambda a: jnp.cumsum(a), (jnp.ones(3),), "reverse"),
+    "convert_element_type": (lambda a: a.astype(jnp.int32), (jnp.ones(3),), "weak_type"),
+    "sort_dimension": (lambda a: jnp.sort(a), (jnp.ones(3),), "dimension"),
+    "sort_num_keys": (lambda a: jnp.sort(a), (jnp.ones(3),), "num_keys"),
+    "select_and_scatter_add": (
+        lambda a: jax.grad(
+            lambda a: lax.reduce_window(a, -jnp.inf, lax.max, (2,), (1,), "VALID").sum()
+        )(a),
+        (jnp.arange(4.0),),
+        "window_strides",
+    ),
 }
 
 
 def _with_param(text: str, param: str, value: str) -> str:
-    changed, count = re.subn(f'( {param}=")[^"]*(")', rf"\g<1>{value}\g<2>", text)
+    """`text` with the first `param` of an element whose tag is not `reduce_window_max`
+    (the forward pass of the `select_and_scatter_add` case) set to `value`."""
+    element = r"(<(?!reduce_window_max)[\w-]+\b[^>]*? "
+    changed, count = re.subn(element + f'{param}=")[^"]*(")', rf"\g<1>{value}\g<2>", text, count=1)
     assert count, f"no `{param}` in the file"
     return changed
 

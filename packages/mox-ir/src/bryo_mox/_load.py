@@ -625,7 +625,7 @@ class _Builder:
 
             def trace() -> _Traced:
                 params = dict(node.attrs)
-                check_params(node.tag, params)
+                check_params(node.tag, params, [a.aval for a in ins])
                 if node.tag in PUBLIC_BINDERS:
                     binder = PUBLIC_BINDERS[node.tag]
                     fn: Callable[..., Any] = lambda *xs: binder(list(xs), params)
@@ -692,7 +692,7 @@ class _Builder:
             _expect(node, regions, {("cond_jaxpr", None), ("body_jaxpr", None)})
             _check_while(node, [a.aval for a in ins], regions)
         params = dict(node.attrs)
-        check_params(node.tag, params)
+        check_params(node.tag, params, [a.aval for a in ins])
         counts: dict[str, int] = {}
         for key, index in regions:
             if index is not None:
