@@ -1,5 +1,7 @@
 """`bryo mox show|query|convert`, and their errors for bad files."""
 
+import os
+
 import jax.numpy as jnp
 import pytest
 
@@ -192,7 +194,12 @@ def test_yson_errors_name_the_path(tmp_path, capsys):
 
 def test_unreadable_file_and_usage_errors_are_one_line(xml_file, tmp_path, capsys):
     assert main(["mox", "show", str(tmp_path)]) == 2
-    assert "no such file" in one_line(capsys.readouterr().err)
+    assert f"{tmp_path}: is a folder; give the path of a MoX file" in one_line(
+        capsys.readouterr().err
+    )
+    if os.path.exists("/dev/null"):
+        assert main(["mox", "show", "/dev/null"]) == 2
+        assert "/dev/null: is not a regular file" in one_line(capsys.readouterr().err)
     with pytest.raises(SystemExit) as info:
         main(["mox", "query", str(xml_file)])
     assert info.value.code == 2

@@ -27,8 +27,11 @@ class _CommandError(Exception):
 def _load(path: Path) -> Any:
     import bryo_mox as mox
 
-    if not path.is_file():
+    if not path.exists():
         raise _CommandError(f"{path}: no such file")
+    if not path.is_file():
+        what = "a folder" if path.is_dir() else "not a regular file (a device, a pipe, ...)"
+        raise _CommandError(f"{path}: is {what}; give the path of a MoX file (.mox.xml, .mox.yson)")
     try:
         return mox.load(path)
     except mox.MoxSerializationError as error:
