@@ -47,6 +47,12 @@ CASES = {
     ),
     "sort": (lambda a: jnp.sort(a), (jnp.ones(3),), "is_stable"),
     "cumsum": (lambda a: jnp.cumsum(a), (jnp.ones(3),), "reverse"),
+    "tanh": (lambda a: jnp.tanh(a), (jnp.ones(3),), "accuracy"),
+    "tanh_accurate": (
+        lambda a: lax.tanh(a, accuracy=lax.AccuracyMode.HIGHEST),
+        (jnp.ones(3),),
+        "accuracy",
+    ),
     "convert_element_type": (lambda a: a.astype(jnp.int32), (jnp.ones(3),), "weak_type"),
     "sort_dimension": (lambda a: jnp.sort(a), (jnp.ones(3),), "dimension"),
     "sort_num_keys": (lambda a: jnp.sort(a), (jnp.ones(3),), "num_keys"),
@@ -94,4 +100,10 @@ def test_every_precision_jax_gives_still_loads_and_evaluates(value):
     fn, args, param = CASES["dot_general"]
     text = _with_param(dumps(make_mox(fn)(*args), format="xml"), param, value)
     result = eval_mox(loads(text, format="xml"), *args)
+    assert jnp.allclose(jax.block_until_ready(result), fn(*args))
+
+
+def test_an_accuracy_jax_gives_still_loads_and_evaluates():
+    fn, args, _ = CASES["tanh_accurate"]
+    result = eval_mox(loads(dumps(make_mox(fn)(*args), format="xml"), format="xml"), *args)
     assert jnp.allclose(jax.block_until_ready(result), fn(*args))

@@ -101,6 +101,18 @@ class ParamRule(NamedTuple):
 
 
 _BOOL = ParamRule(_any_primitive, _is_bool, "`True` or `False`")
+#: What a transcendental op's `accuracy` may hold (`lax.tanh(x, accuracy=...)`).
+_ACCURACIES: tuple[type, ...] = tuple(
+    cls
+    for cls in (getattr(lax, "AccuracyMode", None), getattr(lax, "Tolerance", None))
+    if isinstance(cls, type)
+)
+
+
+def _is_accuracy(value: object, operands: Sequence[Any]) -> bool:
+    return value is None or isinstance(value, _ACCURACIES)
+
+
 _SELECT_AND_SCATTER = _only("select_and_scatter_add", "select_and_scatter")
 
 PARAM_RULES: Mapping[str, tuple[ParamRule, ...]] = {
@@ -115,6 +127,9 @@ PARAM_RULES: Mapping[str, tuple[ParamRule, ...]] = {
         ParamRule(_any_primitive, _instance_of(lax.RoundingMethod), "a `RoundingMethod`"),
     ),
     "fft_type": (ParamRule(_any_primitive, _instance_of(lax.FftType), "an `FftType`"),),
+    "accuracy": (
+        ParamRule(_any_primitive, _is_accuracy, "None, an `AccuracyMode` or a `Tolerance`"),
+    ),
     "algorithm": (
         ParamRule(
             _only("rng_bit_generator"), _instance_of(lax.RandomAlgorithm), "a `RandomAlgorithm`"
