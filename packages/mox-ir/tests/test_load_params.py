@@ -107,3 +107,21 @@ def test_an_accuracy_jax_gives_still_loads_and_evaluates():
     fn, args, _ = CASES["tanh_accurate"]
     result = eval_mox(loads(dumps(make_mox(fn)(*args), format="xml"), format="xml"), *args)
     assert jnp.allclose(jax.block_until_ready(result), fn(*args))
+
+
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [
+        ('cosed="False"', r"unknown attrs \['cosed'\]"),
+        ('closed="7"', "a `closed` attr that is not a bool"),
+    ],
+)
+def test_a_region_with_a_misspelt_or_odd_closed_attr_is_refused(written, message):
+    """A `remat`'s jaxpr is open: a file whose `closed="False"` lost a letter used to load
+    it as a closed one and fail at the first evaluation (`ClosedJaxpr.replace()`)."""
+    fn = jax.checkpoint(lambda a: jnp.sin(a) * 2.0)
+    text = dumps(make_mox(fn)(jnp.ones(3)), format="xml")
+    changed, count = re.subn('closed="False"', written, text, count=1)
+    assert count, "no open region in the file"
+    with pytest.raises(MoxSerializationError, match=message):
+        loads(changed, format="xml")

@@ -1144,6 +1144,8 @@ def _closed_attr(node: DocNode, key: tuple[str, int | None]) -> bool:
 
 
 RegionKey = tuple[str, int | None]
+#: The attributes a region node has (what `document` writes).
+REGION_ATTRS = frozenset({"param", "index", "closed"})
 
 
 def _regions(node: DocNode, expected: set[RegionKey] | None = None) -> dict[RegionKey, DocNode]:
@@ -1158,6 +1160,16 @@ def _regions(node: DocNode, expected: set[RegionKey] | None = None) -> dict[Regi
         param, index = child.attrs.get("param"), child.attrs.get("index")
         if not isinstance(param, str) or not param.isidentifier():
             raise _at(child.source, f"a <region> of <{node.tag}> has no valid `param` attr.")
+        unknown = sorted(set(child.attrs) - REGION_ATTRS)
+        if unknown or not isinstance(child.attrs.get("closed", True), bool):
+            # a misspelt `closed` would make an open jaxpr (a `remat`'s) a closed one,
+            # which jax takes on load and fails on at the first evaluation
+            what = f"unknown attrs {unknown}" if unknown else "a `closed` attr that is not a bool"
+            raise _at(
+                child.source,
+                f"<region param={param!r}> of <{node.tag}> has {what}; a region's attrs are "
+                "`param`, `index` and `closed` (True or False).",
+            )
         if index is not None and (type(index) is not int or not 0 <= index < len(node.children)):
             raise _at(
                 child.source,
