@@ -11,6 +11,7 @@ from jax.extend.core import jaxpr_as_fun
 
 from bryo_mox import Equation, ModuleCall, MoxError, eval_mox, make_mox
 from bryo_mox._eval import _singles
+from bryo_mox._ir import iter_nodes
 from bryo_mox._load import from_document
 from bryo_mox._markers import begin_p, end_p
 from bryo_mox._trace import intercepting
@@ -452,3 +453,17 @@ def test_a_traced_leaf_is_inlined_on_its_inputs_in_the_order_it_reads_them():
         ]
         assert eqn.invars == expected and eqn.outvars == outs
         assert (eqn.invars == ins) is in_order
+
+
+def test_a_call_inside_a_jit_traced_before_is_not_seen(toy, mlp, x):
+    """docs/mox.md, Limitations: JAX reuses a jitted function's cached trace, so a module
+    called inside it does not run while make_mox traces; a new function object does."""
+    step = jax.jit(lambda m, v: m(v))
+    step(mlp, x)  # traced and cached by JAX, outside make_mox
+
+    def calls(fn) -> list[str]:
+        mox = make_mox(fn)(mlp, x)
+        return [n.name for n in iter_nodes(mox.block) if isinstance(n, ModuleCall)]
+
+    assert calls(lambda m, v: step(m, v)) == []
+    assert calls(lambda m, v: jax.jit(lambda m, v: m(v))(m, v)) == ["", "layers/0", "layers/1"]
