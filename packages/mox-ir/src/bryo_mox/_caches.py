@@ -4,7 +4,8 @@ What bryo_mox caches for one MoX lives with it and dies with it: the one-equatio
 `eval_mox` binds (keyed weakly by the equation node) and the element view `query` reads
 (`Mox.memo`). What it shares between MoXes is bounded and holds no MoX: the equations
 `loads` traced (`_load.TRACES`, keyed by content, 4,096 at most), compiled XPath
-expressions (512) and the texts of attribute values. `clear_caches` empties them all.
+expressions (512), the texts of attribute values and the (primitive, param names) pairs
+`loads` lowered (`_lowering.LOWERED`, 4,096). `clear_caches` empties them all.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from ._codec import _encode_str
 from ._eval import clear_equation_cache
 from ._load import TRACES
+from ._lowering import LOWERED
 from ._view import compile_xpath
 
 
@@ -29,6 +31,7 @@ def clear_caches() -> None:
         >>> bryo_mox.clear_caches()
     """
     TRACES.clear()
+    LOWERED.clear()
     compile_xpath.cache_clear()
     _encode_str.cache_clear()
     clear_equation_cache()

@@ -17,7 +17,10 @@ Nothing is re-traced node by node, so loading costs about what the file holds:
 - an equation with other regions (custom derivatives, `scan`, `cond`, `while`, `remat`)
   is rebuilt through public APIs (`jax.custom_jvp`/`custom_vjp` from its primal and rule
   regions, the primitive's bind around traced regions) once per distinct subtree: the 31
-  ReLUs of an MLP are rebuilt once.
+  ReLUs of an MLP are rebuilt once;
+- each (primitive, param names) this process has not lowered before is lowered once,
+  a file's new ones together (`_lowering`): an abstract evaluation may ignore a param
+  name its lowering refuses (`<lt bogus="1">`).
 
 Every declared type is checked against what it connects to (an input against the
 variable it reads, an output against what its equation computes, a literal against its
@@ -64,6 +67,7 @@ from ._ir import (
     array_aval,
 )
 from ._limits import array_nbytes, current_budget
+from ._lowering import LOWERED, Pending, check_param_names, names_key
 from ._markers import CallMarker, begin_p, end_p, marker_equation
 from ._params import check_params
 from ._regions import bind_with_regions
@@ -363,13 +367,24 @@ class _Builder:
         self.at: Source | None = None
         #: `jaxpr_params` of the equations made into nodes (`equation_node`)
         self.params_jaxprs: dict[int, tuple[Any, list[Any]]] = {}
+        #: equations whose (primitive, param names) this process has not lowered yet
+        #: (`_lowering`), lowered together when the document is built
+        self.unlowered: dict[Hashable, Pending] = {}
 
     # -- the driver: nested scopes on an explicit stack ---------------------------------
 
     def run(self, root: DocNode) -> Block:
         """Build the root scope, and every scope it asks for, without recursing."""
         built = run_frames(self.scope(root, root=True), self.enter, on_error=self.locate_error)
+        check_param_names(list(self.unlowered.values()))
         return cast(Block, built)  # the root scope is a block
+
+    def note_names(self, node: DocNode, closed: jex.ClosedJaxpr) -> None:
+        """Have `node`'s param names lowered (`_lowering`) unless this process did."""
+        names = frozenset(node.attrs)
+        key = names_key(node.tag, names)
+        if key not in self.unlowered and LOWERED.get(key) is None:
+            self.unlowered[key] = Pending(node.tag, names, closed, node.source)
 
     def enter(self, request: _Scope) -> _Building:
         """The scope a request asks for, within the load's depth budget."""
@@ -481,6 +496,8 @@ class _Builder:
                         if shared is not None:
                             TRACES.put(shared, traced)
                     self.traced[key] = traced
+                    if child.tag not in CUSTOM_DERIVATIVE_NAMES:  # params made by jax
+                        self.note_names(child, traced.closed)
                 outs = _inline(traced, ins, eqns, constvars, consts)
             else:
                 outs = self.leaf(child, ins, eqns, constvars, consts)
@@ -635,6 +652,7 @@ class _Builder:
                 return _prepared(self.trace(node, fn, ins))
 
             traced = self.traced[key] = _shared(self.shared_key(node, ins), trace)
+            self.note_names(node, traced.closed)
         return _inline(traced, ins, eqns, constvars, consts)
 
     def shared_key(self, node: DocNode, ins: Sequence[Atom]) -> Hashable | None:
@@ -666,7 +684,9 @@ class _Builder:
             params = ", ".join(sorted(node.attrs)) or "no params"
             raise MoxSerializationError(
                 f"cannot rebuild equation `{node.tag}` ({params}) on inputs "
-                f"({', '.join(type_str(a.aval) for a in ins)}): {type(error).__name__}: {error}"
+                f"({', '.join(type_str(a.aval) for a in ins)}): {type(error).__name__}: {error}. "
+                "The file is damaged or was not written by bryo for this jax: write it again "
+                "from the traced MoX."
             ) from None
 
     def trace_with_regions(
