@@ -141,3 +141,10 @@ def test_concurrent_queries_see_one_view(mox):
 def make_mox_copy(mox):
     """The same MoX without its cached view."""
     return Mox(mox.block, mox.in_tree, mox.out_tree, mox.extra_params)
+
+
+def test_arguments_in_the_wrong_order_are_named(mox):
+    with pytest.raises(MoxError, match=r"XPath first and the Mox second.*query\(xpath, mox\)"):
+        query(mox, "//module_call")  # type: ignore[arg-type]  # the mistake under test
+    with pytest.raises(MoxError, match="must be a Mox, got int"):
+        query("//module_call", 3)  # type: ignore[arg-type]  # the mistake under test

@@ -126,3 +126,11 @@ def test_sub_keeps_traced_and_static_keyword_arguments(v):
     key = jax.random.key(3)
     expected = jax.nn.gelu(v + 0.5 * jax.random.normal(key, v.shape))
     np.testing.assert_allclose(eval_mox(gelu, v, key=key, scale=0.5), expected, rtol=1e-6)
+
+
+def test_arguments_in_the_wrong_order_are_named(mox):
+    gelu = make_mox(jax.nn.gelu)(jnp.ones((2, 4)))
+    before = str(mox)
+    with pytest.raises(MoxError, match=r"target first.*sub\(target, replacement, mox\)"):
+        sub(mox, '//pjit[@name="relu"]', gelu)  # type: ignore[arg-type]  # the mistake under test
+    assert str(mox) == before

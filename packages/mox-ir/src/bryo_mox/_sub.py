@@ -102,6 +102,11 @@ def sub(
         >>> gelu = make_mox(jax.nn.gelu)(x)                       # doctest: +SKIP
         >>> new = sub('//pjit[@name="relu"]', gelu, mox)           # doctest: +SKIP
     """
+    if is_root(target) and (not is_root(mox) or isinstance(replacement, str | XPath)):
+        raise MoxError(
+            "`sub` takes the target first, then the replacement, then the Mox to rewrite, "
+            "as YAX's does: write `sub(target, replacement, mox)`."
+        )
     if not is_root(mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
     function = None if isinstance(replacement, Node) else replacement

@@ -405,6 +405,11 @@ def query(xpath: str | XPath, mox: Mox) -> Any:
         >>> dense = query('//module_call[@type="Linear" and @features=10]', mox)  # doctest: +SKIP
     """
     if not is_root(mox):
+        if is_root(xpath) and isinstance(mox, str | XPath):
+            raise MoxError(
+                "`query` takes the XPath first and the Mox second, as YAX's does: "
+                "write `query(xpath, mox)`."
+            )
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
     if isinstance(xpath, XPath):
         xpath = xpath.source
