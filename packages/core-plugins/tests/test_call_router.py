@@ -2,7 +2,7 @@
 
 import threading
 
-from bryo_plugins import CallRouter, original_call
+from bryo_plugins import CallRouter, original_call, standing_in, stood_in_for
 
 calls = []
 
@@ -102,3 +102,24 @@ def test_patching_wraps_existing_subclasses_while_active():
             assert Skipped()(1) == 1
         assert ForeignChild()(1) == 6
     assert {cls: cls.__dict__["__call__"] for cls in originals} == originals
+
+
+def test_a_copy_stands_for_its_original_only_inside_the_block_innermost_first():
+    copy, original, outer = Layer("copy"), Layer("original"), Layer("outer")
+    assert stood_in_for(copy) is None
+    with standing_in(copy, outer):
+        with standing_in(copy, original):
+            assert stood_in_for(copy) is original
+            assert stood_in_for(original) is None  # by identity, one way
+        assert stood_in_for(copy) is outer
+    assert stood_in_for(copy) is None
+
+
+def test_stand_ins_are_confined_to_their_thread():
+    copy, original = Layer("copy"), Layer("original")
+    seen = []
+    with standing_in(copy, original):
+        thread = threading.Thread(target=lambda: seen.append(stood_in_for(copy)))
+        thread.start()
+        thread.join()
+    assert seen == [None]

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bryo_plugins import hookimpl
+from bryo_plugins import hookimpl, stood_in_for
 from bryo_pytree import pytree_dataclass, static_field
 from bryo_scan import (
     AxisInfo,
@@ -282,3 +282,21 @@ def test_prevent_cse_is_haliax_older_spelling():
 def test_scan_of_blocks_that_return_no_pair(factory):
     with pytest.raises(ScanOutputError, match=r"the block \(.*\) must return a pair"):
         _make(Dense, factory=factory).scan(jnp.ones(3))
+
+
+def test_the_block_a_stack_calls_stands_in_for_its_stacked_block():
+    """Tools naming calls by their place in the model (`make_mox`) learn which stack a
+    rebuilt layer belongs to from `bryo_plugins.standing_in`, in fold, scan and vmap."""
+    stacked = _make(Dense, remat=False)
+    seen = []
+
+    def record(block, x, *rest):
+        seen.append(stood_in_for(block))
+        out = block(x)
+        return (out, out.sum()) if rest == ("scan",) else out
+
+    stacked.fold_via(record)(jnp.ones(3))
+    stacked.scan_via(lambda b, x: record(b, x, "scan"))(jnp.ones(3))
+    stacked.vmap_via(record)(jnp.ones(3))
+    assert len(seen) == 3 and all(original is stacked.stacked for original in seen)
+    assert stood_in_for(stacked.stacked) is None

@@ -5,6 +5,7 @@ import pytest
 
 from bryo_mox import ModuleInfo, MoxError
 from bryo_mox.interception import module_info, module_path, static_attributes
+from bryo_plugins import standing_in
 
 
 class Node:
@@ -47,6 +48,15 @@ def test_rebuilt_layer_of_a_stacked_trunk_takes_the_trunk_path():
 def test_rebuilt_copy_with_the_same_arrays_takes_the_original_path():
     parent = Node(one=block())
     assert module_path(block(), (parent, ""), walk) == "one"
+
+
+def test_a_copy_standing_in_for_a_stacked_block_takes_its_path_among_two_alike():
+    """Two stacks of one layout: the layout cannot tell them apart, `standing_in` can."""
+    parent = Node(a=Node(stacked=block(5)), b=Node(stacked=block(5)))
+    for name in ("a", "b"):
+        layer = block()
+        with standing_in(layer, getattr(parent, name).stacked):
+            assert module_path(layer, (parent, "m"), walk) == f"m/{name}/stacked"
 
 
 @pytest.mark.parametrize(

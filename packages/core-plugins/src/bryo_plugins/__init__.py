@@ -11,7 +11,8 @@ The lowest bryo package; it needs pluggy only and never imports JAX. It owns:
   plugin at a time, each answer validated, a failing plugin named, disabled and listed by
   `plugin_failures()`, conflicts warned with one precedence;
 - the `CallRouter` backends wrap their module calls with, so that tools such as
-  `make_mox` can intercept them;
+  `make_mox` can intercept them, and `standing_in`, with which a transform says which
+  module of the model a rebuilt copy it calls stands for;
 - `probe_plugins`, which loads every plugin and asks each hook once (`bryo plugins`).
 
 See `docs/plugins.md`.
@@ -19,6 +20,8 @@ See `docs/plugins.md`.
 
 from ._call_router import CallRouter as CallRouter
 from ._call_router import original_call as original_call
+from ._call_router import standing_in as standing_in
+from ._call_router import stood_in_for as stood_in_for
 from ._calls import Answer as Answer
 from ._calls import PerPlugin as PerPlugin
 from ._calls import answers as answers

@@ -7,6 +7,11 @@ function instead, except the inner `super().__call__` of a call already being ro
 Handlers and the running call are context variables: re-entrant and confined to their
 thread or task. For classes a backend does not own (Equinox's, Flax's), `patching(base)`
 wraps the `__call__` of every existing subclass of `base` while a block runs.
+
+A transform that calls a copy of a module it rebuilt (one layer of a scanned stack,
+rebuilt from a slice of the stacked arrays) says which module of the model the copy stands
+for with `standing_in(copy, original)`; tools that name calls by their place in the model
+read it back with `stood_in_for(copy)`.
 """
 
 from __future__ import annotations
@@ -146,3 +151,39 @@ def _subclasses(cls: type) -> Iterator[type]:
 def original_call(method: object) -> Callable[..., Any] | None:
     """The method `CallRouter.wrap` wrapped, or None if `method` is not a wrapper."""
     return getattr(method, ORIGINAL_ATTRIBUTE, None)
+
+
+#: `(copy, original)` pairs of the `standing_in` blocks open in this context, innermost last
+_stand_ins: contextvars.ContextVar[tuple[tuple[object, object], ...]] = contextvars.ContextVar(
+    "bryo_stand_ins", default=()
+)
+
+
+@contextlib.contextmanager
+def standing_in(copy: object, original: object) -> Iterator[None]:
+    """Inside the block, `copy` stands for `original`: `stood_in_for(copy)` is `original`.
+
+    For a transform that calls a module it rebuilt, such as `Stacked.fold` calling one
+    layer rebuilt from slices of the stacked block's arrays: a tool naming calls by their
+    place in the model (`make_mox`) then names the copy's calls after `original` (the
+    stacked block, `"trunk/stacked"`) instead of guessing from the copy's arrays. The
+    pairs are a context variable: confined to their thread or task, and kept only while
+    the block runs.
+
+    Example:
+        >>> with standing_in(layer, stack.stacked):  # doctest: +SKIP
+        ...     y = layer(x)
+    """
+    token = _stand_ins.set((*_stand_ins.get(), (copy, original)))
+    try:
+        yield
+    finally:
+        _stand_ins.reset(token)
+
+
+def stood_in_for(copy: object) -> object | None:
+    """The module `copy` stands for in an open `standing_in` block (the innermost), or None."""
+    for candidate, original in reversed(_stand_ins.get()):
+        if candidate is copy:
+            return original
+    return None

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from bryo_graph import add_sharding_axis
+from bryo_plugins import standing_in
 from bryo_pytree import is_array, pytree_dataclass, static_field
 
 from ._hooks import block_splitter, is_named_leaf, resolve_axis
@@ -273,7 +274,9 @@ class Stacked(Generic[M]):
             tree, rebuild = self._split()
 
             def step(carry: Any, layer: PyTree, *a: Any, **k: Any) -> tuple[Any, Any]:
-                out = fn(rebuild(layer), carry, *a, **k)
+                block = rebuild(layer)
+                with standing_in(block, self.stacked):  # its calls are named after the stack
+                    out = fn(block, carry, *a, **k)
                 return (out, None) if fold else split_carry_output(out, fn, "the block")
 
             carry, ys = scan_arguments(
@@ -315,7 +318,9 @@ class Stacked(Generic[M]):
             tree, rebuild = self._split()
 
             def apply(layer: PyTree, *a: Any, **k: Any) -> Any:
-                return fn(rebuild(layer), *a, **k)
+                block = rebuild(layer)
+                with standing_in(block, self.stacked):
+                    return fn(block, *a, **k)
 
             return vmap_arguments(
                 apply,

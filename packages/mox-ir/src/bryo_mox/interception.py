@@ -3,7 +3,8 @@
 A backend's interceptor describes each module call with a `ModuleInfo`: the module's
 class, its path in the model and its static attributes. The parts every backend needs are
 here: `module_path` finds a module's path in its calling module (also for a module rebuilt
-inside a transform, such as a layer of a scanned `Stacked` trunk), `static_attributes`
+inside a transform, such as a layer of a scanned `Stacked` trunk, which says what it
+stands for with `bryo_plugins.standing_in`), `static_attributes`
 keeps the attributes MoX can record, `module_info` puts them together. Backends import
 this module only while `make_mox` traces (never at import time), so they load without
 bryo-mox-ir installed.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from bryo_plugins import stood_in_for
 
 from ._ir import RESERVED_ATTRS, ModuleInfo
 from ._trace import current_session
@@ -156,11 +159,12 @@ def module_path(module: object, parent: tuple[object, str] | None, walk: Walk) -
             (`bryo_graph.iter_graph`).
 
     Returns:
-        `"<parent path>/<path of module in parent>"`. A module that is not in its
-        parent's graph (rebuilt inside a transform: one layer of a scanned `Stacked`
-        trunk, a module merged back inside `jit`) takes the path of the one module of its
-        class there with the same arrays, possibly stacked on a leading axis
-        (`"trunk/stacked"`); failing that, `"<parent path>/<ClassName>"`.
+        `"<parent path>/<path of module in parent>"`. A copy a transform rebuilt and
+        said it stands for a module of the model (`bryo_plugins.standing_in`: one layer
+        of a scanned `Stacked` trunk) takes that module's path (`"trunk/stacked"`).
+        Another module that is not in its parent's graph (a module merged back inside
+        `jit`) takes the path of the one module of its class there with the same arrays,
+        possibly stacked on a leading axis; failing that, `"<parent path>/<ClassName>"`.
     """
     if parent is None:
         return ""
@@ -170,5 +174,7 @@ def module_path(module: object, parent: tuple[object, str] | None, walk: Walk) -
     graph = cache.get(id(parent_module))
     if graph is None or graph.parent is not parent_module:
         graph = cache[id(parent_module)] = _Graph(parent_module, walk)
-    own = graph.find(module) or type(module).__name__
+    original = stood_in_for(module)
+    found = graph.find(original) if original is not None else None
+    own = found or graph.find(module) or type(module).__name__
     return f"{parent_name}/{own}" if parent_name else own
