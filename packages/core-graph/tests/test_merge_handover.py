@@ -19,7 +19,6 @@ from bryo_graph import (
     BatchStat,
     Dict,
     List,
-    NodeType,
     Object,
     Param,
     RefEntry,
@@ -32,7 +31,6 @@ from bryo_graph import (
     split,
     state,
 )
-from bryo_plugins import hookimpl
 
 MERGED = "_object__merged"  # where merge leaves its record on the root
 
@@ -323,29 +321,9 @@ def test_copies_and_pickles_drop_the_record():
     assert MERGED in vars(lst) and MERGED not in vars(copy.copy(lst))
 
 
-class Box:
-    """An immutable node of a backend's own kind."""
-
-    def __init__(self, content: object) -> None:
-        self.content = content
-
-
-class BoxBackend:
-    @hookimpl
-    def bryo_graph_node_types(self):
-        return (
-            NodeType(
-                Box,
-                flatten=lambda node: ((("content", node.content),), None),
-                unflatten=lambda cls, aux, children: cls(children[0][1]),
-            ),
-        )
-
-
-def test_a_graph_with_a_backends_own_node_kind_is_always_walked(bryo_plugin_manager):
-    bryo_plugin_manager.register(BoxBackend())
+def test_a_graph_with_a_backends_own_node_kind_is_always_walked(box):
     model = Model()
-    model.box = data(Box(Leaf(8)))
+    model.box = data(box(Leaf(8)))
     graphdef, params = split(model)
     flat_graph(merge(graphdef, params), keep=False)
     assert graphdef._handover is False  # refused: the walk decides

@@ -2,7 +2,6 @@
 keep a model alive; `clear_caches` empties them; copies and pickles carry no cache."""
 
 import copy
-import dataclasses
 import gc
 import pickle
 import weakref
@@ -13,7 +12,6 @@ import pytest
 from bryo_graph import (
     Dict,
     List,
-    NodeType,
     Object,
     Param,
     clear_caches,
@@ -24,27 +22,6 @@ from bryo_graph import (
     state,
     structure_changed,
 )
-from bryo_plugins import hookimpl
-
-
-@dataclasses.dataclass(frozen=True)
-class Box:
-    """An immutable node with one child."""
-
-    content: object
-
-
-class BoxBackend:
-    @hookimpl
-    def bryo_graph_node_types(self):
-        return (
-            NodeType(
-                Box,
-                flatten=lambda node: ((("content", node.content),), None),
-                unflatten=lambda cls, aux, children: cls(children[0][1]),
-            ),
-        )
-
 
 _cleared: list[int] = []
 
@@ -194,14 +171,13 @@ def test_a_cache_never_keeps_a_model_alive():
     assert ref() is None
 
 
-def test_the_cache_of_an_immutable_root_holds_it_weakly(bryo_plugin_manager):
-    bryo_plugin_manager.register(BoxBackend())
-    box = Box(np.ones(2))
-    flat = flat_graph(box)
-    assert flat_graph(box) is flat  # cached
-    assert flat.sources[0].parent is box
-    ref = weakref.ref(box)
-    del box, flat
+def test_the_cache_of_an_immutable_root_holds_it_weakly(box):
+    root = box(np.ones(2))
+    flat = flat_graph(root)
+    assert flat_graph(root) is flat  # cached
+    assert flat.sources[0].parent is root
+    ref = weakref.ref(root)
+    del root, flat
     gc.collect()
     assert ref() is None
 
