@@ -64,7 +64,7 @@ def test_the_filter_dsl_in_vmap() -> None:
     class Model(nnx.Module):
         def __init__(self):
             self.w = nnx.Param(jnp.arange(8.0).reshape(4, 2))
-            self.rngs = nnx.Rngs(dropout=0).fork(split={"dropout": 4})
+            self.rngs = nnx.Rngs(dropout=0).split({"dropout": 4})
             self.stat = nnx.BatchStat(jnp.ones(2))
 
         def __call__(self, x):

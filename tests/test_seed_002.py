@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import random
 
 from bryo import nnx
@@ -96,7 +97,9 @@ def test_forking_explicit_rngs_through_vmap() -> None:
         return model(x, rngs=rngs)
 
     dropout_rngs = nnx.Rngs(1)
-    forked_rngs = dropout_rngs.fork(split=5)
+    # Flax NNX 0.12 deprecates `fork(split=...)` (use `split`): it warns, as Flax does
+    with pytest.warns(DeprecationWarning, match="'split' argument of 'fork'"):
+        forked_rngs = dropout_rngs.fork(split=5)
     (dropout_rngs, forked_rngs)  # noqa: B018 (the seed displays them)
     assert dropout_rngs.default.key.value.shape == ()
     assert forked_rngs.default.key.value.shape == (5,)

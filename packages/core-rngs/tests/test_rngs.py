@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -119,20 +121,42 @@ def test_shorthands_equal_jax_random_with_the_same_key(name, args, kwargs):
     assert int(on_rngs.default.count.value) == 1 and int(on_rngs.params.count.value) == 1
 
 
+FORK_SPLIT = "'split' argument of 'fork' is deprecated; use the 'split' method"
+
+
 def test_fork_splits_keys_and_counts_and_advances_the_parent():
+    """`fork(split=...)` still works, with Flax NNX 0.12's DeprecationWarning."""
     parent = Rngs(1)
-    forked = parent.fork(split=5)
+    with pytest.warns(DeprecationWarning, match=FORK_SPLIT) as record:
+        forked = parent.fork(split=5)
+    assert record[0].filename == __file__  # points at the caller
     assert forked.default.key.value.shape == (5,)
     assert forked.default.count.value.shape == (5,)
     assert int(parent.default.count.value) == 1
     assert parent.default.key.value.shape == ()
-    again = parent.fork(split=5)
+    with pytest.warns(DeprecationWarning, match=FORK_SPLIT):
+        again = parent.fork(split=5)
     assert not np.array_equal(data(again.default.key.value), data(forked.default.key.value))
+    with pytest.warns(DeprecationWarning, match=FORK_SPLIT) as record:
+        stream = parent.default.fork(split=2)
+    assert stream.key.value.shape == (2,) and record[0].filename == __file__
+
+
+def test_fork_without_split_and_split_do_not_warn():
+    parent = Rngs(params=0, dropout=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        parent.fork()
+        parent.fork(split=None)
+        parent.params.fork()
+        assert parent.split(3).params.key.value.shape == (3,)
+        assert parent.dropout.split(2).key.value.shape == (2,)
 
 
 def test_fork_with_a_mapping_splits_only_the_selected_streams():
     parent = Rngs(params=0, dropout=1)
-    forked = parent.fork(split={"dropout": 4})
+    with pytest.warns(DeprecationWarning, match=FORK_SPLIT):
+        forked = parent.fork(split={"dropout": 4})
     assert forked.dropout.key.value.shape == (4,)
     assert forked.params.key.value.shape == ()
     # Unsplit streams are forked too: fresh keys, never the parent's next keys.
@@ -141,7 +165,7 @@ def test_fork_with_a_mapping_splits_only_the_selected_streams():
 
 
 def test_fork_of_a_split_stream_draw_is_explained():
-    forked = Rngs(0).fork(split=3)
+    forked = Rngs(0).split(3)
     with pytest.raises(ValueError, match=r"split keys of shape \(3,\)"):
         forked()
 
@@ -276,7 +300,7 @@ def test_reseed_rejects_unknown_names_and_changes_nothing():
 
 
 def test_reseed_of_split_streams_needs_a_policy():
-    rngs = Rngs(dropout=0).fork(split=3)
+    rngs = Rngs(dropout=0).split(3)
     with pytest.raises(ValueError, match=r"match_shape"):
         reseed(rngs, dropout=1)
     reseed(rngs, dropout=1, policy="match_shape")
@@ -306,3 +330,15 @@ def test_hijax_rngs_draw_fresh_keys_under_plain_jit():
 def test_hijax_rngs_on_old_jax_name_the_version_needed():
     with graph.var_defaults(hijax=True), pytest.raises(ValueError, match=r"JAX 0\.10 or newer"):
         Rngs(0)
+
+
+def test_a_count_prints_its_value_in_a_state_as_flax_shows_it():
+    """A State printout used to show a count by its type only (`u32[]`)."""
+    rngs = Rngs(0)
+    rngs()
+    assert repr(rngs.default.count) == "RngCount(value=Array(1, dtype=uint32), tag='default')"
+    assert "'count': RngCount(value=Array(1, dtype=uint32), tag='default')" in repr(
+        graph.state(rngs)
+    )
+    assert repr(rngs.split(3).default.count) == "RngCount(value=u32[3], tag='default')"
+    assert repr(rngs.default.key) == "RngKey(value=key<fry>[], tag='default')"  # keys stay short

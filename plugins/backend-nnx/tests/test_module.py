@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bryo_graph import BatchStat, Dict, List, Param, Variable, graphdef, merge, split, state
-from bryo_nnx import Module, render
+from bryo_nnx import Module, iter_modules, render
 
 
 class Block(Module):
@@ -49,7 +49,9 @@ def test_container_mutations_change_the_graphdef():
 def test_iter_modules_lists_every_module_once():
     net = Net()
     net.alias = net.blocks[0]
-    modules = list(net.iter_modules())
+    modules = list(iter_modules(net))
+    with pytest.warns(DeprecationWarning, match=r"'m.iter_modules\(\)' method is deprecated"):
+        assert [p for p, _ in net.iter_modules()] == [p for p, _ in modules]  # Flax's old spelling
     assert [path for path, _ in modules][-1] == ()
     assert sum(1 for _, m in modules if m is net.blocks[0]) == 1
     assert len(modules) == 4

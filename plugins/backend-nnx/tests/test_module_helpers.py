@@ -52,7 +52,8 @@ def test_iter_modules_and_children():
     model = Stack(Rngs(0))
     paths = [path for path, _ in iter_modules(model)]
     assert paths[-1] == () and ("blocks", 0, "linear") in paths and len(paths) == 9
-    assert [k for k, _ in model.blocks[0].iter_children()] == ["dropout", "linear", "norm"]
+    with pytest.warns(DeprecationWarning, match=r"'m.iter_children\(\)' method is deprecated"):
+        assert [k for k, _ in model.blocks[0].iter_children()] == ["dropout", "linear", "norm"]
     assert [k for k, _ in iter_module_children(model.blocks[0])] == ["dropout", "linear", "norm"]
     assert [k for k, _ in iter_module_children(model)] == []  # a List is not a Module
 

@@ -9,6 +9,7 @@ gathers streams by name, with an optional `default` stream for names it does not
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import TypeAlias
@@ -232,11 +233,12 @@ class RngStream(RandomMethods, Object):
 
         Returns:
             The new stream (count zero). This stream's count advances by one.
+
+        `split` is deprecated, as in Flax NNX 0.12 (it warns): use `split(n)`.
         """
-        key = draw_keys(self)
         if split is not None:
-            key = split_keys(key, split)
-        return RngStream(key, tag=self.tag if tag is None else tag)
+            _warn_fork_split()
+        return _forked(self, split, tag)
 
     def split(self, k: int | tuple[int, ...]) -> RngStream:
         """A new stream holding `k` keys split from this stream's next key (key and count
@@ -249,6 +251,26 @@ class RngStream(RandomMethods, Object):
         shape = _split_shape(k, self.tag)
         key = draw_keys(self)
         return RngStream(jnp.broadcast_to(key, (*shape, *key.shape)), tag=self.tag)
+
+
+#: Flax NNX 0.12's words for `fork(split=...)` (`Rngs.fork`, `RngStream.fork`).
+FORK_SPLIT_DEPRECATED = (
+    "The 'split' argument of 'fork' is deprecated; use the 'split' method instead."
+)
+
+
+def _warn_fork_split() -> None:
+    """Warn, as Flax NNX 0.12 does, that `fork(split=...)` (called by the user: the
+    warning points at the caller of `fork`) is deprecated."""
+    warnings.warn(FORK_SPLIT_DEPRECATED, DeprecationWarning, stacklevel=3)
+
+
+def _forked(stream: RngStream, split: Splits, tag: str | None) -> RngStream:
+    """`stream.fork(split, tag=tag)`, without the deprecation warning."""
+    key = draw_keys(stream)
+    if split is not None:
+        key = split_keys(key, split)
+    return RngStream(key, tag=stream.tag if tag is None else tag)
 
 
 def check_trace(stream: RngStream) -> None:
@@ -399,12 +421,16 @@ class Rngs(RandomMethods, Object):
         Returns:
             The new Rngs. Each of these streams' counts advances by one, so forking twice
             never gives the same keys.
+
+        `split` is deprecated, as in Flax NNX 0.12 (it warns): use `split(n)`.
         """
+        if split is not None:
+            _warn_fork_split()
         rules = split_rules(split)
         forked = {}
         for name, stream in self.items():
             matched = first_match(rules, (name,), stream)
-            forked[name] = stream.fork(split=None if matched is NO_MATCH else matched)  # type: ignore[arg-type]  # split_rules checked each rule's splits (_check_splits)
+            forked[name] = _forked(stream, None if matched is NO_MATCH else matched, None)  # type: ignore[arg-type]  # split_rules checked each rule's splits (_check_splits)
         new = object.__new__(Rngs)
         for name, stream in forked.items():
             setattr(new, name, stream)

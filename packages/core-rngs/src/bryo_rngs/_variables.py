@@ -80,3 +80,8 @@ class RngCount(RngState):
     """A stream's counter: a `uint32` array shaped like its key; `tag` is the stream name."""
 
     __slots__ = ()
+
+    #: A count prints as any Variable: a concrete scalar count with its value
+    #: (`RngCount(value=Array(0, dtype=uint32), tag='default')`, as Flax shows it); a
+    #: split one by its shape (`u32[5]`).
+    __repr__ = Variable.__repr__

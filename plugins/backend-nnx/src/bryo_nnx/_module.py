@@ -8,6 +8,7 @@ shared submodules and cycles included.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -134,13 +135,33 @@ class Module(Object):
         return jax.tree.map(lambda p, v: p + v, existing.get_value(), value)
 
     def iter_modules(self) -> Iterator[tuple[Path, Module]]:
-        """Every Module in this one's graph (itself included) with its path, children first."""
+        """Every Module in this one's graph (itself included) with its path, children first.
+
+        Deprecated, as in Flax NNX 0.12 (it warns): use the function `nnx.iter_modules(m)`.
+        """
+        warnings.warn(
+            "The 'm.iter_modules()' method is deprecated; use the 'nnx.iter_modules(m)' "
+            "function instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         for path, value in iter_graph(self):
             if isinstance(value, Module):
                 yield path, value
 
     def iter_children(self) -> Iterator[tuple[Key, Module]]:
-        """`(attribute, module)` for each direct child that is a Module."""
+        """`(attribute, module)` for each direct child that is a Module.
+
+        Deprecated, as in Flax NNX 0.12 (it warns): use the function
+        `nnx.iter_children(m)` (every child graph node) or
+        `bryo_nnx.iter_module_children(m)` (the Modules only, as this method).
+        """
+        warnings.warn(
+            "The 'm.iter_children()' method is deprecated; use the 'nnx.iter_children(m)' "
+            "function instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         for key, child in iter_children(self):
             if isinstance(child, Module):
                 yield key, child
