@@ -239,6 +239,20 @@ class Equation(Node):
         return f"Equation({self.primitive.name}{f' {self.name!r}' if self.name else ''})"
 
 
+_new_node = object.__new__
+_set_eqn = Equation.__dict__["eqn"].__set__  # the slots' descriptors (frozen: no setattr)
+_set_regions = Equation.__dict__["regions"].__set__
+
+
+def new_equation(eqn: jex.JaxprEqn, regions: tuple[Region, ...] = ()) -> Equation:
+    """`Equation(eqn, regions)`, made without the frozen dataclass's `__init__` (its
+    `object.__setattr__` per field): `make_mox` makes one per traced equation."""
+    node = _new_node(Equation)
+    _set_eqn(node, eqn)
+    _set_regions(node, regions)
+    return node
+
+
 @dataclass(frozen=True, eq=False, repr=False, slots=True)
 class ModuleCall(Node):
     """One call of a module: `body` computes the module, `invars`/`outvars` wire it in.
@@ -756,7 +770,12 @@ def jaxpr_params(
     for key, value in params.items():
         if type(value) in _JAXPR_TYPES:
             found.append((key, None, cast(_AnyJaxpr, value)))  # its type is one of them
-        elif type(value) is tuple and value and all(type(v) in _JAXPR_TYPES for v in value):
+        elif (
+            type(value) is tuple
+            and value
+            and value[0].__class__ in _JAXPR_TYPES  # (most tuples are shapes: one check)
+            and all(type(v) in _JAXPR_TYPES for v in value)
+        ):
             found.extend((key, i, cast(_AnyJaxpr, v)) for i, v in enumerate(value))
     if len(found) > 1:
         found.sort(key=lambda item: item[0])

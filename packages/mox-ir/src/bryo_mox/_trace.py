@@ -52,6 +52,7 @@ from ._ir import (
     Region,
     Var,
     jaxpr_params,
+    new_equation,
 )
 from ._markers import CallMarker, begin_p, end_p
 
@@ -388,8 +389,19 @@ def convert_closed(closed: jex.ClosedJaxpr) -> Block:
 
 
 def convert(jaxpr: jex.Jaxpr, consts: Sequence[Any] = ()) -> Block:
-    """Convert an open jaxpr and its constants into a MoX block (see `convert_closed`)."""
-    return _Converter(jaxpr, consts, _find_calls(jaxpr)).run()
+    """Convert an open jaxpr and its constants into a MoX block (see `convert_closed`).
+
+    One pass takes every marker pair for a module call, as a trace's markers nearly always
+    are; where one is not (its markers do not pair up, or one of its values escapes it),
+    that pass stops and a first pass (`_find_calls`) picks the calls to keep."""
+    try:
+        return _Converter(jaxpr, consts, None).run()
+    except _Dissolve:
+        return _Converter(jaxpr, consts, _find_calls(jaxpr)).run()
+
+
+class _Dissolve(Exception):
+    """Some marker pair of the jaxpr cannot be a module call (see `convert`)."""
 
 
 # --- pass 1: which marker pairs become module calls --------------------------------------
@@ -470,18 +482,29 @@ class _Scope:
 
     parent: _Scope | None
     begin: jex.JaxprEqn | None = None
+    done: bool = False  # its end marker has passed
     nodes: list[Any] = field(default_factory=list)
     consts: dict[Any, Var] = field(default_factory=dict)  # root constvar -> its var here
     closed: dict[Any, tuple[Any, Var]] = field(default_factory=dict)  # var -> (outer, inner)
 
 
+#: `_Converter.owner` of the variables `resolve` must see to: the jaxpr's constants and the
+#: variables in `subst`.
+_ELSEWHERE = _Scope(None)
+
+
 class _Converter:
-    def __init__(self, jaxpr: jex.Jaxpr, consts: Sequence[Any], calls: set[int]) -> None:
+    """Builds the blocks in one pass over the jaxpr. `calls`: the indices of the marker
+    equations that delimit module calls (`_find_calls`; the others dissolve), or `None`:
+    every marker pair is one, and `_Dissolve` is raised where one cannot be."""
+
+    def __init__(self, jaxpr: jex.Jaxpr, consts: Sequence[Any], calls: set[int] | None) -> None:
         self.jaxpr = jaxpr
         self.calls = calls
         self.const_values = dict(zip(jaxpr.constvars, consts, strict=True))
         self.subst: dict[Any, Any] = {}  # dissolved markers and pruned state outputs
-        self.owner: dict[Any, _Scope] = {}  # scope defining each var (root vars: absent)
+        #: scope defining each var (root vars: absent; `_ELSEWHERE`: see `resolve`)
+        self.owner: dict[Any, _Scope] = dict.fromkeys(jaxpr.constvars, _ELSEWHERE)
         #: `jaxpr_params` by the params dict's id (held, so the id stays its own): the
         #: equations jax or the loader makes from one template share their params dict
         self.params_jaxprs: dict[int, tuple[Any, list[Any]]] = {}
@@ -490,44 +513,51 @@ class _Converter:
     def run(self) -> Block:
         scope = root = self.root
         equation, owner, calls = self.equation, self.owner, self.calls
-        subst, const_values, params_jaxprs = self.subst, self.const_values, self.params_jaxprs
+        params_jaxprs = self.params_jaxprs
         owner_of = owner.get
         nodes = scope.nodes
         for index, eqn in enumerate(self.jaxpr.eqns):
             primitive = eqn.primitive
             if primitive is begin_p or primitive is end_p:
-                if index not in calls:
+                if calls is not None and index not in calls:
                     self.dissolve(eqn)
                 elif primitive is begin_p:
                     scope = _Scope(scope, eqn)
                     self.own(eqn.outvars, scope)
+                elif calls is None and (
+                    scope.begin is None or scope.begin.params["call"] is not eqn.params["call"]
+                ):
+                    raise _Dissolve  # an end without its begin: some inner end was dropped
                 else:
                     scope = self.close(scope, eqn)
                 nodes = scope.nodes
                 continue
             outvars = eqn.outvars
-            if not outvars and not eqn.effects:
-                continue  # dead: a residue of partial evaluation
+            if not outvars and not eqn.effects:  # dead: a residue of partial evaluation
+                if calls is None:  # (a use all the same, as `_find_calls` counts it)
+                    self.check_escapes(eqn.invars)
+                continue
             # most equations read only their own block's variables and name every output:
-            # kept as they are, without `equation`'s rewriting
+            # kept as they are, without `equation`'s rewriting (`owner` sends the others,
+            # those reading constants and substituted variables included, to `equation`)
             for atom in eqn.invars:
-                if atom.__class__ is not Literal and (
-                    atom in subst or owner_of(atom, root) is not scope or atom in const_values
-                ):
+                if atom.__class__ is not Literal and owner_of(atom, root) is not scope:
                     nodes.append(equation(eqn, scope))
                     break
             else:
                 for atom in outvars:
-                    if isinstance(atom, DropVar):
+                    if atom.__class__ is DropVar:
                         nodes.append(equation(eqn, scope))
                         break
                 else:
                     nodes.append(
-                        Equation(eqn) if not eqn.params else equation_node(eqn, params_jaxprs)
+                        new_equation(eqn) if not eqn.params else equation_node(eqn, params_jaxprs)
                     )
             if scope is not root:
                 for atom in outvars:
                     owner[atom] = scope
+        if scope is not root:
+            raise _Dissolve  # a begin without its end (`calls` is then `None`)
         outvars = tuple(self.resolve(a, self.root) for a in self.jaxpr.outvars)
         return self.block(self.root, tuple(self.jaxpr.invars), outvars)
 
@@ -539,9 +569,21 @@ class _Converter:
             for atom in atoms:
                 self.owner[atom] = scope
 
+    def check_escapes(self, atoms: Sequence[Any]) -> None:
+        """Raise `_Dissolve` if one of `atoms` was defined in a call that has ended."""
+        for atom in atoms:
+            if atom.__class__ is not Literal:
+                if self.owner.get(self.subst.get(atom, atom), self.root).done:
+                    raise _Dissolve
+
     def dissolve(self, eqn: jex.JaxprEqn) -> None:
         for outer, inner in zip(eqn.outvars, eqn.invars, strict=True):
-            self.subst[outer] = self.find(inner)
+            self.substitute(outer, inner)
+
+    def substitute(self, var: Any, by: Any) -> None:
+        """Make the readers of `var` read `by` (whatever `by` stands for)."""
+        self.subst[var] = self.find(by)
+        self.owner[var] = _ELSEWHERE
 
     def resolve(self, atom: Any, scope: _Scope) -> Any:
         """The atom naming `atom` inside `scope`: itself, a local constant, or the input
@@ -551,11 +593,13 @@ class _Converter:
         atom = self.subst.get(atom, atom)
         if not isinstance(atom, Var):  # a dissolved marker forwarded a literal
             return atom
-        home = self.owner.get(atom, self.root)
-        if home is scope and atom not in self.const_values:
-            return atom
         if atom in self.const_values:
             return self.local_const(atom, scope)
+        home = self.owner.get(atom, self.root)
+        if home is scope:
+            return atom
+        if home.done:  # defined in a call that has ended: it escapes that call
+            raise _Dissolve
         chain = []
         while scope is not home and atom not in scope.closed:
             chain.append(scope)
@@ -600,37 +644,49 @@ class _Converter:
         assert begin is not None and parent is not None
         marker: CallMarker = begin.params["call"]
         n_state, n_state_out = marker.n_state, end.params["n_state_out"]
-        body_ins = {var: j for j, var in enumerate(begin.outvars)}
-        keep = []
-        for i, (outer, inner) in enumerate(zip(end.outvars, end.invars, strict=True)):
-            j = body_ins.get(self.find(inner)) if i < n_state_out else None
-            if j is not None and j < n_state:  # an unchanged state leaf: pruned
-                self.subst[outer] = self.find(begin.invars[j])
-            else:
-                keep.append(i)
-        body_outs = tuple(self.resolve(end.invars[i], scope) for i in keep)
-        callers = [self.resolve(a, parent) for a in begin.invars]
+        if n_state_out:
+            body_ins = {var: j for j, var in enumerate(begin.outvars)}
+            keep = []
+            for i, (outer, inner) in enumerate(zip(end.outvars, end.invars, strict=True)):
+                j = body_ins.get(self.find(inner)) if i < n_state_out else None
+                if j is not None and j < n_state:  # an unchanged state leaf: pruned
+                    self.substitute(outer, begin.invars[j])
+                else:
+                    keep.append(i)
+        else:  # (the common case: the call changed no state)
+            keep = range(len(end.outvars))
+        resolve = self.resolve
+        body_outs = tuple(resolve(end.invars[i], scope) for i in keep)
+        owner_of, root = self.owner.get, self.root
+        callers = [  # (most are the parent's own variables, as they are)
+            a if a.__class__ is not Literal and owner_of(a, root) is parent else resolve(a, parent)
+            for a in begin.invars
+        ]
         closed = list(scope.closed.values())
-        invars = (
-            *callers[:n_state],
-            *(outer for outer, _ in closed),
-            *callers[n_state:],
-        )
-        body_invars = (
-            *begin.outvars[:n_state],
-            *(inner for _, inner in closed),
-            *begin.outvars[n_state:],
-        )
-        outvars = tuple(_named([end.outvars[i] for i in keep]))
+        if not closed:
+            invars, body_invars = tuple(callers), tuple(begin.outvars)
+        else:
+            invars = (
+                *callers[:n_state],
+                *(outer for outer, _ in closed),
+                *callers[n_state:],
+            )
+            body_invars = (
+                *begin.outvars[:n_state],
+                *(inner for _, inner in closed),
+                *begin.outvars[n_state:],
+            )
+        outvars = tuple(_named([end.outvars[i] for i in keep] if n_state_out else end.outvars))
         call = ModuleCall(
             info=marker.info,
             invars=invars,
             outvars=outvars,
             body=self.block(scope, body_invars, body_outs),
             n_state=n_state + len(closed),
-            n_state_out=sum(1 for i in keep if i < n_state_out),
+            n_state_out=sum(1 for i in keep if i < n_state_out) if n_state_out else 0,
         )
         parent.nodes.append(call)
+        scope.done = True
         self.own(outvars, parent)
         return parent
 
@@ -656,12 +712,12 @@ def equation_node(eqn: jex.JaxprEqn, params_jaxprs: dict[int, tuple[Any, list[An
         found = jaxpr_params(params)
         params_jaxprs[id(params)] = (params, found)
     if not found:
-        return Equation(eqn)
+        return new_equation(eqn)
     regions = tuple(
         Region(key, index, _convert_any(value), isinstance(value, jex.ClosedJaxpr))
         for key, index, value in found
     )
-    return Equation(eqn, regions)
+    return new_equation(eqn, regions)
 
 
 def named_equation(eqn: jex.JaxprEqn) -> jex.JaxprEqn:
