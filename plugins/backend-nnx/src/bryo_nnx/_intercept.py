@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -222,18 +222,90 @@ def static_attributes(module: object) -> dict[str, object]:
     """A module's attributes that MoX can record (scalars, strings, None, tuples of them),
     the aliases its class declares in `_mox_aliases` (`Linear` reports `features`, Flax
     Linen's name for `out_features`), and its Variables' sharding metadata (see
-    `sharding_attributes`)."""
-    plain, variables = [], []
-    for item in vars(module).items():
-        if item[0][:1] != "_":
-            (variables if isinstance(item[1], Variable) else plain).append(item)
+    `sharding_attributes`).
+
+    `make_mox` asks once per module call: the answer is kept by the module's layout (its
+    class, attribute names and the classes of their values) and the values that can be
+    recorded, so a model's many modules of one kind cost a lookup each."""
+    values = vars(module)
+    layout = _layout(module, values)
+    key = (layout, *[values[name] for name in layout.exact])
+    if layout.floats:  # by their bits: -0.0 == 0.0 and nan != nan
+        key += tuple(float.hex(values[name]) for name in layout.floats)
+    if layout.others:  # (tuples, subclasses of scalar types): by their text when recorded
+        key += tuple(_text_if_static(values[name]) for name in layout.others)
+    plain = _PLAIN_ATTRIBUTES.get(key)
+    if plain is None:
+        if len(_PLAIN_ATTRIBUTES) >= _CACHE_BOUND:
+            _PLAIN_ATTRIBUTES.clear()
+        plain = _PLAIN_ATTRIBUTES[key] = _plain_attributes(module, values, layout)
+    attrs = dict(plain)
+    if layout.variables:
+        variables = [(name, values[name]) for name in layout.variables]
+        for name, value in _sharding_attributes(variables).items():
+            attrs.setdefault(name, value)
+    return attrs
+
+
+class _Layout:
+    """The public attributes of a module, by what `static_attributes` does with them:
+    `exact` hold an int, bool, str or None, `floats` a float, `others` a value that may be
+    recorded (a tuple, an instance of a subclass of those), `variables` a Variable; other
+    attributes (submodules, functions, arrays) are never recorded. Hashed by identity."""
+
+    __slots__ = ("aliases", "exact", "floats", "others", "variables")
+
+    def __init__(self, cls: type, values: dict[str, Any]) -> None:
+        mox = _interception()
+        exact, floats, others, variables = [], [], [], []
+        for name, value in values.items():
+            kind = type(value)
+            if name[:1] == "_":
+                continue
+            if issubclass(kind, Variable):
+                variables.append(name)
+            elif kind is float:
+                floats.append(name)
+            elif kind in mox.STATIC_TYPES:
+                exact.append(name)
+            elif issubclass(kind, (tuple, *mox.STATIC_TYPES)):
+                others.append(name)
+        self.aliases: Mapping[str, str] | None = getattr(cls, "_mox_aliases", None)
+        self.exact, self.floats = tuple(exact), tuple(floats)
+        self.others, self.variables = tuple(others), tuple(variables)
+
+
+#: `_Layout`s by (class, attribute names, their values' classes), and the recorded plain
+#: attributes by layout and values (`static_attributes`); cleared past `_CACHE_BOUND`.
+_LAYOUTS: dict[tuple[Any, ...], _Layout] = {}
+_PLAIN_ATTRIBUTES: dict[tuple[Any, ...], dict[str, object]] = {}
+_CACHE_BOUND = 4096
+
+
+def _layout(module: object, values: dict[str, Any]) -> _Layout:
+    cls = type(module)
+    key = (cls, tuple(values), tuple(map(type, values.values())))
+    layout = _LAYOUTS.get(key)
+    if layout is None or layout.aliases is not getattr(cls, "_mox_aliases", None):
+        if len(_LAYOUTS) >= _CACHE_BOUND:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[key] = _Layout(cls, values)
+    return layout
+
+
+def _text_if_static(value: object) -> str | None:
+    return repr(value) if _interception().is_static(value) else None
+
+
+def _plain_attributes(module: object, values: dict[str, Any], layout: _Layout) -> dict[str, object]:
+    """The attributes of `module` that `static_attributes` records, aliases included,
+    without the Variables' sharding."""
+    names = (*layout.exact, *layout.floats, *layout.others)
+    plain = [(name, values[name]) for name in values if name in names]  # (in their order)
     attrs = _interception().static_attributes(plain)
-    for alias, attribute in getattr(type(module), "_mox_aliases", {}).items():
+    for alias, attribute in (layout.aliases or {}).items():
         if attribute in attrs:
             attrs.setdefault(alias, attrs[attribute])
-    if variables:
-        for key, value in _sharding_attributes(variables).items():
-            attrs.setdefault(key, value)
     return attrs
 
 
