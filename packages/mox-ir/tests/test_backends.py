@@ -153,21 +153,11 @@ def test_dropout_rng_keys(model):
 def test_equinox_stacked_names():
     eqx = pytest.importorskip("equinox")
 
-    class EBlock(eqx.Module):
-        up: eqx.nn.Linear
-
-        def __init__(self, key):
-            self.up = eqx.nn.Linear(2, 2, key=key)
-
-        def __call__(self, x):
-            return jnp.tanh(self.up(x))
-
     class EModel(eqx.Module):
         trunk: bryo_scan.Stacked
 
         def __init__(self, key):
-            keys = jax.random.split(key, 3)
-            self.trunk = bryo_scan.Stacked.init(bryo_named.Axis("Layers", 3), EBlock)(key=keys)
+            self.trunk = _eqx_stack(key)
 
         def __call__(self, x):
             return self.trunk.fold(x)
@@ -177,7 +167,7 @@ def test_equinox_stacked_names():
     assert [n.name for n in yax.query("//module_call", mox)] == [
         "",
         "trunk/stacked",
-        "trunk/stacked/up",
+        "trunk/stacked/lin",
     ]
 
 
