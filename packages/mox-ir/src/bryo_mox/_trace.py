@@ -653,8 +653,10 @@ class _Converter:
                     self.substitute(outer, begin.invars[j])
                 else:
                     keep.append(i)
+            kept_outvars = [end.outvars[i] for i in keep]
+            kept_state = sum(1 for i in keep if i < n_state_out)
         else:  # (the common case: the call changed no state)
-            keep = range(len(end.outvars))
+            keep, kept_outvars, kept_state = range(len(end.outvars)), end.outvars, 0
         resolve = self.resolve
         body_outs = tuple(resolve(end.invars[i], scope) for i in keep)
         owner_of, root = self.owner.get, self.root
@@ -663,27 +665,20 @@ class _Converter:
             for a in begin.invars
         ]
         closed = list(scope.closed.values())
-        if not closed:
-            invars, body_invars = tuple(callers), tuple(begin.outvars)
-        else:
-            invars = (
-                *callers[:n_state],
-                *(outer for outer, _ in closed),
-                *callers[n_state:],
-            )
-            body_invars = (
-                *begin.outvars[:n_state],
-                *(inner for _, inner in closed),
-                *begin.outvars[n_state:],
-            )
-        outvars = tuple(_named([end.outvars[i] for i in keep] if n_state_out else end.outvars))
+        invars = (*callers[:n_state], *(outer for outer, _ in closed), *callers[n_state:])
+        body_invars = (
+            *begin.outvars[:n_state],
+            *(inner for _, inner in closed),
+            *begin.outvars[n_state:],
+        )
+        outvars = tuple(_named(kept_outvars))
         call = ModuleCall(
             info=marker.info,
             invars=invars,
             outvars=outvars,
             body=self.block(scope, body_invars, body_outs),
             n_state=n_state + len(closed),
-            n_state_out=sum(1 for i in keep if i < n_state_out) if n_state_out else 0,
+            n_state_out=kept_state,
         )
         parent.nodes.append(call)
         scope.done = True
