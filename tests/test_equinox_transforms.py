@@ -87,6 +87,50 @@ def test_jit_carries_an_equinox_state():
     assert close(ours_state, theirs_state)
 
 
+class _Counter(eqx.Module):
+    """A stateful layer used directly: its call consumes the State it is given (Equinox
+    empties it) and returns a new one."""
+
+    index: eqx.nn.StateIndex
+    linear: eqx.nn.Linear
+
+    def __init__(self, key):
+        self.index = eqx.nn.StateIndex(jnp.zeros(()))
+        self.linear = eqx.nn.Linear(3, 3, key=key)
+
+    def __call__(self, x, state):
+        count = state.get(self.index)
+        return self.linear(x) * (count + 1), state.set(self.index, count + 1)
+
+
+def test_transforms_take_a_state_that_the_function_consumes():
+    # The State each transform hands the function is emptied by Equinox when the layer
+    # uses it; reading the inputs back after the call must not take that for a reused
+    # State (it raised "this `eqx.nn.State` was already used"), and the caller's State
+    # stays as it was, as with eqx.filter_jit.
+    model, state = eqx.nn.make_with_state(_Counter)(KEY)
+    ref_y, ref_state = model(X, eqx.nn.make_with_state(_Counter)(KEY)[1])
+
+    def loss(model, x, state):
+        y, state = model(x, state)
+        return jnp.sum(y), state
+
+    y, new_state = jit(lambda m, x, s: m(x, s))(model, X, state)
+    np.testing.assert_allclose(y, ref_y, rtol=1e-6)
+    assert close(new_state, ref_state)
+    grads, new_state = grad(loss, has_aux=True)(model, X, state)
+    fresh = eqx.nn.make_with_state(_Counter)(KEY)[1]  # Equinox's grad consumes its State
+    eqx_grads, _ = eqx.filter_grad(loss, has_aux=True)(model, X, fresh)
+    assert close([v.value for v in grads.flat_state().values()], eqx_grads)
+    assert close(new_state, ref_state)
+    ys, new_state = vmap(lambda m, x, s: m(x, s), in_axes=(None, 0, None), out_axes=(0, None))(
+        model, XS, state
+    )
+    np.testing.assert_allclose(ys[0], ref_y, rtol=1e-6)
+    assert close(new_state, ref_state)
+    assert state.get(model.index) == 0  # the caller's State: still valid, unchanged
+
+
 def test_grad_of_a_model_with_integer_arrays_takes_an_equinox_filter():
     class Counted(eqx.Module):
         weight: jax.Array

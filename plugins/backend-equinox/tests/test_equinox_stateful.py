@@ -91,3 +91,15 @@ def test_a_used_state_is_refused_clearly():
     old.set(index, old.get(index))
     with pytest.raises(ValueError, match="already used"):
         split(old)
+
+
+def test_a_state_bryo_built_reads_as_built_once_used():
+    # A transform reads its inputs back after the call; the State it built for the
+    # function was emptied by the layer's call, and reads as built (nothing was written
+    # into it). A State bryo did not build still refuses (above).
+    graphdef, stats = split(STATE)
+    built = merge(graphdef, stats)
+    index = MODEL.norm.ema_state_index
+    newer = built.set(index, jax.tree_util.tree_map(lambda v: v + 1, built.get(index)))
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, state(built), stats))
+    assert not jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, state(newer), stats))

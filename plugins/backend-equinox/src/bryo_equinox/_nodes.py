@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import cast
 
@@ -269,17 +270,27 @@ _STALE_STATE = (
     "new State and invalidated this one. Split the State that the last call returned."
 )
 
+# The values each State that bryo built (`merge`, and the copies a transform hands the
+# function it traces) was built with, held weakly. Equinox empties a State when a layer's
+# call or `state.set` uses it; a transform still reads its inputs back after the call (to
+# find what the function changed), and such a State reads as built: nothing was written
+# into it, its values moved on to the State the call returned.
+_built_states: weakref.WeakKeyDictionary[eqx.nn.State, dict] = weakref.WeakKeyDictionary()
+
 
 def _state_flatten(state: eqx.nn.State) -> tuple[Children, Hashable]:
     values = state._state
     if not isinstance(values, dict):
-        raise ValueError(_STALE_STATE)
+        values = _built_states.get(state)
+        if values is None:
+            raise ValueError(_STALE_STATE)
     return [(marker, _frozen(value)) for marker, value in values.items()], None
 
 
 def _state_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
     state = object.__new__(cls)
-    state._state = dict(children)
+    state._state = values = dict(children)
+    _built_states[state] = values
     return state
 
 
