@@ -31,6 +31,7 @@ from jax.extend import core as jex
 
 from ._errors import MoxError, MoxLimitError
 from ._limits import array_nbytes, current_budget
+from ._policies import decode_policy, encode_policy
 from ._types import dtype_named, is_key_dtype, key_impls
 
 MAX_TEXT = 100_000
@@ -126,6 +127,9 @@ def encode(value: Any, *, strict: bool = True) -> str:
     if isinstance(value, np.ndarray) and dtype_named(value.dtype.name) == value.dtype:
         shape = ", ".join(str(d) for d in value.shape) + ("," if value.ndim == 1 else "")
         return f"array({encode_array(value)!r}, dtype({value.dtype.name!r}), ({shape}))"
+    policy = encode_policy(value)  # a `remat`'s `jax.checkpoint_policies` policy
+    if policy is not None:
+        return policy
     if strict:
         raise Unencodable(
             f"a value of type {type(value).__name__} ({value!r:.60}) has no text form"
@@ -310,6 +314,7 @@ _CALLS: dict[str, Callable[..., Any]] = {
     "array": _decimal_array,
     "prng_impl": lambda name: _prng_impl(name),
     "primitive": lambda name: _primitive(name),
+    "checkpoint_policy": decode_policy,
 }
 
 

@@ -115,6 +115,13 @@ def _is_accuracy(value: object, operands: Sequence[Any]) -> bool:
 
 _SELECT_AND_SCATTER = _only("select_and_scatter_add", "select_and_scatter")
 
+
+def _is_policy(value: object, operands: Sequence[Any]) -> bool:
+    """A `remat`'s checkpoint policy: None or a `jax.checkpoint_policies` policy (a file
+    names one with `checkpoint_policy(...)`; other text reads as a bare string)."""
+    return value is None or callable(value)
+
+
 PARAM_RULES: Mapping[str, tuple[ParamRule, ...]] = {
     "precision": (
         ParamRule(
@@ -141,6 +148,13 @@ PARAM_RULES: Mapping[str, tuple[ParamRule, ...]] = {
     "dimension": (ParamRule(_only("sort"), _sort_dimension, "an axis of the operands (an int)"),),
     "num_keys": (ParamRule(_only("sort"), _sort_keys, "an int from 1 to the number of operands"),),
     "select_prim": (ParamRule(_SELECT_AND_SCATTER, _is_primitive, "a primitive"),),
+    "policy": (
+        ParamRule(
+            _only("remat2", "checkpoint"),
+            _is_policy,
+            "None or a checkpoint policy (`checkpoint_policy('nothing_saveable')`)",
+        ),
+    ),
     "window_dimensions": (ParamRule(_SELECT_AND_SCATTER, _ints, "a tuple of ints"),),
     "window_strides": (ParamRule(_SELECT_AND_SCATTER, _ints, "a tuple of ints"),),
     "padding": (ParamRule(_SELECT_AND_SCATTER, _int_pairs, "a tuple of (low, high) int pairs"),),
