@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import bryo_mox as yax
+from bryo_mox import MoxError
 from bryo_mox.testing import assert_round_trip
 
 nnx = pytest.importorskip("bryo_nnx")
@@ -297,3 +298,23 @@ def test_two_stacks_of_haliax_blocks_get_their_own_paths():
     names = [n.name for n in yax.query("//module_call", mox) if "dot_general" not in n.name]
     _assert_named_by_stack(names)
     assert {"b1/stacked/up", "b2/stacked/down"} <= set(names)
+
+
+@pytest.mark.parametrize("fmt", ["xml", "yson"])
+def test_a_loaded_haliax_mox_refuses_to_guess_a_named_result(fmt):
+    # A file does not record a NamedArray's axes: a result NamedArray rebuilt from an
+    # argument's took that argument's axes ((Hidden, Embed) for a (Pos, Embed) result)
+    hax = pytest.importorskip("haliax")
+    if hax.NamedArray.__module__.partition(".")[0] != "haliax":
+        pytest.skip("`haliax` is bryo.hax here, not Haliax")
+    import haliax.nn as hnn
+
+    Pos, Embed, Hidden = hax.Axis("Pos", 3), hax.Axis("Embed", 2), hax.Axis("Hidden", 4)
+    linear = hnn.Linear.init(Embed, Hidden, key=jax.random.key(0))
+    x = hax.random.normal(jax.random.key(1), (Pos, Embed))
+    back = yax.loads(yax.dumps(yax.make_mox(lambda m, x: m(x))(linear, x), fmt), fmt)
+    with pytest.raises(MoxError, match="NamedArray's axes"):
+        yax.eval_mox(back, linear, x)
+    plain = yax.make_mox(lambda m, x: m(x).array)(linear, x)
+    back = yax.loads(yax.dumps(plain, fmt), fmt)
+    np.testing.assert_allclose(yax.eval_mox(back, linear, x), linear(x).array, rtol=1e-6)

@@ -68,6 +68,38 @@ def test_an_unknown_result_node_is_an_error_naming_it(toy, mlp, x):
         back.out_spec.build(leaves, {})
 
 
+@jax.tree_util.register_pytree_node_class
+class Labelled:
+    """An array with a static label (as a Haliax NamedArray keeps its axes): the label is
+    aux data, which a file's spec does not record."""
+
+    def __init__(self, array, label):
+        self.array, self.label = array, label
+
+    def tree_flatten(self):
+        return (self.array,), self.label
+
+    @classmethod
+    def tree_unflatten(cls, label, children):
+        return cls(children[0], label)
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_a_result_node_is_never_given_another_arguments_static_data(format):
+    a, b = Labelled(jnp.ones(2), "a"), Labelled(jnp.zeros(2), "b")
+    swap = lambda a, b: (Labelled(a.array, "new"), Labelled(b.array * 2.0, "b"))
+    back = mox_lib.loads(mox_lib.dumps(mox_lib.make_mox(swap)(a, b), format), format)
+    # two arguments of the result's spec with different labels: refused, not guessed
+    # (the first one's label, "a", came back before)
+    with pytest.raises(MoxError, match=r"the result at `\[0\]` is a .*Labelled.*static data"):
+        mox_lib.eval_mox(back, a, b)
+    # one label among the arguments: the result takes it
+    same = mox_lib.loads(mox_lib.dumps(mox_lib.make_mox(swap)(a, a), format), format)
+    first, second = mox_lib.eval_mox(same, a, a)
+    assert (first.label, second.label) == ("a", "a")
+    np.testing.assert_allclose(second.array, 2 * a.array)
+
+
 @pytest.mark.parametrize(
     "text",
     ["tuple([0]=*", "tuple([0]=*))", "tuple(*)", "tuple([0]=*(), [1]=*)", "*, *", "tuple([0]=*) x"],

@@ -27,7 +27,7 @@ from ._compat import DebugInfo, new_jaxpr_eqn
 from ._errors import MoxError
 from ._ir import Block, Equation, Literal, ModuleCall, Mox, Node, Var, array_aval, is_root
 from ._trace import TRACING
-from ._treespec import TreeSpec, spec_text
+from ._treespec import Known, TreeSpec, spec_text
 from ._types import type_str
 
 
@@ -52,7 +52,7 @@ def eval_mox(mox: Mox, *args: Any, **kwargs: Any) -> Any:
     """
     if not is_root(mox):
         raise MoxError(f"`mox` must be a Mox (from `make_mox`), got {type(mox).__name__}.")
-    known: dict[str, PyTreeDef] = {}
+    known: Known = {}
     with TRACING:  # not while a model among `args` holds another thread's tracers
         if mox.in_tree is None and mox.in_spec is not None:  # loaded: checked by its spec
             leaves, known = _leaves_by_spec(mox, args, kwargs)
@@ -69,7 +69,7 @@ _SPEC_TREES = "bryo_mox.eval.in_spec_trees"
 
 def _leaves_by_spec(
     mox: Mox, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[list[Any], dict[str, PyTreeDef]]:
+) -> tuple[list[Any], Known]:
     """The array leaves of `args` and the traced `kwargs` of a MoX loaded with an argument
     spec (`Mox.in_spec`), checked against it; and the treedefs of their subtrees by spec
     text, for rebuilding the result (`TreeSpec.build`). A structure that passed is kept
@@ -88,7 +88,7 @@ def _leaves_by_spec(
     traced = {k: v for k, v in kwargs.items() if k not in static}
     with_paths, treedef = jax.tree_util.tree_flatten_with_path((args, traced))
     positions = spec.static_positions
-    trees: dict[Any, dict[str, PyTreeDef]] = mox.memo(_SPEC_TREES, dict)
+    trees: dict[Any, Known] = mox.memo(_SPEC_TREES, dict)
     try:
         known = trees.get(treedef)
     except TypeError:  # a node whose aux data cannot be hashed: checked each call

@@ -12,7 +12,11 @@ A MoX loaded from such a file checks the arguments it is given against the spec 
 text of their structure must be the same) and names the first path that differs; its
 result is rebuilt from the spec, a node of another kind than a tuple, list, dict or
 `None` taking the treedef of an argument subtree with the same spec (a model's new
-`State`, an Equinox `State`). Walks and parsing are iterative: specs of any depth work.
+`State`, an Equinox `State`). A spec does not hold a node's static data (a Haliax
+NamedArray's axes, an Equinox module's static fields): when arguments hold several
+subtrees of one spec that differ there, a result node of that spec is refused, never
+given another node's static data. Walks and parsing are iterative: specs of any depth
+work.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ _TOKEN = re.compile(
     )?(?P<kind>[^\s(),=\[\]'"]+)(?P<open>\()?\s*(?P<close>\)*)\s*(?P<comma>,)?""",
     re.VERBOSE,
 )
+
+
+#: The treedefs of argument subtrees by their spec text; `None` where several differ.
+Known = dict[str, "PyTreeDef | None"]
 
 
 class SpecNode(NamedTuple):
@@ -183,13 +191,14 @@ class TreeSpec:
                 return paths[earlier]
         return ""
 
-    def build(self, leaves: Sequence[Any], known: dict[str, PyTreeDef]) -> Any:
+    def build(self, leaves: Sequence[Any], known: Known) -> Any:
         """The tree of this spec holding `leaves` (as many as its leaves): tuples, lists,
         dicts and `None` as they are; a node of another kind from `known`, the treedefs of
         argument subtrees by their spec text.
 
         Raises:
-            MoxError: a node's kind is neither built in nor in `known`.
+            MoxError: a node's kind is neither built in nor in `known`, or `known` has
+                several treedefs for its text (`None`).
         """
         values = iter(leaves)
         paths = self.paths()
@@ -214,6 +223,9 @@ class TreeSpec:
                 value = self._node(parent, children, keys, known, paths)
                 key = self.nodes[parent].key
             if not stack:
+                unresolved = _first_unresolved(value)
+                if unresolved is not None:
+                    raise MoxError(unresolved.message)
                 return value
         raise MoxError("the tree spec has no root.")  # pragma: no cover  -- parse makes one
 
@@ -222,7 +234,7 @@ class TreeSpec:
         index: int,
         children: list[Any],
         keys: list[str],
-        known: dict[str, PyTreeDef],
+        known: Known,
         paths: list[str],
     ) -> Any:
         node = self.nodes[index]
@@ -232,14 +244,59 @@ class TreeSpec:
             return children
         if node.kind == "dict":
             return dict(zip(map(_dict_key, keys), children, strict=True))
-        treedef = known.get(self.text[node.start : node.end])
-        if treedef is None:
-            raise MoxError(
+        text = self.text[node.start : node.end]
+        treedef = known.get(text)
+        if treedef is not None:  # (its leaves: unresolved nodes inside give theirs)
+            return treedef.unflatten(jax.tree_util.tree_leaves(children))
+        # Unresolved, unless a node around it is resolved (an Equinox module's layers of
+        # one class that differ in static fields, inside the one module of its spec).
+        first = _first_unresolved(children)
+        if first is not None:
+            message = first.message
+        elif text in known:
+            message = (
+                f"the result at `{paths[index] or 'the root'}` is a `{node.kind}`: a loaded "
+                "MoX rebuilds such a node from an argument of the same structure, but the "
+                "arguments hold several that differ in what a file does not record (their "
+                "static data: a NamedArray's axes, a module's static fields), so it cannot "
+                "tell which one the result is. Evaluate the traced MoX (not one loaded from "
+                "a file), or return arrays (a NamedArray's `.array`)."
+            )
+        else:
+            message = (
                 f"the result at `{paths[index] or 'the root'}` is a `{node.kind}`: a loaded "
                 "MoX rebuilds such a node only from an argument of the same structure (the "
                 "same spec), and no argument has one."
             )
-        return treedef.unflatten(jax.tree_util.tree_leaves(children))
+        return _Unresolved(jax.tree_util.tree_leaves(children), message)
+
+
+@jax.tree_util.register_pytree_node_class
+class _Unresolved:
+    """A result node `TreeSpec.build` could not rebuild (yet): its leaves, and the error
+    to raise unless a node around it is rebuilt from an argument's treedef."""
+
+    def __init__(self, leaves: list[Any], message: str) -> None:
+        self.leaves, self.message = leaves, message
+
+    def tree_flatten(self) -> tuple[list[Any], str]:
+        return self.leaves, self.message
+
+    @classmethod
+    def tree_unflatten(cls, message: str, leaves: list[Any]) -> _Unresolved:
+        return cls(list(leaves), message)
+
+
+def _is_unresolved(value: object) -> bool:
+    return isinstance(value, _Unresolved)
+
+
+def _first_unresolved(tree: Any) -> _Unresolved | None:
+    """The first `_Unresolved` node in `tree` (built-in containers of them), or None."""
+    for leaf in jax.tree_util.tree_leaves(tree, is_leaf=_is_unresolved):
+        if isinstance(leaf, _Unresolved):
+            return leaf
+    return None
 
 
 def _dict_key(step: str) -> Any:
@@ -275,12 +332,12 @@ class _Close(NamedTuple):
 
 def spec_text(
     treedef: PyTreeDef, paths: Sequence[Sequence[Any]], static: frozenset[int] = frozenset()
-) -> tuple[str, dict[str, PyTreeDef]]:
+) -> tuple[str, Known]:
     """The spec text of `treedef` whose leaves have key `paths`, and the treedefs of its
     subtrees of other kinds than tuples, lists, dicts and `None` by their text (the
-    `known` of `TreeSpec.build`)."""
+    `known` of `TreeSpec.build`; `None` for a text of several different treedefs)."""
     out: list[str] = []
-    known: dict[str, PyTreeDef] = {}
+    known: Known = {}
     # (treedef, key step, depth) to write, or a `_Close` of a node whose children are
     stack: list[tuple[PyTreeDef, str, int] | _Close] = [(treedef, "", 0)]
     leaf = 0
@@ -289,7 +346,7 @@ def spec_text(
         if isinstance(item, _Close):
             out.append(")")
             if not item.builtin:
-                known.setdefault("".join(out[item.start :]), item.tree)
+                _know(known, "".join(out[item.start :]), item.tree)
             continue
         tree, key, depth = item
         if out and out[-1] != "(":
@@ -309,7 +366,7 @@ def spec_text(
             if kind != "None":
                 out.append("()")
                 if not builtin:
-                    known.setdefault(kind + "()", tree)
+                    _know(known, kind + "()", tree)
             continue
         out.append("(")
         stack.append(_Close(tree, start, builtin))
@@ -318,6 +375,20 @@ def spec_text(
         keys = _child_keys(data, children, paths, depth, leaf)
         stack.extend((c, k, depth + 1) for c, k in reversed(list(zip(children, keys, strict=True))))
     return "".join(out), known
+
+
+def _know(known: Known, text: str, tree: PyTreeDef) -> None:
+    """Record `tree` as the treedef of spec `text`; `None` once two differ."""
+    if text not in known:
+        known[text] = tree
+        return
+    seen = known[text]
+    try:
+        same = seen is not None and (seen is tree or bool(seen == tree))
+    except Exception:  # aux data that cannot say whether it is equal: not the same
+        same = False
+    if not same:
+        known[text] = None
 
 
 def _child_keys(
