@@ -3,6 +3,8 @@ takes the arguments the traced one took, and names the path where they differ.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 
 import bryo_mox as mox_lib
 from bryo_mox import MoxError, MoxSerializationError
-from bryo_mox._treespec import TreeSpec, spec_text
+from bryo_mox._treespec import MAX_PARSED_TEXT, PARSED, TreeSpec, spec_text
 from bryo_mox.testing import MLP, Linear, assert_round_trip
 
 FORMATS = ("xml", "yson")
@@ -140,3 +142,31 @@ def test_spec_text_parses_back_and_rebuilds_the_tree(tree):
     leaves = list(range(treedef.num_leaves))
     assert jax.tree.structure(spec.build(leaves, known)) == treedef
     assert jax.tree.leaves(spec.build(leaves, known)) == leaves
+
+
+def test_parsed_specs_are_kept_by_their_text_within_the_bound():
+    first = TreeSpec.parse("tuple([0]=*, [1]=~)")
+    assert TreeSpec.parse("tuple([0]=*, [1]=~)") is first  # a file loaded again
+    other = TreeSpec.parse("tuple([0]=~, [1]=*)")
+    assert first.leaf_kinds == ["*", "~"] and other.leaf_kinds == ["~", "*"]
+    assert first.nodes == TreeSpec._parse(first.text).nodes
+    leaves = MAX_PARSED_TEXT // 6 + 1
+    long = "tuple(" + ", ".join(f"[{i}]=*" for i in range(leaves)) + ")"
+    assert len(long) > MAX_PARSED_TEXT
+    assert len(TreeSpec.parse(long).leaf_kinds) == leaves
+    assert PARSED.get(long) is None  # too long to keep
+    mox_lib.clear_caches()
+    assert len(PARSED) == 0 and TreeSpec.parse(first.text) is not first
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_a_mox_written_again_writes_its_own_specs(toy, mlp, x, format):
+    # the specs a MoX writes are kept with it (`file_specs`): a MoX made from it by
+    # `dataclasses.replace` writes its own
+    mox = mox_lib.make_mox(lambda m, v: (m(v), m))(mlp, x)
+    text = mox_lib.dumps(mox, format)
+    assert "in_spec" in text and "out_spec" in text
+    assert mox_lib.dumps(mox, format) == text
+    flat = mox_lib.dumps(dataclasses.replace(mox, in_tree=None, out_tree=None), format)
+    assert "in_spec" not in flat and "out_spec" not in flat
+    assert mox_lib.dumps(mox, format) == text

@@ -4,8 +4,9 @@ What bryo_mox caches for one MoX lives with it and dies with it: the one-equatio
 `eval_mox` binds (keyed weakly by the equation node) and the element view `query` reads
 (`Mox.memo`). What it shares between MoXes is bounded and holds no MoX: the equations
 `loads` traced (`_load.TRACES`, keyed by content, 4,096 at most), compiled XPath
-expressions (512), the texts of attribute values and the (primitive, param names) pairs
-`loads` lowered (`_lowering.LOWERED`, 4,096). `clear_caches` empties them all.
+expressions (512), the texts of attribute values, the (primitive, param names) pairs
+`loads` lowered (`_lowering.LOWERED`, 4,096) and the tree specs it parsed
+(`_treespec.PARSED`, 16). `clear_caches` empties them all.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ._codec import _encode_str
 from ._eval import clear_equation_cache
 from ._load import TRACES
 from ._lowering import LOWERED
+from ._treespec import PARSED
 from ._view import compile_xpath
 
 
@@ -32,6 +34,7 @@ def clear_caches() -> None:
     """
     TRACES.clear()
     LOWERED.clear()
+    PARSED.clear()
     compile_xpath.cache_clear()
     _encode_str.cache_clear()
     clear_equation_cache()

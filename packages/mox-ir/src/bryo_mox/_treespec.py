@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from bryo_pytree import PyTreeDef
+from bryo_pytree import BoundedCache, PyTreeDef
 
 from ._errors import MoxError
 
@@ -48,6 +48,13 @@ _TOKEN = re.compile(
 
 #: The treedefs of argument subtrees by their spec text; `None` where several differ.
 Known = dict[str, "PyTreeDef | None"]
+
+#: Specs parsed lately, by their text: a model's files (its checkpoints, a file loaded
+#: again) repeat one spec, whose parse costs a few percent of loading a 32-block
+#: transformer. Bounded in entries and in the length of the texts kept (4M characters in
+#: all); a spec is immutable and holds no user object, so loads may share it.
+PARSED: BoundedCache[TreeSpec] = BoundedCache(16)
+MAX_PARSED_TEXT = 1 << 18
 
 
 class SpecNode(NamedTuple):
@@ -85,6 +92,17 @@ class TreeSpec:
         text; work and memory are linear in its length."""
         if not isinstance(text, str):
             raise MoxError(f"a tree spec must be a text, got {type(text).__name__}.")
+        shared = cls is TreeSpec and len(text) <= MAX_PARSED_TEXT
+        found = PARSED.get(text) if shared else None
+        if found is None:
+            found = cls._parse(text)
+            if shared:
+                PARSED.put(text, found)
+        return found
+
+    @classmethod
+    def _parse(cls, text: str) -> TreeSpec:
+        """`parse` without the cache."""
         nodes: list[list[Any]] = []  # [key, kind, arity, start, end]
         open_nodes: list[int] = []  # indices of the nodes whose children are being read
         position, length = 0, len(text)

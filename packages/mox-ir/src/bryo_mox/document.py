@@ -419,7 +419,19 @@ def file_specs(
 ) -> tuple[TreeSpec | None, TreeSpec | None]:
     """The specs (paths and node kinds) a file records for the argument and result
     structures that its `in_tree`/`out_tree` attrs cannot write (a model, a static leaf):
-    the MoX's own when it was loaded, else made from its treedefs."""
+    the MoX's own when it was loaded, else made from its treedefs. Kept with the MoX
+    (`Mox.memo`; its fields are frozen): a model's spec walks its whole state, which
+    costs a tenth of writing a 32-block transformer."""
+    build = lambda: _file_specs(mox, write_in=write_in, write_out=write_out)
+    return mox.memo(f"{_FILE_SPECS}:{write_in:d}{write_out:d}", build)
+
+
+_FILE_SPECS = "file_specs"
+
+
+def _file_specs(
+    mox: Mox, *, write_in: bool, write_out: bool
+) -> tuple[TreeSpec | None, TreeSpec | None]:
     in_spec = out_spec = None
     if write_in:
         in_spec = mox.in_spec
