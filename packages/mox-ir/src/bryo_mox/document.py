@@ -41,6 +41,7 @@ from typing import Any, NamedTuple, cast
 
 import jax
 import numpy as np
+from jax.extend.core import Var
 from lxml import etree
 
 from bryo_pytree import PyTreeDef
@@ -513,7 +514,17 @@ class _Writer:
         return Port(self.namer(atom), self.type_of(atom.aval))
 
     def port_list(self, atoms: Any) -> list[Port]:
-        return [self.port(atom) for atom in atoms]
+        """`[self.port(atom) for atom in atoms]`, with the common port (a variable named
+        before, of a type written before) made here."""
+        names, types, ports = self.namer.names, self.types, []
+        for atom in atoms:
+            name = names.get(atom) if type(atom) is Var else None
+            known = types.get(id(atom.aval)) if name is not None else None
+            if known is not None and known[0] is atom.aval:
+                ports.append(Port(name, known[1]))
+            else:
+                ports.append(self.port(atom))
+        return ports
 
     def type_of(self, aval: Any) -> str:
         """`type_str(aval, weak=True)`, once per aval object: jax shares one aval between
@@ -632,7 +643,7 @@ class _Writer:
                 )
             self.attr_names.add(key)
         return {
-            key: self.checked(value, f"attribute `{key}` of module_call {node.name!r}")
+            key: self.checked(value, "attribute `{}` of module_call {!r}", key, node.name)
             for key, value in module_attrs(node).items()
         }
 
@@ -654,11 +665,13 @@ class _Writer:
     def params(self, node: Equation) -> dict[str, Any]:
         name = node.primitive.name
         return {
-            key: self.checked(value, f"param `{key}` of equation `{name}`")
+            key: self.checked(value, "param `{}` of equation `{}`", key, name)
             for key, value in equation_attrs(node).items()
         }
 
-    def checked(self, value: Any, what: str) -> Any:
+    def checked(self, value: Any, what: str, *names: Any) -> Any:
+        """`value`, its text (`encode_attr`) appended to `encoded`; an error names it as
+        `what.format(*names)` (made only then: a model has thousands of attributes)."""
         if not self.strict:
             return value  # the element view writes it with `encode(strict=False)`
         key = value_key(value)
@@ -668,8 +681,8 @@ class _Writer:
                 text = encode_attr(value)
             except Unencodable as error:
                 raise MoxSerializationError(
-                    f"{what} cannot be serialized: {error}. Replace the equation (`sub`) "
-                    "or keep this MoX in memory."
+                    f"{what.format(*names)} cannot be serialized: {error}. Replace the "
+                    "equation (`sub`) or keep this MoX in memory."
                 ) from None
             if key is not None:
                 self.attr_texts[key] = text
