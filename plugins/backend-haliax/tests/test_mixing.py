@@ -86,6 +86,57 @@ def test_bryo_operators_refuse_a_haliax_operand_saying_how_to_convert():
     np.testing.assert_allclose((OURS + from_haliax(XS)).array, XS.array * 2.0, rtol=1e-6)
 
 
+# Every bryo.hax function that takes arrays, given a Haliax one (several raised an
+# AttributeError, `'NamedArray' object has no attribute 'position_of'`, or computed on it)
+HALIAX_INPUTS = {
+    "softmax": lambda hax: hax.nn.softmax(XS, axis="Embed"),
+    "stack": lambda hax: hax.stack("Pair", [XS, XS]),
+    "concatenate": lambda hax: hax.concatenate("Time", [OURS, XS]),
+    "rename": lambda hax: hax.rename(XS, {"Time": "T"}),
+    "split": lambda hax: hax.split(XS, "Time", [Time.resize(2), Time.resize(2)]),
+    "flatten_axes": lambda hax: hax.flatten_axes(XS, ("Time", "Embed"), "Flat"),
+    "unflatten_axis": lambda hax: hax.unflatten_axis(XS, "Time", {"A": 2, "B": 2}),
+    "cumsum": lambda hax: hax.cumsum(XS, "Time"),
+    "tril": lambda hax: hax.tril(XS, "Time", "Embed"),
+    "argmax": lambda hax: hax.argmax(XS, "Time"),
+    "argsort": lambda hax: hax.argsort(XS, "Time"),
+    "named": lambda hax: hax.named(XS, ("Time", "Embed")),
+    "broadcast_to": lambda hax: hax.broadcast_to(XS, (Mlp, Time, Embed)),
+    "pad": lambda hax: hax.pad(XS, {"Time": (1, 1)}),
+    "roll": lambda hax: hax.roll(XS, 1, "Time"),
+    "tile": lambda hax: hax.tile(XS, {"Time": 2}),
+    "zeros_like": lambda hax: hax.zeros_like(XS),
+    "array_equal": lambda hax: hax.array_equal(OURS, XS),
+    "index": lambda hax: hax.index(XS, {"Time": 0}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HALIAX_INPUTS))
+def test_bryo_hax_functions_refuse_a_haliax_array_saying_how_to_convert(name):
+    from bryo import hax
+
+    with pytest.raises(bryo_named.AxisError, match=rf"`{name}` got a haliax.*from_haliax"):
+        HALIAX_INPUTS[name](hax)
+
+
+def test_bryo_hax_makes_arrays_over_haliax_axes():
+    from bryo import hax
+
+    # a Haliax user's axes (haliax.Axis) as bryo.hax shapes: the "bare name" error before
+    for made in (
+        hax.zeros((Time, Embed)),
+        hax.ones((Time, Embed)),
+        hax.full((Time, Embed), 2.0),
+        hax.random.normal(jax.random.key(0), (Time, Embed)),
+        hax.arange((Time, Embed)),
+    ):
+        assert isinstance(made, bryo_named.NamedArray)
+        assert made.shape == {"Time": 4, "Embed": 3}
+    assert hax.arange(Time).shape == {"Time": 4}
+    with pytest.raises(bryo_named.AxisError, match="a bare name has no size"):
+        hax.zeros(("Time", "Embed"))
+
+
 @pytest.mark.parametrize("kind", [bryo_scan.Stacked, bryo_scan.BlockSeq])
 def test_a_bryo_axis_stacks_haliax_blocks_with_a_haliax_layers_axis(kind):
     ours = kind.init(bryo_named.Axis("Layers", 2), Block)(key=KEYS)

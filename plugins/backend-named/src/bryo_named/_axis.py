@@ -196,13 +196,27 @@ def check_unique(axes: Sequence[Axis], what: str) -> tuple[Axis, ...]:
     return tuple(axes)
 
 
+def _from_other_library(value: object) -> Axis | None:
+    """An axis of another library with a string `name` and an int `size` (a
+    `haliax.Axis`) as bryo's `Axis`; None for anything else."""
+    name, size = getattr(value, "name", None), getattr(value, "size", None)
+    if isinstance(name, str) and isinstance(size, int) and not isinstance(size, bool):
+        return Axis(name, size)
+    return None
+
+
 def axes_of(shape: object, what: str = "shape") -> tuple[Axis, ...]:
-    """Normalize a `Shape` into a tuple of `Axis`, checking names are unique."""
+    """Normalize a `Shape` into a tuple of `Axis`, checking names are unique. Axes of
+    another library (`haliax.Axis`) count as bryo's, by name and size."""
     if isinstance(shape, Axis):
         return (shape,)
     if isinstance(shape, Mapping):
         return check_unique([Axis(name, size) for name, size in shape.items()], what)
+    other = _from_other_library(shape)
+    if other is not None:
+        return (other,)
     if isinstance(shape, Sequence) and not isinstance(shape, str):
+        shape = [a if isinstance(a, Axis) else (_from_other_library(a) or a) for a in shape]
         bad = [a for a in shape if not isinstance(a, Axis)]
         if bad:
             raise AxisError(

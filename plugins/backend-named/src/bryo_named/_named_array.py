@@ -9,9 +9,10 @@ arrays mix freely with NamedArrays; other unnamed arrays must be named first (`n
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,9 @@ _NAMED_INDEXING_HELP = (
     "Index a NamedArray by axis name: arr['Time', 3], arr['Time', 2:5], "
     "arr['Time', 3, 'Features', 0] or arr[{'Time': 3}]."
 )
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class NamedArray:
@@ -353,6 +357,20 @@ def elementwise(fn: Callable[..., Any], *args: Any, what: str | None = None, **k
     return NamedArray._wrap(fn(*raws, **kwargs), axes)
 
 
+def refusing_foreign(fn: Callable[P, R]) -> Callable[P, R]:
+    """`fn`, first refusing (`refuse_foreign`) a named array of another library among its
+    positional arguments, or inside a list or tuple of them (`stack`'s arrays)."""
+    what = fn.__name__
+
+    @functools.wraps(fn)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        for arg in args:
+            refuse_foreign(arg if isinstance(arg, list | tuple) else (arg,), what)
+        return fn(*args, **kwargs)
+
+    return checked
+
+
 def refuse_foreign(values: Sequence[Any], what: str) -> None:
     """Raise if one of `values` is a named array of another library (Haliax's): bryo's
     functions would see its plain array and lose its names, so they refuse it instead."""
@@ -573,6 +591,7 @@ def _index(x: NamedArray, pairs: list[tuple[Any, Any]]) -> NamedArray:
     return NamedArray(array, plan.axes)
 
 
+@refusing_foreign
 def index(array: NamedArray, slices: Mapping[AxisSelector, Any]) -> NamedArray:
     """`array[slices]`: select by axis name with ints, slices, `ds(start, size)`, 1-d
     integer arrays or NamedArrays of integer indices (Haliax's `hax.index`).
@@ -713,6 +732,7 @@ def _is_integer_scalar(value: object) -> bool:
     return is_array(value) and np.ndim(value) == 0 and jnp.issubdtype(value.dtype, jnp.integer)
 
 
+@refusing_foreign
 def named(array: Any, axis: Shape | Sequence[AxisSelector] | AxisSelector) -> NamedArray:
     """Name the axes of a plain array: `named(jnp.ones((2, 3)), ("Batch", "Features"))`.
 

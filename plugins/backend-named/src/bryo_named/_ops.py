@@ -39,6 +39,7 @@ from ._named_array import (
     broadcast_axes,
     elementwise,
     refuse_foreign,
+    refusing_foreign,
     union_axes,
 )
 from ._rearrange import reorder
@@ -65,14 +66,17 @@ def full(shape: Shape, fill_value: Any, dtype: Any = None) -> NamedArray:
     return NamedArray._wrap(jnp.full(tuple(a.size for a in axes), fill_value, dtype), axes)
 
 
+@refusing_foreign
 def zeros_like(x: NamedArray, dtype: Any = None) -> NamedArray:
     return NamedArray._wrap(jnp.zeros_like(x.array, dtype), x.axes)
 
 
+@refusing_foreign
 def ones_like(x: NamedArray, dtype: Any = None) -> NamedArray:
     return NamedArray._wrap(jnp.ones_like(x.array, dtype), x.axes)
 
 
+@refusing_foreign
 def full_like(x: NamedArray, fill_value: Any, dtype: Any = None) -> NamedArray:
     return NamedArray._wrap(jnp.full_like(x.array, fill_value, dtype), x.axes)
 
@@ -96,6 +100,7 @@ def arange(
     return NamedArray._wrap(values.reshape(tuple(a.size for a in axes)), axes)
 
 
+@refusing_foreign
 def broadcast_to(
     x: Any, axes: AxisSelection, ensure_order: bool = True, enforce_no_extra_axes: bool = True
 ) -> NamedArray:
@@ -112,7 +117,6 @@ def broadcast_to(
         {'Batch': 2, 'Features': 3}
     """
     x = x if isinstance(x, NamedArray) else NamedArray(jnp.asarray(x), ())
-    refuse_foreign((x,), "broadcast_to")
     wanted = [_resolve_or_new(x, a) for a in _selection(axes)]
     check_unique(wanted, "axes")
     names = {a.name for a in wanted}
@@ -133,6 +137,7 @@ def broadcast_to(
     return result
 
 
+@refusing_foreign
 def broadcast_axis(x: NamedArray, axis: AxisSelection) -> NamedArray:
     """`x` with the axes `axis` added (broadcast) where missing, keeping its other axes.
 
@@ -274,6 +279,7 @@ def where(
     return elementwise(jnp.where, condition, x, y, what="where")
 
 
+@refusing_foreign
 def nonzero(x: NamedArray, *, size: Axis, fill_value: Any = 0) -> tuple[NamedArray, ...]:
     """The indices of `x`'s nonzero elements, one NamedArray along `size` per axis of `x`
     (`jnp.nonzero(..., size=size.size, fill_value=fill_value)`)."""
@@ -283,6 +289,7 @@ def nonzero(x: NamedArray, *, size: Axis, fill_value: Any = 0) -> tuple[NamedArr
     return tuple(NamedArray._wrap(indices, (size,)) for indices in found)
 
 
+@refusing_foreign
 def bincount(x: NamedArray, Counts: Axis, *, weights: Any = None, minlength: int = 0) -> NamedArray:
     """How often each value `0..Counts.size - 1` occurs in the one-axis integer `x`
     (summing `weights`, broadcast to `x` by name, if given)."""
@@ -293,6 +300,7 @@ def bincount(x: NamedArray, Counts: Axis, *, weights: Any = None, minlength: int
     return NamedArray._wrap(counts, (Counts,))
 
 
+@refusing_foreign
 def unique(
     x: NamedArray,
     Unique: Axis,
@@ -333,6 +341,7 @@ def unique(
     return result[0] if len(result) == 1 else tuple(result)
 
 
+@refusing_foreign
 def unique_values(
     x: NamedArray, Unique: Axis, axis: AxisSelector | None = None, fill_value: Any = None
 ) -> NamedArray:
@@ -340,6 +349,7 @@ def unique_values(
     return unique(x, Unique, axis=axis, fill_value=fill_value)
 
 
+@refusing_foreign
 def unique_counts(
     x: NamedArray, Unique: Axis, axis: AxisSelector | None = None, fill_value: Any = None
 ) -> tuple[NamedArray, NamedArray]:
@@ -347,6 +357,7 @@ def unique_counts(
     return unique(x, Unique, return_counts=True, axis=axis, fill_value=fill_value)
 
 
+@refusing_foreign
 def unique_inverse(
     x: NamedArray, Unique: Axis, axis: AxisSelector | None = None, fill_value: Any = None
 ) -> tuple[NamedArray, NamedArray]:
@@ -354,6 +365,7 @@ def unique_inverse(
     return unique(x, Unique, return_inverse=True, axis=axis, fill_value=fill_value)
 
 
+@refusing_foreign
 def unique_all(
     x: NamedArray, Unique: Axis, axis: AxisSelector | None = None, fill_value: Any = None
 ) -> tuple[NamedArray, NamedArray, NamedArray, NamedArray]:
@@ -440,13 +452,14 @@ def _along(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     scan_along.__name__ = scan_along.__qualname__ = name
     scan_along.__doc__ = f"`jnp.{name}` along the named `axis`, keeping the axes."
-    return scan_along
+    return refusing_foreign(scan_along)
 
 
 cumsum = _along(jnp.cumsum, "cumsum")
 cumprod = _along(jnp.cumprod, "cumprod")
 
 
+@refusing_foreign
 def argsort(x: NamedArray, axis: AxisSelector | None, *, stable: bool = False) -> Any:
     """The indices that sort `x` along the named `axis`, keeping the axes.
 
@@ -470,19 +483,21 @@ def _arg_extreme(fn: Callable[..., Any], name: str) -> Callable[..., NamedArray]
     arg_extreme.__doc__ = (
         f"`jnp.{name}` along one named `axis` (None: the index into the flattened array)."
     )
-    return arg_extreme
+    return refusing_foreign(arg_extreme)
 
 
 argmax = _arg_extreme(jnp.argmax, "argmax")
 argmin = _arg_extreme(jnp.argmin, "argmin")
 
 
+@refusing_foreign
 def softmax(x: NamedArray, axis: AxisSelection) -> NamedArray:
     """`jax.nn.softmax` over the named `axis`."""
     positions = tuple(x.position_of(a, "axis") for a in _selection(axis))
     return NamedArray._wrap(jax.nn.softmax(x.array, axis=positions), x.axes)
 
 
+@refusing_foreign
 def log_softmax(x: NamedArray, axis: AxisSelection) -> NamedArray:
     """`jax.nn.log_softmax` over the named `axis`."""
     positions = tuple(x.position_of(a, "axis") for a in _selection(axis))
@@ -544,6 +559,7 @@ def _out_order(out_axes: object) -> Sequence[object]:
 # -- structure -----------------------------------------------------------------------------
 
 
+@refusing_foreign
 def stack(axis: AxisSelector, arrays: Sequence[NamedArray]) -> NamedArray:
     """Stack arrays with the same axes along a new leading `axis` (a name or an Axis)."""
     if not arrays:
@@ -565,6 +581,7 @@ def stack(axis: AxisSelector, arrays: Sequence[NamedArray]) -> NamedArray:
     return NamedArray._wrap(jnp.stack([_aligned_same(x, first.axes) for x in arrays]), axes)
 
 
+@refusing_foreign
 def concatenate(axis: AxisSelector, arrays: Sequence[NamedArray]) -> NamedArray:
     """Join arrays along an existing named `axis`; the other axes must agree."""
     if not arrays:
@@ -589,6 +606,7 @@ def concatenate(axis: AxisSelector, arrays: Sequence[NamedArray]) -> NamedArray:
     return NamedArray._wrap(jnp.concatenate(parts, axis=position), axes)
 
 
+@refusing_foreign
 def roll(x: NamedArray, shift: Any, axis: AxisSelection) -> NamedArray:
     """`jnp.roll` along the named `axis` (or several, with one `shift` each).
 
@@ -611,6 +629,7 @@ def roll(x: NamedArray, shift: Any, axis: AxisSelection) -> NamedArray:
     return NamedArray._wrap(jnp.roll(x.array, shift, positions), x.axes)
 
 
+@refusing_foreign
 def pad(
     x: NamedArray,
     pad_width: Mapping[AxisSelector, tuple[int, int]],
@@ -658,6 +677,7 @@ def _two_axes(
     return first, second
 
 
+@refusing_foreign
 def trace(
     x: NamedArray, axis1: AxisSelector, axis2: AxisSelector, offset: int = 0, dtype: Any = None
 ) -> NamedArray:
@@ -679,13 +699,14 @@ def _triangle(fn: Callable[..., Any], name: str) -> Callable[..., NamedArray]:
         f"`jnp.{name}` over the named axes `axis1` (rows) and `axis2` (columns); as in "
         "Haliax, the result has those two axes last."
     )
-    return triangle
+    return refusing_foreign(triangle)
 
 
 tril = _triangle(jnp.tril, "tril")
 triu = _triangle(jnp.triu, "triu")
 
 
+@refusing_foreign
 def allclose(
     x: Any, y: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
 ) -> bool:
@@ -693,6 +714,7 @@ def allclose(
     return bool(isclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan).array.all())
 
 
+@refusing_foreign
 def array_equal(x: NamedArray, y: NamedArray) -> bool:
     """Whether `x` and `y` have the same axes (in any order) and the same elements."""
     if set(x.axes) != set(y.axes):
@@ -700,6 +722,7 @@ def array_equal(x: NamedArray, y: NamedArray) -> bool:
     return bool(jnp.array_equal(x.array, aligned(y, x.axes)))
 
 
+@refusing_foreign
 def array_equiv(x: NamedArray, y: NamedArray) -> bool:
     """Whether `x` and `y` are equal once broadcast by name (False when they cannot be)."""
     try:
@@ -708,6 +731,7 @@ def array_equiv(x: NamedArray, y: NamedArray) -> bool:
         return False
 
 
+@refusing_foreign
 def flatten_axes(x: NamedArray, old_axes: AxisSelection, new_axis: AxisSelector) -> NamedArray:
     """Merge `old_axes` (in that order, row-major) into one axis `new_axis`, placed where
     the first of them was: `flatten_axes(x, ("H", "W"), "Pixels")`.
@@ -735,6 +759,7 @@ def flatten_axes(x: NamedArray, old_axes: AxisSelection, new_axis: AxisSelector)
     return NamedArray._wrap(array, axes)
 
 
+@refusing_foreign
 def unflatten_axis(x: NamedArray, axis: AxisSelector, new_axes: Shape) -> NamedArray:
     """Split the named `axis` into `new_axes` (row-major; their sizes multiply to its size),
     in its place. No `new_axes` removes an axis of size 1."""
@@ -751,11 +776,13 @@ def unflatten_axis(x: NamedArray, axis: AxisSelector, new_axes: Shape) -> NamedA
     return NamedArray._wrap(x.array.reshape(tuple(a.size for a in axes)), axes)
 
 
+@refusing_foreign
 def ravel(x: NamedArray, new_axis: AxisSelector) -> NamedArray:
     """Every axis merged into one, `new_axis`, in row-major order (`jnp.ravel`)."""
     return flatten_axes(x, x.axes, new_axis)
 
 
+@refusing_foreign
 def flatten(x: NamedArray, new_axis: AxisSelector) -> NamedArray:
     """`ravel`, by Haliax's other name."""
     return ravel(x, new_axis)
@@ -769,6 +796,7 @@ def _sized(axis: AxisSelector, size: int, what: str) -> Axis:
     return axis if isinstance(axis, Axis) else Axis(name_of(axis, what), size)
 
 
+@refusing_foreign
 def split(x: NamedArray, axis: AxisSelector, new_axes: Sequence[Axis]) -> list[NamedArray]:
     """Cut `x` along `axis` into consecutive pieces, one per `Axis` in `new_axes`, which
     takes that axis's place in its piece; their sizes must add up to the axis's size."""
@@ -794,6 +822,7 @@ def split(x: NamedArray, axis: AxisSelector, new_axes: Sequence[Axis]) -> list[N
     ]
 
 
+@refusing_foreign
 def repeat(
     x: NamedArray, repeats: Any, axis: AxisSelector, total_repeat_length: int | None = None
 ) -> NamedArray:
@@ -810,6 +839,7 @@ def _replaced(axes: tuple[Axis, ...], position: int, new: tuple[Axis, ...]) -> t
     return check_unique((*axes[:position], *new, *axes[position + 1 :]), "new_axes")
 
 
+@refusing_foreign
 def tile(x: NamedArray, reps: Mapping[AxisSelector, int]) -> NamedArray:
     """`jnp.tile` by axis: `{"W": 2}` repeats the whole array twice along "W"; a name `x`
     lacks becomes a new axis in front, of size `reps`, as in Haliax."""
@@ -826,6 +856,7 @@ def tile(x: NamedArray, reps: Mapping[AxisSelector, int]) -> NamedArray:
     return NamedArray._wrap(array, check_unique(axes, "reps"))
 
 
+@refusing_foreign
 def searchsorted(
     a: NamedArray, v: Any, *, side: str = "left", sorter: Any = None, method: str = "scan"
 ) -> NamedArray:
@@ -845,6 +876,7 @@ def _aligned_same(x: NamedArray, axes: tuple[Axis, ...]) -> jax.Array:
     return x.array if order == list(range(x.ndim)) else jnp.transpose(x.array, order)
 
 
+@refusing_foreign
 def take(x: NamedArray, axis: AxisSelector, index: Any) -> NamedArray:
     """Select along the named `axis` by an integer, or by a NamedArray of integer indices.
 
@@ -937,6 +969,7 @@ def _updated_block(x: NamedArray, start: Mapping[AxisSelector, Any], update: Any
     return NamedArray._wrap(jax.lax.dynamic_update_slice(x.array, values, corner), x.axes)
 
 
+@refusing_foreign
 def rename(x: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> NamedArray:
     """Rename axes: `rename(x, {"Pos": "KeyPos"})` (sizes are kept)."""
     new_names = {}
