@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import bryo_graph
-from bryo_transforms import Carry, grad, jit, scan, vmap
+from bryo_transforms import Carry, cond, grad, jit, scan, switch, vmap
 
 KEY = jax.random.key(0)
 MLP = eqx.nn.MLP(3, 2, 4, 1, key=KEY)
@@ -141,3 +141,19 @@ def test_grad_of_a_model_with_integer_arrays_takes_an_equinox_filter():
     grads = grad(loss, wrt=eqx.is_inexact_array)(model, 2.0)
     assert list(grads.flat_state()) == [("weight",)]
     np.testing.assert_allclose(grads["weight"].value, eqx.filter_grad(loss)(model, 2.0).weight)
+
+
+def test_cond_and_switch_return_new_equinox_models_as_jax_lax_cond_does():
+    # A branch returning a new model (eqx.tree_at) was refused as "not one of its
+    # arguments' graph nodes"; an Equinox model holds no Variables to write back, so it
+    # leaves as jax.lax.cond gives it: arrays traced, the rest (the activation) static.
+    def bump(model):
+        return eqx.tree_at(lambda m: m.layers[0].bias, model, model.layers[0].bias + 1.0)
+
+    keep = lambda model: model
+    for pred, expected in ((True, bump(MLP)), (False, MLP)):
+        out = cond(pred, bump, keep, MLP)
+        assert isinstance(out, eqx.nn.MLP) and out.activation is MLP.activation
+        assert close(eqx.filter(out, eqx.is_array), eqx.filter(expected, eqx.is_array))
+    out = jit(lambda m, i: switch(i, [keep, bump], m))(MLP, 1)
+    assert close(eqx.filter(out, eqx.is_array), eqx.filter(bump(MLP), eqx.is_array))

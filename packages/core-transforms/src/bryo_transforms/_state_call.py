@@ -26,12 +26,22 @@ from typing import Any
 import jax
 
 from bryo_graph import check_tree, flat_graph
+from bryo_pytree import is_array_like
 
 from ._collect import Static
 from ._errors import TransformError
 from ._layout import is_graph_leaf, scan_args
 from ._plan import CallPlan, build_plan, meta_of
 from ._rebuild import Inner, rebuild
+
+
+def _is_plain_pytree(node: object) -> bool:
+    """Whether `node` is a JAX pytree of immutable graph nodes holding no Variables (an
+    Equinox model): what a branch returns of it needs no writing back."""
+    if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(node)):
+        return False
+    flat = flat_graph(node)
+    return not flat.nodes and all(source.variable is None for source in flat.sources)
 
 
 class _Root:
@@ -130,7 +140,9 @@ class StateCall:
     # Branch outputs --------------------------------------------------------------------
 
     def wrap_output(self, inner: Inner, out: object) -> object:
-        """`out` with its graph nodes (which must be argument nodes) made static."""
+        """`out` with its graph nodes (which must be argument nodes) made static; a node
+        that is a plain immutable pytree (an Equinox model, no Variables in it) leaves as
+        `jax.lax.cond` gives it, its arrays traced and the rest static."""
         if not any(is_graph_leaf(leaf) for leaf in jax.tree.leaves(out, is_leaf=is_graph_leaf)):
             return out
         index_of = {id(obj): index for index, obj in inner.built.items()}
@@ -138,6 +150,8 @@ class StateCall:
         def wrap(leaf: object) -> object:
             if not is_graph_leaf(leaf):
                 return leaf
+            if _is_plain_pytree(leaf):
+                return jax.tree.map(lambda v: v if is_array_like(v) else Static(v), leaf)
             index = index_of.get(id(leaf))
             if index is None:
                 raise TransformError(
@@ -153,7 +167,10 @@ class StateCall:
         objects = self.plan.objects
 
         def unwrap(leaf: object) -> object:
-            return objects[leaf.value.index] if isinstance(leaf, Static) else leaf
+            if not isinstance(leaf, Static):
+                return leaf
+            value = leaf.value
+            return objects[value.index] if isinstance(value, _Root) else value
 
         return jax.tree.map(unwrap, out, is_leaf=lambda x: isinstance(x, Static))
 
