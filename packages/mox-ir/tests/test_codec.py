@@ -172,3 +172,25 @@ def test_repeated_literals_load_with_their_own_types_and_arrays():
     assert [seen(a) for a in after] == [seen(a) for a in before]
     strong = [a.val for a in after if isinstance(a.val, np.ndarray)]
     assert len(strong) >= 2 and len({id(v) for v in strong}) == len(strong)
+
+
+def test_attribute_texts_are_decoded_once_per_process_and_arrays_each_time(monkeypatch):
+    from bryo_mox import clear_caches, document
+
+    clear_caches()
+    calls: list[str] = []
+    real = document.decode_attr
+    monkeypatch.setattr(document, "decode_attr", lambda text: calls.append(text) or real(text))
+    dims, name = "(((1,), (0,)), ((), ()))", "relu"
+    first, second = document.AttrReader(), document.AttrReader()  # two files
+    assert first(dims) == second(dims) == (((1,), (0,)), ((), ()))
+    assert first(name) == second(name) == "relu"
+    assert second("1") == 1 and second("True") is True and second("None") is None
+    assert calls == [dims, name, "1", "True", "None"]  # the second file found them decoded
+    array = "array('AACAPw==', dtype('float32'), (1,))"
+    a, b = first(array), second(array)
+    assert a is not b and calls.count(array) == 2  # made and counted by each load
+    long = "(" + "1, " * 300 + ")"  # longer than the texts kept
+    assert first(long) == second(long) and calls.count(long) == 2
+    clear_caches()
+    assert document.AttrReader()(dims) == (((1,), (0,)), ((), ())) and calls.count(dims) == 2

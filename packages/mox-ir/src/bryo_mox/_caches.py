@@ -5,8 +5,9 @@ What bryo_mox caches for one MoX lives with it and dies with it: the one-equatio
 (`Mox.memo`). What it shares between MoXes is bounded and holds no MoX: the equations
 `loads` traced (`_load.TRACES`, keyed by content, 4,096 at most), compiled XPath
 expressions (512), the texts of attribute values, the (primitive, param names) pairs
-`loads` lowered (`_lowering.LOWERED`, 4,096) and the tree specs it parsed
-(`_treespec.PARSED`, 16). `clear_caches` empties them all.
+`loads` lowered (`_lowering.LOWERED`, 4,096), the tree specs it parsed
+(`_treespec.PARSED`, 16) and the attribute texts it decoded (`document._DECODED_ATTRS`,
+4,096). `clear_caches` empties them all.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ._load import TRACES
 from ._lowering import LOWERED
 from ._treespec import PARSED
 from ._view import compile_xpath
+from .document import _DECODED_ATTRS
 
 
 def clear_caches() -> None:
@@ -35,6 +37,7 @@ def clear_caches() -> None:
     TRACES.clear()
     LOWERED.clear()
     PARSED.clear()
+    _DECODED_ATTRS.clear()
     compile_xpath.cache_clear()
     _encode_str.cache_clear()
     clear_equation_cache()

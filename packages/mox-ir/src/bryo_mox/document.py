@@ -44,7 +44,7 @@ import numpy as np
 from jax.extend.core import Var
 from lxml import etree
 
-from bryo_pytree import PyTreeDef
+from bryo_pytree import BoundedCache, PyTreeDef
 
 from ._attrs import CUSTOM_ATTRS as CUSTOM_ATTRS
 from ._attrs import JIT_ATTRS as JIT_ATTRS
@@ -211,9 +211,20 @@ def read_const(name: str, type: str, text: str, source: Source | None = None) ->
     return Const(name, type, data, source)
 
 
+#: Attribute texts decoded to immutable values, for every load of this process: a
+#: model's files repeat their params' texts (`(((1,), (0,)), ((), ()))`, `relu`), each
+#: of which `decode_attr` parses with `ast` (a bare name fails to parse first), a few
+#: percent of loading an MLP. `decode_attr` is a function of the text alone; arrays are
+#: decoded (and counted against the budget) each time. Bounded: 4,096 texts of at most
+#: 512 characters.
+_DECODED_ATTRS: BoundedCache[tuple[Any]] = BoundedCache(4096)
+_MAX_DECODED_ATTR_TEXT = 512
+
+
 class AttrReader:
-    """`decode_attr` with a cache for one file: files repeat the same attribute texts,
-    and the same sets of attributes (`attrs`, `decoded_attrs`).
+    """`decode_attr` with a cache for one file (and `_DECODED_ATTRS`, for the process):
+    files repeat the same attribute texts, and the same sets of attributes (`attrs`,
+    `decoded_attrs`).
 
     Only immutable values are cached; arrays are decoded (and counted) each time.
     """
@@ -256,9 +267,16 @@ class AttrReader:
             return self._cache[text]
         except KeyError:
             pass
+        shared = len(text) <= _MAX_DECODED_ATTR_TEXT
+        found = _DECODED_ATTRS.get(text) if shared else None
+        if found is not None:
+            value = self._cache[text] = found[0]
+            return value
         value = decode_attr(text)
         if _immutable(value):
             self._cache[text] = value
+            if shared:
+                _DECODED_ATTRS.put(text, (value,))
         return value
 
 
