@@ -21,6 +21,7 @@ work.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,18 @@ Known = dict[str, "PyTreeDef | None"]
 #: all); a spec is immutable and holds no user object, so loads may share it.
 PARSED: BoundedCache[TreeSpec] = BoundedCache(16)
 MAX_PARSED_TEXT = 1 << 18
+
+
+#: A named array's axes (a Haliax or `bryo.hax` NamedArray keeps them as its static data)
+#: are written after its kind, `haliax.core.NamedArray{Pos:6;Embed:8}`, so a loaded MoX
+#: checks them and rebuilds a result of other axes. Names of other characters are not.
+_AXIS_NAME = re.compile(r"[A-Za-z0-9_.\-]+\Z")
+_AXIS_SIZE = re.compile(r"[0-9]{1,18}\Z")
+# `PyTreeDef.from_node_data_and_children` (jax 0.8 and later; before, no such result is
+# rebuilt)
+_FROM_NODE_DATA = getattr(
+    type(jax.tree_util.tree_structure(0)), "from_node_data_and_children", None
+)
 
 
 class SpecNode(NamedTuple):
@@ -264,6 +277,8 @@ class TreeSpec:
             return dict(zip(map(_dict_key, keys), children, strict=True))
         text = self.text[node.start : node.end]
         treedef = known.get(text)
+        if treedef is None:  # a named array of axes no argument has
+            treedef = _with_axes(node.kind, text, known)
         if treedef is not None:  # (its leaves: unresolved nodes inside give theirs)
             return treedef.unflatten(jax.tree_util.tree_leaves(children))
         # Unresolved, unless a node around it is resolved (an Equinox module's layers of
@@ -303,6 +318,51 @@ class _Unresolved:
     @classmethod
     def tree_unflatten(cls, message: str, leaves: list[Any]) -> _Unresolved:
         return cls(list(leaves), message)
+
+
+def _axes_text(aux: object) -> str:
+    """`{Pos:6;Embed:8}` when `aux` is a non-empty tuple of axes (dataclasses with a
+    string `name` and an int `size`: a named array's static data), else `""`."""
+    if type(aux) is not tuple or not aux:
+        return ""
+    parts = []
+    for axis in aux:
+        name, size = getattr(axis, "name", None), getattr(axis, "size", None)
+        if not (
+            dataclasses.is_dataclass(axis)
+            and isinstance(name, str)
+            and _AXIS_NAME.match(name)
+            and type(size) is int
+        ):
+            return ""
+        parts.append(f"{name}:{size}")
+    return "{" + ";".join(parts) + "}"
+
+
+def _with_axes(kind: str, text: str, known: Known) -> PyTreeDef | None:
+    """The treedef of a named array of the axes `kind` writes (`…NamedArray{Pos:6}`),
+    made from an argument's named array of the same class and children with the axes
+    replaced (`dataclasses.replace` of that argument's first axis: nothing the file names
+    is imported or called); None when there is none, or this jax cannot make it."""
+    base, brace, axes = kind.partition("{")
+    if not brace or not axes.endswith("}") or _FROM_NODE_DATA is None:
+        return None
+    pairs = [part.rpartition(":") for part in axes[:-1].split(";")]
+    if not all(_AXIS_NAME.match(n) and sep and _AXIS_SIZE.match(z) for n, sep, z in pairs):
+        return None
+    children = text[len(kind) :]
+    for other, tree in known.items():
+        if tree is None or not other.startswith(base + "{"):
+            continue
+        if other[other.find("}") + 1 :] != children:
+            continue
+        cls, aux = tree.node_data()
+        try:
+            new = tuple(dataclasses.replace(aux[0], name=n, size=int(z)) for n, _, z in pairs)
+            return _FROM_NODE_DATA(jax.tree_util.default_registry, (cls, new), tree.children())
+        except Exception:  # an axis class that cannot be remade so: no rebuild
+            return None
+    return None
 
 
 def _is_unresolved(value: object) -> bool:
@@ -377,6 +437,8 @@ def spec_text(
             leaf += 1
             continue
         kind, builtin = _kind(data[0]), data[0] in _BUILTIN_KINDS
+        if not builtin:
+            kind += _axes_text(data[1])
         children = tree.children()
         start = len(out)
         out.append(kind)
