@@ -151,3 +151,26 @@ def test_a_model_merged_inside_the_trace_is_freed_without_the_garbage_collector(
     finally:
         gc.enable()
     assert len(yax.query("//module_call", mox)) == 5
+
+
+def test_recorded_state_leaves_give_the_mox_the_markers_give(monkeypatch):
+    """`make_mox` records the state leaves that are variables of its trace instead of
+    passing them through the begin markers (bryo_mox's `call_region`): with shared
+    Variables, state updates, a structure change, raw leaves, and a closed-over model,
+    the MoX is the one every leaf through the markers gives."""
+    from bryo_mox import _trace
+
+    models = [
+        Wrapper(Shared(nnx.Rngs(0))),
+        Wrapper(Sowing(nnx.Rngs(0))),
+        Wrapper(RawLeaf(nnx.Rngs(0))),
+    ]
+    closed = Wrapper(Wrapper(nnx.BatchNorm(4, use_running_average=False, rngs=nnx.Rngs(0))))
+
+    def texts() -> list[str]:
+        found = [str(_check(model, returns_state=True)) for model in models]
+        return [*found, str(yax.make_mox(lambda x: closed(x))(X))]
+
+    recorded = texts()
+    monkeypatch.setattr(_trace, "_record", lambda leaves, recording: (None, leaves))
+    assert recorded == texts()

@@ -469,33 +469,6 @@ def test_a_call_inside_a_jit_traced_before_is_not_seen(toy, mlp, x):
     assert calls(lambda m, v: jax.jit(lambda m, v: m(v))(m, v)) == ["", "layers/0", "layers/1"]
 
 
-def _structure(block):
-    """`block` as nested tuples, its variables numbered in order of appearance: equal
-    for two conversions of one jaxpr that build the same MoX."""
-    numbers: dict = {}
-
-    def name(atom):
-        if isinstance(atom, jax.extend.core.Literal):
-            return repr(atom)
-        return numbers.setdefault(atom, len(numbers))
-
-    def node(n):
-        ins, outs = tuple(map(name, n.invars)), tuple(map(name, n.outvars))
-        if isinstance(n, ModuleCall):
-            return ("call", n.info, n.n_state, n.n_state_out, ins, outs, walk(n.body))
-        return ("eqn", n.primitive.name, ins, outs, tuple(walk(r.block) for r in n.regions))
-
-    def walk(b):
-        return (
-            tuple(map(name, b.constvars)),
-            tuple(map(name, b.invars)),
-            tuple(map(node, b.nodes)),
-            tuple(map(name, b.outvars)),
-        )
-
-    return walk(block)
-
-
 @pytest.mark.parametrize(
     ("fun", "dissolves"),
     [
@@ -506,7 +479,7 @@ def _structure(block):
     ],
 )
 def test_the_one_pass_conversion_builds_what_the_two_passes_build(
-    toy, monkeypatch, mlp, fun, dissolves
+    toy, monkeypatch, mlp, fun, dissolves, mox_structure
 ):
     """`convert` takes every marker pair for a call in one pass, and falls back on
     `_find_calls` when one cannot be: either way the MoX is the one the two passes make."""
@@ -518,7 +491,7 @@ def test_the_one_pass_conversion_builds_what_the_two_passes_build(
     closed = traced[0]  # (then the sub-jaxprs of its equations)
     jaxpr, consts = closed.jaxpr, closed.consts
     two_passes = _trace._Converter(jaxpr, consts, _trace._find_calls(jaxpr)).run()
-    assert _structure(_trace.convert(jaxpr, consts)) == _structure(two_passes)
+    assert mox_structure(_trace.convert(jaxpr, consts)) == mox_structure(two_passes)
     if dissolves:
         with pytest.raises(_trace._Dissolve):
             _trace._Converter(jaxpr, consts, None).run()

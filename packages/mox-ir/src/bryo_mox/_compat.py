@@ -32,6 +32,12 @@ def new_jaxpr_eqn(
     return _new_jaxpr_eqn(invars, outvars, primitive, params, effects, source_info, ctx)
 
 
+#: `find_top_trace(xs)`: the trace now current (jax ignores `xs` since 0.4.36): in
+#: `jax.extend.core` in jax 0.10 (where `jax.core`'s warns); only `jax.core` has it in 0.7.
+find_top_trace: Callable[[Any], Any] = (
+    getattr(jex, "find_top_trace", None) or jax.core.find_top_trace
+)
+
 #: `DebugInfo(traced_for, func_src_info, arg_names, result_paths)`: in `jax.extend.core`
 #: from jax 0.10; only `jax.core` has it in 0.7 to 0.9.
 DebugInfo: Any = getattr(jex, "DebugInfo", None) or jax.core.DebugInfo

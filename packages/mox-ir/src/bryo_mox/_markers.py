@@ -1,8 +1,9 @@
 """The two marker primitives that delimit a module call inside one trace.
 
 `make_mox` traces the whole function once, with `jax.make_jaxpr`. Each intercepted module
-call binds `mox_call_begin` on the module's state leaves and the call's array arguments,
-runs the module on the marker's outputs, and binds `mox_call_end` on the new state leaves
+call binds `mox_call_begin` on the module's state leaves (those that are variables of the
+trace are recorded in its `CallMarker` instead) and the call's array arguments, runs the
+module on the marker's outputs, and binds `mox_call_end` on the new state leaves
 and the outputs. Both are identities. Their param `call` is one `CallMarker` object (what
 the backend reported about the call), so the conversion finds each call's equations
 between its two markers and groups them into a `ModuleCall` (see `_trace.convert`).
@@ -35,13 +36,20 @@ class CallMarker:
         info: the backend's `ModuleInfo`.
         n_state: how many of the begin marker's operands are the module's state leaves
             (the rest are the call's array arguments).
+        recorded: `None`, or one entry per state leaf of the module, in order: the jaxpr
+            variable of a leaf that stayed out of the marker (`make_mox` records the
+            leaves that are variables of its own trace instead of passing them through),
+            `None` for a leaf that is one of the `n_state` operands, in turn.
     """
 
-    __slots__ = ("info", "n_state")
+    __slots__ = ("info", "n_state", "recorded")
 
-    def __init__(self, info: ModuleInfo, n_state: int) -> None:
+    def __init__(
+        self, info: ModuleInfo, n_state: int, recorded: tuple[jex.Var | None, ...] | None = None
+    ) -> None:
         self.info = info
         self.n_state = n_state
+        self.recorded = recorded
 
     def __repr__(self) -> str:
         return f"{self.info.short_type}({self.info.name!r})"

@@ -1,21 +1,25 @@
 """`make_mox`: trace a function once with `jax.make_jaxpr` while backends report module calls.
 
 Each intercepted call is delimited by two marker equations (`_markers`): the begin marker
-takes the module's state leaves and the call's array arguments, the module runs on its
-outputs, the end marker takes the new state leaves and the outputs. The whole function is
+takes the call's array arguments, and the module's state leaves except those that are
+variables of `make_mox`'s own trace (it records those: `call_region`); the module runs on
+its outputs and the recorded leaves, the end marker takes the new state leaves and the
+outputs. The whole function is
 one trace, as `jax.make_jaxpr` makes it. The conversion (`convert`) then reads the jaxpr
 once, in order, and groups the equations between each pair of markers into a `ModuleCall`
-node; everything else stays an equation. Only public JAX APIs are used; no Trace or Tracer
-is subclassed.
+node; everything else stays an equation. Only public JAX APIs are used, besides reading a
+tracer's `_trace` and `val` (its trace and jaxpr variable, in every supported jax) to
+record state leaves; no Trace or Tracer is subclassed.
 
 Conversion details, all in one pass with explicit stacks (no recursion, so models of any
 depth convert):
 
-- A module body's inputs are its begin marker's outputs: `n_state` state leaves, then the
-  arguments. A value the body uses without receiving it through the marker (a new
-  parameter `sub` threads in, a traced value the module closed over) becomes one more
-  state input, after the module's own state; an array constant becomes a constant of the
-  innermost block that uses it.
+- A module body's inputs are its state leaves (its begin marker's outputs, and a fresh
+  input for each variable the marker recorded, whose readers in the body are rewritten
+  to read it), then the arguments. A value the body uses without receiving it through
+  the marker (a new parameter `sub` threads in, a traced value the module closed over)
+  becomes one more state input, after the module's own state; an array constant becomes
+  a constant of the innermost block that uses it.
 - A state output that is an unchanged state input is pruned: later readers use the input.
 - A call whose values escape it other than through its end marker (residuals of `grad`
   taken inside the traced function) or whose markers do not pair up (partial evaluation
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import operator
 import sys
 import threading
@@ -39,7 +44,7 @@ from jax.extend import core as jex
 from bryo_pytree import is_array  # leaves traced as inputs of a call; the rest is static
 
 from ._collector import collector_paused
-from ._compat import DropVar, new_jaxpr_eqn
+from ._compat import DropVar, find_top_trace, new_jaxpr_eqn
 from ._errors import MoxError
 from ._hooks import interceptors
 from ._ir import (
@@ -57,12 +62,22 @@ from ._ir import (
 from ._markers import CallMarker, begin_p, end_p
 
 
+class _Recording(NamedTuple):
+    """The trace `make_mox` started (`jax.make_jaxpr`'s) and the class of its tracers: a
+    module call in that trace records its state leaves that are variables of it instead of
+    passing them through its begin marker (see `call_region`)."""
+
+    trace: Any
+    tracer_class: type
+
+
 @dataclass
 class _Session:
     depth: int = 0
     restores: list[tuple[Callable[[Any], None], Any]] = field(default_factory=list)
     # id(calling module) -> its graph, for module paths (see `interception.module_path`)
     paths: dict[int, Any] = field(default_factory=dict)
+    recording: _Recording | None = None
 
 
 _session: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
@@ -94,6 +109,7 @@ def call_region(
     fn: Callable[[list[Any], list[Any]], tuple[Sequence[Any], Sequence[Any]]],
     state_leaves: Sequence[Any],
     arg_leaves: Sequence[Any],
+    recording: _Recording | None = None,
 ) -> tuple[list[Any], list[Any]]:
     """Run `fn(state_leaves, arg_leaves) -> (new_state_leaves, out_leaves)` as one module call.
 
@@ -101,18 +117,61 @@ def call_region(
     the conversion turns what lies between them into a `ModuleCall`. A state leaf `fn`
     returns unchanged does not go through the end marker: the caller keeps its own value
     (so the call has only the state outputs it changed).
+
+    With `recording` (`make_mox`'s own trace), while that trace is the current one, a
+    state leaf that is one of its variables stays out of the begin marker: `fn` gets the
+    leaf itself, and the marker records its variable (`CallMarker.recorded`); the
+    conversion gives the body a fresh input for it all the same. A marker operand costs
+    a tracer, and the module its Variables rewritten and restored, at every level of
+    nesting the leaf passes; a recorded variable costs a list entry. The other leaves
+    (concrete arrays, another trace's tracers) go through the marker.
     """
-    n_state = len(state_leaves)
-    marker = CallMarker(info, n_state)
-    ins = begin_p.bind(*state_leaves, *arg_leaves, call=marker)
-    new_state, out = fn(list(ins[:n_state]), list(ins[n_state:]))
-    position = {id(leaf): j for j, leaf in enumerate(ins[:n_state])}
+    recorded, operands = None, state_leaves
+    if recording is not None and state_leaves and find_top_trace(()) is recording.trace:
+        recorded, operands = _record(state_leaves, recording)
+    n_state = len(operands)
+    marker = CallMarker(info, n_state, recorded)
+    ins = begin_p.bind(*operands, *arg_leaves, call=marker)
+    if recorded is None:
+        body_state = ins[:n_state]
+    else:  # the recorded leaves as they are, the marker's outputs for the others
+        passed = iter(ins[:n_state])
+        body_state = [
+            leaf if var is not None else next(passed)
+            for leaf, var in zip(state_leaves, recorded, strict=True)
+        ]
+    new_state, out = fn(list(body_state), list(ins[n_state:]))
+    position = {id(leaf): j for j, leaf in enumerate(body_state)}
     unchanged = [position.get(id(leaf)) for leaf in new_state]
     changed = [leaf for leaf, j in zip(new_state, unchanged, strict=True) if j is None]
     outs = end_p.bind(*changed, *out, call=marker, n_state_out=len(changed))
     changed_outs = iter(outs[: len(changed)])
     final = [state_leaves[j] if j is not None else next(changed_outs) for j in unchanged]
     return final, list(outs[len(changed) :])
+
+
+def _record(
+    leaves: Sequence[Any], recording: _Recording
+) -> tuple[tuple[Any, ...] | None, Sequence[Any]]:
+    """`(recorded, operands)`: each leaf's variable in `recording`'s trace, or `None`
+    where the leaf must be a marker operand (it is not a variable of that trace, or its
+    variable came earlier in `leaves`); `(None, leaves)` when no leaf is recorded."""
+    trace, tracer_class = recording
+    recorded: list[Any] = []
+    operands: list[Any] = []
+    seen: set[Any] = set()
+    for leaf in leaves:
+        if leaf.__class__ is tracer_class and leaf._trace is trace:
+            var = leaf.val
+            if var.__class__ is Var and var not in seen:
+                seen.add(var)
+                recorded.append(var)
+                continue
+        recorded.append(None)
+        operands.append(leaf)
+    if not seen:
+        return None, leaves
+    return tuple(recorded), operands
 
 
 #: `is_array` by class (it depends on the class only: `isinstance` of a tracer against
@@ -223,7 +282,13 @@ def _handle_call(
             session.restores.append((write_back, state))
         session.depth += 1
     try:
-        new_dyn, out_dyn = call_region(info, fn, given_state.arrays, given_call.arrays)
+        new_dyn, out_dyn = call_region(
+            info,
+            fn,
+            given_state.arrays,
+            given_call.arrays,
+            session.recording if session is not None else None,
+        )
     finally:
         if session is not None:
             session.depth -= 1
@@ -297,8 +362,12 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
         every = [*leaves, *kw_leaves]
         traced = _traced_positions(args, every)
         out_store: dict[str, Any] = {}
+        record = [True]  # whether module calls record their state leaves (`call_region`)
 
         def flat_fun(*flat: Any) -> list[Any]:
+            session = _session.get()
+            if record[0] and flat and session is not None:
+                session.recording = _Recording(find_top_trace(flat), type(flat[0]))
             full = list(every)
             for position, value in zip(traced, flat, strict=True):
                 full[position] = value
@@ -308,10 +377,17 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
             out_leaves, out_store["tree"] = jax.tree_util.tree_flatten(out)
             return out_leaves
 
-        with collector_paused():
+        def jaxpr() -> jex.ClosedJaxpr:
+            fresh = lambda *flat: flat_fun(*flat)  # (jax keeps traces by function)
             with intercepting():
-                closed = jax.make_jaxpr(flat_fun)(*(every[i] for i in traced))
-            block = convert_closed(closed)
+                return jax.make_jaxpr(fresh)(*(every[i] for i in traced))
+
+        with collector_paused():
+            try:
+                block = convert_closed(jaxpr())
+            except _StaleRecording:  # (never seen; a later jax might rename variables)
+                record[0] = False
+                block = convert_closed(jaxpr())
         kept = set(traced)
         return Mox(
             block,
@@ -404,6 +480,11 @@ class _Dissolve(Exception):
     """Some marker pair of the jaxpr cannot be a module call (see `convert`)."""
 
 
+class _StaleRecording(Exception):
+    """A begin marker recorded a state variable the jaxpr does not define (or defines as a
+    constant): `make_mox` then traces again without recording (see `call_region`)."""
+
+
 # --- pass 1: which marker pairs become module calls --------------------------------------
 
 
@@ -486,6 +567,7 @@ class _Scope:
     nodes: list[Any] = field(default_factory=list)
     consts: dict[Any, Var] = field(default_factory=dict)  # root constvar -> its var here
     closed: dict[Any, tuple[Any, Var]] = field(default_factory=dict)  # var -> (outer, inner)
+    n_recorded: int = 0  # the first entries of `closed`: the module's recorded state
 
 
 #: `_Converter.owner` of the variables `resolve` must see to: the jaxpr's constants and the
@@ -509,6 +591,8 @@ class _Converter:
         #: equations jax or the loader makes from one template share their params dict
         self.params_jaxprs: dict[int, tuple[Any, list[Any]]] = {}
         self.root = _Scope(None)
+        #: variables known to be defined at the root (`check_recorded`), filled lazily
+        self.root_defined: set[Any] | None = None
 
     def run(self) -> Block:
         scope = root = self.root
@@ -524,6 +608,9 @@ class _Converter:
                 elif primitive is begin_p:
                     scope = _Scope(scope, eqn)
                     self.own(eqn.outvars, scope)
+                    recorded = eqn.params["call"].recorded
+                    if recorded is not None:
+                        self.enter_recorded(scope, recorded)
                 elif calls is None and (
                     scope.begin is None or scope.begin.params["call"] is not eqn.params["call"]
                 ):
@@ -560,6 +647,47 @@ class _Converter:
             raise _Dissolve  # a begin without its end (`calls` is then `None`)
         outvars = tuple(self.resolve(a, self.root) for a in self.jaxpr.outvars)
         return self.block(self.root, tuple(self.jaxpr.invars), outvars)
+
+    def enter_recorded(self, scope: _Scope, recorded: Sequence[Any]) -> None:
+        """Give the body of `scope` a fresh input for each state variable its begin marker
+        recorded (`CallMarker.recorded`): the first entries of `scope.closed`, so that
+        `resolve` rewrites the body's readers of the variable to read the input."""
+        parent, closed, owner, subst = scope.parent, scope.closed, self.owner, self.subst
+        assert parent is not None
+        in_parent = parent.closed.get  # (mostly the parent's own recorded state)
+        count = 0
+        for var in recorded:
+            if var is None:
+                continue
+            var = subst.get(var, var)
+            found = in_parent(var)
+            if found is not None:
+                outer = found[1]
+            elif self.defines(var):
+                outer = self.resolve(var, parent)
+            else:
+                raise _StaleRecording
+            inner = closed[var] = (outer, Var(var.aval))
+            owner[inner[1]] = scope
+            count += 1
+        if len(closed) != count:  # two leaves, one variable (after substitution)
+            raise _StaleRecording
+        scope.n_recorded = count
+
+    def defines(self, var: Any) -> bool:
+        """Whether the jaxpr defines `var` as an input or an equation's output (a
+        variable recorded in another trace, or a constant, is not one of those)."""
+        if not isinstance(var, Var) or var in self.const_values:
+            return False
+        if var in self.owner:
+            return True
+        if self.root_defined is None:
+            self.root_defined = set(self.jaxpr.invars)
+        if var in self.root_defined:
+            return True
+        for eqn in self.jaxpr.eqns:  # (a variable defined by an equation: rare, once)
+            self.root_defined.update(eqn.outvars)
+        return var in self.root_defined
 
     def find(self, atom: Any) -> Any:
         return self.subst.get(atom, atom) if isinstance(atom, Var) else atom
@@ -644,13 +772,18 @@ class _Converter:
         assert begin is not None and parent is not None
         marker: CallMarker = begin.params["call"]
         n_state, n_state_out = marker.n_state, end.params["n_state_out"]
+        recorded = marker.recorded
         if n_state_out:
             body_ins = {var: j for j, var in enumerate(begin.outvars)}
+            own_recorded = set(itertools.islice(scope.closed, scope.n_recorded))
             keep = []
             for i, (outer, inner) in enumerate(zip(end.outvars, end.invars, strict=True)):
-                j = body_ins.get(self.find(inner)) if i < n_state_out else None
+                found = self.find(inner)
+                j = body_ins.get(found) if i < n_state_out else None
                 if j is not None and j < n_state:  # an unchanged state leaf: pruned
                     self.substitute(outer, begin.invars[j])
+                elif i < n_state_out and found in own_recorded:  # (a recorded one)
+                    self.substitute(outer, found)
                 else:
                     keep.append(i)
             kept_outvars = [end.outvars[i] for i in keep]
@@ -665,19 +798,25 @@ class _Converter:
             for a in begin.invars
         ]
         closed = list(scope.closed.values())
-        invars = (*callers[:n_state], *(outer for outer, _ in closed), *callers[n_state:])
-        body_invars = (
-            *begin.outvars[:n_state],
-            *(inner for _, inner in closed),
-            *begin.outvars[n_state:],
-        )
+        if recorded is None:
+            state_ins, body_state = callers[:n_state], begin.outvars[:n_state]
+        else:  # the state leaves in the module's order: recorded ones and marker operands
+            own = closed[: scope.n_recorded]
+            if n_state:
+                passed = iter(zip(callers[:n_state], begin.outvars[:n_state], strict=True))
+                recorded_pairs = iter(own)
+                own = [next(recorded_pairs if v is not None else passed) for v in recorded]
+            state_ins, body_state = zip(*own, strict=True)
+            closed = closed[scope.n_recorded :]
+        invars = (*state_ins, *(outer for outer, _ in closed), *callers[n_state:])
+        body_invars = (*body_state, *(inner for _, inner in closed), *begin.outvars[n_state:])
         outvars = tuple(_named(kept_outvars))
         call = ModuleCall(
             info=marker.info,
             invars=invars,
             outvars=outvars,
             body=self.block(scope, body_invars, body_outs),
-            n_state=n_state + len(closed),
+            n_state=len(state_ins) + len(closed),
             n_state_out=kept_state,
         )
         parent.nodes.append(call)
