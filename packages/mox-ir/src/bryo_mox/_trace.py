@@ -141,6 +141,9 @@ def call_region(
             for leaf, var in zip(state_leaves, recorded, strict=True)
         ]
     new_state, out = fn(list(body_state), list(ins[n_state:]))
+    if len(new_state) == len(body_state) and all(map(operator.is_, new_state, body_state)):
+        outs = end_p.bind(*out, call=marker, n_state_out=0)  # (no state changed)
+        return list(state_leaves), list(outs)
     position = {id(leaf): j for j, leaf in enumerate(body_state)}
     unchanged = [position.get(id(leaf)) for leaf in new_state]
     changed = [leaf for leaf, j in zip(new_state, unchanged, strict=True) if j is None]
@@ -188,6 +191,21 @@ def _is_array(value: object) -> bool:
     return flag
 
 
+_class_of = operator.attrgetter("__class__")
+
+
+def _all_arrays(values: Sequence[Any]) -> bool:
+    """Whether every value is an array (`_is_array`), asked once per class among them."""
+    get = _array_classes.get
+    for cls in set(map(_class_of, values)):
+        flag = get(cls)
+        if flag is None:  # (a class not seen yet)
+            return all(map(_is_array, values))
+        if not flag:
+            return False
+    return True
+
+
 def _split(leaves: Sequence[Any]) -> tuple[list[int] | None, list[Any]]:
     """The array leaves, and their positions (`None`: all leaves are arrays)."""
     flags = list(map(_is_array, leaves))
@@ -220,7 +238,7 @@ class _Flat(NamedTuple):
 
     @classmethod
     def of(cls, value: Any) -> _Flat:
-        if value.__class__ is list and all(map(_is_array, value)):
+        if value.__class__ is list and _all_arrays(value):
             return cls(value, _LIST, None, value)
         if _is_array(value):
             return cls((value,), _ONE, None, [value])
@@ -231,7 +249,7 @@ class _Flat(NamedTuple):
     @classmethod
     def of_call(cls, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Flat:
         """`(args, kwargs)` flattened; `treedef` is `_ARGS` for positional arrays only."""
-        if not kwargs and all(map(_is_array, args)):
+        if not kwargs and _all_arrays(args):
             return cls(args, _ARGS, None, list(args))
         leaves, treedef = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
         positions, arrays = _split(leaves)

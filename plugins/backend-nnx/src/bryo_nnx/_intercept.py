@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import operator
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -90,18 +91,23 @@ def _route(
     if found is None:
         return _route_state(handler, call, module, name, info, args, kwargs)
     watch, variables = found
-    before = [v.raw_value for v in variables]  # the handler's `state`: one leaf per Variable
+    before = list(map(_raw_value, variables))  # the handler's `state`: one leaf per Variable
 
     def pure(new_values: list[Any], *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
-        _write(variables, new_values)
+        _write_changed(variables, new_values, before)
+        restored = False
         try:
             with _router.running(module, name):
                 out = call(module, *call_args, **call_kwargs)
-            if watch.is_valid():
-                return [v.raw_value for v in variables], out
-            return snapshot(module), out  # the call changed the model's structure
+            if not watch.is_valid():
+                return snapshot(module), out  # the call changed the model's structure
+            after = list(map(_raw_value, variables))
+            _write_changed(variables, before, after)
+            restored = True
+            return after, out
         finally:
-            _write(variables, before)
+            if not restored:
+                _write(variables, before)
 
     def write_back(new_state: Any) -> None:
         if isinstance(new_state, list):
@@ -156,9 +162,20 @@ def own_variables(module: object) -> tuple[_Watch, list[Variable]] | None:
     return flat.watch, variables  # type: ignore[return-value]  # all Variables (checked on the line above)
 
 
+_raw_value = operator.attrgetter("raw_value")
+
+
 def _write(variables: list[Variable], values: list[Any]) -> None:
-    for variable, value in zip(variables, values, strict=True):
-        if variable.raw_value is not value:  # (`write_back` mostly puts back what is there)
+    _write_changed(variables, values, list(map(_raw_value, variables)))
+
+
+def _write_changed(variables: list[Variable], values: list[Any], current: list[Any]) -> None:
+    """Write `values` into `variables`, which hold `current`: only the values that differ
+    (a call's state mostly comes back as it went in)."""
+    if len(values) == len(current) and all(map(operator.is_, values, current)):
+        return
+    for variable, value, held in zip(variables, values, current, strict=True):
+        if value is not held:
             variable.set_raw_value(value)
 
 
