@@ -194,3 +194,17 @@ def test_attribute_texts_are_decoded_once_per_process_and_arrays_each_time(monke
     assert first(long) == second(long) and calls.count(long) == 2
     clear_caches()
     assert document.AttrReader()(dims) == (((1,), (0,)), ((), ())) and calls.count(dims) == 2
+
+
+def test_xml_names_are_told_apart_when_asked_again():
+    from bryo_mox._attrs import equation_tag, is_xml_name
+
+    names = {"add": True, "x.y-z": True, "_a": True, "xmlns": False, "XMLa": False, "1a": False}
+    names.update({"a b": False, "a:b": False, "": False})
+    for _ in range(2):  # answers are cached: the second round reads them back
+        assert {name: is_xml_name(name) for name in names} == names
+    assert equation_tag("region") == ("eqn", {"primitive": "region"})
+    assert equation_tag("a b") == ("eqn", {"primitive": "a b"}) and equation_tag("sin") == (
+        "sin",
+        {},
+    )

@@ -11,6 +11,7 @@ derivative equations, the params jax rebuilds by itself (shardings, layouts, rul
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +32,10 @@ RESERVED_TAGS = frozenset({"const", "input", "output", "outputs", "region", "mox
 _XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
+@functools.lru_cache(maxsize=4096)
 def is_xml_name(name: str) -> bool:
-    """Whether `name` can be an XML element or attribute name (and is not `xml...`)."""
+    """Whether `name` can be an XML element or attribute name (and is not `xml...`).
+    Cached: writers ask it of every node's tag, and a model has a few dozen."""
     return bool(_XML_NAME.match(name)) and not name.lower().startswith("xml")
 
 

@@ -120,7 +120,7 @@ def dumps(doc: DocNode) -> str:
         pad = "  " * min(depth, MAX_INDENT)
         if closing is not None:
             inner = pad + "  "
-            out.extend(_port("outputs", p, inner) for p in node.results)
+            out.extend([_port("outputs", p, inner) for p in node.results])
             out.append(f"{pad}</{closing}>\n")
             continue
         tag, extra = element_tag(node)
@@ -143,8 +143,8 @@ def dumps(doc: DocNode) -> str:
                 f'{inner}<const type="{_escape(const.type)}" data="{data}">'
                 f"{_escape(const.name)}</const>\n"
             )
-        out.extend(_port("input", p, inner) for p in node.inputs)
-        out.extend(_port("output", p, inner) for p in node.outputs)
+        out.extend([_port("input", p, inner) for p in node.inputs])
+        out.extend([_port("output", p, inner) for p in node.outputs])
         stack.append((node, depth, tag))
         stack.extend((child, depth + 1, None) for child in reversed(node.children))
     return "".join(out)

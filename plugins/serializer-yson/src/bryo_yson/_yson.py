@@ -129,9 +129,9 @@ def _attributes(doc: DocNode, known: _Known) -> str:
     items = head.copy()
     for key, ports in (("inputs", doc.inputs), ("outputs", doc.outputs), ("results", doc.results)):
         if ports or key != "outputs":
-            items.append(f'"{key}"=[' + ";".join(_port(p) for p in ports) + "]")
+            items.append(f'"{key}"=[' + ";".join([_port(p) for p in ports]) + "]")
     if doc.consts:
-        items.append('"consts"=[' + ";".join(_const(c) for c in doc.consts) + "]")
+        items.append('"consts"=[' + ";".join([_const(c) for c in doc.consts]) + "]")
     return "<" + ";".join(items) + ">"
 
 
