@@ -515,6 +515,7 @@ def _index_array(x: NamedArray, position: int, selector: Any) -> NamedArray:
     """An index array as a NamedArray of integers; a 1-d unnamed one (or a list) is named
     after the axis it indexes."""
     own = x.axes[position]
+    refuse_foreign((selector,), "index")  # a Haliax index array: say to convert it
     if not isinstance(selector, NamedArray):
         if isinstance(selector, list | tuple) or (is_array(selector) and np.ndim(selector) == 1):
             values = jnp.asarray(selector)
@@ -529,7 +530,6 @@ def _index_array(x: NamedArray, position: int, selector: Any) -> NamedArray:
             f"dimensions of a many-dimensional index: hax.named(idx, ('Batch', 'Pick'))). "
             f"{_NAMED_INDEXING_HELP}"
         )
-    refuse_foreign((selector,), "index")
     if not jnp.issubdtype(selector.dtype, jnp.integer):
         raise AxisError(
             f"axis {own.name!r}: an index array must hold integers; got dtype {selector.dtype} "
