@@ -69,6 +69,17 @@ def test_a_model_passed_in_is_recorded(toy, monkeypatch, mlp, x, mox_structure):
     np.testing.assert_allclose(eval_mox(mox, mlp, x), mlp(x), rtol=1e-6)
 
 
+def test_tracers_without_jaxs_private_attributes_go_through_the_markers():
+    """Recording reads a tracer's private `_trace` and `val`: a JAX whose tracers lack
+    them records nothing, and every leaf is a marker operand."""
+
+    class Bare:
+        pass
+
+    trace, leaves = object(), [Bare(), Bare()]
+    assert _trace._record(leaves, _trace._Recording(trace, Bare)) == (None, leaves)
+
+
 def test_a_closed_over_model_goes_through_the_markers(toy, monkeypatch, mlp, x, mox_structure):
     """Concrete arrays are no variables of the trace: the outer call passes them through
     its marker, and the calls inside record the marker's outputs."""

@@ -4,12 +4,12 @@ Each intercepted call is delimited by two marker equations (`_markers`): the beg
 takes the call's array arguments, and the module's state leaves except those that are
 variables of `make_mox`'s own trace (it records those: `call_region`); the module runs on
 its outputs and the recorded leaves, the end marker takes the new state leaves and the
-outputs. The whole function is
-one trace, as `jax.make_jaxpr` makes it. The conversion (`convert`) then reads the jaxpr
-once, in order, and groups the equations between each pair of markers into a `ModuleCall`
-node; everything else stays an equation. Only public JAX APIs are used, besides reading a
-tracer's `_trace` and `val` (its trace and jaxpr variable, in every supported jax) to
-record state leaves; no Trace or Tracer is subclassed.
+outputs. The whole function is one trace, as `jax.make_jaxpr` makes it. The conversion
+(`convert`) then reads the jaxpr once, in order, and groups the equations between each
+pair of markers into a `ModuleCall` node; everything else stays an equation. Only public
+JAX APIs are used, besides reading a tracer's `_trace` and `val` (its trace and jaxpr
+variable, in every supported jax) to record state leaves, with defaults (a JAX without
+them passes every leaf through the marker); no Trace or Tracer is subclassed.
 
 Conversion details, all in one pass with explicit stacks (no recursion, so models of any
 depth convert):
@@ -164,8 +164,10 @@ def _record(
     operands: list[Any] = []
     seen: set[Any] = set()
     for leaf in leaves:
-        if leaf.__class__ is tracer_class and leaf._trace is trace:
-            var = leaf.val
+        # (private attributes of JAX's tracer: read with defaults, so that a JAX that
+        # renames them costs the recording, never the trace)
+        if leaf.__class__ is tracer_class and getattr(leaf, "_trace", None) is trace:
+            var = getattr(leaf, "val", None)
             if var.__class__ is Var and var not in seen:
                 seen.add(var)
                 recorded.append(var)
