@@ -97,6 +97,8 @@ HALIAX_INPUTS = {
     "flatten_axes": lambda hax: hax.flatten_axes(XS, ("Time", "Embed"), "Flat"),
     "unflatten_axis": lambda hax: hax.unflatten_axis(XS, "Time", {"A": 2, "B": 2}),
     "cumsum": lambda hax: hax.cumsum(XS, "Time"),
+    "sum": lambda hax: hax.sum(XS, "Time"),
+    "logsumexp": lambda hax: hax.logsumexp(XS),
     "tril": lambda hax: hax.tril(XS, "Time", "Embed"),
     "argmax": lambda hax: hax.argmax(XS, "Time"),
     "argsort": lambda hax: hax.argsort(XS, "Time"),

@@ -393,7 +393,6 @@ def _reduction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     def reduce(
         x: Any, axis: AxisSelection | None = None, *, where: Any = None, **kwargs: Any
     ) -> Any:
-        refuse_foreign((x,), name)
         if where is not None:
             kwargs["where"] = _mask_for(x, where, name)
         if not isinstance(x, NamedArray):
@@ -413,7 +412,7 @@ def _reduction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         f"`jnp.{name}` over the named `axis` (one or several; None: all), "
         "e.g. `{name}(x, 'Features')`. `where=` (a NamedArray mask) is broadcast by name."
     ).replace("{name}", name)
-    return reduce
+    return refusing_foreign(reduce)
 
 
 def _mask_for(x: Any, where: Any, what: str) -> Any:
