@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from bryo_graph import GraphError, NodeType, Param, graphdef, merge, split
+from bryo_graph import GraphError, NodeType, Param, flat_graph, graphdef, merge, split
 from bryo_plugins import hookimpl
 
 
@@ -50,3 +50,71 @@ def test_unregistering_the_plugin_forgets_the_type(bryo_plugin_manager):
     bryo_plugin_manager.unregister(plugin)
     with pytest.raises(GraphError, match="no backend registers the node type Pair"):
         merge(graphdef_, state)
+
+
+class Ticket:
+    """An immutable node that its library can void behind bryo's back (as Equinox empties
+    an `eqx.nn.State` that `state.set` used)."""
+
+    def __init__(self, value):
+        self.value = value
+        self.void = False
+
+
+def _ticket_flatten(node):
+    if node.void:
+        raise ValueError("this Ticket was voided")
+    return (("value", node.value),), None
+
+
+class TicketBackend:
+    def __init__(self):
+        self.checked = 0
+
+    def unchanged(self, node):
+        self.checked += 1
+        return not node.void
+
+    @hookimpl
+    def bryo_graph_node_types(self):
+        return (
+            NodeType(
+                Ticket,
+                flatten=_ticket_flatten,
+                unflatten=lambda cls, aux, children: cls(children[0][1]),
+                unchanged=self.unchanged,
+            ),
+        )
+
+
+@pytest.mark.parametrize("wrap", [lambda t: t, lambda t: Pair(t, 0)], ids=["root", "inside"])
+def test_unchanged_is_asked_before_a_cached_flattening_is_reused(bryo_plugin_manager, wrap):
+    import numpy as np
+
+    backend = TicketBackend()
+    bryo_plugin_manager.register(backend)
+    bryo_plugin_manager.register(PairBackend())
+    ticket = Ticket(np.ones(2))
+    root = wrap(ticket)
+    flat = flat_graph(root)
+    assert flat_graph(root) is flat and backend.checked == 1  # reused: it said unchanged
+    ticket.void = True
+    with pytest.raises(ValueError, match="voided"):  # walked again: `flatten` refuses
+        split(root)
+    with pytest.raises(ValueError, match="voided"):
+        split(root)
+
+
+def test_a_cached_flattening_does_not_keep_a_checked_root_alive(bryo_plugin_manager):
+    import gc
+    import weakref
+
+    import numpy as np
+
+    bryo_plugin_manager.register(TicketBackend())
+    ticket = Ticket(np.ones(2))
+    split(ticket)
+    gone = weakref.ref(ticket)
+    del ticket
+    gc.collect()
+    assert gone() is None

@@ -7,7 +7,17 @@ import numpy as np
 import pytest
 
 from bryo_equinox import updated
-from bryo_graph import BatchStat, GraphError, Param, merge, split, state, update
+from bryo_graph import (
+    BatchStat,
+    GraphError,
+    Param,
+    flat_graph,
+    graphdef,
+    merge,
+    split,
+    state,
+    update,
+)
 
 
 class Net(eqx.Module):
@@ -103,3 +113,36 @@ def test_a_state_bryo_built_reads_as_built_once_used():
     newer = built.set(index, jax.tree_util.tree_map(lambda v: v + 1, built.get(index)))
     assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, state(built), stats))
     assert not jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, state(newer), stats))
+
+
+class _Holder(eqx.Module):
+    state: eqx.nn.State
+
+
+@pytest.mark.parametrize("wrap", [lambda s: s, _Holder], ids=["state", "module-holding-it"])
+def test_a_used_state_is_refused_also_once_its_flattening_is_cached(wrap):
+    # core-graph caches an immutable root's flattening; Equinox empties a used State
+    # behind bryo's back, so the cached flattening must not hand out its old values.
+    _, fresh = eqx.nn.make_with_state(Net)(jax.random.key(0))
+    root = wrap(fresh)
+    assert flat_graph(root) is flat_graph(root)  # cached while the State is valid
+    before = jax.tree_util.tree_leaves(state(root, BatchStat))
+    index = MODEL.norm.ema_state_index
+    newer = fresh.set(index, jax.tree_util.tree_map(lambda v: v + 1, fresh.get(index)))
+    for read in (split, state, graphdef):
+        with pytest.raises(ValueError, match="already used"):
+            read(root)
+    # the newer State splits, with its own values, and merges back
+    graphdef_, stats = split(newer)
+    after = jax.tree_util.tree_leaves(stats)
+    assert not all(np.array_equal(a, b) for a, b in zip(after, before, strict=True))
+    again = merge(graphdef_, stats)
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, state(again), stats))
+
+
+def test_a_state_bryo_built_keeps_its_cached_flattening_once_used():
+    built = merge(*split(_fresh_state()))
+    flat = flat_graph(built)
+    index = MODEL.norm.ema_state_index
+    built.set(index, built.get(index))  # Equinox empties it; it reads as built
+    assert flat_graph(built) is flat

@@ -62,7 +62,7 @@ from ._modes import graph_mode
 from ._nodes import JAX_PYTREE, JaxPytree, NodeType, _tuple_flatten, is_pytree_node, node_types
 from ._object import MERGED, Dict, List, Object, _dict_flatten, _list_flatten, object_flatten
 from ._state import FlatState, State, check_catch_all_last, group_flat, sorted_paths
-from ._tracking import Watch, watch_all, write_count
+from ._tracking import GuardedWatch, Watch, watch_all, write_count
 from ._tree_mode import TreeDef, tree_flatten, tree_iter, tree_merge, tree_split, tree_state
 from ._variables import NO_METADATA, Variable, VariableState, variable_class
 
@@ -497,6 +497,8 @@ class _Flattener:
         self.sources: list[LeafSource] = []
         self.nodes: list[tuple[Path, object]] = []
         self.tracked: list[object] = []  # what a cached flattening must watch
+        # (unchanged, node) of the nodes whose type checks them before a cache hit
+        self.guards: list[tuple[Callable[[_Any], bool], object]] = []
         # Every node walked, alive until the walk ends: a node that a backend's `flatten`
         # made on the fly (Equinox's frozen containers) must not free its id for reuse.
         self.walked: list[object] = []
@@ -604,6 +606,8 @@ class _Flattener:
             self.cacheable = False
         elif node_type.tracks_structure:
             self.tracked.append(node)
+        elif node_type.unchanged is not None:
+            self.guards.append((node_type.unchanged, node))
         return _Frame(node, node_type, position, path, key, leaf_type)
 
 
@@ -681,19 +685,19 @@ def flat_graph(node: object, /, *, keep: bool = True) -> FlatGraph:
     root = flattener.flatten(node, node_type)
     flat = FlatGraph(GraphDef(root), flattener.paths, flattener.sources, flattener.nodes)
     if flattener.cacheable and (own or not node_type.mutable):
-        _remember(node, flat, flattener.tracked, writes, own, keep)
+        _remember(node, flat, flattener, writes, own, keep)
     if merged is not None and writes == merged.writes + 1:  # nothing written since merge
         _check_handover(merged, node, flat, flattener)
     return flat
 
 
 def _remember(
-    node: object, flat: FlatGraph, tracked: list, writes: int, own: bool, keep: bool
+    node: object, flat: FlatGraph, walk: _Flattener, writes: int, own: bool, keep: bool
 ) -> None:
     """Watch `flat`'s nodes and, with `keep`, cache it on the root or in the table, if
     nothing changed while it was made."""
-    watch = flat.watch = Watch()
-    if not watch_all(watch, tracked) or write_count() != writes + 1:
+    watch = flat.watch = _guarded_watch(node, walk.guards) if walk.guards else Watch()
+    if not watch_all(watch, walk.tracked) or write_count() != writes + 1:
         watch.expire()  # a node cannot keep watches, or a write raced the walk
         return
     if not keep:
@@ -716,6 +720,20 @@ def _remember(
             if oldest is not None:
                 oldest.flat.watch.expire()  # type: ignore[union-attr]  # a cached flattening has a watch
         _table[key] = _TableEntry(ref, flat)
+
+
+def _guarded_watch(root: object, guards: list[tuple[Callable[[_Any], bool], object]]) -> Watch:
+    """The watch of a flattening holding nodes that their type checks before a cache hit
+    (`NodeType.unchanged`); the root is held weakly (a cached flattening lives on it or in
+    the table, which must not keep it alive). A root without weak references gets an
+    expired watch: its flattening is never reused."""
+    try:
+        ref = weakref.ref(root)
+    except TypeError:
+        watch = Watch()
+        watch.expire()
+        return watch
+    return GuardedWatch([(check, ref if node is root else node) for check, node in guards])
 
 
 def _keep_own(node: object, flat: FlatGraph) -> None:
@@ -901,7 +919,12 @@ def _handover_plan(
     merged: _Merged, root: object, flat: FlatGraph, walk: _Flattener
 ) -> _HandoverPlan | None:
     graphdef = merged.graphdef
-    if not walk.cacheable or type(graphdef.root) is not NodeEntry or flat.graphdef != graphdef:
+    if (
+        not walk.cacheable
+        or walk.guards  # (nodes that can change unseen: checked at each reuse instead)
+        or type(graphdef.root) is not NodeEntry
+        or flat.graphdef != graphdef
+    ):
         return None
     registry = walk.registry
     for entry in graphdef.nodes:

@@ -68,6 +68,13 @@ class NodeType(Generic[N]):
             into (an `Object`'s static attributes, such as a plain list of ints). Every
             other child that is not a Variable or a node is then data, a State leaf even
             when it is not an array (`data(1)`); None: arrays are leaves, the rest static.
+        unchanged: optional, `node -> bool`, for an immutable node type whose nodes can
+            still change under bryo without telling it (Equinox empties an `eqx.nn.State`
+            that `state.set` used): whether `flatten(node)` would still give what it gave.
+            bryo calls it on each such node before reusing a cached flattening that holds
+            it (a cache hit, a lifted transform's call plan); False makes bryo walk the
+            graph again, so `flatten` sees the node as it is now (and may raise). It must
+            be cheap (an attribute read) and never raise; None: the node never changes.
     """
 
     type: builtins.type[N]
@@ -85,6 +92,7 @@ class NodeType(Generic[N]):
     leaf_metadata: Callable[[N], Mapping[str, object] | None] | None = None
     tracks_structure: bool = False
     static_keys: Callable[[N], Container[Key] | None] | None = None
+    unchanged: Callable[[N], bool] | None = None
 
     @property
     def mutable(self) -> bool:

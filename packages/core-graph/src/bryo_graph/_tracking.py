@@ -22,7 +22,9 @@ from __future__ import annotations
 import itertools
 import threading
 import types
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
 
 WATCHES = "_object__watches"
 """The attribute (a `__dict__` entry, or a slot) where a tracked node keeps its watches."""
@@ -55,6 +57,36 @@ class Watch:
     def expire(self) -> None:
         """Mark the flattening stale (its cache entry was dropped, or a node changed)."""
         self.valid = False
+
+
+class GuardedWatch(Watch):
+    """The `Watch` of a flattening holding nodes whose type has an `unchanged` check (a
+    node that can change without telling bryo, as an `eqx.nn.State` that Equinox empties):
+    valid until a node it read changes, or one of those checks says no.
+
+    Each guard is `(unchanged, node)`; the root of a cached flattening is held through a
+    weak reference (a cache never keeps its root alive)."""
+
+    __slots__ = ("guards",)
+
+    def __init__(self, guards: list[tuple[Callable[[Any], bool], object]]) -> None:
+        super().__init__()
+        self.guards = guards
+
+    def is_valid(self) -> bool:
+        """Whether no node of the flattening changed since it was made (checks included)."""
+        if not (self.valid and self.epoch == _epoch[0]):
+            return False
+        for unchanged, node in self.guards:
+            if type(node) is weakref.ref:
+                node = node()
+                if node is None:  # the root is gone: so is its cache entry
+                    self.valid = False
+                    return False
+            if not unchanged(node):
+                self.valid = False
+                return False
+        return True
 
 
 def write_count() -> int:

@@ -287,6 +287,13 @@ def _state_flatten(state: eqx.nn.State) -> tuple[Children, Hashable]:
     return [(marker, _frozen(value)) for marker, value in values.items()], None
 
 
+def _state_unchanged(state: eqx.nn.State) -> bool:
+    """Whether `_state_flatten(state)` still gives what it gave: Equinox empties a State
+    that `state.set` (or a layer's call) used, behind bryo's back, and a cached flattening
+    of it must not hand out its old values then."""
+    return isinstance(state._state, dict) or state in _built_states
+
+
 def _state_unflatten(cls: type, aux: Hashable, children: list[tuple[Key, object]]) -> object:
     state = object.__new__(cls)
     state._state = values = dict(children)
@@ -305,7 +312,11 @@ def node_types() -> Sequence[NodeType]:
         NodeType(eqx.Module, leaf_type=Param, **module),
         NodeType(eqx.nn.StateIndex, leaf_type=BatchStat, **module),
         NodeType(
-            eqx.nn.State, flatten=_state_flatten, unflatten=_state_unflatten, leaf_type=BatchStat
+            eqx.nn.State,
+            flatten=_state_flatten,
+            unflatten=_state_unflatten,
+            leaf_type=BatchStat,
+            unchanged=_state_unchanged,
         ),
         NodeType(FrozenList, flatten=_sequence_flatten, unflatten=_list_unflatten),
         NodeType(FrozenTuple, flatten=_sequence_flatten, unflatten=_tuple_unflatten),
