@@ -26,6 +26,7 @@ from bryo_graph import NodeType, Param, get_partition_spec, node_types, split
 from bryo_plugins import (
     BLOCK_ENV,
     PluginConflictWarning,
+    PluginError,
     _manager,
     describe_hooks,
     describe_plugins,
@@ -272,6 +273,31 @@ def test_a_plugin_failing_to_import_is_reported_and_the_rest_keeps_working(
         assert bryo._cli.main(["plugins", "--strict"]) == 1
     out = capsys.readouterr().out
     assert "FAILED bryo plugin 'broken' (distribution acme-broken) failed to load" in out
+
+
+def test_a_model_whose_backend_failed_is_refused_not_taken_for_a_leaf(
+    bryo_fake_distributions, monkeypatch
+):
+    """`split` of a model whose backend failed to load handed the model back as one State
+    leaf (after a warning that is easy to miss); the next step failed far from the cause."""
+    bryo_fake_distributions.add(
+        "acme-layers-bryo", {"acme-layers": BROKEN}, group="bryo.graph.acme_layers"
+    )
+    model_class = type("MLP", (), {"__module__": "acme_layers.models"})
+    with use_plugin_manager(new_plugin_manager()):
+        with pytest.warns(RuntimeWarning, match="'acme-layers'"):
+            with pytest.raises(PluginError) as raised:
+                split(model_class())
+        _, state = split({"w": Param(jnp.ones(2))})  # the rest keeps working
+    assert list(state.flat_state()) == [("w",)]
+    message = str(raised.value)
+    assert "bryo cannot handle acme_layers.models.MLP: the `graph` plugin installed" in message
+    assert "'acme-layers' (distribution acme-layers-bryo, entry point group " in message
+    assert "bryo.graph.acme_layers) failed to load: ZeroDivisionError: boom at import" in message
+    monkeypatch.setenv(BLOCK_ENV, "acme-layers")  # blocked on purpose: a plain value again
+    with use_plugin_manager(new_plugin_manager()):
+        model = model_class()
+        assert split(model)[1] is model
 
 
 def test_a_misspelt_hook_is_reported_and_bryo_keeps_working(

@@ -230,6 +230,101 @@ def test_a_misspelt_hook_of_the_plain_group_leaves_the_manager_working(
     assert [failure.name for failure in pm.failures] == ["typo"]
 
 
+def test_a_hook_of_a_package_not_imported_yet_says_to_import_it(
+    bryo_fake_distributions, monkeypatch
+):
+    """A backend implementing `bryo_scan_*` hooks, loaded while bryo_scan is not imported
+    (a graph lookup from a script that imports bryo_graph only), was told its hook is
+    unknown with no hint that the hook is spelt right and only its package is missing."""
+    monkeypatch.delitem(sys.modules, "bryo_lateowner", raising=False)
+    site = bryo_fake_distributions.root
+    (site / "bryo_lateowner.py").write_text("")  # installed, not imported
+    source = """
+        from bryo_plugins import hookimpl
+
+        @hookimpl
+        def bryo_lateowner_things():
+            return []
+    """
+    bryo_fake_distributions.add("acme-late", {"late": source}, group="bryo.test")
+    pm = new_plugin_manager()
+    with pytest.warns(RuntimeWarning, match="unknown hook 'bryo_lateowner_things'"):
+        pm.load_family("test")
+    message = str(pm.failures[0])
+    assert "looks like `bryo_lateowner`, installed but not imported" in message
+    assert "add `import bryo_lateowner` to the plugin module" in message
+    assert ".." not in message  # the error's own full stop is not doubled
+
+
+FAILS_FOR_ACME = """
+    raise ZeroDivisionError("boom at import")
+"""
+
+
+def _acme_table():
+    return bryo_plugins.TypeTable(
+        lambda pm: bryo_plugins.hook_table(
+            "bryo_test_table", bryo_plugins.type_mapping(str.__instancecheck__, "a label"), pm=pm
+        ),
+        family="test",
+    )
+
+
+def test_a_class_whose_plugin_failed_is_refused_naming_the_plugin(bryo_fake_distributions):
+    """A model of a backend that failed to load was taken for a plain value (a graph
+    lookup answered None): `split` handed the model back as one leaf, after a warning."""
+    bryo_fake_distributions.add(
+        "acme-broken", {"broken": FAILS_FOR_ACME}, group="bryo.test.acme_lib"
+    )
+    table = _acme_table()
+    acme = type("Widget", (), {"__module__": "acme_lib.widgets"})
+    with use_plugin_manager(new_plugin_manager()) as pm:
+        assert table.lookup(int) is None  # classes of other modules: no plugin, no error
+        with pytest.warns(RuntimeWarning, match="'broken'"):
+            with pytest.raises(PluginError) as raised:
+                table.lookup(acme)
+        message = str(raised.value)
+        assert "bryo cannot handle acme_lib.widgets.Widget" in message
+        assert "plugin 'broken' (distribution acme-broken, entry point group " in message
+        assert "bryo.test.acme_lib) failed to load: ZeroDivisionError: boom at import" in message
+        assert f"{BLOCK_ENV}=broken" in message
+        with pytest.raises(PluginError):  # every time, not only the first
+            table.lookup(acme)
+        assert pm.failures_for("test", {"acme_lib"}) == pm.failures
+        assert pm.failures_for("test", {"other"}) == []
+        subclass = type("Gadget", (acme,), {"__module__": "user_code"})
+        with pytest.raises(PluginError, match=r"user_code\.Gadget"):  # found along the MRO
+            table.lookup(subclass)
+
+
+def test_a_class_whose_plugin_failed_in_its_hook_is_refused(bryo_fake_distributions):
+    source = """
+        from bryo_plugins import hookimpl
+
+        @hookimpl
+        def bryo_test_table():
+            raise RuntimeError("hook exploded")
+    """
+    bryo_fake_distributions.add("acme-raises", {"raises": source}, group="bryo.test.acme_lib")
+    table = _acme_table()
+    acme = type("Widget", (), {"__module__": "acme_lib.widgets"})
+    with use_plugin_manager(new_plugin_manager()):
+        with pytest.warns(RuntimeWarning, match="'raises'"):
+            with pytest.raises(PluginError, match="failed in hook `bryo_test_table`: Runtime"):
+                table.lookup(acme)
+
+
+def test_a_blocked_plugin_leaves_its_classes_to_the_core(bryo_fake_distributions, monkeypatch):
+    bryo_fake_distributions.add(
+        "acme-broken", {"broken": FAILS_FOR_ACME}, group="bryo.test.acme_lib"
+    )
+    monkeypatch.setenv(BLOCK_ENV, "broken")
+    acme = type("Widget", (), {"__module__": "acme_lib.widgets"})
+    with use_plugin_manager(new_plugin_manager()) as pm:
+        assert _acme_table().lookup(acme) is None
+        assert not pm.failures
+
+
 @pytest.fixture
 def gate(monkeypatch):
     """`importing`: set by the SLOW plugin when its import starts."""

@@ -39,6 +39,28 @@ def test_path_by_identity_and_top_level():
     assert module_path(child, (parent, "model"), walk) == "model/layers/first"
 
 
+class TorchLike:
+    """Submodules in a private `_modules` dict; the graph's paths are its keys."""
+
+    def __init__(self, **modules):
+        self._modules = modules
+
+
+def torch_walk(node, path=()):
+    if isinstance(node, TorchLike):
+        for key, value in node._modules.items():
+            yield from torch_walk(value, (*path, key))
+    yield path, node
+
+
+def test_a_module_kept_in_a_private_attribute_takes_its_graph_path():
+    """It was named `_modules/norm` (the attribute holding it), not `norm` (its path in
+    the graph the backend's node type walks)."""
+    child = TorchLike()
+    parent = TorchLike(norm=child)
+    assert module_path(child, (parent, "model"), torch_walk) == "model/norm"
+
+
 def test_rebuilt_layer_of_a_stacked_trunk_takes_the_trunk_path():
     parent = Node(embed=Node(w=np.zeros((3, 4))), trunk=Node(stacked=block(5)))
     assert module_path(block(), (parent, ""), walk) == "trunk/stacked"

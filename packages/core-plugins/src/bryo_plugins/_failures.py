@@ -16,7 +16,8 @@ from ._markers import BLOCK_ENV
 
 class PluginError(RuntimeError):
     """A plugin is misbuilt: it implements a hook no package declares, or it asks for the
-    plugin manager while that manager is still loading it."""
+    plugin manager while that manager is still loading it; or a plugin that failed is
+    needed (`BryoPluginManager.check_failed`: a class or format only it would know)."""
 
 
 class PluginResultError(TypeError):
@@ -51,7 +52,7 @@ class PluginFailure:
 
     def __str__(self) -> str:
         source = f" (distribution {self.distribution})" if self.distribution else ""
-        error = f"{type(self.error).__name__}: {self.error}"
+        error = f"{type(self.error).__name__}: {str(self.error).rstrip('.')}"
         if self.hook is None:
             return (
                 f"bryo plugin {self.name!r}{source} failed to load: {error}. The rest of bryo "

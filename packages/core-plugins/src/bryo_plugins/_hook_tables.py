@@ -303,7 +303,14 @@ class TypeTable(Generic[V]):
         return pm
 
     def lookup(self, cls: type) -> V | None:
-        """The value for `cls` or its nearest declared base class, else None."""
+        """The value for `cls` or its nearest declared base class, else None.
+
+        Raises:
+            PluginError: no plugin declares `cls`, and a plugin of the table's family keyed
+                by a module of `cls`'s MRO failed (to load, or in a hook): the plugin
+                that would have known `cls` is broken, and going on without it would
+                treat a model as a plain value.
+        """
         pm = get_plugin_manager()
         tables = self._tables.get(pm)
         try:
@@ -317,6 +324,8 @@ class TypeTable(Generic[V]):
             tables = self._tables.get(pm)
         declared = tables.declared
         found = next((declared[b] for b in cls.__mro__ if b in declared), None)
+        if found is None and self._family is not None:  # never cached: raises every time
+            pm.check_failed(self._family, module_roots(cls) - {"builtins"}, _class_name(cls))
         tables.resolved[cls] = found
         return found
 
@@ -326,3 +335,7 @@ class TypeTable(Generic[V]):
         if self._family is not None:
             pm.load_family(self._family, sys.modules)
         return tuple(self._tables.get(pm).declared)
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"

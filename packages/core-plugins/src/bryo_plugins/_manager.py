@@ -21,7 +21,9 @@ as a `PluginError` naming the plugin. See `docs/plugins.md`.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import itertools
+import sys
 import threading
 import warnings
 import weakref
@@ -124,6 +126,45 @@ class BryoPluginManager(pluggy.PluginManager):
         """Record `failure` and unregister plugin `name` for good (in this manager)."""
         self.record_failure(failure)
         self.set_blocked(name)
+
+    def failures_for(self, family: str, keys: Container[str]) -> list[PluginFailure]:
+        """The failures of the plugins bryo loads for `family` and one of `keys` (an entry
+        point in group `bryo.<family>.<key>`) that are not registered now: the plugins
+        that should have answered for these keys and cannot."""
+        return [
+            failure
+            for failure in self.failures
+            if self.get_plugin(failure.name) is None
+            and self.keyed_groups(failure.name, family, keys)
+        ]
+
+    def keyed_groups(self, name: str, family: str, keys: Container[str]) -> list[str]:
+        """The entry-point groups `bryo.<family>.<key>` of plugin `name` with a key in `keys`."""
+        return sorted(
+            f"{ENTRY_POINT_GROUP}.{f}.{k}"
+            for f, k in self.entry_groups(name)
+            if f == family and k is not None and k in keys
+        )
+
+    def check_failed(self, family: str, keys: Container[str], subject: str) -> None:
+        """Refuse to go on without a plugin that should have answered for `subject`.
+
+        Core code calls this when no plugin answered for `subject` (a class, a format),
+        so that a broken plugin is named where its absence matters instead of `subject`
+        being handled as if no plugin were installed (a model taken for a leaf).
+
+        Args:
+            family: the hook family asked.
+            keys: the keys of the plugins that could have answered (`module_roots(cls)`).
+            subject: what was asked about, for the message (`torchish.MLP`).
+
+        Raises:
+            PluginError: a plugin keyed by one of `keys` in `family` failed; the message
+                names it, its distribution, its entry point group and its error.
+        """
+        failed = self.failures_for(family, keys)
+        if failed:
+            raise PluginError(_unavailable_message(self, family, keys, subject, failed))
 
     def warn_once(self, key: object, message: str, category: type[Warning]) -> None:
         """Issue `message` once per manager for `key` (tables are rebuilt per epoch)."""
@@ -238,6 +279,33 @@ class BryoPluginManager(pluggy.PluginManager):
             self.disable(name, PluginFailure(name, self.distribution_of(name), error))
 
 
+def _unavailable_message(
+    pm: BryoPluginManager,
+    family: str,
+    keys: Container[str],
+    subject: str,
+    failed: list[PluginFailure],
+) -> str:
+    """Why no `family` plugin answered for `subject`: each failed plugin that should have."""
+    parts = []
+    for failure in failed:
+        groups = pm.keyed_groups(failure.name, family, keys)
+        source = f"distribution {failure.distribution}, " if failure.distribution else ""
+        where = f" in hook `{failure.hook}`" if failure.hook else " to load"
+        error = f"{type(failure.error).__name__}: {failure.error}"
+        parts.append(
+            f"plugin {failure.name!r} ({source}entry point group {', '.join(groups)}) "
+            f"failed{where}: {error.rstrip('.')}"
+        )
+    names = ",".join(dict.fromkeys(failure.name for failure in failed))
+    return (
+        f"bryo cannot handle {subject}: the `{family}` plugin installed for it failed. "
+        f"{'; '.join(parts)}. Fix or "
+        "reinstall that plugin (`bryo plugins --strict` lists every failure), or set "
+        f"{BLOCK_ENV}={names} to go on without it."
+    )
+
+
 def unknown_hookimpls(pm: pluggy.PluginManager) -> list[tuple[str, str]]:
     """(plugin name, hook name) for every required implementation of an undeclared hook."""
     unknown = []
@@ -258,7 +326,14 @@ def unknown_hooks_error(pm: pluggy.PluginManager, unknown: list[tuple[str, str]]
     lines = []
     for plugin_name, hook_name in unknown:
         hint = difflib.get_close_matches(hook_name, known, n=1)
+        owner = None if hint else _unimported_owner(hook_name)
         suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+        if owner is not None:
+            suggestion = (
+                f" (its package looks like `{owner}`, installed but not imported when the "
+                f"plugin loaded: add `import {owner}` to the plugin module, or mark the "
+                "implementation `@hookimpl(optionalhook=True)` if that package is optional)"
+            )
         lines.append(f"plugin {plugin_name!r} implements unknown hook {hook_name!r}{suggestion}")
     return PluginError(
         f"{'; '.join(lines)}. Known bryo hooks: {', '.join(known) or 'none'}. Fix the hook's "
@@ -266,6 +341,23 @@ def unknown_hooks_error(pm: pluggy.PluginManager, unknown: list[tuple[str, str]]
         f"implementation `@hookimpl(optionalhook=True)`), or skip the plugin with "
         f"{BLOCK_ENV}={','.join(dict.fromkeys(name for name, _ in unknown))}."
     )
+
+
+def _unimported_owner(hook_name: str) -> str | None:
+    """The bryo package a hook's name points at (`bryo_scan` for `bryo_scan_*`, `bryo_filters`
+    for `bryo_filter_*`) when it is installed but not imported, so its hooks are unknown."""
+    words = hook_name.split("_")
+    if len(words) < 3 or words[0] != PROJECT_NAME:
+        return None
+    for package in (f"{PROJECT_NAME}_{words[1]}", f"{PROJECT_NAME}_{words[1]}s"):
+        if package in sys.modules:
+            continue
+        try:
+            if importlib.util.find_spec(package) is not None:
+                return package
+        except (ImportError, ValueError):
+            continue
+    return None
 
 
 def check_pending(pm: pluggy.PluginManager) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, cast
 
 from bryo_plugins import (
     PerEpoch,
+    PluginError,
     PluginResultError,
     answers,
     callable_answer,
@@ -120,6 +121,7 @@ def serializer_for(format: str | None = None, path: str | None = None) -> Serial
         if format not in table:
             table = serializers()
         if format not in table:
+            _check_failed({format}, f"the MoX format {format!r}")
             raise MoxError(
                 f"`format` {format!r} has no serializer; installed: "
                 f"{', '.join(sorted(table)) or 'none'}. Install bryo-serializer-{format} "
@@ -133,12 +135,22 @@ def serializer_for(format: str | None = None, path: str | None = None) -> Serial
         table = serializers()
         found = _by_extension(table, name)
     if found is None:
+        _check_failed(set(name.split(".")[1:]), f"the MoX file {path!s}")
         known: Sequence[str] = sorted(ext for s in table.values() for ext in s.extensions)
         raise MoxError(
             f"`path` {path!s} has no known MoX extension ({', '.join(known) or 'none'}); "
             "pass `format=` explicitly."
         )
     return found
+
+
+def _check_failed(keys: Container[str], subject: str) -> None:
+    """A serializer plugin keyed by one of `keys` failed: say so, rather than that no
+    serializer is installed."""
+    try:
+        get_plugin_manager().check_failed(SERIALIZERS, keys, subject)
+    except PluginError as error:
+        raise MoxError(str(error)) from error
 
 
 def _by_extension(table: Mapping[str, Serializer], name: str) -> Serializer | None:

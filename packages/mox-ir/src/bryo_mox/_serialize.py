@@ -184,7 +184,14 @@ def _write(serializer: Serializer, mox: Mox) -> str | bytes:
     if not is_root(mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
     with collector_paused():
-        return serializer.dumps(to_document(mox))
+        data = serializer.dumps(to_document(mox))
+    if not isinstance(data, (str, bytes)):
+        raise MoxError(
+            f"the `{serializer.format}` serializer's dumps ({_qualified(serializer.dumps)}) "
+            f"returned {type(data).__name__}; a serializer's dumps must return str or bytes. "
+            "Fix the serializer plugin."
+        )
+    return data
 
 
 def _read(serializer: Serializer, data: str | bytes, limits: Limits | None) -> Mox:
@@ -212,9 +219,26 @@ def _read(serializer: Serializer, data: str | bytes, limits: Limits | None) -> M
 
 
 def _document(serializer: Serializer, data: str | bytes) -> DocNode:
-    doc = serializer.loads(data)
+    try:
+        doc = serializer.loads(data)
+    except (MoxError, RecursionError):
+        raise
+    except Exception as error:  # a serializer must say where a file is malformed
+        raise MoxSerializationError(
+            f"cannot read the file: the `{serializer.format}` serializer's loads "
+            f"({_qualified(serializer.loads)}) raised {type(error).__name__}: {error} (a "
+            "serializer should raise MoxSerializationError saying where the file is wrong)"
+        ) from error
     if not isinstance(doc, DocNode):
         raise MoxError(
-            f"the `{serializer.format}` serializer returned {type(doc).__name__}, not a DocNode."
+            f"the `{serializer.format}` serializer's loads ({_qualified(serializer.loads)}) "
+            f"returned {type(doc).__name__}, not a bryo_mox.document.DocNode; fix the "
+            "serializer plugin."
         )
     return doc
+
+
+def _qualified(function: object) -> str:
+    """`module.name` of a serializer's function, which names its plugin's module."""
+    module = getattr(function, "__module__", None) or "?"
+    return f"{module}.{getattr(function, '__qualname__', type(function).__name__)}"

@@ -128,13 +128,18 @@ class _Graph:
 
 
 def _attribute_paths(parent: object) -> dict[int, str]:
-    """`id(child) -> path` for the parent's attributes and the items of its list, tuple
-    and dict attributes (the first path in sorted order when a child has several)."""
+    """`id(child) -> path` for the parent's public attributes and the items of its list,
+    tuple and dict attributes (the first path in sorted order when a child has several).
+
+    Private attributes are left to the walk: a torch-like module keeps its submodules in
+    a `_modules` dict whose keys, not `_modules/<key>`, are their paths in the graph."""
     paths: dict[int, str] = {}
     attributes = getattr(parent, "__dict__", None)
     if not isinstance(attributes, dict):
         return paths
     for key in sorted(attributes, key=str):
+        if isinstance(key, str) and key.startswith("_"):
+            continue
         value = attributes[key]
         paths.setdefault(id(value), str(key))
         if isinstance(value, (list, tuple)):

@@ -1,0 +1,93 @@
+"""A serializer plugin gone wrong is named where it matters: a format whose plugin failed
+is not "not installed", and a serializer breaking its contract (dumps returning neither
+text nor bytes, loads raising something other than `MoxSerializationError`) is named by
+its function."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import pytest
+
+import bryo_mox
+from bryo_mox import MoxError, MoxSerializationError, Serializer
+from bryo_mox.document import DocNode
+from bryo_plugins import BLOCK_ENV, hookimpl, new_plugin_manager, use_plugin_manager
+
+
+def _mox():
+    return bryo_mox.make_mox(jnp.tanh)(jnp.ones(3))
+
+
+def _plugin(dumps, loads):
+    class Broken:
+        @hookimpl
+        def bryo_mox_serializers(self):
+            return [Serializer("brk", (".brk",), dumps, loads)]
+
+    return Broken()
+
+
+def _returns_int(doc):
+    return 42
+
+
+def _raises_value_error(data):
+    raise ValueError("nope")
+
+
+def _returns_a_dict(data):
+    return {"tag": "mox"}
+
+
+def test_dumps_returning_neither_text_nor_bytes_is_named(bryo_plugin_manager):
+    """It was handed to the caller as it was (`dumps` returned 42; `dump` then failed
+    writing it, and `loads(42)` said "`data` must be str or bytes")."""
+    bryo_plugin_manager.register(_plugin(_returns_int, _raises_value_error), name="broken")
+    with pytest.raises(MoxError, match=r"`brk` serializer's dumps \(.*_returns_int\) returned int"):
+        bryo_mox.dumps(_mox(), format="brk")
+
+
+def test_loads_raising_another_error_names_the_serializer(bryo_plugin_manager):
+    """It said "cannot read the file: ValueError: nope", naming neither format nor plugin."""
+    bryo_plugin_manager.register(_plugin(lambda doc: "x", _raises_value_error), name="broken")
+    with pytest.raises(MoxSerializationError) as raised:
+        bryo_mox.loads("x", format="brk")
+    message = str(raised.value)
+    assert "the `brk` serializer's loads" in message
+    assert f"({__name__}._raises_value_error) raised ValueError: nope" in message
+    assert isinstance(raised.value.__cause__, ValueError)
+
+
+def test_loads_returning_something_else_than_a_document_is_named(bryo_plugin_manager):
+    bryo_plugin_manager.register(_plugin(lambda doc: "x", _returns_a_dict), name="broken")
+    with pytest.raises(MoxSerializationError, match=r"_returns_a_dict\) returned dict, not a"):
+        bryo_mox.loads("x", format="brk")
+    assert DocNode  # what it should have returned
+
+
+FAILS_AT_IMPORT = """
+    raise ZeroDivisionError("boom at import")
+"""
+
+
+def test_a_format_whose_plugin_failed_names_the_plugin(bryo_fake_distributions, tmp_path):
+    """It said "`format` 'brk' has no serializer; installed: ... Install
+    bryo-serializer-brk", of a format whose plugin is installed and broken."""
+    bryo_fake_distributions.add(
+        "acme-brk", {"acme-brk": FAILS_AT_IMPORT}, group="bryo.serializers.brk"
+    )
+    mox = _mox()
+    with use_plugin_manager(new_plugin_manager()):
+        with pytest.warns(RuntimeWarning, match="'acme-brk'"):
+            with pytest.raises(MoxError) as raised:
+                bryo_mox.dumps(mox, format="brk")
+        message = str(raised.value)
+        assert "bryo cannot handle the MoX format 'brk'" in message
+        assert "plugin 'acme-brk' (distribution acme-brk, entry point group" in message
+        assert "bryo.serializers.brk) failed to load: ZeroDivisionError: boom" in message
+        assert f"{BLOCK_ENV}=acme-brk" in message
+        with pytest.raises(MoxError, match=r"cannot handle the MoX file .*model\.brk"):
+            bryo_mox.dump(mox, tmp_path / "model.brk")
+        assert bryo_mox.loads(bryo_mox.dumps(mox, format="xml"), format="xml")  # the rest works
+        with pytest.raises(MoxError, match="'nope' has no serializer"):  # unrelated formats
+            bryo_mox.dumps(mox, format="nope")
