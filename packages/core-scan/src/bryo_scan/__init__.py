@@ -5,9 +5,10 @@ scan a positional axis of plain arrays or, through a backend such as bryo-backen
 a named axis of NamedArrays. `ScanCheckpointPolicy` chooses what is kept for the backward
 pass (`remat=True`, `"nested"`, `"offload"`, saved internals). `Stacked` stores a stack of
 identical blocks as one block with stacked arrays and applies it with one scan; `BlockSeq`
-does the same with a Python loop. Backends extend all of this through `hookspecs`; core-scan
-answers for ints and makes `Stacked`/`BlockSeq` graph nodes through its built-in plugin
-`core-scan`, registered when it is imported.
+does the same with a Python loop. `to_state_dict`/`from_state_dict` read and write
+torch-style state dicts (`{"blocks.0.weight": array}`), Haliax's layout. Backends extend
+all of this through `hookspecs`; core-scan answers for ints and makes `Stacked`/`BlockSeq`
+graph nodes through its built-in plugin `core-scan`, registered when it is imported.
 """
 
 from bryo_plugins import add_builtin as _add_builtin
@@ -30,6 +31,13 @@ from ._scan import scan as scan
 from ._stacked import BlockFoldable as BlockFoldable
 from ._stacked import BlockSeq as BlockSeq
 from ._stacked import Stacked as Stacked
+from ._state_dict import StateDict as StateDict
+from ._state_dict import StateDictError as StateDictError
+from ._state_dict import fields_from_state_dict as fields_from_state_dict
+from ._state_dict import fields_to_state_dict as fields_to_state_dict
+from ._state_dict import from_state_dict as from_state_dict
+from ._state_dict import to_state_dict as to_state_dict
+from ._state_dict import with_prefix as with_prefix
 from ._types import AxisInfo as AxisInfo
 from ._types import BlockSplitter as BlockSplitter
 from ._types import NamedLeaf as NamedLeaf

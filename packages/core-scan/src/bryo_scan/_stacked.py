@@ -33,6 +33,15 @@ from bryo_pytree import is_array, pytree_dataclass, static_field
 from ._hooks import block_splitter, is_named_leaf, resolve_axis
 from ._policy import ScanCheckpointPolicy
 from ._scan import Remat, scan_arguments, split_carry_output
+from ._state_dict import (
+    StateDict,
+    fields_from_state_dict,
+    fields_to_state_dict,
+    from_state_dict,
+    merge_state_dict,
+    to_state_dict,
+    with_prefix,
+)
 from ._trees import (
     ArgNames,
     Inputs,
@@ -371,6 +380,26 @@ class Stacked(Generic[M]):
     def __len__(self) -> int:
         return _sized_axis(self.Block, "Stacked").size  # type: ignore[return-value]  # _sized_axis raised if the size is None
 
+    def to_state_dict(self, prefix: str | None = None) -> StateDict:
+        """One state-dict entry per layer, `"{prefix}.{i}.{key}"`: the layout of a
+        `torch.nn.Sequential` of the blocks, as Haliax writes a `Stacked`."""
+        out: StateDict = {}
+        for i, block in enumerate(self.unstacked()):
+            merge_state_dict(to_state_dict(block, with_prefix(prefix, str(i))), out)
+        return out
+
+    def from_state_dict(self, state_dict: StateDict, prefix: str | None = None) -> Stacked[M]:
+        """A new `Stacked` whose layer `i` is read from the keys `"{prefix}.{i}.*"` (the
+        layout `to_state_dict` writes); each layer's arrays are stacked again."""
+        info = _sized_axis(self.Block, "Stacked.from_state_dict")
+        layers = [
+            from_state_dict(block, state_dict, with_prefix(prefix, str(i)))
+            for i, block in enumerate(self.unstacked())
+        ]
+        trees = [block_splitter(layer)(layer)[0] for layer in layers]
+        _, rebuild = self._split()
+        return dataclasses.replace(self, stacked=rebuild(stack_trees(trees, info)))
+
     def __iter__(self) -> Iterator[M]:
         return iter(self.unstacked())
 
@@ -553,6 +582,18 @@ class BlockSeq(Generic[M]):
     def vmap(self, init: Any, *args: Any, **kwargs: Any) -> Any:
         """Apply every block to the same `init`; outputs stacked on the layers axis."""
         return self._each_block(_call_block, None, shared=1)(init, *args, **kwargs)
+
+    def _state_dict_key_map(self) -> dict[str, str | None]:
+        return {"blocks": None}
+
+    def to_state_dict(self, prefix: str | None = None) -> StateDict:
+        """One state-dict entry per layer, `"{prefix}.{i}.{key}"`, as Haliax writes a
+        `BlockSeq` (a `torch.nn.Sequential` of the blocks)."""
+        return fields_to_state_dict(self, prefix)
+
+    def from_state_dict(self, state_dict: StateDict, prefix: str | None = None) -> BlockSeq[M]:
+        """A new `BlockSeq` whose block `i` is read from the keys `"{prefix}.{i}.*"`."""
+        return fields_from_state_dict(self, state_dict, prefix)
 
     def get_layer(self, index: int) -> M:
         """The block of layer `index`."""

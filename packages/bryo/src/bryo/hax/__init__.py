@@ -4,7 +4,8 @@ A facade only (seed 003): NamedArrays and their operations come from `bryo_named
 `scan`/`fold`/`map` and the checkpoint policies from `bryo_scan`, `hax.nn.Stacked` and
 friends from `bryo_scan` too. Code written for `import haliax as hax` runs with the import
 line changed, including Haliax's module paths: `hax.nn.scan` (`Stacked`, `BlockSeq`),
-`hax.jax_utils` (`tree_checkpoint_name`), `hax.util` (`is_named_array`) and `hax.axis`
+`hax.jax_utils` (`tree_checkpoint_name`), `hax.util` (`is_named_array`), `hax.state_dict`
+(torch-style state dicts and safetensors files) and `hax.axis`
 (`axis_spec_to_shape_dict`, ...) are modules of their own here too.
 """
 
@@ -164,4 +165,8 @@ from ._missing import missing_name as _missing_name
 
 
 def __getattr__(name: str) -> object:
+    if name == "state_dict":  # imported on first use: it needs Equinox
+        import importlib
+
+        return importlib.import_module(f"{__name__}.state_dict")
     raise _missing_name(__name__, name)

@@ -16,8 +16,9 @@ def missing_name(module: str, name: str) -> AttributeError:
         return AttributeError(plain)
     haliax_path = "haliax" + module.removeprefix("bryo.hax") + f".{name}"
     return AttributeError(
-        f"{plain}. `bryo.hax` reimplements Haliax's named arrays and its scan API (`scan`, "
-        "`fold`, `map`, `Stacked`, `BlockSeq`), not Haliax's layers or the rest of it: if "
+        f"{plain}. `bryo.hax` reimplements Haliax's named arrays, its scan API (`scan`, "
+        "`fold`, `map`, `Stacked`, `BlockSeq`) and its state dicts, not Haliax's layers or "
+        "the rest of it: if "
         f"`{haliax_path}` is what you want, use Haliax itself (`import haliax`). bryo's "
         "graph functions, filters, transforms, scan and MoX take real Haliax models and "
         "arrays (bryo-backend-haliax); see 'What bryo.hax covers of Haliax' in the "
