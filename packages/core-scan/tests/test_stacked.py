@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bryo_graph import NodeType, Param
 from bryo_plugins import hookimpl, stood_in_for
 from bryo_pytree import pytree_dataclass, static_field
 from bryo_scan import (
@@ -18,6 +19,7 @@ from bryo_scan import (
     ScanOutputError,
     Stacked,
     scan,
+    split_graph_block,
 )
 
 LAYERS = AxisInfo(name=None, size=4, position=0)  # a sized positional axis
@@ -165,6 +167,66 @@ def test_block_splitter_hook(bryo_plugin_manager):
 def test_block_that_is_not_a_pytree_is_an_error():
     with pytest.raises(TypeError, match=r"MutableBlock.*not a pytree.*bryo_scan_block_splitters"):
         Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))
+
+
+class TorchLikeBlock:
+    """A mutable, torch-like block (parameters in a dict), not a pytree: its backend only
+    declares a graph node type."""
+
+    def __init__(self, weight):
+        self._parameters = {"weight": weight}
+
+    def __call__(self, x):
+        return x * self._parameters["weight"]
+
+
+def _flatten(node):
+    return list(node._parameters.items()), None
+
+
+def _create(cls, aux):
+    node = object.__new__(cls)
+    node._parameters = {}
+    return node
+
+
+def _init_key(node, key, child):
+    node._parameters[key] = child
+
+
+class TorchLikeBackend:
+    @hookimpl
+    def bryo_graph_node_types(self):
+        return [
+            NodeType(
+                TorchLikeBlock,
+                flatten=_flatten,
+                create=_create,
+                init_key=_init_key,
+                set_key=_init_key,
+                pop_key=lambda node, key: node._parameters.pop(key),
+                leaf_type=Param,
+            )
+        ]
+
+
+def test_a_graph_node_block_stacks_with_no_splitter_hook(bryo_plugin_manager):
+    """A backend declaring its blocks as graph nodes had to write a splitter too (the
+    one every graph backend writes: `split` and `merge`), or `Stacked` refused the block
+    as "not a pytree"."""
+    bryo_plugin_manager.register(TorchLikeBackend(), name="torch-like")
+    stacked = Stacked.init(LAYERS, TorchLikeBlock)(jnp.arange(1.0, 5.0))
+    assert isinstance(stacked.stacked, TorchLikeBlock)
+    assert stacked.stacked._parameters["weight"].shape == (4,)
+    assert float(stacked.fold(1.0)) == 24.0
+    assert [float(b._parameters["weight"]) for b in stacked.unstacked()] == [1.0, 2.0, 3.0, 4.0]
+    carry, ys = scan(lambda c, block: (block(c), block._parameters["weight"]), LAYERS)(
+        1.0, stacked.stacked
+    )
+    assert float(carry) == 24.0 and ys.tolist() == [1.0, 2.0, 3.0, 4.0]
+    tree, rebuild = split_graph_block(stacked.stacked)
+    assert list(tree.flat_state()) == [("weight",)]
+    assert isinstance(rebuild(tree), TorchLikeBlock)
 
 
 def test_resolve_axis_hook(bryo_plugin_manager):

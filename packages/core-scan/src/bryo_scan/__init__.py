@@ -17,6 +17,7 @@ from bryo_plugins import add_hookspecs as _add_hookspecs
 from . import _plugin as _builtin_plugin
 from . import hookspecs as hookspecs
 from ._hooks import resolve_axis as resolve_axis
+from ._hooks import split_graph_block as split_graph_block
 from ._policy import CARRY_NAME as CARRY_NAME
 from ._policy import INPUTS_NAME as INPUTS_NAME
 from ._policy import ScanCheckpointPolicy as ScanCheckpointPolicy

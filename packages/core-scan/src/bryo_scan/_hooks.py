@@ -10,9 +10,13 @@ as `'Time'` is a `str`: bryo_named's plugin answers it, Haliax's is not imported
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import jax
+
+from bryo_graph import is_graph_node, merge, split
 from bryo_plugins import (
     PluginResultError,
     TypeTable,
@@ -81,13 +85,38 @@ def is_named_leaf(node: object) -> bool:
 
 def block_splitter(block: object) -> BlockSplitter:
     """How to turn `block` into a pytree and back; plain pytrees are their own pytree."""
-    found = _block_splitters.lookup(type(block))
+    found = registered_block_splitter(block)
     return found if found is not None else _split_pytree
 
 
 def registered_block_splitter(block: object) -> BlockSplitter | None:
-    """The splitter a plugin registered for `block`'s type, or None."""
-    return _block_splitters.lookup(type(block))
+    """The splitter a plugin registered for `block`'s type; for a graph node that is not a
+    pytree (a backend declared its type with `bryo_graph_node_types` only),
+    `split_graph_block`; else None."""
+    found = _block_splitters.lookup(type(block))
+    if found is None and is_graph_node(block) and _is_pytree_leaf(block):
+        return split_graph_block
+    return found
+
+
+def split_graph_block(block: object) -> tuple[Any, Callable[[Any], Any]]:
+    """A graph node's `State` (`bryo_graph.split`) and `merge` back: how `Stacked` and
+    `scan` take apart a block a backend declared as a graph node only.
+
+    A backend whose blocks are graph nodes needs no `bryo_scan_block_splitters` hook: its
+    `bryo_graph_node_types` says all this needs. Returned by a `bryo_scan_block_splitters`
+    hook, it makes a block that is also a pytree stack by its Variables instead.
+
+    Example:
+        >>> tree, rebuild = split_graph_block(block)  # doctest: +SKIP
+        >>> rebuild(jax.tree.map(lambda a: a[None], tree))  # a block of stacked arrays
+    """
+    graphdef, state = split(block)
+    return state, functools.partial(merge, graphdef)
+
+
+def _is_pytree_leaf(value: object) -> bool:
+    return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(value))
 
 
 def _split_pytree(block: V) -> tuple[V, Callable[[V], V]]:

@@ -430,7 +430,9 @@ def _check_is_pytree(block: object, tree: PyTree) -> None:
         raise TypeError(
             f"`module` built a block of type {type(block).__name__}, which is not a pytree, so "
             "its arrays cannot be stacked. Make it a pytree (an Equinox module, a "
-            "bryo_pytree.pytree_dataclass) or give its backend a `bryo_scan_block_splitters` hook."
+            "bryo_pytree.pytree_dataclass), or declare its type to bryo as a graph node (a "
+            "backend's `bryo_graph_node_types` hook; then it stacks by its State), or give "
+            "its backend a `bryo_scan_block_splitters` hook."
         )
 
 

@@ -49,6 +49,9 @@ def bryo_scan_block_splitters() -> Mapping[type, BlockSplitter]:
     `split(block)` returns `(pytree, rebuild)`: the block's state as a pytree of arrays
     and a function rebuilding a block from such a pytree (stacked or sliced). Blocks of
     any other type are pytrees themselves (Equinox modules, dataclasses) and are stacked
-    as they are. Called once per plugin-manager epoch, merged like `bryo_scan_named_leaves`.
+    as they are, or graph nodes that are not pytrees (a backend's `bryo_graph_node_types`
+    declares them), stacked by their State (`bryo_scan.split_graph_block`): a graph
+    backend needs this hook only to split its blocks some other way. Called once per
+    plugin-manager epoch, merged like `bryo_scan_named_leaves`.
     """
     ...
