@@ -87,18 +87,25 @@ class Skipped(Foreign):
         return x
 
 
-foreign_router = CallRouter(
-    "foreign", lambda handler, call, obj, current, args, kw: handler(call(obj, *args, **kw))
-)
+def _route_running(handler, call, obj, current, args, kw):
+    with foreign_router.running(obj, type(obj).__name__):  # as a backend's route does
+        return handler(call(obj, *args, **kw))
 
 
-def test_patching_wraps_existing_subclasses_while_active():
-    originals = {cls: cls.__dict__["__call__"] for cls in (ForeignChild, Skipped)}
+foreign_router = CallRouter("foreign", _route_running)
+
+
+def test_patching_wraps_the_base_and_existing_subclasses_while_active():
+    """The base was left out: a torch-like `Module.__call__` (calling `forward`), the one
+    `__call__` of its hierarchy, was never routed."""
+    originals = {cls: cls.__dict__["__call__"] for cls in (Foreign, ForeignChild, Skipped)}
     with foreign_router.patching(Foreign, keep=lambda cls: cls is not Skipped):
         with foreign_router.patching(Foreign):  # re-entrant: patched once, undone once
             assert original_call(ForeignChild.__call__) is originals[ForeignChild]
+            assert original_call(Foreign.__call__) is originals[Foreign]
         with foreign_router.active(lambda out: -out):
-            assert ForeignChild()(1) == -6  # routed once; super().__call__ is not a subclass
+            assert ForeignChild()(1) == -6  # routed once: its super().__call__ is not
+            assert Foreign()(1) == -2
             assert Skipped()(1) == 1
         assert ForeignChild()(1) == 6
     assert {cls: cls.__dict__["__call__"] for cls in originals} == originals

@@ -35,7 +35,23 @@ def _every_class(cls: type) -> bool:
 
 
 class CallRouter:
-    """One backend's call routing: `wrap` methods, `active(handler)`, `running(obj, name)`."""
+    """One backend's call routing: `wrap` methods, `active(handler)`, `running(obj, name)`.
+
+    Args:
+        name: names the router's context variables (the backend's name).
+        route: `route(handler, call, obj, current, args, kwargs)`, called instead of a
+            wrapped `__call__` while a handler is active: `handler` is the active handler
+            (`make_mox`'s), `call` the unwrapped method, `obj` the object called,
+            `current` the `(object, name)` of the routed call running around this one
+            (None at the top level: what `bryo_mox.interception.module_path` takes as
+            `parent`), and `args`/`kwargs` the call's arguments. Run `call` inside
+            `running(obj_or_its_copy, name)`, so that nested calls know their parent and
+            `super().__call__` of the same object is not routed again.
+
+    Example (a backend's `bryo_mox_interceptor` answers `router.active`):
+        >>> router = CallRouter("acme", route)  # doctest: +SKIP
+        >>> Layer.__call__ = router.wrap(Layer.__call__)  # or `router.patching(Base)`
+    """
 
     def __init__(self, name: str, route: Route) -> None:
         self._route = route
@@ -84,9 +100,11 @@ class CallRouter:
 
     @contextlib.contextmanager
     def patching(self, base: type, keep: Callable[[type], bool] = _every_class) -> Iterator[None]:
-        """Wrap `__call__` of every existing subclass of `base` inside the block.
+        """Wrap `__call__` of `base` and of every existing subclass inside the block.
 
-        Only classes defining `__call__` themselves and accepted by `keep` are wrapped;
+        `base` itself counts: a torch-like library's `Module.__call__` (calling the
+        subclass's `forward`) is the one method to wrap there. Only classes defining
+        `__call__` themselves and accepted by `keep` are wrapped;
         they are put back when the last block (of any thread) exits. Classes created
         inside the block are not wrapped. Pass the same `base` every time.
         """
@@ -103,7 +121,7 @@ class CallRouter:
                     self._uninstall()
 
     def _install(self, base: type, keep: Callable[[type], bool]) -> None:
-        for cls in _subclasses(base):
+        for cls in (base, *_subclasses(base)):
             call = cls.__dict__.get("__call__")
             if call is None or original_call(call) is not None or not keep(cls):
                 continue
