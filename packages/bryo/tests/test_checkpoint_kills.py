@@ -295,3 +295,89 @@ def test_saves_killed_at_random_moments_leave_the_old_or_the_new_checkpoint(tmp_
         save_state(steps / f"step_{step}", saver.state_for(step), force=True)
     assert not leftovers(steps)
     assert all(restored_version(steps / f"step_{s}", {s}) == s for s in good)
+
+
+# Processes sharing one folder -----------------------------------------------------------
+
+needs_flock = pytest.mark.skipif(
+    bryo._checkpoint_files.fcntl is None, reason="no advisory locks here"
+)
+
+
+def _is_locked(folder: Path, shared: bool = False) -> bool:
+    """Whether another open file description can lock `folder` now (as another process)."""
+    import fcntl
+
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
+
+
+@needs_flock
+def test_saves_and_restores_lock_the_folder_for_other_processes(tmp_path, monkeypatch):
+    # Two processes saving to one path would each take the other's unfinished folder for
+    # a leftover and remove it (FileNotFoundError, and a damaged checkpoint in the end).
+    seen = {}
+    seal, restore_arrays = bryo._checkpoint_files.seal, bryo._checkpoint._restore_arrays
+
+    def sealing(folder):
+        seen["save"] = (_is_locked(tmp_path), _is_locked(tmp_path, shared=True))
+        return seal(folder)
+
+    def restoring(directory, targets):
+        seen["restore"] = (_is_locked(tmp_path), _is_locked(tmp_path, shared=True))
+        return restore_arrays(directory, targets)
+
+    monkeypatch.setattr(bryo._checkpoint_files, "seal", sealing)
+    monkeypatch.setattr(bryo._checkpoint, "_restore_arrays", restoring)
+    save_state(tmp_path / "ckpt", saver.state_for(1))
+    assert restored_version(tmp_path / "ckpt", {1}) == 1
+    assert seen == {"save": (True, True), "restore": (True, False)}  # exclusive, shared
+    assert not _is_locked(tmp_path)  # released
+
+
+def assert_saving(pid: int) -> None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        pytest.fail(f"saver {pid} exited: one of its saves raised")
+
+
+@pytest.mark.slow
+@needs_flock
+def test_two_processes_replacing_one_checkpoint_take_turns(tmp_path):
+    directory = tmp_path / "ckpt"
+    save_state(directory, saver.state_for(0))
+    with running_saver() as process:
+        logs = [tmp_path / "a.log", tmp_path / "b.log"]
+        pids = [
+            process.start(
+                {"directory": str(directory), "mode": "replace", "first": first, "log": str(log)}
+            )
+            for first, log in zip((1000, 2000), logs, strict=True)
+        ]
+        deadline = time.monotonic() + 120
+        while not all(log.exists() and log.read_text().count("saved") >= 3 for log in logs):
+            assert time.monotonic() < deadline, "the savers did not save three times each"
+            for pid in pids:
+                assert_saving(pid)
+            time.sleep(0.05)
+        for pid in pids:
+            assert_saving(pid)  # both still saving: no save failed
+            os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            while True:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.005)
+    started = {int(n) for log in logs for kind, n in map(str.split, log.read_text().splitlines())}
+    restored_version(directory, started)  # one of them, bit for bit
+    save_state(directory, saver.state_for(5), force=True)
+    assert restored_version(directory, {5}) == 5 and not leftovers(tmp_path)

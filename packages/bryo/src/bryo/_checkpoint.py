@@ -170,27 +170,28 @@ def save_state(directory: str | Path, state: State, *, force: bool = False) -> P
     arrays = _nested({path: _value(leaf) for path, leaf in flat.items()})
     document = {"version": INDEX_VERSION, "variables": [e.to_json() for e in index]}
     directory.parent.mkdir(parents=True, exist_ok=True)
-    files.recover(directory)
-    _check_destination(directory, force)
-    staging = files.staging_folder(directory)
-    try:
-        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-            checkpointer.save(
-                staging,
-                ocp.args.Composite(
-                    **{
-                        ARRAYS_ITEM: ocp.args.StandardSave(arrays),
-                        INDEX_ITEM: ocp.args.JsonSave(document),
-                    }
-                ),
-            )
-        files.seal(staging)
-    except BaseException:
-        for leftover in files.find_leftovers(directory):
-            if leftover.path.name.startswith(staging.name):
-                files.remove(leftover.path)
-        raise
-    files.swap_in(staging, directory)
+    with files.folder_lock(directory.parent, exclusive=True):  # other processes' saves
+        files.recover(directory)
+        _check_destination(directory, force)
+        staging = files.staging_folder(directory)
+        try:
+            with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+                checkpointer.save(
+                    staging,
+                    ocp.args.Composite(
+                        **{
+                            ARRAYS_ITEM: ocp.args.StandardSave(arrays),
+                            INDEX_ITEM: ocp.args.JsonSave(document),
+                        }
+                    ),
+                )
+            files.seal(staging)
+        except BaseException:
+            for leftover in files.find_leftovers(directory):
+                if leftover.path.name.startswith(staging.name):
+                    files.remove(leftover.path)
+            raise
+        files.swap_in(staging, directory)
     return directory
 
 
@@ -224,12 +225,14 @@ def restore_state(
     """
     if abstract is None and mesh is not None:
         raise CheckpointError("`mesh=` needs `abstract=`: pass the abstract state too.")
-    checkpoint = _open(directory)
-    if abstract is None:
-        return _restore_from_index(checkpoint)
-    flat = abstract.flat_state()
-    _check_fits(checkpoint.path, checkpoint.index, flat)
-    arrays = _restore_checked(checkpoint, _targets(abstract, mesh, rules))
+    directory = Path(directory).absolute()
+    with files.folder_lock(directory.parent, exclusive=False):  # no save swaps meanwhile
+        checkpoint = _open(directory)
+        if abstract is None:
+            return _restore_from_index(checkpoint)
+        flat = abstract.flat_state()
+        _check_fits(checkpoint.path, checkpoint.index, flat)
+        arrays = _restore_checked(checkpoint, _targets(abstract, mesh, rules))
     return State.from_flat_path(
         {path: _with_value(leaf, _lookup(arrays, path)) for path, leaf in flat.items()}
     )
@@ -239,7 +242,9 @@ def restore_state(
 def read_index(directory: str | Path) -> list[IndexEntry]:
     """The index of a checkpoint: each saved Variable's path, type, shape, dtype, metadata
     and checksum (the index file is checked against the manifest first)."""
-    return _open(directory).index
+    directory = Path(directory).absolute()
+    with files.folder_lock(directory.parent, exclusive=False):
+        return _open(directory).index
 
 
 # Opening and checking -------------------------------------------------------------------

@@ -17,6 +17,7 @@ every file with the manifest (missing, added, resized, changed).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,6 +29,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple, TypeVar
+
+try:
+    import fcntl
+except ImportError:  # (Windows: no advisory locks; processes must not share a folder)
+    fcntl = None
 
 #: The file listing every other file of a checkpoint with its size and SHA-256.
 MANIFEST = "bryo-manifest.json"
@@ -73,6 +79,36 @@ class Damage(NamedTuple):
     name: str
     problem: str
     changed: bool  # same size, other bytes (a flipped or garbled byte)
+
+
+# Taking turns between processes ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, *, exclusive: bool) -> Iterator[None]:
+    """Hold an advisory lock (`flock`) on `folder`, the parent of checkpoints, meanwhile.
+
+    A save holds it exclusively, from finishing what a killed save left to swapping its
+    folder in: another process saving to the same path would otherwise take the folder
+    it is writing for a leftover and remove it, or swap its own in between its renames.
+    Reads hold it shared, so they never see a folder being swapped. The kernel releases
+    it when the process dies, so a killed save never blocks the next. Where the folder
+    cannot be opened or locked (no such folder, a file system without locks), nothing is
+    held."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            except OSError:  # a file system without locks
+                pass
+        yield
+    finally:
+        os.close(descriptor)  # (releases the lock)
 
 
 # Writing --------------------------------------------------------------------------------
