@@ -267,7 +267,7 @@ HOSTILE_INDEX_VALUES = {
     "shape": [[], [-1], [2**40, 2**40], [1] * 70, ["4"], None, [4, 4]],
     "dtype": ["object", "float64", "int32", "key<fry>", "V8", "<U4", "", 7],
     "type": ["os.system", "bryo_graph._variables.Param", "array", 3],
-    "metadata": [None, [], {"a": [[[[[[[]]]]]]]}],
+    "metadata": [None, [], {"a": [[[[[[[]]]]]]]}, {"value": 1}, {"type": "x"}],
     "sha256": ["0" * 64, "x", None, 5],
 }
 

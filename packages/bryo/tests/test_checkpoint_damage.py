@@ -160,6 +160,8 @@ def _first_entry(field: str, value: object):
         (_first_entry("dtype", "object"), "dtype 'object' is not a numeric"),
         (_first_entry("dtype", "V1000000000000"), "is not a numeric, bool or PRNG key dtype"),
         (_first_entry("sha256", "xyz"), "sha256 is not 64 hexadecimal digits"),
+        (_first_entry("metadata", {"value": 1}), "metadata holds 'value', which is a Variable"),
+        (_first_entry("metadata", {"type": "x"}), "metadata holds 'type', which is a Variable"),
         (lambda d: {**d, "version": 7}, "index version 7, this bryo reads versions 1 and 2"),
         (lambda d: {**d, "variables": d["variables"] * 2}, "is listed twice"),
         (lambda d: "[" * 100_000 + "]" * 100_000, "nests deeper than 32 levels"),

@@ -61,6 +61,9 @@ MAX_RANK = 64  # numpy's limit
 _UNSAFE_KEYS = ("", ".", "..")
 _UNSAFE_IN_KEYS = ("\\", "\0")
 
+#: Names `VariableState(type, value, **metadata)` takes itself: never metadata keys.
+_RESERVED_METADATA = frozenset({"type", "value"})
+
 StatePath = tuple[Key, ...]
 """A State path; the JSON index holds those of str and int keys (`_nested` writes them as str)."""
 
@@ -102,6 +105,11 @@ class IndexEntry(NamedTuple):
         _dtype(dtype)
         if not isinstance(metadata, dict):
             raise CheckpointError("its metadata is not an object")
+        reserved = sorted(_RESERVED_METADATA & set(metadata))
+        if reserved:
+            raise CheckpointError(
+                f"its metadata holds {reserved[0]!r}, which is a Variable's own field, not metadata"
+            )
         if digest is not None and not (isinstance(digest, str) and files.is_sha256(digest)):
             raise CheckpointError("its sha256 is not 64 hexadecimal digits")
         return cls(
