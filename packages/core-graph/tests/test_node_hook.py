@@ -1,6 +1,7 @@
 """Node types come from plugins through `bryo_graph_node_types`."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -118,3 +119,41 @@ def test_a_cached_flattening_does_not_keep_a_checked_root_alive(bryo_plugin_mana
     del ticket
     gc.collect()
     assert gone() is None
+
+
+def _flatten_pair(node):
+    return (("left", node.left), ("right", node.right)), node.label
+
+
+def _answering(**fields):
+    class Incomplete:
+        @hookimpl
+        def bryo_graph_node_types(self):
+            return [NodeType(Pair, **fields)]
+
+    return Incomplete()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"flatten": _flatten_pair}, "give exactly one of `unflatten`.*it has neither"),
+        (
+            {"flatten": _flatten_pair, "unflatten": print, "create": print},
+            "exactly one of .* it has both",
+        ),
+        ({"flatten": _flatten_pair, "create": print}, "needs `init_key"),
+        ({"flatten": None, "unflatten": print}, "`flatten` is required"),
+        ({"flatten": _flatten_pair, "unflatten": "print"}, "`unflatten` must be a function"),
+        ({"flatten": _flatten_pair, "unflatten": print, "leaf_type": "Param"}, "`leaf_type` must"),
+    ],
+)
+def test_an_incomplete_node_type_is_refused_naming_the_plugin(bryo_plugin_manager, fields, message):
+    """A node type with neither `unflatten` nor `create` was accepted, and `merge` then
+    failed with "'NoneType' object is not callable", naming neither plugin nor type."""
+    bryo_plugin_manager.register(_answering(**fields), name="incomplete")
+    with pytest.warns(RuntimeWarning, match="'incomplete' failed in hook `bryo_graph_node_types`"):
+        split({"a": 1})  # the table is built: the plugin is disabled, the rest works
+    [failure] = bryo_plugin_manager.failures
+    assert f"NodeType({__name__}.Pair)" in str(failure.error)
+    assert re.search(message, str(failure.error))

@@ -115,8 +115,52 @@ def _node_type_entries(answer: object) -> list[tuple[type, NodeType]]:
             raise PluginResultError(
                 f"expected `bryo_graph.NodeType`s (with a class as `type`), got {node_type!r}"
             )
+        _check_complete(node_type)
         entries.append((node_type.type, node_type))
     return entries
+
+
+_FUNCTIONS = (
+    "flatten",
+    "unflatten",
+    "create",
+    "init_key",
+    "init_items",
+    "set_key",
+    "pop_key",
+    "set_aux",
+    "leaf_metadata",
+    "static_keys",
+    "unchanged",
+)
+
+
+def _check_complete(node_type: NodeType) -> None:
+    """Refuse, where the plugin answers, a node type bryo could not rebuild nodes with: it
+    would fail later inside `merge` with "'NoneType' object is not callable"."""
+    name = f"NodeType({node_type.type.__module__}.{node_type.type.__qualname__})"
+    for field in _FUNCTIONS:
+        value = getattr(node_type, field)
+        if value is not None and not callable(value):
+            raise PluginResultError(f"{name}: `{field}` must be a function, got {value!r}")
+    if node_type.flatten is None:
+        raise PluginResultError(f"{name}: `flatten` is required, `node -> (children, aux)`")
+    if (node_type.unflatten is None) == (node_type.create is None):
+        raise PluginResultError(
+            f"{name}: give exactly one of `unflatten` (immutable nodes, rebuilt from their "
+            "children) and `create` (mutable nodes, made empty and filled in place); it has "
+            f"{'both' if node_type.create is not None else 'neither'}."
+        )
+    if node_type.create is not None and node_type.init_key is None:
+        raise PluginResultError(
+            f"{name}: a mutable node type (with `create`) needs `init_key(node, key, child)` "
+            "to fill the nodes `create` makes (`init_items` is an optional faster path)."
+        )
+    if node_type.leaf_type is not None and not isinstance(node_type.leaf_type, type):
+        raise PluginResultError(
+            f"{name}: `leaf_type` must be a `bryo_graph.Variable` class (`Param`), got "
+            f"{node_type.leaf_type!r}"
+        )
 
 
 def _declared_node_types(pm: BryoPluginManager) -> dict[type, NodeType]:
