@@ -10,6 +10,7 @@ from bryo_plugins import add_hookspecs as _add_hookspecs
 
 from . import document as document
 from . import hookspecs as _hookspecs
+from . import interception as interception
 from ._caches import clear_caches as clear_caches
 from ._dialect import tokenize_xpath as tokenize_xpath
 from ._errors import MoxError as MoxError
