@@ -148,6 +148,22 @@ def test_not_a_checkpoint_and_unknown_types_are_explained(tmp_path):
     assert restore_state(tmp_path / "ckpt").flat_state()[("x",)].type is Private
 
 
+def test_paths_through_a_file_are_explained(tmp_path):
+    _, saved = trained_state()
+    (tmp_path / "notes.txt").write_text("notes")
+    for path in (tmp_path / "notes.txt" / "ckpt", tmp_path / "notes.txt" / "deeper" / "ckpt"):
+        with pytest.raises(CheckpointError, match=r"notes.txt.* cannot be made, a part of that"):
+            save_state(path, saved)
+        with pytest.raises(CheckpointError, match=r"is not a bryo checkpoint \(no such folder"):
+            restore_state(path)
+    with pytest.raises(CheckpointError, match=r"notes.txt is not a bryo checkpoint \(a file\)"):
+        restore_state(tmp_path / "notes.txt")
+    with pytest.raises(CheckpointError, match="needs a folder name of its own"):
+        save_state(tmp_path / "sub" / "..", saved, force=True)
+    assert (tmp_path / "notes.txt").read_text() == "notes"
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+
+
 def test_non_array_values_are_refused_when_saving(tmp_path):
     state = bryo.State.from_flat_path({("a", "b"): bryo.VariableState(nnx.Param, "text")})
     with pytest.raises(CheckpointError, match="state path a/b: a str is not an array"):

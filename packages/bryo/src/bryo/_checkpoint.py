@@ -177,7 +177,7 @@ def save_state(directory: str | Path, state: State, *, force: bool = False) -> P
     index = [_index_entry(path, leaf) for path, leaf in flat.items()]
     arrays = _nested({path: _value(leaf) for path, leaf in flat.items()})
     document = {"version": INDEX_VERSION, "variables": [e.to_json() for e in index]}
-    directory.parent.mkdir(parents=True, exist_ok=True)
+    _make_parent(directory)
     with files.folder_lock(directory.parent, exclusive=True):  # other processes' saves
         files.recover(directory)
         _check_destination(directory, force)
@@ -264,7 +264,7 @@ def _open(directory: str | Path) -> _Checkpoint:
     requested = Path(directory).absolute()
     path = files.resolve(requested)
     if not path.is_dir():
-        raise _not_a_checkpoint(requested, "no such folder")
+        raise _not_a_checkpoint(requested, "a file" if path.exists() else "no such folder")
     found = files.walk(path)
     manifest = files.read_manifest(path) if files.MANIFEST in found else None
     if manifest is not None:
@@ -378,9 +378,19 @@ def _changed_values(checkpoint: _Checkpoint, targets: dict[StatePath, Any]) -> s
     return f"; it holds the values of state path(s) {', '.join(changed)}" if changed else ""
 
 
-def _check_destination(directory: Path, force: bool) -> None:
-    if not directory.name:
+def _make_parent(directory: Path) -> None:
+    if directory.name in ("", ".."):
         raise CheckpointError(f"{directory}: a checkpoint needs a folder name of its own.")
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise CheckpointError(
+            f"{directory}: its folder {directory.parent} cannot be made, a part of that path "
+            "is a file; choose a path inside a folder."
+        ) from None
+
+
+def _check_destination(directory: Path, force: bool) -> None:
     if not (directory.is_symlink() or directory.exists()):
         return
     if not force:

@@ -203,7 +203,7 @@ def find_leftovers(directory: Path) -> list[Leftover]:
     found = []
     try:
         entries = list(os.scandir(directory.parent))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (no such folder: nothing left)
         return []
     for entry in entries:
         match = pattern.fullmatch(entry.name)
