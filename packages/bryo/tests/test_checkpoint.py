@@ -94,6 +94,24 @@ def test_restore_places_arrays_on_a_mesh_by_logical_axes(tmp_path):
     assert_same_state(restored, saved)
 
 
+def test_a_sharding_on_an_abstract_mesh_asks_for_a_mesh(tmp_path):
+    # `jax.eval_shape` of a sharded state gives shardings on an AbstractMesh (jax 0.8+):
+    # orbax failed on them with "_device_assignment is not implemented".
+    _, saved = trained_state()
+    save_state(tmp_path / "ckpt", saved)
+    mesh = jax.make_mesh((len(jax.devices()),), ("data",))
+    flat = abstract_state().flat_state()
+    leaf = flat["sharded",]
+    on_abstract = jax.sharding.NamedSharding(mesh.abstract_mesh, jax.sharding.PartitionSpec())
+    shape, dtype = leaf.value.shape, leaf.value.dtype
+    flat["sharded",] = leaf.replace(jax.ShapeDtypeStruct(shape, dtype, sharding=on_abstract))
+    abstract = bryo.State.from_flat_path(flat)
+    with pytest.raises(CheckpointError, match=r"path sharded: .* on an abstract mesh .* `mesh=`"):
+        restore_state(tmp_path / "ckpt", abstract)
+    restored = restore_state(tmp_path / "ckpt", abstract, mesh=mesh, rules={"mlp": "data"})
+    assert_same_state(restored, saved)
+
+
 def test_loading_never_unpickles(tmp_path, monkeypatch):
     _, saved = trained_state()
     save_state(tmp_path / "ckpt", saved)

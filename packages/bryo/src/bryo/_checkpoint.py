@@ -216,7 +216,9 @@ def restore_state(
     Args:
         directory: the checkpoint folder.
         abstract: the state to restore into, usually `bryo.split(nnx.eval_shape(make))[1]`
-            (leaves may be `jax.ShapeDtypeStruct`s or arrays; their shardings are kept).
+            (leaves may be `jax.ShapeDtypeStruct`s or arrays; their shardings are kept,
+            except that one on an abstract mesh, which `jax.eval_shape` of a sharded state
+            gives, needs `mesh=`).
             Without it the State is rebuilt from the checkpoint's index.
         mesh: place every array on this mesh, by its Variable's logical axes (`abstract`
             is then required).
@@ -240,7 +242,7 @@ def restore_state(
             return _restore_from_index(checkpoint)
         flat = abstract.flat_state()
         _check_fits(checkpoint.path, checkpoint.index, flat)
-        arrays = _restore_checked(checkpoint, _targets(abstract, mesh, rules))
+        arrays = _restore_checked(checkpoint, _targets(directory, abstract, mesh, rules))
     return State.from_flat_path(
         {path: _with_value(leaf, _lookup(arrays, path)) for path, leaf in flat.items()}
     )
@@ -544,15 +546,33 @@ def _describe(found: tuple[str, tuple[int, ...], str]) -> str:
     return f"{type_name.rsplit('.', 1)[-1]} {dtype}{list(shape)}"
 
 
-def _targets(abstract: State, mesh: Any, rules: Any) -> dict[StatePath, Any]:
+def _targets(directory: Path, abstract: State, mesh: Any, rules: Any) -> dict[StatePath, Any]:
     flat = abstract.flat_state()
     shardings = get_named_sharding(abstract, mesh, rules).flat_state() if mesh is not None else {}
     targets = {}
     for path, leaf in flat.items():
         value = _value(leaf)
-        sharding = shardings[path].value if path in shardings else getattr(value, "sharding", None)
+        if path in shardings:
+            sharding = shardings[path].value
+        else:
+            sharding = getattr(value, "sharding", None)
+            _check_placeable(directory, path, sharding)
         targets[path] = jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding)
     return targets
+
+
+def _check_placeable(directory: Path, path: StatePath, sharding: object) -> None:
+    """Refuse a sharding on an `AbstractMesh` (what `jax.eval_shape` of a sharded state gives
+    on recent jax): it names no devices, and orbax fails on it obscurely."""
+    if isinstance(sharding, jax.sharding.NamedSharding) and isinstance(
+        sharding.mesh, jax.sharding.AbstractMesh
+    ):
+        raise CheckpointError(
+            f"{directory}: state path {_show(path)}: the abstract state places it on an "
+            "abstract mesh (`jax.eval_shape` of a sharded state gives one), which names no "
+            "devices; pass `mesh=` (and `rules=`) to place every array by its logical axes, "
+            "or give it a sharding on a real mesh."
+        )
 
 
 # Restoring ------------------------------------------------------------------------------
