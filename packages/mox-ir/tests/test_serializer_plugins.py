@@ -91,3 +91,30 @@ def test_a_format_whose_plugin_failed_names_the_plugin(bryo_fake_distributions, 
         assert bryo_mox.loads(bryo_mox.dumps(mox, format="xml"), format="xml")  # the rest works
         with pytest.raises(MoxError, match="'nope' has no serializer"):  # unrelated formats
             bryo_mox.dumps(mox, format="nope")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"extensions": ".brk"}, "`extensions` must be a tuple of suffixes"),
+        ({"extensions": ("brk",)}, "each extension must be a suffix starting with '.'"),
+        ({"format": "my format"}, "`format` must be a name such as 'json'"),
+        ({"dumps": "x"}, "`dumps` must be a function"),
+    ],
+)
+def test_a_malformed_serializer_is_refused_naming_the_plugin(bryo_plugin_manager, fields, message):
+    """`extensions=".brk"` (a string) was accepted and claimed every file whose name ends
+    in `.`, `b`, `r` or `k` (`checkpoint.tar` was read as `brk`)."""
+    values = {"format": "brk", "extensions": (".brk",), "dumps": str, "loads": str, **fields}
+
+    class Malformed:
+        @hookimpl
+        def bryo_mox_serializers(self):
+            return [Serializer(**values)]
+
+    bryo_plugin_manager.register(Malformed(), name="malformed")
+    with pytest.warns(RuntimeWarning, match="'malformed' failed in hook `bryo_mox_serializers`"):
+        with pytest.raises(MoxError, match="has no serializer"):
+            bryo_mox.dumps(_mox(), format="nope")
+    [failure] = bryo_plugin_manager.failures
+    assert message in str(failure.error)

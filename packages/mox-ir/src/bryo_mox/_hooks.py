@@ -93,7 +93,36 @@ def _serializer_entries(answer: object) -> list[tuple[str, Serializer]]:
     bad = [s for s in answer if not isinstance(s, Serializer)]
     if bad:
         raise PluginResultError(f"expected `bryo_mox.Serializer`s, got {bad[0]!r}")
+    for serializer in answer:
+        _check_serializer(serializer)
     return [(serializer.format, serializer) for serializer in answer]
+
+
+def _check_serializer(serializer: Serializer) -> None:
+    """Refuse a `Serializer` that would misbehave later: `extensions=".json"` (a string)
+    would claim every file ending in `.`, `j`, `s`, `o` or `n`."""
+    name = f"the Serializer {serializer.format!r}"
+    format = serializer.format
+    if not isinstance(format, str) or not format or any(c.isspace() or c == "." for c in format):
+        raise PluginResultError(
+            f"{name}: `format` must be a name such as 'json', without spaces or dots (it is "
+            f"also the entry point's key, bryo.serializers.<format>), got {format!r}"
+        )
+    extensions = serializer.extensions
+    if isinstance(extensions, str) or not isinstance(extensions, tuple | list):
+        raise PluginResultError(
+            f"{name}: `extensions` must be a tuple of suffixes such as ('.mox.json',), got "
+            f"{extensions!r}"
+        )
+    for extension in extensions:
+        if not isinstance(extension, str) or not extension.startswith(".") or extension == ".":
+            raise PluginResultError(
+                f"{name}: each extension must be a suffix starting with '.', such as "
+                f"'.mox.json', got {extension!r}"
+            )
+    for field in ("dumps", "loads"):
+        if not callable(getattr(serializer, field)):
+            raise PluginResultError(f"{name}: `{field}` must be a function")
 
 
 _serializers: PerEpoch[dict[str, Serializer]] = PerEpoch(
