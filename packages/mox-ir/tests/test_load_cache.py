@@ -7,7 +7,7 @@ import pytest
 
 import bryo_mox as mox_lib
 from bryo_mox import _load
-from bryo_mox.document import DocNode, loading
+from bryo_mox.document import DocNode, loading, to_document
 from bryo_pytree import BoundedCache
 
 X = jnp.linspace(-1.0, 1.0, 8).reshape(2, 4)
@@ -137,3 +137,27 @@ def test_a_loaded_block_holds_the_constants_it_uses_in_the_order_it_uses_them(
         first_use += [a for a in node.invars if a in loaded.block.constvars and a not in first_use]
     assert first_use == list(loaded.block.constvars)
     np.testing.assert_allclose(mox_lib.eval_mox(loaded, X), f(X), rtol=1e-6)
+
+
+def test_fingerprints_with_the_documents_frozen_attrs_are_the_fresh_ones():
+    # `_fingerprint` keeps each node's frozen attrs by its `attrs_key` for the document's
+    # next fingerprints; what it gives is what a fresh one gives, and attrs keyed by
+    # identity (an object without a content key) are never kept
+    mox = mox_lib.make_mox(lambda v: jax.nn.relu(jax.nn.relu(v) * 2.0))(X)
+    doc = to_document(mox)
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        node.attrs_key = repr(sorted(node.attrs.items()))
+        stack.extend(node.children)
+    customs = [c for c in doc.children if c.children]
+    assert len(customs) == 2
+    frozen: dict = {}
+    for node in customs * 2:
+        assert _load._fingerprint(node, frozen) == _load._fingerprint(node)
+    assert frozen
+    holder = DocNode("custom_jvp_call", {"w": object()}, children=customs[0].children)
+    holder.attrs_key = "an object"
+    kept = dict(frozen)
+    assert _load._fingerprint(holder, frozen)[1] is False  # keyed by identity
+    assert frozen == kept

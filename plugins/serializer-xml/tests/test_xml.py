@@ -427,3 +427,22 @@ def test_a_file_loads_alike_from_its_text_and_its_utf8_bytes(name, fmt):
         except MoxSerializationError as error:
             outcomes.append((error.line, error.position, str(error)))
     assert outcomes[0] == outcomes[1]
+
+
+_RESULT = '  <outputs type="f32[2]">{}</outputs>'
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        # an input, an output and a result each point at their own element on the line
+        (_add("a", "z", "b") + _RESULT.format("b") + "\n", (3, 38)),
+        (_add("a", "a", "b", out_type="f32[3]") + _RESULT.format("b") + "\n", (3, 68)),
+        (_add("a", "a", "b") + _RESULT.format("b") + _RESULT.format("z")[2:] + "\n", (4, 37)),
+    ],
+)
+def test_port_errors_name_the_ports_own_line_and_column(bryo_plugin_manager, body, where):
+    # the common ports share one source, resolved from their node only on an error
+    with pytest.raises(MoxSerializationError) as info:
+        yax.loads(_adds(body))
+    assert (info.value.line, info.value.position) == where

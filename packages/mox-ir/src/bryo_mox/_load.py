@@ -65,6 +65,8 @@ from ._ir import (
     ModuleInfo,
     Mox,
     array_aval,
+    jaxpr_params,
+    new_equation,
 )
 from ._limits import array_nbytes, current_budget
 from ._lowering import LOWERED, Pending, check_param_names, names_key
@@ -362,6 +364,7 @@ class _Builder:
         self.checked: dict[tuple[int, Any], Any] = {}
         self.same_pairs: dict[tuple[int, int], tuple[Any, Any]] = {}
         self.traced: dict[Any, _Traced] = {}
+        self.frozen_attrs: dict[Any, Any] = {}  # see `_fingerprint`
         self.attr_names: set[str] = set()
         self.jit_templates: dict[tuple[int, int], _JitTemplate] = {}
         self.at: Source | None = None
@@ -446,22 +449,56 @@ class _Builder:
                 raise
         eqns: list[jex.JaxprEqn] = [] if into is None else into.eqns
         block = _BlockBuilder(self, constvars, consts) if as_block else None
-        attr_names, read, checked = self.attr_names, self.read, self.checked
+        attr_names, checked = self.attr_names, self.checked
+        traced_get, nodes = self.traced.get, block.nodes if block is not None else None
         for child in doc.children:
             self.at = child.source
             if not attr_names.issuperset(child.attrs):
                 _check_attr_names(child, attr_names)
-            ins = []
-            for port in child.inputs:
-                # the common port: a defined variable whose type was checked against this
-                # type string before; `read` does the rest, and raises every error
-                name, text = port.name, port.type
-                atom = env.get(name) if type(name) is str and type(text) is str else None
-                if atom is None or checked.get((id(atom.aval), text)) is not atom.aval:
-                    atom = read(env, port, child)
-                ins.append(atom)
+            ins = self.read_all(env, child.inputs, child)
             self.at = child.source
-            if child.tag == "region":
+            tag = child.tag
+            if not child.children and tag not in _NOT_LEAVES:
+                # the usual node, a leaf equation traced before: copied here on fresh
+                # outputs (what `leaf`, `_inline` and `_BlockBuilder.add` would do)
+                attrs_key = child.attrs_key
+                traced = None
+                if attrs_key is not None:
+                    traced = traced_get((tag, attrs_key, *[atom.aval for atom in ins]))
+                if traced is not None and traced.plain:
+                    eqn = cast(jex.JaxprEqn, traced.single)
+                    outs = [jex.Var(v.aval) for v in eqn.outvars]
+                    reads = ins if traced.in_order else _placed(traced, ins)
+                    copy = jex.JaxprEqn(
+                        reads,
+                        outs,
+                        eqn.primitive,
+                        eqn.params,
+                        eqn.effects,
+                        eqn.source_info,
+                        eqn.ctx,
+                    )
+                    if block is None:
+                        eqns.append(copy)
+                    else:
+                        if constvars:
+                            block.use(reads)
+                        cast(list[Any], nodes).append(new_equation(copy))
+                    outputs = child.outputs
+                    if len(outputs) == 1 == len(outs):  # the usual output, as `bind_outputs`
+                        port, atom = outputs[0], outs[0]
+                        name, text = port.name, port.type
+                        if (
+                            type(name) is type(text) is str
+                            and name
+                            and name not in env
+                            and checked.get((id(atom.aval), text)) is atom.aval
+                        ):
+                            env[name] = atom
+                            continue
+                    self.bind_outputs(env, child, outs)
+                    continue
+            if tag == "region":
                 raise MoxSerializationError(f"a <region> may not appear directly in <{doc.tag}>.")
             if child.tag == "module_call" and block is not None:
                 body_ins = [jex.Var(atom.aval) for atom in ins]
@@ -480,7 +517,7 @@ class _Builder:
                 self.at = child.source
                 outs = self.jit(child, ins, body, eqns)
             elif child.children or child.tag in CUSTOM_DERIVATIVE_NAMES:
-                fingerprint, by_content = _fingerprint(child)
+                fingerprint, by_content = _fingerprint(child, self.frozen_attrs)
                 key = (fingerprint, tuple(a.aval for a in ins))
                 traced = self.traced.get(key)
                 if traced is None:
@@ -505,7 +542,7 @@ class _Builder:
                 block.add(eqns)
             self.bind_outputs(env, child, outs)
         self.at = doc.source
-        outvars = [self.read(env, port, doc) for port in doc.results]
+        outvars = self.read_all(env, doc.results, doc)
         if block is not None:
             return block.finish(invars, outvars)
         if into is not None:
@@ -570,6 +607,19 @@ class _Builder:
                 "variable of a scope needs its own name."
             )
         env[name] = atom
+
+    def read_all(self, env: dict[str, Atom], ports: list[Port], node: DocNode) -> list[Atom]:
+        """The atoms `ports` of `node` read (`read`)."""
+        checked, atoms = self.checked, []
+        for port in ports:
+            # the common port: a defined variable whose type was checked against this
+            # type string before; `read` does the rest, and raises every error
+            name, text = port.name, port.type
+            atom = env.get(name) if type(name) is str and type(text) is str else None
+            if atom is None or checked.get((id(atom.aval), text)) is not atom.aval:
+                atom = self.read(env, port, node)
+            atoms.append(atom)
+        return atoms
 
     def read(self, env: dict[str, Atom], port: Port, node: DocNode) -> Atom:
         """The atom a port reads: a variable of the scope or a literal, of its declared type."""
@@ -1024,6 +1074,10 @@ class _Traced(NamedTuple):
     positions: tuple[int, ...] = ()
     #: `positions` is `0, 1, ...` over every input: the equation reads the inputs as given
     in_order: bool = False
+    #: `single` has outputs, no effects, no sub-jaxprs among its params, and its source
+    #: info and context: a copy of it on fresh outputs is a MoX `Equation` as it is (the
+    #: builder's fast path for the usual leaf; see `_Builder.scope`)
+    plain: bool = False
 
 
 def _prepared(closed: jex.ClosedJaxpr) -> _Traced:
@@ -1041,7 +1095,21 @@ def _prepared(closed: jex.ClosedJaxpr) -> _Traced:
     )
     if not (direct and same_out):
         return _Traced(closed)
-    return _Traced(closed, eqn, positions, positions == tuple(range(len(jaxpr.invars))))
+    plain = bool(
+        eqn.outvars
+        and not eqn.effects
+        and eqn.source_info is not None
+        and eqn.ctx is not None
+        and not jaxpr_params(eqn.params)
+    )
+    in_order = positions == tuple(range(len(jaxpr.invars)))
+    return _Traced(closed, eqn, positions, in_order, plain)
+
+
+def _placed(traced: _Traced, ins: Sequence[Atom]) -> list[Atom]:
+    """The inputs of `traced.single` on `ins`: its literals where it has them."""
+    eqn = cast(jex.JaxprEqn, traced.single)
+    return [ins[p] if p >= 0 else a for p, a in zip(traced.positions, eqn.invars, strict=True)]
 
 
 def _inline(
@@ -1054,13 +1122,7 @@ def _inline(
     """Append `traced`'s equations on `ins` with fresh variables; returns its outputs."""
     eqn = traced.single
     if eqn is not None:
-        invars = (
-            list(ins)
-            if traced.in_order
-            else [
-                ins[p] if p >= 0 else a for p, a in zip(traced.positions, eqn.invars, strict=True)
-            ]
-        )
+        invars = list(ins) if traced.in_order else _placed(traced, ins)
         outvars: list[Atom] = [jex.Var(v.aval) for v in eqn.outvars]
         eqns.append(
             new_jaxpr_eqn(
@@ -1089,6 +1151,8 @@ def _inline(
     return [sub[a] if isinstance(a, jex.Var) else a for a in jaxpr.outvars]
 
 
+#: The tags of nodes that are not leaf equations (each has its own way to be built).
+_NOT_LEAVES = frozenset({"region", "module_call", *JIT_ALIASES, *CUSTOM_DERIVATIVE_NAMES})
 _SCALARS = frozenset({bool, int, float, complex})
 _AVAL = operator.attrgetter("aval")
 
@@ -1238,21 +1302,38 @@ def _small(fingerprint: tuple[Any, ...]) -> bool:
     )
 
 
-def _fingerprint(node: DocNode) -> tuple[tuple[Any, ...], bool]:
+def _fingerprint(
+    node: DocNode, frozen: dict[Any, Any] | None = None
+) -> tuple[tuple[Any, ...], bool]:
     """The content of an equation with regions, with variables numbered per scope: two
     equations with equal fingerprints (and input types) rebuild the same. And whether
-    it keys every value by content (not by identity): then it holds in any document."""
+    it keys every value by content (not by identity): then it holds in any document.
+
+    `frozen` keeps the nodes' frozen attrs by their `attrs_key` (equal keys, equal
+    attrs) for the next fingerprints of one document: an MLP's ReLUs repeat them."""
     by_identity: list[Any] = []
 
     def freeze(value: Any) -> Any:
         return _freeze(value, by_identity)
+
+    def freeze_attrs(doc: DocNode) -> Any:
+        key = doc.attrs_key
+        if key is None or frozen is None:
+            return freeze(doc.attrs)
+        hit = frozen.get(key)
+        if hit is None:
+            before = len(by_identity)
+            hit = freeze(doc.attrs)
+            if len(by_identity) == before:  # keyed by content: the same for equal keys
+                frozen[key] = hit
+        return hit
 
     def ref(scope: dict[str, int], port: Port) -> Any:
         if port.name is None:
             return ("literal", port.type, freeze(port.value))
         return (scope.get(port.name, -1), port.type)
 
-    tokens: list[Any] = [node.tag, freeze(node.attrs)]
+    tokens: list[Any] = [node.tag, freeze_attrs(node)]
     tokens.extend(p.type for p in node.inputs)
     tokens.extend(p.type for p in node.outputs)
     # (doc, the enclosing scope's names or None for `node` itself) and scope ends
@@ -1265,7 +1346,7 @@ def _fingerprint(node: DocNode) -> tuple[tuple[Any, ...], bool]:
             assert outer is not None
             tokens.append(("results", tuple(ref(outer, p) for p in doc.results)))
             continue
-        tokens.append((doc.tag, freeze(doc.attrs)))
+        tokens.append((doc.tag, freeze_attrs(doc)))
         if outer is not None:
             tokens.append(("in", tuple(ref(outer, p) for p in doc.inputs)))
             for port in doc.outputs:

@@ -114,15 +114,25 @@ class Source(NamedTuple):
 
 NOWHERE = Source()
 #: The `hint` of a `Source` that a reader gives every port of one list (instead of a
-#: source per port, for files of many ports): its `path` ends where the port's index
-#: goes (`/0/3/@inputs/`), and `port_source` makes each port's own source from it.
+#: source per port, for files of many ports): its `path`, if any, ends where the port's
+#: index goes (`/0/3/@inputs/`), and `port_source` makes each port's own source from it,
+#: a `PortAt` in its `hint` (for readers that find a port from its node: XML's).
 PORT_LIST = "<the ports of a list>"
+
+
+class PortAt(NamedTuple):
+    """The `hint` `port_source` gives the resolver of a `PORT_LIST` source: the port is
+    the `index`-th of `node`'s `kind` (`"inputs"`, `"outputs"` or `"results"`)."""
+
+    node: DocNode
+    kind: str
+    index: int
 
 
 def port_source(node: DocNode, port: Port) -> Source | None:
     """Where `port` of `node` is in the file: its own `source`, or its node's when it has
-    none. A source shared by a list of ports (`PORT_LIST`) gets the port's index in its
-    path when an error is raised there (found then: a port's index is not kept)."""
+    none. A source shared by ports (`PORT_LIST`) gets the port's index (in its path, and
+    as a `PortAt` hint) when an error is raised there (found then: it is not kept)."""
     source = port.source
     if source is None:
         return node.source
@@ -133,10 +143,11 @@ def port_source(node: DocNode, port: Port) -> Source | None:
 
 def _in_list(lazy: Source) -> Source:
     shared, node, port = lazy.hint
-    for ports in (node.inputs, node.outputs, node.results):
-        for index, other in enumerate(ports):
+    for kind in ("inputs", "outputs", "results"):
+        for index, other in enumerate(getattr(node, kind)):
             if other is port and other.source is shared:
-                found = shared._replace(path=f"{shared.path}{index}", hint=None)
+                path = None if shared.path is None else f"{shared.path}{index}"
+                found = shared._replace(path=path, hint=PortAt(node, kind, index))
                 return found.resolve(found) if found.resolve is not None else found
     return shared._replace(hint=None, resolve=None)
 
@@ -233,15 +244,19 @@ class AttrReader:
         self._cache: dict[str, Any] = {}
         self._attrs: dict[Any, dict[str, Any]] = {}
 
-    def attrs(self, items: list[tuple[str, str]]) -> dict[str, Any]:
+    def attrs(self, items: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> dict[str, Any]:
         """An element's attributes (name and text pairs) decoded: a new dict, the same
         values for equal texts (decoded once when they are all immutable)."""
+        key = items if type(items) is tuple else tuple(items)
+        hit = self._attrs.get(key)
+        if hit is not None:  # the usual case, without making `decode`
+            return hit.copy()
 
         def decode() -> tuple[dict[str, Any], bool]:
-            attrs = {name: self(text) for name, text in items}
-            return attrs, all(text in self._cache for _, text in items)
+            attrs = {name: self(text) for name, text in key}
+            return attrs, all(text in self._cache for _, text in key)
 
-        return self.decoded_attrs(tuple(items), decode)
+        return self.decoded_attrs(key, decode)
 
     def decoded_attrs(
         self, key: Any, decode: Callable[[], tuple[dict[str, Any], bool]]

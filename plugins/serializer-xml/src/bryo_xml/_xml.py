@@ -33,11 +33,13 @@ from lxml import etree
 from bryo_mox import MoxError, MoxSerializationError
 from bryo_mox.document import (
     MAX_DEPTH,
+    PORT_LIST,
     AttrReader,
     Budget,
     DocNode,
     Limits,
     Port,
+    PortAt,
     Source,
     attr_texts,
     const_text,
@@ -61,6 +63,8 @@ _NOT_AN_ELEMENT = np.zeros(256, np.bool_)
 _NOT_AN_ELEMENT[list(b"/!?")] = True
 _ENCODING = re.compile(rb"""^\s*<\?xml[^>]*?encoding\s*=\s*["']([^"']*)["']""")
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+#: The element of each kind of port (`PortAt.kind`).
+_PORT_TAGS = {"inputs": "input", "outputs": "output", "results": "outputs"}
 
 
 _ESCAPES = {
@@ -227,6 +231,20 @@ class _Text:
         """Where an element is: its line; the column of its tag is found on errors."""
         return new_source((element.sourceline, None, None, element, self.column))
 
+    def port(self, source: Source) -> Source:
+        """`source` of a port (its `hint` a `PortAt`: the port's node and index) with the
+        line and column of the port's element."""
+        at = source.hint
+        node_source = at.node.source if isinstance(at, PortAt) else None
+        element = node_source.hint if node_source is not None else None
+        if not isinstance(element, etree._Element):
+            return source._replace(hint=None, resolve=None)
+        tag = _PORT_TAGS[at.kind]
+        for index, child in enumerate(element.iterchildren(tag)):
+            if index == at.index:
+                return self.column(Source(child.sourceline, None, None, child))
+        return source._replace(hint=None, resolve=None)  # pragma: no cover  # read from them
+
     def column(self, source: Source) -> Source:
         """`source` with the column of its element's tag: the n-th `<tag` on its line for
         the n-th element of that tag on that line."""
@@ -293,42 +311,50 @@ class _Reader:
         self.text = text
         self.budget = budget
         self.attr = AttrReader()
+        self.column = text.column
 
     def read(self, root: etree._Element) -> DocNode:
         top = self.node(root)
-        column = self.text.column
         max_depth = self.budget.limits.max_depth
+        # the common ports (a type, a name) share one source, found from their node on
+        # an error (`_Text.port`): a port keeps neither its element nor its line
+        shared = new_source((None, None, None, PORT_LIST, self.text.port))
         stack = [(root, top, 1)]
         while stack:
             element, doc, depth = stack.pop()
-            ports = {"input": doc.inputs, "output": doc.outputs, "outputs": doc.results}
+            inputs, outputs, results = doc.inputs, doc.outputs, doc.results
             for child in element:
                 tag = child.tag
-                into = ports.get(tag)
-                if into is not None:
-                    items = child.items()
-                    if len(items) == 1 and items[0][0] == "type":  # most ports: a type, a name
-                        name = (child.text or "").strip()
-                        if name:
-                            where = new_source((child.sourceline, None, None, child, column))
-                            into.append(Port(name, items[0][1], None, None, where))  # type: ignore[arg-type]  # str: the text is parsed as UTF-8
-                            continue
-                    into.append(self.port(child))
+                if tag == "input":
+                    into = inputs
+                elif tag == "output":
+                    into = outputs
+                elif tag == "outputs":
+                    into = results
                 elif not isinstance(tag, str):
                     continue
                 elif tag == "const":
                     doc.consts.append(self.const(child))
+                    continue
                 else:
                     node = self.node(child)
                     if depth >= max_depth:  # the child is one level too deep
                         self.budget.check_depth(depth + 1, line=child.sourceline)
                     doc.children.append(node)
                     stack.append((child, node, depth + 1))
+                    continue
+                items = child.items()
+                if len(items) == 1 and items[0][0] == "type":  # most ports: a type, a name
+                    name = child.text
+                    if name and not name.isspace():
+                        into.append(Port(name.strip(), items[0][1], None, None, shared))  # type: ignore[arg-type]  # str: the text is parsed as UTF-8
+                        continue
+                into.append(self.port(child))
         return top
 
     def node(self, element: etree._Element) -> DocNode:
-        source = self.text.source(element)
-        items = element.items()
+        source = new_source((element.sourceline, None, None, element, self.column))
+        items = tuple(element.items())
         try:
             attrs = self.attr.attrs(items)  # type: ignore[arg-type]  # str: parsed as UTF-8
         except MoxError as error:
@@ -338,7 +364,8 @@ class _Reader:
             tag = attrs.pop("primitive", "eqn")
             if not isinstance(tag, str):
                 raise source.error("<eqn> needs a string `primitive` attribute")
-        return DocNode(tag, attrs, source=source, attrs_key=tuple(items))
+        # the lists given, not made by the dataclass's factories (a node per element)
+        return DocNode(tag, attrs, [], [], [], [], [], source=source, attrs_key=items)
 
     def port(self, element: etree._Element) -> Port:
         """A port (`read` reads the common ones, a type and a name, itself)."""

@@ -32,6 +32,7 @@ from bryo_mox.document import (
     Budget,
     DocNode,
     Port,
+    PortAt,
     Source,
     new_source,
     read_const,
@@ -80,7 +81,6 @@ _LINE = re.compile(
 #: A port in a list `_LINE` matched: its type, and its name or its literal value.
 _PORT = re.compile(r'\{"type"="([^"]*)";(?:"name"="([^"]*)"|"value"=([^;}]*))\}')
 _CONST = re.compile(r'\{"name"="([^"]*)";"type"="([^"]*)";"data"="([^"]*)"\}')
-_PORT_KINDS = ("inputs", "outputs", "results")
 _MISSING = object()
 
 
@@ -122,6 +122,8 @@ class _LineReader:
         self.max_nesting = max_nesting
         self.locate = locate
         self.attrs = AttrReader()
+        #: the source of every port of the file: `port_at` finds where one is, on errors
+        self.port_list = new_source((None, None, None, PORT_LIST, self.port_at))
         #: `"value"=` texts of literal ports, read (scalars: immutable)
         self.literals: dict[str, Any] = {}
         #: param value texts, read (immutable values only)
@@ -167,23 +169,34 @@ class _LineReader:
     def node(self, line: re.Match[str], path: str) -> DocNode:
         source = new_source((None, None, path, 0, self.locate))
         params = line.group("params")
-        doc = DocNode(line.group("tag"), source=source, attrs_key=params)
-        doc.attrs = self.attrs.decoded_attrs(params, lambda: self.params(params))
-        base = path.rstrip("/")
-        for kind in _PORT_KINDS:
-            ports = line.group(kind)
-            if ports:
-                setattr(doc, kind, self.ports(ports, f"{base}/@{kind}/"))
-        consts = line.group("consts")
+        tag, params, inputs, outputs, results, consts = line.group(
+            "tag", "params", "inputs", "outputs", "results", "consts"
+        )
+        attrs = self.attrs.decoded_attrs(params, lambda: self.params(params))
+        doc = DocNode(
+            tag,
+            attrs,
+            [],
+            self.ports(inputs) if inputs else [],
+            self.ports(outputs) if outputs else [],
+            [],
+            self.ports(results) if results else [],
+            source=source,
+            attrs_key=params,
+        )
         if consts:
+            base = path.rstrip("/")
             for index, (name, type_, data) in enumerate(_CONST.findall(consts)):
                 where = source._replace(path=f"{base}/@consts/{index}")
                 doc.consts.append(read_const(name, type_, data, where))
         return doc
 
-    def ports(self, text: str, prefix: str) -> list[Port]:
-        # one source for the list: a port's own (its index in the path) is made on errors
-        where, ports = new_source((None, None, prefix, PORT_LIST, self.locate)), []
+    def ports(self, text: str) -> list[Port]:
+        # every port shares one source: a port's own (its path) is made on errors
+        where = self.port_list
+        if '"value"=' not in text and '"name"=""' not in text:  # variables only
+            return [Port(name, type_, None, None, where) for type_, name, _ in _PORT.findall(text)]
+        ports = []
         for type_, name, value in _PORT.findall(text):
             if name:
                 ports.append(Port(name, type_, None, None, where))
@@ -192,6 +205,15 @@ class _LineReader:
             else:  # `"name"=""`: the exact reader's builder names the error
                 raise _Declined
         return ports
+
+    def port_at(self, source: Source) -> Source:
+        """`source` of a port (its `hint` a `PortAt`) with its path in the YSON tree and
+        its line and column (those of its node)."""
+        at = source.hint
+        if not isinstance(at, PortAt) or at.node.source is None:  # pragma: no cover
+            return source._replace(hint=None, resolve=None)
+        base = (at.node.source.path or "/").rstrip("/")
+        return self.locate(source._replace(path=f"{base}/@{at.kind}/{at.index}", hint=None))
 
     def literal(self, text: str) -> Any:
         hit = self.literals.get(text)
