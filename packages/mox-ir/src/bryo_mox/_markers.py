@@ -6,7 +6,9 @@ trace are recorded in its `CallMarker` instead) and the call's array arguments, 
 module on the marker's outputs, and binds `mox_call_end` on the new state leaves
 and the outputs. Both are identities. Their param `call` is one `CallMarker` object (what
 the backend reported about the call), so the conversion finds each call's equations
-between its two markers and groups them into a `ModuleCall` (see `_trace.convert`).
+between its two markers and groups them into a `ModuleCall` (see `_trace.convert`). A
+call whose state leaves and arguments are all recorded binds no begin marker: `make_mox`
+records where its equations start instead (`_trace.call_region`).
 
 A marker costs one equation; the `jax.jit` region per call it replaces cost a nested trace.
 Markers lower to nothing and are identities under `vmap`, `jvp` and transposition, so a
@@ -40,16 +42,25 @@ class CallMarker:
             variable of a leaf that stayed out of the marker (`make_mox` records the
             leaves that are variables of its own trace instead of passing them through),
             `None` for a leaf that is one of the `n_state` operands, in turn.
+        recorded_args: `None` (the call's array arguments are the begin marker's operands
+            after the state), or the jaxpr variable of each argument: then the call has no
+            begin marker at all (every state leaf was recorded too), and `make_mox` records
+            where in the trace's equations the call starts instead (`_trace.call_region`).
     """
 
-    __slots__ = ("info", "n_state", "recorded")
+    __slots__ = ("info", "n_state", "recorded", "recorded_args")
 
     def __init__(
-        self, info: ModuleInfo, n_state: int, recorded: tuple[jex.Var | None, ...] | None = None
+        self,
+        info: ModuleInfo,
+        n_state: int,
+        recorded: tuple[jex.Var | None, ...] | None = None,
+        recorded_args: tuple[jex.Var, ...] | None = None,
     ) -> None:
         self.info = info
         self.n_state = n_state
         self.recorded = recorded
+        self.recorded_args = recorded_args
 
     def __repr__(self) -> str:
         return f"{self.info.short_type}({self.info.name!r})"

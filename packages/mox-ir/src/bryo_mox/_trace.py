@@ -4,12 +4,19 @@ Each intercepted call is delimited by two marker equations (`_markers`): the beg
 takes the call's array arguments, and the module's state leaves except those that are
 variables of `make_mox`'s own trace (it records those: `call_region`); the module runs on
 its outputs and the recorded leaves, the end marker takes the new state leaves and the
-outputs. The whole function is one trace, as `jax.make_jaxpr` makes it. The conversion
-(`convert`) then reads the jaxpr once, in order, and groups the equations between each
-pair of markers into a `ModuleCall` node; everything else stays an equation. Only public
-JAX APIs are used, besides reading a tracer's `_trace` and `val` (its trace and jaxpr
-variable, in every supported jax) to record state leaves, with defaults (a JAX without
-them passes every leaf through the marker); no Trace or Tracer is subclassed.
+outputs. A call whose state leaves and arguments are all variables of that trace binds
+no begin marker: it records them, and its start as the number of equations the trace
+holds then (`_Recording.starts`). The whole function is one trace, as `jax.make_jaxpr`
+makes it. The conversion (`convert`) then reads the jaxpr once, in order, and groups the
+equations between each call's start (or begin marker) and its end marker into a
+`ModuleCall` node; everything else stays an equation. Only public JAX APIs are used,
+besides three private attributes, each read with a default: a tracer's `_trace` and
+`val` (its trace and jaxpr variable), to record leaves (a JAX without them passes every
+leaf through the marker), and the trace's equation list `frame.tracing_eqns` (jax 0.7.2
+to 0.10), for starts (a JAX without it binds begin markers). The starts are checked
+against the jaxpr jax returns, equation by equation (`_Positions`); a recording the
+jaxpr does not match makes `make_mox` trace once more with markers only. No Trace or
+Tracer is subclassed.
 
 Conversion details, all in one pass with explicit stacks (no recursion, so models of any
 depth convert):
@@ -65,10 +72,67 @@ from ._markers import CallMarker, begin_p, end_p
 class _Recording(NamedTuple):
     """The trace `make_mox` started (`jax.make_jaxpr`'s) and the class of its tracers: a
     module call in that trace records its state leaves that are variables of it instead of
-    passing them through its begin marker (see `call_region`)."""
+    passing them through its begin marker (see `call_region`).
+
+    `eqns` is the list that trace appends its equations to (`None` where this jax's trace
+    has none to read), and `starts` gets `(len(eqns), marker)` for each call that binds no
+    begin marker: the position of its first equation in the jaxpr (checked against the
+    jaxpr by `_Positions`)."""
 
     trace: Any
     tracer_class: type
+    eqns: list[Any] | None = None
+    starts: list[tuple[int, CallMarker]] | None = None
+
+
+def _tracing_eqns(trace: Any) -> list[Any] | None:
+    """The list `trace` (a `jax.make_jaxpr` trace) appends its equations to, one entry per
+    bound equation, in order: `trace.frame.tracing_eqns`, private to jax (jax 0.7.2 to
+    0.10 at least); `None` where a jax has no such list (calls then bind begin markers)."""
+    found = getattr(getattr(trace, "frame", None), "tracing_eqns", None)
+    return found if found.__class__ is list else None
+
+
+class _Positions(NamedTuple):
+    """What the equations of a trace were when its function returned, to check that the
+    jaxpr jax made holds them in the same places (`matches`): the positions `starts`
+    record are then the jaxpr's. The outputs of each equation, by identity."""
+
+    starts: list[tuple[int, CallMarker]]
+    lengths: list[int]  # of each equation's outputs
+    outvars: list[Any]  # every equation's outputs, in order
+
+    @classmethod
+    def of(cls, recording: _Recording) -> _Positions | None:
+        """The equations `recording`'s trace holds now; `None` if some entry is not one
+        (a jax that keeps them otherwise)."""
+        assert recording.eqns is not None and recording.starts is not None
+        lengths, outvars = [], []
+        for entry in recording.eqns:  # (jax 0.7 keeps a function returning the equation)
+            eqn = entry() if callable(entry) else entry
+            found = getattr(eqn, "outvars", None)
+            if found is None:
+                return None
+            lengths.append(len(found))
+            outvars.extend(found)
+        return cls(recording.starts, lengths, outvars)
+
+    def matches(self, jaxpr: jex.Jaxpr) -> bool:
+        """Whether `jaxpr` begins with these equations, in this order (an output nothing
+        reads may have become a `DropVar`, as jax 0.7 to 0.9 make them)."""
+        eqns = jaxpr.eqns[: len(self.lengths)]
+        if len(eqns) != len(self.lengths):
+            return False
+        outs = [e.outvars for e in eqns]
+        if list(map(len, outs)) != self.lengths:
+            return False
+        found = list(itertools.chain.from_iterable(outs))
+        if len(found) != len(self.outvars):
+            return False
+        if all(map(operator.is_, found, self.outvars)):
+            return True
+        pairs = zip(found, self.outvars, strict=True)
+        return all(a is b or a.__class__ is DropVar for a, b in pairs)
 
 
 @dataclass
@@ -124,14 +188,26 @@ def call_region(
     conversion gives the body a fresh input for it all the same. A marker operand costs
     a tracer, and the module its Variables rewritten and restored, at every level of
     nesting the leaf passes; a recorded variable costs a list entry. The other leaves
-    (concrete arrays, another trace's tracers) go through the marker.
+    (concrete arrays, another trace's tracers) go through the marker. When every state
+    leaf and every argument is recorded (`CallMarker.recorded_args`; no two of them one
+    variable), no begin marker is bound at all: the call's start is the position of its
+    first equation (`recording.starts`): a bind costs as much as any equation of the
+    trace (JAX's fixed price per bind, about 90,000 instructions on jax 0.10).
     """
-    recorded, operands = None, state_leaves
-    if recording is not None and state_leaves and find_top_trace(()) is recording.trace:
-        recorded, operands = _record(state_leaves, recording)
+    recorded, operands, recorded_args = None, state_leaves, None
+    if recording is not None and find_top_trace(()) is recording.trace:
+        if state_leaves:
+            recorded, operands = _record(state_leaves, recording)
+        if not operands and recording.starts is not None:
+            recorded_args = _record_args(arg_leaves, recording, recorded)
     n_state = len(operands)
-    marker = CallMarker(info, n_state, recorded)
-    ins = begin_p.bind(*operands, *arg_leaves, call=marker)
+    marker = CallMarker(info, n_state, recorded, recorded_args)
+    if recorded_args is not None:  # every input recorded: no begin marker, a position
+        assert recording is not None and recording.eqns is not None and recording.starts is not None
+        recording.starts.append((len(recording.eqns), marker))
+        ins = arg_leaves
+    else:
+        ins = begin_p.bind(*operands, *arg_leaves, call=marker)
     if recorded is None:
         body_state = ins[:n_state]
     else:  # the recorded leaves as they are, the marker's outputs for the others
@@ -159,7 +235,7 @@ def _record(
     """`(recorded, operands)`: each leaf's variable in `recording`'s trace, or `None`
     where the leaf must be a marker operand (it is not a variable of that trace, or its
     variable came earlier in `leaves`); `(None, leaves)` when no leaf is recorded."""
-    trace, tracer_class = recording
+    trace, tracer_class = recording.trace, recording.tracer_class
     recorded: list[Any] = []
     operands: list[Any] = []
     seen: set[Any] = set()
@@ -177,6 +253,26 @@ def _record(
     if not seen:
         return None, leaves
     return tuple(recorded), operands
+
+
+def _record_args(
+    leaves: Sequence[Any], recording: _Recording, recorded: tuple[Any, ...] | None
+) -> tuple[Any, ...] | None:
+    """The variable of each argument leaf in `recording`'s trace, if every one is a
+    variable of it, and none is another argument's or a recorded state leaf's (a body
+    telling two inputs apart reads two marker outputs); else `None`."""
+    trace, tracer_class = recording.trace, recording.tracer_class
+    seen = set(recorded) if recorded is not None else set()
+    found = []
+    for leaf in leaves:
+        if leaf.__class__ is not tracer_class or getattr(leaf, "_trace", None) is not trace:
+            return None
+        var = getattr(leaf, "val", None)
+        if var.__class__ is not Var or var in seen:
+            return None
+        seen.add(var)
+        found.append(var)
+    return tuple(found)
 
 
 #: `is_array` by class (it depends on the class only: `isinstance` of a tracer against
@@ -386,28 +482,42 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
 
         def flat_fun(*flat: Any) -> list[Any]:
             session = _session.get()
+            recording = None
             if record[0] and flat and session is not None:
-                session.recording = _Recording(find_top_trace(flat), type(flat[0]))
+                trace = find_top_trace(flat)
+                eqns = _tracing_eqns(trace)
+                starts = [] if eqns is not None else None
+                recording = session.recording = _Recording(trace, type(flat[0]), eqns, starts)
             full = list(every)
             for position, value in zip(traced, flat, strict=True):
                 full[position] = value
             call_args = in_tree.unflatten(full[:n_args])
             call_kwargs = kw_tree.unflatten(full[n_args:])
             out = fun(*call_args, **call_kwargs, **static_kwargs)
+            if recording is not None and recording.starts:
+                out_store["starts"] = True
+                out_store["positions"] = _Positions.of(recording)
             out_leaves, out_store["tree"] = jax.tree_util.tree_flatten(out)
             return out_leaves
 
-        def jaxpr() -> jex.ClosedJaxpr:
+        def converted() -> Block:
             fresh = lambda *flat: flat_fun(*flat)  # (jax keeps traces by function)
+            out_store["starts"] = out_store["positions"] = None
             with intercepting():
-                return jax.make_jaxpr(fresh)(*(every[i] for i in traced))
+                closed = jax.make_jaxpr(fresh)(*(every[i] for i in traced))
+            positions = out_store["positions"]
+            if not out_store["starts"]:
+                return convert_closed(closed)
+            if positions is None or not positions.matches(closed.jaxpr):
+                raise _StaleRecording  # (jax moved, dropped or rebuilt equations)
+            return convert(closed.jaxpr, closed.consts, positions.starts)
 
         with collector_paused():
             try:
-                block = convert_closed(jaxpr())
+                block = converted()
             except _StaleRecording:  # (never seen; a later jax might rename variables)
                 record[0] = False
-                block = convert_closed(jaxpr())
+                block = converted()
         kept = set(traced)
         return Mox(
             block,
@@ -484,16 +594,21 @@ def convert_closed(closed: jex.ClosedJaxpr) -> Block:
     return convert(closed.jaxpr, closed.consts)
 
 
-def convert(jaxpr: jex.Jaxpr, consts: Sequence[Any] = ()) -> Block:
+def convert(
+    jaxpr: jex.Jaxpr, consts: Sequence[Any] = (), starts: Sequence[tuple[int, CallMarker]] = ()
+) -> Block:
     """Convert an open jaxpr and its constants into a MoX block (see `convert_closed`).
+
+    `starts`: `(position, marker)` of each call that has no begin marker (its first
+    equation's index in `jaxpr.eqns`, in the order the calls started; see `call_region`).
 
     One pass takes every marker pair for a module call, as a trace's markers nearly always
     are; where one is not (its markers do not pair up, or one of its values escapes it),
     that pass stops and a first pass (`_find_calls`) picks the calls to keep."""
     try:
-        return _Converter(jaxpr, consts, None).run()
+        return _Converter(jaxpr, consts, None, starts).run()
     except _Dissolve:
-        return _Converter(jaxpr, consts, _find_calls(jaxpr)).run()
+        return _Converter(jaxpr, consts, _find_calls(jaxpr, starts), starts).run()
 
 
 class _Dissolve(Exception):
@@ -518,15 +633,25 @@ class _Call:
     kept: bool = True
 
 
-def _find_calls(jaxpr: jex.Jaxpr) -> set[int]:
-    """The indices of the marker equations that delimit module calls (the others dissolve).
+class _Kept(NamedTuple):
+    """The module calls the conversion keeps (`_find_calls`): the indices of their marker
+    equations, and of their entries in `starts` (the calls without a begin marker)."""
 
-    A call is kept when its begin and end markers pair up and no value defined between
-    them is used after its end other than through the end marker.
+    eqns: set[int]
+    starts: set[int]
+
+
+def _find_calls(jaxpr: jex.Jaxpr, starts: Sequence[tuple[int, CallMarker]] = ()) -> _Kept:
+    """The marker equations and starts that delimit module calls (the others dissolve).
+
+    A call is kept when its begin (or start) and end markers pair up and no value defined
+    between them is used after its end other than through the end marker. A start reads
+    its recorded variables, as a begin marker reads its operands.
     """
     stack: list[_Call] = []
     defined_in: dict[Any, _Call] = {}
     begins: dict[int, _Call] = {}
+    started: dict[int, _Call] = {}
     ends: dict[int, _Call] = {}
 
     def use(atoms: Sequence[Any]) -> None:
@@ -540,7 +665,15 @@ def _find_calls(jaxpr: jex.Jaxpr) -> set[int]:
 
     top: _Call | None = None  # the innermost open call (`stack[-1]`)
     defined_in_get = defined_in.get
+    pending = iter(enumerate(starts))
+    next_start = next(pending, None)
     for index, eqn in enumerate(jaxpr.eqns):
+        while next_start is not None and next_start[1][0] == index:
+            k, (_, marker) = next_start
+            use([v for v in _recorded_inputs(marker) if v is not None])
+            top = started[k] = _Call(marker, top)
+            stack.append(top)
+            next_start = next(pending, None)
         for atom in eqn.invars:  # `use`, inline
             if atom.__class__ is not Literal:
                 call = defined_in_get(atom)
@@ -569,9 +702,11 @@ def _find_calls(jaxpr: jex.Jaxpr) -> set[int]:
     for call in stack:  # never ended
         call.kept = False
     paired = {id(c) for c in ends.values()}
-    return {i for i, c in begins.items() if c.kept and id(c) in paired} | {
-        i for i, c in ends.items() if c.kept
-    }
+    return _Kept(
+        {i for i, c in begins.items() if c.kept and id(c) in paired}
+        | {i for i, c in ends.items() if c.kept},
+        {k for k, c in started.items() if c.kept and id(c) in paired},
+    )
 
 
 # --- pass 2: build the blocks --------------------------------------------------------------
@@ -582,12 +717,19 @@ class _Scope:
     """A block being built: the root, or the body of a module call."""
 
     parent: _Scope | None
-    begin: jex.JaxprEqn | None = None
+    begin: jex.JaxprEqn | None = None  # (`None` for a call that started without one)
+    marker: CallMarker | None = None
     done: bool = False  # its end marker has passed
     nodes: list[Any] = field(default_factory=list)
     consts: dict[Any, Var] = field(default_factory=dict)  # root constvar -> its var here
     closed: dict[Any, tuple[Any, Var]] = field(default_factory=dict)  # var -> (outer, inner)
-    n_recorded: int = 0  # the first entries of `closed`: the module's recorded state
+    n_recorded: int = 0  # the first entries of `closed`: the module's recorded state,
+    n_recorded_args: int = 0  # then its recorded arguments
+
+
+def _recorded_inputs(marker: CallMarker) -> tuple[Any, ...]:
+    """The variables `marker` recorded (`None` for a marker operand): state, then args."""
+    return (*(marker.recorded or ()), *(marker.recorded_args or ()))
 
 
 #: `_Converter.owner` of the variables `resolve` must see to: the jaxpr's constants and the
@@ -600,9 +742,16 @@ class _Converter:
     equations that delimit module calls (`_find_calls`; the others dissolve), or `None`:
     every marker pair is one, and `_Dissolve` is raised where one cannot be."""
 
-    def __init__(self, jaxpr: jex.Jaxpr, consts: Sequence[Any], calls: set[int] | None) -> None:
+    def __init__(
+        self,
+        jaxpr: jex.Jaxpr,
+        consts: Sequence[Any],
+        calls: _Kept | None,
+        starts: Sequence[tuple[int, CallMarker]] = (),
+    ) -> None:
         self.jaxpr = jaxpr
         self.calls = calls
+        self.starts = starts
         self.const_values = dict(zip(jaxpr.constvars, consts, strict=True))
         self.subst: dict[Any, Any] = {}  # dissolved markers and pruned state outputs
         #: scope defining each var (root vars: absent; `_ELSEWHERE`: see `resolve`)
@@ -620,20 +769,27 @@ class _Converter:
         params_jaxprs = self.params_jaxprs
         owner_of = owner.get
         nodes = scope.nodes
+        starts, k = self.starts, 0
+        next_start = starts[0][0] if starts else -1
         for index, eqn in enumerate(self.jaxpr.eqns):
+            while next_start == index:  # calls that start here, without a marker
+                if calls is None or k in calls.starts:
+                    scope = _Scope(scope, None, starts[k][1])
+                    self.enter_recorded(scope, starts[k][1])
+                    nodes = scope.nodes
+                k += 1
+                next_start = starts[k][0] if k < len(starts) else -1
             primitive = eqn.primitive
             if primitive is begin_p or primitive is end_p:
-                if calls is not None and index not in calls:
+                if calls is not None and index not in calls.eqns:
                     self.dissolve(eqn)
                 elif primitive is begin_p:
-                    scope = _Scope(scope, eqn)
+                    marker = eqn.params["call"]
+                    scope = _Scope(scope, eqn, marker)
                     self.own(eqn.outvars, scope)
-                    recorded = eqn.params["call"].recorded
-                    if recorded is not None:
-                        self.enter_recorded(scope, recorded)
-                elif calls is None and (
-                    scope.begin is None or scope.begin.params["call"] is not eqn.params["call"]
-                ):
+                    if marker.recorded is not None:
+                        self.enter_recorded(scope, marker)
+                elif calls is None and scope.marker is not eqn.params["call"]:
                     raise _Dissolve  # an end without its begin: some inner end was dropped
                 else:
                     scope = self.close(scope, eqn)
@@ -668,15 +824,16 @@ class _Converter:
         outvars = tuple(self.resolve(a, self.root) for a in self.jaxpr.outvars)
         return self.block(self.root, tuple(self.jaxpr.invars), outvars)
 
-    def enter_recorded(self, scope: _Scope, recorded: Sequence[Any]) -> None:
-        """Give the body of `scope` a fresh input for each state variable its begin marker
-        recorded (`CallMarker.recorded`): the first entries of `scope.closed`, so that
-        `resolve` rewrites the body's readers of the variable to read the input."""
+    def enter_recorded(self, scope: _Scope, marker: CallMarker) -> None:
+        """Give the body of `scope` a fresh input for each state variable and argument its
+        marker recorded (`CallMarker.recorded`, `recorded_args`): the first entries of
+        `scope.closed`, so that `resolve` rewrites the body's readers of the variable to
+        read the input."""
         parent, closed, owner, subst = scope.parent, scope.closed, self.owner, self.subst
         assert parent is not None
         in_parent = parent.closed.get  # (mostly the parent's own recorded state)
         count = 0
-        for var in recorded:
+        for var in _recorded_inputs(marker):
             if var is None:
                 continue
             var = subst.get(var, var)
@@ -692,7 +849,8 @@ class _Converter:
             count += 1
         if len(closed) != count:  # two leaves, one variable (after substitution)
             raise _StaleRecording
-        scope.n_recorded = count
+        scope.n_recorded_args = len(marker.recorded_args or ())
+        scope.n_recorded = count - scope.n_recorded_args
 
     def defines(self, var: Any) -> bool:
         """Whether the jaxpr defines `var` as an input or an equation's output (a
@@ -787,21 +945,24 @@ class _Converter:
 
     def close(self, scope: _Scope, end: jex.JaxprEqn) -> _Scope:
         """Finish the module call of `scope` at its end marker; return the enclosing scope."""
-        begin = scope.begin
-        parent = scope.parent
-        assert begin is not None and parent is not None
-        marker: CallMarker = begin.params["call"]
+        begin, marker, parent = scope.begin, scope.marker, scope.parent
+        assert marker is not None and parent is not None
         n_state, n_state_out = marker.n_state, end.params["n_state_out"]
         recorded = marker.recorded
+        # (an input the body never reads is a `DropVar` in jax 0.7 to 0.9: named, as the
+        # inputs of a call that started without a marker are, on every jax)
+        begin_ins, begin_outs = (
+            (begin.invars, _named(begin.outvars)) if begin is not None else ((), ())
+        )
         if n_state_out:
-            body_ins = {var: j for j, var in enumerate(begin.outvars)}
+            body_ins = {var: j for j, var in enumerate(begin_outs)}
             own_recorded = set(itertools.islice(scope.closed, scope.n_recorded))
             keep = []
             for i, (outer, inner) in enumerate(zip(end.outvars, end.invars, strict=True)):
                 found = self.find(inner)
                 j = body_ins.get(found) if i < n_state_out else None
                 if j is not None and j < n_state:  # an unchanged state leaf: pruned
-                    self.substitute(outer, begin.invars[j])
+                    self.substitute(outer, begin_ins[j])
                 elif i < n_state_out and found in own_recorded:  # (a recorded one)
                     self.substitute(outer, found)
                 else:
@@ -815,21 +976,27 @@ class _Converter:
         owner_of, root = self.owner.get, self.root
         callers = [  # (most are the parent's own variables, as they are)
             a if a.__class__ is not Literal and owner_of(a, root) is parent else resolve(a, parent)
-            for a in begin.invars
+            for a in begin_ins
         ]
         closed = list(scope.closed.values())
+        n_recorded = scope.n_recorded
         if recorded is None:
-            state_ins, body_state = callers[:n_state], begin.outvars[:n_state]
+            state_ins, body_state = callers[:n_state], begin_outs[:n_state]
         else:  # the state leaves in the module's order: recorded ones and marker operands
-            own = closed[: scope.n_recorded]
+            own = closed[:n_recorded]
             if n_state:
-                passed = iter(zip(callers[:n_state], begin.outvars[:n_state], strict=True))
+                passed = iter(zip(callers[:n_state], begin_outs[:n_state], strict=True))
                 recorded_pairs = iter(own)
                 own = [next(recorded_pairs if v is not None else passed) for v in recorded]
             state_ins, body_state = zip(*own, strict=True)
-            closed = closed[scope.n_recorded :]
-        invars = (*state_ins, *(outer for outer, _ in closed), *callers[n_state:])
-        body_invars = (*body_state, *(inner for _, inner in closed), *begin.outvars[n_state:])
+        if marker.recorded_args is None:
+            arg_ins, body_args = callers[n_state:], begin_outs[n_state:]
+        else:  # (no begin marker: every argument was recorded)
+            arg_pairs = closed[n_recorded : n_recorded + scope.n_recorded_args]
+            arg_ins, body_args = [o for o, _ in arg_pairs], [i for _, i in arg_pairs]
+        closed = closed[n_recorded + scope.n_recorded_args :]
+        invars = (*state_ins, *(outer for outer, _ in closed), *arg_ins)
+        body_invars = (*body_state, *(inner for _, inner in closed), *body_args)
         outvars = tuple(_named(kept_outvars))
         call = ModuleCall(
             info=marker.info,
