@@ -18,7 +18,7 @@ from bryo_filters import (
     WithTag,
     to_predicate,
 )
-from bryo_plugins import hookimpl
+from bryo_plugins import PluginError, hookimpl, new_plugin_manager, use_plugin_manager
 
 
 class Param:
@@ -174,6 +174,27 @@ def test_plugins_add_literals(bryo_plugin_manager):
     bryo_plugin_manager.register(RankFilters())
     predicate = to_predicate((Rank(2), "tag"))
     assert predicate == Any(HasRank(2), WithTag("tag"))
+
+
+def test_a_literal_whose_plugin_failed_names_the_plugin(bryo_fake_distributions):
+    """It said "`filter` must be one of: ... or a literal a plugin declares" of a literal
+    whose plugin is installed and broken."""
+    bryo_fake_distributions.add(
+        "acme-filters",
+        {"acme-filters": "raise ZeroDivisionError('boom')"},
+        group="bryo.filters.acme_filters",
+    )
+    literal_class = type("Rank", (), {"__module__": "acme_filters.literals"})
+    with use_plugin_manager(new_plugin_manager()):
+        with pytest.warns(RuntimeWarning, match="'acme-filters'"):
+            with pytest.raises(PluginError) as raised:
+                to_predicate(literal_class())
+        with pytest.raises(TypeError, match="a literal a plugin declares"):  # others: as before
+            to_predicate(object())
+    message = str(raised.value)
+    assert "bryo cannot handle `filter` <acme_filters" in message
+    assert "plugin 'acme-filters' (distribution acme-filters, entry point group" in message
+    assert "bryo.filters.acme_filters) failed to load: ZeroDivisionError: boom" in message
 
 
 @given(st.lists(st.sampled_from(["a", "b", 0, 1, "kernel"]), max_size=4))

@@ -12,6 +12,7 @@ called: bryo hooks are answered by plain implementations only.
 
 from __future__ import annotations
 
+import reprlib
 import sys
 from collections.abc import Callable, Container
 from dataclasses import dataclass
@@ -131,10 +132,19 @@ def first_answer_for(
         family: the hook family whose plugins may answer.
         pm: the manager to ask; bryo's current one by default.
         **kwargs: the hook's arguments, by name.
+
+    Raises:
+        PluginError: no plugin answered, and a plugin of `family` keyed by a module of an
+            argument's class failed (to load, or in a hook): the one that would have
+            answered is broken (`BryoPluginManager.check_failed`).
     """
     keys = frozenset().union(*(module_roots(type(value)) for value in kwargs.values()))
     answer = first_answer(hook_name, validate, family=family, keys=keys, pm=pm, **kwargs)
-    return None if answer is None else answer.value
+    if answer is None:
+        subject = ", ".join(f"`{name}` {reprlib.repr(value)}" for name, value in kwargs.items())
+        (pm or get_plugin_manager()).check_failed(family, keys - {"builtins"}, subject)
+        return None
+    return answer.value
 
 
 def callable_answer(expected: str) -> Validate[Callable[..., object]]:
