@@ -193,6 +193,10 @@ def api_page(dist: Distribution) -> str:
         parts.append(f"## Re-exported names\n\n| name | defined in |\n|---|---|\n{rows}\n")
     if rendered:
         parts.append("## Names defined here\n\n" + "\n\n".join(rendered) + "\n")
+    if (ROOT / dist.folder / "src" / dist.package / "testing.py").exists():
+        # Public but imported on demand (pytest fixtures, toy modules): plugin authors'
+        # tests use them, so they are documented here rather than re-exported.
+        parts.append(f"## Testing helpers\n\n::: {dist.package}.testing\n")
     return "\n".join(parts)
 
 

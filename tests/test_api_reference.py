@@ -57,6 +57,13 @@ def test_names_are_rendered_where_they_are_defined_and_linked_elsewhere():
     assert "::: bryo.save_state\n" in top
 
 
+def test_the_testing_helpers_plugin_authors_use_are_rendered():
+    """docs/plugins.md sends serializer and backend authors to `bryo_plugins.testing` and
+    `bryo_mox.testing.assert_round_trip`, which no page rendered."""
+    assert "## Testing helpers\n\n::: bryo_plugins.testing\n" in PAGES["api/core-plugins.md"]
+    assert "## Testing helpers\n\n::: bryo_mox.testing\n" in PAGES["api/mox-ir.md"]
+
+
 def test_private_modules_and_submodules_imported_elsewhere_do_not_count():
     package = importlib.import_module("bryo_graph")
     assert importlib.import_module("bryo_graph.hookspecs") is package.hookspecs
