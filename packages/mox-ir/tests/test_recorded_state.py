@@ -362,3 +362,37 @@ def test_positions_check_every_equation_in_order():
         eqns=[jaxpr.eqns[0].replace(outvars=[DropVar(outvars[0].aval)]), *jaxpr.eqns[1:]]
     )
     assert positions.matches(dropped)
+
+
+class _Identity(Module):
+    """Returns its argument: a body without equations."""
+
+    def __init__(self):
+        self.c = jnp.ones(2)
+
+    def forward(self, v):
+        return v
+
+
+class _NoInputs(Module):
+    """No state, no argument: a call with nothing to record."""
+
+    def forward(self):
+        return jnp.ones(2)
+
+
+def test_a_body_without_equations_and_a_call_without_inputs(toy, monkeypatch, mox_structure):
+    """Bodies without equations (a start right before its end marker: an identity called
+    on an identity's output) and a call with nothing to record, all without begin
+    markers: the MoX the markers give."""
+
+    def fun(identity, nothing, v):
+        return identity(identity(v)) * 2.0 + nothing()
+
+    args = (_Identity(), _NoInputs(), jnp.ones(2))
+    mox, seen = _with_and_without_recording(monkeypatch, mox_structure, fun, *args)
+    assert seen.n_started() == 3 and seen.markers() == []
+    first, second, nothing = (n for n in mox.nodes if hasattr(n, "body"))
+    assert first.body.nodes == () and first.body.outvars == first.body.invars[1:]
+    assert second.invars[1] is first.outvars[0] and nothing.invars == ()
+    np.testing.assert_allclose(eval_mox(mox, *args), np.full(2, 3.0))
