@@ -212,6 +212,26 @@ def test_huge_claimed_shapes_are_refused_before_allocating(checkpoint, tmp_path,
         restore_state(copy)
 
 
+@pytest.mark.parametrize("stored", [{"chunks": [2**20]}, {"shape": [2**20], "chunks": [2**20]}])
+def test_stored_metadata_claiming_more_than_the_index_is_refused(tmp_path, stored):
+    # tensorstore reads an array's zarr metadata (in orbax's OCDBT files) and allocates a
+    # whole chunk: a crafted checkpoint of a few KB claimed megabytes (gigabytes alike)
+    # for an array of 4 values, and was read with them.
+    import tensorstore as ts
+
+    state = bryo.State.from_flat_path({("w",): bryo.VariableState(nnx.Param, jnp.arange(4.0))})
+    save_state(tmp_path / "ckpt", state)
+    kvstore = {"driver": "ocdbt", "base": f"{(tmp_path / 'ckpt' / 'arrays').as_uri()}/"}
+    spec = {"driver": "zarr", "kvstore": {**kvstore, "path": "w/"}}
+    metadata = {**ts.open(spec).result().spec().to_json()["metadata"], **stored}
+    crafted = ts.open({**spec, "metadata": metadata}, create=True, delete_existing=True).result()
+    crafted[:4].write(np.arange(4.0, dtype=np.float32) * 10).result()
+    reseal(tmp_path / "ckpt")
+    for abstract in (None, jax.eval_shape(lambda: state)):
+        with pytest.raises(CheckpointError, match=r"state path w is stored with shape .* chunks"):
+            restore_state(tmp_path / "ckpt", abstract)
+
+
 def test_an_abstract_state_that_does_not_fit_is_refused_before_allocating(checkpoint, tmp_path):
     abstract = jax.eval_shape(lambda: saved_state())
     flat = abstract.flat_state()

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+import tensorstore as ts
 
 from bryo_graph import State, Variable, VariableState, get_named_sharding
 from bryo_pytree import Key
@@ -579,6 +580,7 @@ def _check_placeable(directory: Path, path: StatePath, sharding: object) -> None
 
 
 def _restore_arrays(directory: Path, targets: dict[StatePath, Any]) -> Any:
+    _check_stored_sizes(directory, targets)
     items = {ARRAYS_ITEM: ocp.args.StandardRestore(_nested(targets))}
     try:
         with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
@@ -589,6 +591,48 @@ def _restore_arrays(directory: Path, targets: dict[StatePath, Any]) -> Any:
             f"{directory / ARRAYS_ITEM}: orbax could not restore the arrays "
             f"({type(error).__name__}: {detail})."
         ) from error
+
+
+def _check_stored_sizes(directory: Path, targets: dict[StatePath, Any]) -> None:
+    """Refuse arrays whose stored layout claims more memory than their target.
+
+    tensorstore, not bryo, reads each array's zarr metadata (its shape, dtype and chunk
+    shape, inside orbax's OCDBT files) and allocates a whole chunk to read one: a crafted
+    checkpoint of a few KB, its manifest resealed, could claim a chunk of gigabytes for
+    an array of 4 values. Each array is opened first (metadata only, all at once) and
+    refused when its stored bytes, or one chunk's, exceed its target's. An array that
+    cannot be opened is left to orbax, which names it."""
+    arrays = directory / ARRAYS_ITEM
+    kvstore = {"driver": "ocdbt", "base": f"{arrays.as_uri()}/"}
+    context = ts.Context()  # (one cache: the OCDBT manifest and b-tree are read once)
+    opening = []
+    for path, target in targets.items():
+        spec = {"driver": "zarr", "kvstore": {**kvstore, "path": f"{_stored_name(path)}/"}}
+        try:
+            opening.append((path, target, ts.open(spec, open=True, read=True, context=context)))
+        except Exception:  # (a spec tensorstore refuses: orbax names it)
+            continue
+    for path, target, future in opening:
+        try:
+            store = future.result()
+            stored, chunk = tuple(store.shape), tuple(store.chunk_layout.read_chunk.shape)
+            itemsize = store.dtype.numpy_dtype.itemsize
+        except Exception:  # (no such array, or another format: orbax names it)
+            continue
+        wanted = math.prod(target.shape) * _dtype(str(target.dtype))[1]
+        claimed = max(math.prod(stored), math.prod(chunk)) * itemsize
+        if claimed > max(wanted, itemsize):
+            raise CheckpointError(
+                f"{arrays}: state path {_show(path)} is stored with shape {list(stored)} in "
+                f"chunks of {list(chunk)} ({claimed:,} bytes), and restores into "
+                f"{wanted:,} bytes ({target.dtype}{list(target.shape)}); its stored metadata "
+                "is damaged or crafted."
+            )
+
+
+def _stored_name(path: StatePath) -> str:
+    """The name orbax stores a state path's array under (its keys joined with `.`)."""
+    return ".".join(map(str, path))
 
 
 def _index_targets(checkpoint: _Checkpoint) -> dict[StatePath, Any]:
@@ -655,7 +699,7 @@ def _nested(flat: Mapping[StatePath, Any]) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     names: dict[str, StatePath] = {}
     for path, value in flat.items():
-        name = ".".join(map(str, path))
+        name = _stored_name(path)
         if any(part in _UNSAFE_KEYS for part in name.split("/")):
             raise CheckpointError(
                 f"state path {_show(path)} would be stored by orbax as `{name}`, a file name "
