@@ -157,3 +157,20 @@ def test_an_incomplete_node_type_is_refused_naming_the_plugin(bryo_plugin_manage
     [failure] = bryo_plugin_manager.failures
     assert f"NodeType({__name__}.Pair)" in str(failure.error)
     assert re.search(message, str(failure.error))
+
+
+def test_a_flatten_answering_something_else_than_a_pair_is_named(bryo_plugin_manager):
+    """It failed with "too many values to unpack (expected 2)", naming nothing."""
+
+    class ListsOnly:
+        @hookimpl
+        def bryo_graph_node_types(self):
+            flatten = lambda node: [("left", node.left), ("right", node.right)]  # no aux
+            return [NodeType(Pair, flatten=flatten, unflatten=lambda cls, aux, ch: None)]
+
+    bryo_plugin_manager.register(ListsOnly(), name="lists-only")
+    with pytest.raises(GraphError) as raised:
+        split({"pair": Pair(1, 2)})
+    message = str(raised.value)
+    assert f"The `flatten` of NodeType({__name__}.Pair)" in message
+    assert "returned list for the node at pair; it must return a pair `(children, aux)`" in message

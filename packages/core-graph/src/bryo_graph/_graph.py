@@ -465,12 +465,28 @@ class _Frame:
         self.path = path
         self.key = key
         self.leaf_type = node_type.leaf_type or leaf_type  # the leaf type of its children
-        children, self.aux = node_type.flatten(node)
+        flat = node_type.flatten(node)
+        if not (isinstance(flat, tuple) and len(flat) == 2):
+            raise GraphError(_bad_flatten(node_type, flat, path))
+        children, self.aux = flat
         self.children = iter(children)
         # the keys of static children, kept whole in the GraphDef (an Object's static
         # attributes); None when the node type does not tell data from static
         self.static = node_type.static_keys(node) if node_type.static_keys is not None else None
         self.entries: list[tuple[Key, Entry]] = []
+
+
+def _bad_flatten(node_type: NodeType, flat: object, path: Path) -> str:
+    """A backend's `flatten` answered something else than `(children, aux)`: name it."""
+    function = node_type.flatten
+    where = f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"
+    cls = node_type.type
+    return (
+        f"The `flatten` of NodeType({cls.__module__}.{cls.__qualname__}) ({where}) returned "
+        f"{type(flat).__name__} for the node at {path_str(path)}; it must return a pair "
+        "`(children, aux)`: a list of `(key, child)` pairs and hashable static data. Fix the "
+        "backend plugin that declares this node type."
+    )
 
 
 # Plain containers and the JAX pytrees nodes hold are walked at each occurrence, never
