@@ -232,6 +232,28 @@ def test_stored_metadata_claiming_more_than_the_index_is_refused(tmp_path, store
             restore_state(tmp_path / "ckpt", abstract)
 
 
+def test_a_plain_file_layout_is_checked_too(tmp_path):
+    # orbax reads plain zarr files instead of OCDBT where its `_METADATA` says
+    # `use_ocdbt: false`: the same crafted chunk, written that way, is refused the same.
+    import tensorstore as ts
+
+    state = bryo.State.from_flat_path({("w",): bryo.VariableState(nnx.Param, jnp.arange(4.0))})
+    save_state(tmp_path / "ckpt", state)
+    arrays = tmp_path / "ckpt" / "arrays"
+    for path in list(arrays.iterdir()):
+        if path.name not in ("_METADATA", "commit_success.txt"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    metadata = json.loads((arrays / "_METADATA").read_text())
+    (arrays / "_METADATA").write_text(json.dumps({**metadata, "use_ocdbt": False}))
+    spec = {"driver": "zarr", "kvstore": {"driver": "file", "path": f"{arrays}/w/"}}
+    zarr = {"chunks": [2**20], "shape": [4], "dtype": "<f4", "compressor": {"id": "zstd"}}
+    crafted = ts.open({**spec, "metadata": zarr}, create=True, delete_existing=True).result()
+    crafted.write(np.arange(4.0, dtype=np.float32) * 10).result()
+    reseal(tmp_path / "ckpt")
+    with pytest.raises(CheckpointError, match=r"state path w is stored with shape \[4\] in chunks"):
+        restore_state(tmp_path / "ckpt", jax.eval_shape(lambda: state))
+
+
 def test_an_abstract_state_that_does_not_fit_is_refused_before_allocating(checkpoint, tmp_path):
     abstract = jax.eval_shape(lambda: saved_state())
     flat = abstract.flat_state()

@@ -597,27 +597,29 @@ def _check_stored_sizes(directory: Path, targets: dict[StatePath, Any]) -> None:
     """Refuse arrays whose stored layout claims more memory than their target.
 
     tensorstore, not bryo, reads each array's zarr metadata (its shape, dtype and chunk
-    shape, inside orbax's OCDBT files) and allocates a whole chunk to read one: a crafted
-    checkpoint of a few KB, its manifest resealed, could claim a chunk of gigabytes for
-    an array of 4 values. Each array is opened first (metadata only, all at once) and
-    refused when its stored bytes, or one chunk's, exceed its target's. An array that
-    cannot be opened is left to orbax, which names it."""
+    shape, inside orbax's OCDBT files, or plain files where orbax's `_METADATA` says
+    `use_ocdbt: false`) and allocates a whole chunk to read one: a crafted checkpoint of a
+    few KB, its manifest resealed, could claim a chunk of gigabytes for an array of 4
+    values. Each array is opened first in every layout orbax may read it in (metadata
+    only, all at once) and refused when its stored bytes, or one chunk's, exceed its
+    target's. An array that cannot be opened is left to orbax, which names it."""
     arrays = directory / ARRAYS_ITEM
-    kvstore = {"driver": "ocdbt", "base": f"{arrays.as_uri()}/"}
     context = ts.Context()  # (one cache: the OCDBT manifest and b-tree are read once)
     opening = []
-    for path, target in targets.items():
-        spec = {"driver": "zarr", "kvstore": {**kvstore, "path": f"{_stored_name(path)}/"}}
-        try:
-            opening.append((path, target, ts.open(spec, open=True, read=True, context=context)))
-        except Exception:  # (a spec tensorstore refuses: orbax names it)
-            continue
+    for kvstore, driver in _array_layouts(arrays):
+        for path, target in targets.items():
+            where = {**kvstore, "path": f"{kvstore.get('path', '')}{_stored_name(path)}/"}
+            spec = {"driver": driver, "kvstore": where}
+            try:
+                opening.append((path, target, ts.open(spec, open=True, read=True, context=context)))
+            except Exception:  # (a spec tensorstore refuses: orbax names it)
+                continue
     for path, target, future in opening:
         try:
             store = future.result()
             stored, chunk = tuple(store.shape), tuple(store.chunk_layout.read_chunk.shape)
             itemsize = store.dtype.numpy_dtype.itemsize
-        except Exception:  # (no such array, or another format: orbax names it)
+        except Exception:  # (no such array in this layout: orbax names what it misses)
             continue
         wanted = math.prod(target.shape) * _dtype(str(target.dtype))[1]
         claimed = max(math.prod(stored), math.prod(chunk)) * itemsize
@@ -628,6 +630,26 @@ def _check_stored_sizes(directory: Path, targets: dict[StatePath, Any]) -> None:
                 f"{wanted:,} bytes ({target.dtype}{list(target.shape)}); its stored metadata "
                 "is damaged or crafted."
             )
+
+
+def _array_layouts(arrays: Path) -> list[tuple[dict[str, str], str]]:
+    """(kvstore, zarr driver) pairs orbax may read the arrays with: the ones its
+    `_METADATA` names (`use_ocdbt`, `use_zarr3`), every one where it names none."""
+    try:
+        metadata = files.read_json(arrays / "_METADATA", "orbax metadata")
+    except CheckpointError:
+        metadata = None
+    flags = metadata if isinstance(metadata, dict) else {}
+    ocdbt, zarr3 = flags.get("use_ocdbt"), flags.get("use_zarr3")
+    kvstores = {
+        True: {"driver": "ocdbt", "base": f"{arrays.as_uri()}/"},
+        False: {"driver": "file", "path": f"{arrays}/"},
+    }
+    return [
+        (kvstores[use_ocdbt], "zarr3" if use_zarr3 else "zarr")
+        for use_ocdbt in ((ocdbt,) if isinstance(ocdbt, bool) else (True, False))
+        for use_zarr3 in ((zarr3,) if isinstance(zarr3, bool) else (False, True))
+    ]
 
 
 def _stored_name(path: StatePath) -> str:
