@@ -316,9 +316,9 @@ def _mutate_folder(folder: Path, data: st.DataObject, elsewhere: Path) -> None:
     if kind == "index":
         _mutate_index(folder, data)
     elif kind == "add":
-        (folder / data.draw(st.sampled_from(["arrays", "variables", "."])) / "extra").write_text(
-            "{}"
-        )
+        where = folder / data.draw(st.sampled_from(["arrays", "variables", "."]))
+        if where.is_dir() and not where.is_symlink():  # (an earlier mutation may have linked it)
+            (where / "extra").write_text("{}")
     elif kind == "link":
         name = data.draw(st.sampled_from([*names, "arrays"]))
         target = elsewhere / name if data.draw(st.booleans()) else Path("/etc/hostname")
