@@ -134,11 +134,19 @@ def render(found: Names, kind: str) -> dict[str, str]:
         "package": found.package,
         "format": found.format,
         "command": found.command,
-        "group": _GROUPS[kind].substitute(package=found.package, format=found.format),
+        "entry_points": "\n".join(
+            _ENTRY_POINT.substitute(
+                group=group.substitute(package=found.package, format=found.format),
+                distribution=found.distribution,
+                package=found.package,
+            )
+            for group in _GROUPS[kind]
+        ),
         "plugin_doc": Template(_PLUGIN_DOCS[kind]).substitute(
             package=found.package, format=found.format, command=found.command
         ),
         "dependencies": _DEPENDENCIES[kind],
+        "extras": _EXTRAS.get(kind, ""),
     }
     package = f"src/{found.package}"
     files = {
@@ -156,9 +164,10 @@ def render(found: Names, kind: str) -> dict[str, str]:
 
 
 _GROUPS = {
-    "serializer": Template("bryo.serializers.$format"),
-    "backend": Template("bryo.graph.$package"),
-    "cli": Template("bryo.cli"),
+    "serializer": (Template("bryo.serializers.$format"),),
+    # one plugin under two keys: its graph nodes, and its module calls for make_mox
+    "backend": (Template("bryo.graph.$package"), Template("bryo.mox.$package")),
+    "cli": (Template("bryo.cli"),),
 }
 
 _PLUGIN_DOCS = {
@@ -172,6 +181,15 @@ _DEPENDENCIES = {
     "backend": '"bryo-core-plugins~=0.1.0", "bryo-core-graph~=0.1.0", "jax>=0.7.2"',
     "cli": '"bryo~=0.1.0"',
 }
+
+_EXTRAS = {
+    "backend": (
+        "\n# make_mox sees the module calls (the optional `bryo_mox_interceptor` hook)\n"
+        'mox = ["bryo-mox-ir~=0.1.0"]'
+    )
+}
+
+_ENTRY_POINT = Template('[project.entry-points."$group"]\n$distribution = "$package._plugin"\n')
 
 _PYPROJECT = """\
 [build-system]
@@ -188,13 +206,11 @@ requires-python = ">=3.11"
 dependencies = [$dependencies]
 
 [project.optional-dependencies]
-test = ["bryo~=0.1.0", "bryo-core-plugins[testing]~=0.1.0", "pytest"]
+test = ["bryo~=0.1.0", "bryo-core-plugins[testing]~=0.1.0", "pytest"]$extras
 
 # The group says when bryo imports the plugin (docs/plugins.md, "Loading"); the name is
 # the plugin's name in bryo (`bryo plugins`, BRYO_BLOCK_PLUGINS).
-[project.entry-points."$group"]
-$distribution = "$package._plugin"
-
+$entry_points
 [tool.hatch.build.targets.wheel]
 packages = ["src/$package"]
 
@@ -497,16 +513,20 @@ frozen dataclasses: a node's children are its fields, its arrays are `Param`s in
 
 The entry point is keyed `bryo.graph.$package`: bryo imports this plugin the first time
 its graph functions meet a class whose MRO holds a class of the top-level module
-`$package`, so `split(model)` loads it, whatever the order of imports.
+`$package`, so `split(model)` loads it, whatever the order of imports. It is keyed
+`bryo.mox.$package` too: `make_mox` then sees each module call (`bryo_mox_interceptor`,
+optional: it needs bryo-mox-ir, the `mox` extra).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
 
-from bryo_graph import NodeType, Param
-from bryo_plugins import hookimpl
+from bryo_graph import NodeType, Param, iter_graph, merge, split
+from bryo_plugins import CallRouter, hookimpl
 
 from .layers import Module
 
@@ -525,6 +545,50 @@ def unflatten(cls: type[Module], aux: Hashable, children: list[tuple[str, object
 def bryo_graph_node_types() -> list[NodeType]:
     """One node type for `Module` and every subclass; raw arrays are `Param`s."""
     return [NodeType(Module, flatten=flatten, unflatten=unflatten, leaf_type=Param)]
+
+
+def route(
+    handler: Callable[..., Any],
+    call: Callable[..., Any],
+    module: Module,
+    parent: tuple[object, str] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """One module call while `make_mox` traces: describe it and hand it to `handler`."""
+    from bryo_mox.interception import module_info, module_path, static_attributes
+
+    name = module_path(module, parent, iter_graph)  # "hidden", "out", ...
+    graphdef, state = split(module)
+
+    def pure(new_state: Any, *call_args: Any, **call_kwargs: Any) -> tuple[Any, Any]:
+        rebuilt = merge(graphdef, new_state)
+        with router.running(rebuilt, name):
+            return new_state, call(rebuilt, *call_args, **call_kwargs)
+
+    def write_back(new_state: Any) -> None:
+        """Nothing to write: a call cannot change a frozen module."""
+
+    fields = ((field.name, getattr(module, field.name)) for field in dataclasses.fields(module))
+    info = module_info(module, name, static_attributes(fields))
+    return handler(info, state, pure, write_back, args, kwargs)
+
+
+router = CallRouter("$package", route)
+
+
+@contextlib.contextmanager
+def intercept(handler: Callable[..., Any]) -> Iterator[None]:
+    """Route every `Module` call to `handler` inside the block (`__call__` is wrapped only
+    while `make_mox` traces)."""
+    with router.patching(Module), router.active(handler):
+        yield
+
+
+@hookimpl(optionalhook=True)  # declared by bryo-mox-ir, an optional dependency (extra)
+def bryo_mox_interceptor() -> Callable[..., Any]:
+    """Module calls for `make_mox`."""
+    return intercept
 '''
 
 _LAYERS = '''\
@@ -637,6 +701,20 @@ def test_a_gradient_step_through_split_and_merge(bryo_plugin_manager):
     stepped = jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
     assert loss(stepped) < loss(params)
     assert set(state(merge(graphdef, stepped)).flat_state()) == set(params.flat_state())
+
+
+def test_make_mox_sees_the_module_calls(bryo_plugin_manager):
+    import bryo_mox
+
+    original = model()
+    mox = bryo_mox.make_mox(lambda model, x: model(x))(original, X)
+    calls = [(call.info.type, call.info.name) for call in bryo_mox.query("//module_call", mox)]
+    assert calls == [
+        ("$package.layers.MLP", ""),
+        ("$package.layers.Linear", "hidden"),
+        ("$package.layers.Linear", "out"),
+    ]
+    np.testing.assert_allclose(bryo_mox.eval_mox(mox, original, X), original(X), rtol=1e-6)
 
 
 def test_bryo_plugins_strict_passes(bryo_plugin_manager, capsys):
