@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Callable, Generator, Hashable, Sequence
+from itertools import repeat
 from typing import Any, NamedTuple, cast
 
 import jax
@@ -464,10 +465,11 @@ class _Builder:
                 attrs_key = child.attrs_key
                 traced = None
                 if attrs_key is not None:
-                    traced = traced_get((tag, attrs_key, *[atom.aval for atom in ins]))
+                    traced = traced_get((tag, attrs_key, *map(_AVAL, ins)))
                 if traced is not None and traced.plain:
+                    # (`map`, not comprehensions: each of those makes a function object)
                     eqn = cast(jex.JaxprEqn, traced.single)
-                    outs = [jex.Var(v.aval) for v in eqn.outvars]
+                    outs = list(map(jex.Var, traced.out_avals))
                     reads = ins if traced.in_order else _placed(traced, ins)
                     copy = jex.JaxprEqn(
                         reads,
@@ -1078,6 +1080,8 @@ class _Traced(NamedTuple):
     #: info and context: a copy of it on fresh outputs is a MoX `Equation` as it is (the
     #: builder's fast path for the usual leaf; see `_Builder.scope`)
     plain: bool = False
+    #: the avals of `single`'s outputs
+    out_avals: tuple[Any, ...] = ()
 
 
 def _prepared(closed: jex.ClosedJaxpr) -> _Traced:
@@ -1103,7 +1107,8 @@ def _prepared(closed: jex.ClosedJaxpr) -> _Traced:
         and not jaxpr_params(eqn.params)
     )
     in_order = positions == tuple(range(len(jaxpr.invars)))
-    return _Traced(closed, eqn, positions, in_order, plain)
+    out_avals = tuple(v.aval for v in eqn.outvars)
+    return _Traced(closed, eqn, positions, in_order, plain, out_avals)
 
 
 def _placed(traced: _Traced, ins: Sequence[Atom]) -> list[Atom]:
@@ -1155,6 +1160,7 @@ def _inline(
 _NOT_LEAVES = frozenset({"region", "module_call", *JIT_ALIASES, *CUSTOM_DERIVATIVE_NAMES})
 _SCALARS = frozenset({bool, int, float, complex})
 _AVAL = operator.attrgetter("aval")
+_TYPE = operator.attrgetter("type")
 
 
 def _literal(value: Any, aval: Any) -> Any:
@@ -1328,30 +1334,36 @@ def _fingerprint(
                 frozen[key] = hit
         return hit
 
-    def ref(scope: dict[str, int], port: Port) -> Any:
-        if port.name is None:
-            return ("literal", port.type, freeze(port.value))
-        return (scope.get(port.name, -1), port.type)
+    def refs(scope: dict[str, int], ports: list[Port]) -> tuple[Any, ...]:
+        out = []
+        for port in ports:
+            name = port.name
+            if name is None:
+                out.append(("literal", port.type, freeze(port.value)))
+            else:
+                out.append((scope.get(name, -1), port.type))
+        return tuple(out)
 
+    # (`map` and `zip`, not comprehensions: each of those makes a function object)
     tokens: list[Any] = [node.tag, freeze_attrs(node)]
-    tokens.extend(p.type for p in node.inputs)
-    tokens.extend(p.type for p in node.outputs)
+    tokens.extend(map(_TYPE, node.inputs))
+    tokens.extend(map(_TYPE, node.outputs))
     # (doc, the enclosing scope's names or None for `node` itself) and scope ends
-    stack: list[tuple[str, DocNode, dict[str, int] | None]] = [
-        ("open", child, None) for child in reversed(node.children)
-    ]
+    stack: list[tuple[str, DocNode, dict[str, int] | None]] = list(
+        zip(repeat("open"), reversed(node.children), repeat(None))
+    )
     while stack:
         action, doc, outer = stack.pop()
         if action == "close":
             assert outer is not None
-            tokens.append(("results", tuple(ref(outer, p) for p in doc.results)))
+            tokens.append(("results", refs(outer, doc.results)))
             continue
         tokens.append((doc.tag, freeze_attrs(doc)))
         if outer is not None:
-            tokens.append(("in", tuple(ref(outer, p) for p in doc.inputs)))
+            tokens.append(("in", refs(outer, doc.inputs)))
             for port in doc.outputs:
                 outer.setdefault(str(port.name), len(outer))
-            tokens.append(("out", tuple(p.type for p in doc.outputs)))
+            tokens.append(("out", tuple(map(_TYPE, doc.outputs))))
         if doc.tag in ("region", "module_call"):
             inner: dict[str, int] = {}
             for const in doc.consts:
@@ -1359,9 +1371,9 @@ def _fingerprint(
                 tokens.append(("const", const.type, np.asarray(const.data).tobytes()))
             for port in doc.inputs:
                 inner.setdefault(str(port.bind or port.name), len(inner))
-            tokens.append(("scope", tuple(p.type for p in doc.inputs)))
+            tokens.append(("scope", tuple(map(_TYPE, doc.inputs))))
             stack.append(("close", doc, inner))
-            stack.extend(("open", child, inner) for child in reversed(doc.children))
+            stack.extend(zip(repeat("open"), reversed(doc.children), repeat(inner)))
         else:
-            stack.extend(("open", child, None) for child in reversed(doc.children))
+            stack.extend(zip(repeat("open"), reversed(doc.children), repeat(None)))
     return tuple(tokens), not by_identity
