@@ -99,3 +99,44 @@ def test_query_refuses_an_xpath_that_is_not_text(xpath, message):
     mox = make_mox(jnp.sin)(jnp.ones(3))
     with pytest.raises(MoxError, match=message):
         query(xpath, mox)
+
+
+def _distinct_powers(n: int, first: int) -> str:
+    """A file of `n` equations that all differ (`x ** first`, `x ** (first + 1)`, ...):
+    each one a trace of its own when loaded (exponents no other load used)."""
+    eqns = "".join(
+        f'<integer_pow y="{first + k}"><input type="f32[3]">a</input>'
+        f'<output type="f32[3]">e{k}</output></integer_pow>\n'
+        for k in range(n)
+    )
+    return (
+        '<mox in_tree="(0,)" out_tree="0" extra="()">\n<input type="f32[3]">a</input>\n'
+        f'{eqns}<outputs type="f32[3]">e0</outputs></mox>'
+    )
+
+
+def test_a_file_of_ever_different_equations_is_refused_past_max_traces():
+    mox = loads(_distinct_powers(6, 1000), "xml", limits=Limits(max_traces=6))
+    assert len(query("//integer_pow", mox)) == 6
+    text = _distinct_powers(6, 2000)
+    with pytest.raises(
+        MoxLimitError,
+        match=r"equation `integer_pow` would be distinct "
+        r"equation number 6 .* limit of 5.*max_traces",
+    ) as info:
+        loads(text, "xml", limits=Limits(max_traces=5))
+    assert info.value.line == 8  # the sixth equation's line
+    assert Limits().max_traces == 5_000
+
+
+@pytest.mark.slow
+def test_a_pickled_mox_is_trusted_with_its_traces():
+    import pickle
+
+    from bryo_mox import clear_caches
+
+    n = Limits().max_traces + 1
+    mox = loads(_distinct_powers(n, 10_000), "xml", limits=Limits(max_traces=n))
+    clear_caches()  # (loads shares what it traced between loads)
+    again = pickle.loads(pickle.dumps(mox))  # trusted: not held to the default budget
+    assert len(query("//integer_pow", again)) == n

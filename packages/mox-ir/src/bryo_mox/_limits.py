@@ -45,12 +45,17 @@ class Limits:
             memory of the parsed tree.
         array_bytes: total bytes of the arrays a file may declare; `None` for
             `ARRAY_BYTES_PER_FILE_BYTE` per byte of file plus `ARRAY_BYTES_FLOOR`.
+        max_traces: how many distinct equations (by primitive, params and input types)
+            a load may rebuild by tracing them with JAX; bounds the time and memory of a
+            file whose equations all differ (a model's file has a few dozen: a
+            transformer's of any depth 46).
     """
 
     max_bytes: int = 256 * (1 << 20)
     max_depth: int = MAX_DEPTH
     max_nodes: int = 2_000_000
     array_bytes: int | None = None
+    max_traces: int = 5_000
 
     def array_budget(self, file_bytes: int) -> int:
         """The array budget of a file of `file_bytes` bytes."""
@@ -66,6 +71,7 @@ class Budget:
         self.limits = limits
         self.file_bytes = file_bytes
         self.array_bytes_left = limits.array_budget(file_bytes)
+        self.traces = 0
 
     def check_size(self, **where: Any) -> None:
         """Refuse a file larger than `max_bytes`."""
@@ -91,6 +97,17 @@ class Budget:
             raise MoxLimitError(
                 f"the document nests deeper than {self.limits.max_depth} levels; refusing "
                 "to read it (`limits=Limits(max_depth=...)` raises the limit).",
+                **where,
+            )
+
+    def spend_trace(self, what: str, **where: Any) -> None:
+        """Count one equation traced to rebuild it, refusing past `max_traces`."""
+        self.traces += 1
+        if self.traces > self.limits.max_traces:
+            raise MoxLimitError(
+                f"{what} would be distinct equation number {self.traces} to rebuild, over "
+                f"the limit of {self.limits.max_traces} (a model's file has a few dozen); "
+                "pass `limits=Limits(max_traces=...)` to read it.",
                 **where,
             )
 

@@ -724,6 +724,7 @@ class _Builder:
 
     def trace(self, node: DocNode, fn: Callable[..., Any], ins: Sequence[Atom]) -> jex.ClosedJaxpr:
         """`jax.make_jaxpr(fn)` on the types of `ins`; errors name the node."""
+        self.budget.spend_trace(f"equation `{node.tag}`", **_where(node.source))
         avals = [
             jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
             for aval in map(array_aval, ins)

@@ -171,7 +171,9 @@ def _unpickle(format: str, data: str | bytes, fields: dict[str, Any]) -> Mox:
     size budgets grow with the text; the depth budget stays."""
     size = len(data)
     limits = Limits(
-        max_bytes=max(Limits.max_bytes, 4 * size), max_nodes=max(Limits.max_nodes, size)
+        max_bytes=max(Limits.max_bytes, 4 * size),
+        max_nodes=max(Limits.max_nodes, size),
+        max_traces=max(Limits.max_traces, size),
     )
     loaded = _read(serializer_for(format), data, limits)
     return Mox(loaded.block, **fields)
