@@ -48,9 +48,10 @@ class CallRouter:
             `running(obj_or_its_copy, name)`, so that nested calls know their parent and
             `super().__call__` of the same object is not routed again.
 
-    Example (a backend's `bryo_mox_interceptor` answers `router.active`):
+    Example (a backend's `bryo_mox_interceptor` answers `router.active`; a base class's
+    own `__call__` too: `router.patching(Base)`):
         >>> router = CallRouter("acme", route)  # doctest: +SKIP
-        >>> Layer.__call__ = router.wrap(Layer.__call__)  # or `router.patching(Base)`
+        >>> Layer.__call__ = router.wrap(Layer.__call__)  # doctest: +SKIP
     """
 
     def __init__(self, name: str, route: Route) -> None:

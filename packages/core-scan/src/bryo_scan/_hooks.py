@@ -107,9 +107,9 @@ def split_graph_block(block: object) -> tuple[Any, Callable[[Any], Any]]:
     `bryo_graph_node_types` says all this needs. Returned by a `bryo_scan_block_splitters`
     hook, it makes a block that is also a pytree stack by its Variables instead.
 
-    Example:
+    Example (a block of stacked arrays, one layer):
         >>> tree, rebuild = split_graph_block(block)  # doctest: +SKIP
-        >>> rebuild(jax.tree.map(lambda a: a[None], tree))  # a block of stacked arrays
+        >>> rebuild(jax.tree.map(lambda a: a[None], tree))  # doctest: +SKIP
     """
     graphdef, state = split(block)
     return state, functools.partial(merge, graphdef)
