@@ -164,6 +164,28 @@ def test_block_splitter_hook(bryo_plugin_manager):
         Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))
 
 
+def test_unstacked_splits_the_stacked_block_once(bryo_plugin_manager):
+    """`unstacked` (and `to_state_dict`, which reads every layer) took the stacked block
+    apart once per layer; each layer is still a block of its own."""
+    splits = []
+
+    class CountingBlocks:
+        @hookimpl
+        def bryo_scan_block_splitters(self):
+            return {MutableBlock: lambda block: (splits.append(1), (block.weight, MutableBlock))[1]}
+
+    plugin = CountingBlocks()
+    bryo_plugin_manager.register(plugin)
+    stacked = Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))
+    splits.clear()
+    layers = stacked.unstacked()
+    assert len(splits) == 1
+    assert [float(b.weight) for b in layers] == [1.0, 2.0, 3.0, 4.0]
+    layers[0].weight = jnp.asarray(9.0)  # one layer's block is not another's
+    assert float(layers[1].weight) == 2.0 and float(stacked.get_layer(0).weight) == 1.0
+    bryo_plugin_manager.unregister(plugin)
+
+
 def test_block_that_is_not_a_pytree_is_an_error():
     with pytest.raises(TypeError, match=r"MutableBlock.*not a pytree.*bryo_scan_block_splitters"):
         Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))

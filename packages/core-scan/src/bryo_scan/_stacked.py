@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import jax
@@ -367,15 +367,22 @@ class Stacked(Generic[M]):
         """The block of layer `index`, as a block of its own (no layers axis)."""
         info = _sized_axis(self.Block, "Stacked.get_layer")
         index = _check_index(index, info.size)  # type: ignore[arg-type]  # _sized_axis raised if the size is None
-        tree, rebuild = self._split()
-        layers = unbind_inputs(
-            (tree,), {}, info, rules=every_array, names=ArgNames(("stacked",)), op="get_layer"
-        )
-        return rebuild(layers.rebuild([array[index] for array in layers.arrays]).args[0])
+        return self._layers(info, [index], "get_layer")[0]
 
     def unstacked(self) -> list[M]:
         """Every layer as a block of its own, in order."""
-        return [self.get_layer(i) for i in range(len(self))]
+        info = _sized_axis(self.Block, "Stacked.unstacked")
+        return self._layers(info, range(info.size), "unstacked")  # type: ignore[arg-type]  # _sized_axis raised if the size is None
+
+    def _layers(self, info: AxisInfo, indices: Iterable[int], op: str) -> list[M]:
+        """The blocks of the layers `indices`, from one split of the stacked block."""
+        tree, rebuild = self._split()
+        layers = unbind_inputs(
+            (tree,), {}, info, rules=every_array, names=ArgNames(("stacked",)), op=op
+        )
+        return [
+            rebuild(layers.rebuild([array[i] for array in layers.arrays]).args[0]) for i in indices
+        ]
 
     def __len__(self) -> int:
         return _sized_axis(self.Block, "Stacked").size  # type: ignore[return-value]  # _sized_axis raised if the size is None
