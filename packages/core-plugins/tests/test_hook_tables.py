@@ -152,3 +152,13 @@ def test_per_epoch_never_keeps_a_value_made_while_a_plugin_was_registered(
     memo = PerEpoch(make)
     assert memo.get() == {int: "int"}
     assert memo.get() == {int: "int"}
+
+
+def test_owners_names_the_plugin_whose_value_won(bryo_empty_plugin_manager):
+    pm = bryo_empty_plugin_manager
+    pm.register(_table_plugin({int: "first", str: "s"}), name="early")
+    pm.register(_table_plugin({int: "second"}), name="late")
+    owners = {}
+    with pytest.warns(PluginConflictWarning):
+        hook_table("bryo_test_table", LABELS, pm=pm, owners=owners)
+    assert owners == {int: "late", str: "early"}

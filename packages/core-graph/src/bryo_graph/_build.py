@@ -25,7 +25,7 @@ from bryo_pytree import Key, Path, path_str, unwrap_hashable
 from ._compat import is_ref
 from ._entries import Entry, LeafEntry, NodeEntry, RefEntry, StaticEntry, VariableEntry
 from ._errors import GraphError
-from ._nodes import NodeType
+from ._nodes import NodeType, node_callback_failed
 from ._variables import NO_METADATA, Variable, store
 
 _new = object.__new__
@@ -166,7 +166,7 @@ def build_graph(
             index += 1
         else:
             stack.pop()
-            node = _close(frame, built)
+            node = _close(frame, built, stack)
             if not stack:
                 return BuiltGraph(node, depth, built)
             stack[-1].items.append((frame.key, node))
@@ -217,28 +217,57 @@ def _open(
         return _Frame(entry, node_type, node, key, reused=True)
     node = None
     if node_type.create is not None:
-        node = node_type.create(entry.type, entry.aux)
+        try:
+            node = node_type.create(entry.type, entry.aux)
+        except Exception as error:
+            node_callback_failed(node_type, "create", _rebuilding(stack, key), error=error)
+        if node is None:
+            node_callback_failed(node_type, "create", _rebuilding(stack, key), returned="None")
         built[entry.index] = node
     return _Frame(entry, node_type, node, key)
 
 
-def _close(frame: _Frame, built: dict[int, object]) -> object:
-    """Finish the node of `frame` from its built children."""
+def _rebuilding(stack: list[_Frame] | None, key: Key) -> str:
+    path = _path(stack, key) if stack else ()
+    return f"while rebuilding the node at {path_str(path)}"
+
+
+def _close(frame: _Frame, built: dict[int, object], stack: list[_Frame]) -> object:
+    """Finish the node of `frame` from its built children (`stack`: its ancestors')."""
     node_type, items = frame.node_type, frame.items
     node = frame.node
-    if frame.reused:
-        _update_in_place(node, node_type, frame.entry.aux, items)
-    elif node is None:
-        entry = frame.entry
-        node = node_type.unflatten(entry.type, entry.aux, items)  # type: ignore[misc]  # immutable: has unflatten
-        built[entry.index] = node
-    elif node_type.init_items is not None:
-        node_type.init_items(node, items)
-    else:
-        init_key = node_type.init_key or node_type.set_key
-        for key, child in items:
-            init_key(node, key, child)  # type: ignore[misc]  # mutable: has one of them
+    try:
+        if frame.reused:
+            _update_in_place(node, node_type, frame.entry.aux, items)
+        elif node is None:
+            entry = frame.entry
+            node = node_type.unflatten(entry.type, entry.aux, items)  # type: ignore[misc]  # immutable: has unflatten
+            if node is None:
+                where = _rebuilding(stack, frame.key)
+                node_callback_failed(node_type, "unflatten", where, returned="None")
+            built[entry.index] = node
+        elif node_type.init_items is not None:
+            node_type.init_items(node, items)
+        else:
+            init_key = node_type.init_key or node_type.set_key
+            for key, child in items:
+                init_key(node, key, child)  # type: ignore[misc]  # mutable: has one of them
+    except Exception as error:
+        if isinstance(error, GraphError):  # bryo's own (or a function's, named)
+            raise
+        node_callback_failed(
+            node_type, _closing(frame, node_type), _rebuilding(stack, frame.key), error=error
+        )
     return node
+
+
+def _closing(frame: _Frame, node_type: NodeType) -> str:
+    """The function of `node_type` that finishing `frame`'s node called (for an error)."""
+    if frame.reused:
+        return "set_key" if node_type.set_key is not None else "init_key"
+    if frame.node is None:
+        return "unflatten"
+    return "init_items" if node_type.init_items is not None else "init_key"
 
 
 def _update_in_place(

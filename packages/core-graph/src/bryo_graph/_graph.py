@@ -26,17 +26,18 @@ functions in tree mode (`_tree_mode`); `set_graph_mode` changes the default.
 from __future__ import annotations
 
 import abc
+import reprlib
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from typing import Any as _Any
 from typing import cast
 
 import jax
 
 from bryo_filters import Filter, filters_to_predicates, is_builtin_filter
-from bryo_plugins import Stamped, TypeTable
+from bryo_plugins import PluginError, Stamped, TypeTable
 from bryo_pytree import Key, Path, hashable, is_shaped, path_str
 
 from ._build import build_graph, write_variable
@@ -59,7 +60,15 @@ from ._errors import GraphError
 from ._fields import data_types
 from ._graph_state import GraphState, graph_states_parts
 from ._modes import graph_mode
-from ._nodes import JAX_PYTREE, JaxPytree, NodeType, _tuple_flatten, is_pytree_node, node_types
+from ._nodes import (
+    JAX_PYTREE,
+    JaxPytree,
+    NodeType,
+    _tuple_flatten,
+    is_pytree_node,
+    node_callback_failed,
+    node_types,
+)
 from ._object import MERGED, Dict, List, Object, _dict_flatten, _list_flatten, object_flatten
 from ._state import FlatState, State, check_catch_all_last, group_flat, sorted_paths
 from ._tracking import GuardedWatch, Watch, watch_all, write_count
@@ -96,7 +105,11 @@ class GraphDef(abc.ABC):  # noqa: B024  # an ABC only so that TreeDef can be reg
 
     def __init__(self, root: Entry) -> None:
         self.root = root
-        self._hash = hash(root)
+        try:
+            self._hash = hash(root)
+        except TypeError as error:
+            _check_aux(root, error)
+            raise
         self._leaf_paths: frozenset[Path] | None = None
         self._leaf_order: tuple[Path, ...] | None = None
         self._builder: Stamped[Callable[[list], tuple[object, _Objects]]] | None = None
@@ -169,12 +182,20 @@ class GraphDef(abc.ABC):  # noqa: B024  # an ABC only so that TreeDef can be reg
         registry = node_types()
         builder = self._builder
         if builder is not None and builder.epoch == registry.epoch:
-            return builder.value(leaves)
+            try:
+                return builder.value(leaves)
+            except Exception:  # (free until it catches) a backend's function failed:
+                build_graph(self.root, leaves, registry)  # the walk names it
+                raise
         if self._builds >= _HOT_BUILDS and self._depth <= _COMPILE_MAX_DEPTH:
             function = compile_graphdef(self.root, registry, name=self._name())
             self._builder = Stamped(registry.epoch, function)
             _compiled[id(self)] = self
-            return function(leaves)
+            try:
+                return function(leaves)
+            except Exception:
+                build_graph(self.root, leaves, registry)
+                raise
         built = build_graph(self.root, leaves, registry)
         self._builds += 1
         self._depth = built.depth
@@ -297,7 +318,15 @@ class LeafSource:
         parent_type = self.parent_type
         if self.variable is not None or parent_type is None or parent_type.leaf_metadata is None:
             return None
-        return parent_type.leaf_metadata(self.parent)
+        where = f"for its array {self.key!r}"
+        try:
+            metadata = parent_type.leaf_metadata(self.parent)
+        except Exception as error:
+            node_callback_failed(parent_type, "leaf_metadata", where, error=error)
+        if metadata is None or type(metadata) is dict or isinstance(metadata, Mapping):
+            return metadata
+        returned = f"{type(metadata).__name__} {reprlib.repr(metadata)}"
+        node_callback_failed(parent_type, "leaf_metadata", where, returned=returned)
 
     def as_variable(self, value: object = _SOURCE_VALUE) -> Variable:
         """The leaf as transforms' filters see it: the live Variable, or a new
@@ -409,6 +438,25 @@ class FlatGraph:
         return tuple(groups)
 
 
+def _check_aux(root: Entry, error: TypeError) -> None:
+    """After hashing the GraphDef `root` failed: raise the error naming the node type whose
+    `flatten` gave an unhashable aux (JAX would fail far away, hashing it as a static
+    argument), with the node's path; else return."""
+    stack: list[tuple[Entry, Path]] = [(root, ())]
+    while stack:
+        entry, path = stack.pop()
+        if type(entry) is not NodeEntry:
+            continue
+        try:
+            hash(entry.aux)
+        except TypeError:
+            node_type = node_types().lookup(entry.type)
+            if node_type is not None:
+                returned = f"an unhashable aux {reprlib.repr(entry.aux)} ({error})"
+                node_callback_failed(node_type, "flatten", _flattening(path), returned=returned)
+        stack.extend((child, (*path, key)) for key, child in entry.children)
+
+
 def _span_table(root: Entry) -> dict[Path, range | None]:
     """`path -> leaf positions` for the node entries under `root`: the range of each
     node's leaves, or None when its subgraph refers to a node or Variable numbered before
@@ -465,28 +513,59 @@ class _Frame:
         self.path = path
         self.key = key
         self.leaf_type = node_type.leaf_type or leaf_type  # the leaf type of its children
-        flat = node_type.flatten(node)
+        try:
+            flat = node_type.flatten(node)
+        except Exception as error:
+            node_callback_failed(node_type, "flatten", _flattening(path), error=error)
         if not (isinstance(flat, tuple) and len(flat) == 2):
-            raise GraphError(_bad_flatten(node_type, flat, path))
+            returned = f"{type(flat).__name__} {reprlib.repr(flat)}, not a pair"
+            node_callback_failed(node_type, "flatten", _flattening(path), returned=returned)
         children, self.aux = flat
-        self.children = iter(children)
-        # the keys of static children, kept whole in the GraphDef (an Object's static
-        # attributes); None when the node type does not tell data from static
-        self.static = node_type.static_keys(node) if node_type.static_keys is not None else None
+        try:
+            self.children = iter(children)
+            # the keys of static children, kept whole in the GraphDef (an Object's static
+            # attributes); None when the node type does not tell data from static
+            self.static = node_type.static_keys(node) if node_type.static_keys else None
+        except Exception as error:
+            if not _iterable(children):
+                returned = f"children {reprlib.repr(children)}, not a list of `(key, child)` pairs"
+                node_callback_failed(node_type, "flatten", _flattening(path), returned=returned)
+            node_callback_failed(node_type, "static_keys", _flattening(path), error=error)
         self.entries: list[tuple[Key, Entry]] = []
 
 
-def _bad_flatten(node_type: NodeType, flat: object, path: Path) -> str:
-    """A backend's `flatten` answered something else than `(children, aux)`: name it."""
-    function = node_type.flatten
-    where = f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"
-    cls = node_type.type
-    return (
-        f"The `flatten` of NodeType({cls.__module__}.{cls.__qualname__}) ({where}) returned "
-        f"{type(flat).__name__} for the node at {path_str(path)}; it must return a pair "
-        "`(children, aux)`: a list of `(key, child)` pairs and hashable static data. Fix the "
-        "backend plugin that declares this node type."
-    )
+def _flattening(path: Path) -> str:
+    return f"while flattening the node at {path_str(path)}"
+
+
+def _iterable(value: object) -> bool:
+    try:
+        iter(value)  # type: ignore[call-overload]  # what is checked
+    except TypeError:
+        return False
+    return True
+
+
+def _check_frame(frame: _Frame, error: Exception) -> None:
+    """After `error` broke a walk in `frame`'s children: raise the error naming the node
+    type's function if it answered children that are not `(key, child)` pairs or static
+    keys that are no container (the walk unpacks and tests them), else return. Called
+    only once the walk failed: it asks `flatten` again (it must be pure)."""
+    node_type = frame.node_type
+    where = _flattening(frame.path)
+    if frame.static is not None and not isinstance(frame.static, Container):
+        returned = f"{type(frame.static).__name__} {reprlib.repr(frame.static)}"
+        node_callback_failed(node_type, "static_keys", where, returned=returned)
+    try:
+        children = list(node_type.flatten(frame.node)[0])
+    except Exception as again:
+        if again.__class__ is error.__class__ and str(again) == str(error):
+            node_callback_failed(node_type, "flatten", where, error=error)
+        return
+    for child in children:
+        if not (isinstance(child, tuple | list) and len(child) == 2):
+            returned = f"a child {reprlib.repr(child)} that is not a `(key, child)` pair"
+            node_callback_failed(node_type, "flatten", where, returned=returned)
 
 
 # Plain containers and the JAX pytrees nodes hold are walked at each occurrence, never
@@ -523,6 +602,16 @@ class _Flattener:
 
     def flatten(self, root: object, node_type: NodeType) -> NodeEntry:
         stack = [self.open(root, node_type, (), (), Variable)]
+        try:
+            return self._walk(stack)
+        except (GraphError, PluginError):
+            raise
+        except Exception as error:  # (free until it catches) a backend's children?
+            if stack:
+                _check_frame(stack[-1], error)
+            raise
+
+    def _walk(self, stack: list[_Frame]) -> NodeEntry:
         index, registry, paths, sources = self.index, self.registry, self.paths, self.sources
         while True:
             frame = stack[-1]
@@ -749,7 +838,16 @@ def _guarded_watch(root: object, guards: list[tuple[Callable[[_Any], bool], obje
         watch = Watch()
         watch.expire()
         return watch
-    return GuardedWatch([(check, ref if node is root else node) for check, node in guards])
+    guards = [(check, ref if node is root else node) for check, node in guards]
+    return GuardedWatch(guards, _unchanged_failed)
+
+
+def _unchanged_failed(check: Callable[[_Any], bool], node: object, error: Exception) -> None:
+    """Raise the error naming the node type whose `unchanged` check raised `error`."""
+    node_type = node_types().lookup(type(node))
+    if node_type is not None and node_type.unchanged is check:
+        where = f"on a {type(node).__qualname__} of a model bryo flattened before"
+        node_callback_failed(node_type, "unchanged", where, error=error)
 
 
 def _keep_own(node: object, flat: FlatGraph) -> None:
@@ -1228,11 +1326,11 @@ def update(node: object, state: State | Mapping, /, *states: State | Mapping) ->
     index = flat.index
     new = [path for path in updates if path not in index]
     parents = _new_leaf_parents(node, flat, new)
+    raw = [path for path in updates if path in index and index[path].variable is None]
     frozen = [
         path
-        for path, source in ((p, index[p]) for p in updates if p in index)
-        if source.variable is None
-        and (source.parent_type is None or not source.parent_type.set_key)
+        for path in raw
+        if index[path].parent_type is None or not index[path].parent_type.set_key  # type: ignore[union-attr]  # checked
     ]
     if frozen:
         raise GraphError(
@@ -1240,17 +1338,57 @@ def update(node: object, state: State | Mapping, /, *states: State | Mapping) ->
             "nodes (Equinox-style modules or tuples). Build an updated copy with "
             "`merge(graphdef, state)` instead."
         )
+    if raw or new:  # a backend's `set_key`s write first: one that raises is undone
+        _set_keys(updates, index, parents)
     for path, leaf in updates.items():
         source = index.get(path)
-        if source is None:
-            parent, parent_type = parents[path]
-            value = leaf.copy() if isinstance(leaf, Variable) else leaf
-            parent_type.set_key(parent, path[-1], value)  # type: ignore[misc]  # _new_leaf_parents found a settable parent
-        elif source.variable is not None:
+        if source is not None and source.variable is not None:
             write_variable(source.variable, leaf)
-        else:
-            value = leaf.raw_value if isinstance(leaf, Variable) else leaf
-            source.parent_type.set_key(source.parent, source.key, value)  # type: ignore[union-attr]  # settable: `frozen` is empty
+
+
+def _set_keys(
+    updates: Mapping[Path, object],
+    index: Mapping[Path, LeafSource],
+    parents: dict[Path, tuple[object, NodeType]],
+) -> None:
+    """`update`'s writes through the node types' `set_key` (new paths, raw leaves); a
+    `set_key` that raises is named, after what the others wrote is undone."""
+    written: list[tuple[Path, LeafSource | None]] = []
+    for path, leaf in updates.items():
+        source = index.get(path)
+        if source is not None and source.variable is not None:
+            continue
+        try:
+            if source is None:
+                parent, parent_type = parents[path]
+                value = leaf.copy() if isinstance(leaf, Variable) else leaf
+                parent_type.set_key(parent, path[-1], value)  # type: ignore[misc]  # _new_leaf_parents found a settable parent
+            else:
+                value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+                source.parent_type.set_key(source.parent, source.key, value)  # type: ignore[union-attr]  # settable: `frozen` is empty
+        except Exception as error:
+            _undo_set_keys(written, parents)
+            parent_type = parents[path][1] if source is None else source.parent_type
+            where = f"while `update` wrote {path_str(path)}"
+            node_callback_failed(parent_type, "set_key", where, error=error)  # type: ignore[arg-type]  # settable
+        written.append((path, source))
+
+
+def _undo_set_keys(
+    written: list[tuple[Path, LeafSource | None]], parents: dict[Path, tuple[object, NodeType]]
+) -> None:
+    """Put back, last first, what `update`'s `set_key`s wrote before one failed: the old
+    raw leaves, and (with `pop_key`) no new ones."""
+    for path, source in reversed(written):
+        try:
+            if source is None:
+                parent, parent_type = parents[path]
+                if parent_type.pop_key is not None:
+                    parent_type.pop_key(parent, path[-1])
+            else:
+                source.parent_type.set_key(source.parent, source.key, source.value)  # type: ignore[union-attr]  # it wrote
+        except Exception:  # undoing as much as it can; the error is the first
+            continue
 
 
 def _single_state(variable: Variable, states: tuple) -> object:
@@ -1358,7 +1496,18 @@ def pop(node: object, /, *filters: Filter) -> _Any:
     for group in states:
         for path in group._flat:
             source = flat.index[path]
-            source.parent_type.pop_key(source.parent, source.key)  # type: ignore[union-attr]  # checked in the loop above
+            try:
+                source.parent_type.pop_key(source.parent, source.key)  # type: ignore[union-attr]  # checked in the loop above
+            except Exception as error:
+                where = f"while `pop` removed {path_str(path)}"
+                unchanged = "The paths before it were removed already."
+                node_callback_failed(
+                    source.parent_type,  # type: ignore[arg-type]  # checked in the loop above
+                    "pop_key",
+                    where,
+                    error=error,
+                    unchanged=unchanged,
+                )
     return states[0] if len(filters) == 1 else states
 
 

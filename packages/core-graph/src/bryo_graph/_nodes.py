@@ -13,13 +13,22 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 import jax
 
-from bryo_plugins import BryoPluginManager, PluginResultError, TypeTable, hook_table
+from bryo_plugins import (
+    BryoPluginManager,
+    PluginCallbackError,
+    PluginResultError,
+    TypeTable,
+    callback_error,
+    get_plugin_manager,
+    hook_table,
+)
 from bryo_pytree import Key, key_to_plain
 
+from ._errors import GraphError
 from ._tracking import structure_changed as structure_changed  # the backends' spelling
 
 Children = Iterable[tuple[Key, object]]
@@ -164,7 +173,77 @@ def _check_complete(node_type: NodeType) -> None:
 
 
 def _declared_node_types(pm: BryoPluginManager) -> dict[type, NodeType]:
-    return hook_table("bryo_graph_node_types", _node_type_entries, pm=pm)
+    global _suppliers
+    owners: dict[type, str] = {}
+    table = hook_table("bryo_graph_node_types", _node_type_entries, pm=pm, owners=owners)
+    _suppliers = {cls: (node_type, owners[cls]) for cls, node_type in table.items()}
+    return table
+
+
+# `type -> (NodeType, plugin name)` of the table built last: which plugin to name when a
+# function of a node type fails (`node_callback_failed`); swapped whole, never mutated.
+_suppliers: dict[type, tuple[NodeType, str]] = {}
+
+# What each function of a `NodeType` must do: the fix a failure's message gives.
+_CONTRACTS = {
+    "flatten": "`flatten(node)` must return `(children, aux)`: a list of `(key, child)` "
+    "pairs in a stable order and hashable static data (a tuple, a string, None; never a "
+    "list, a dict or an array)",
+    "unflatten": "`unflatten(cls, aux, children)` must return the node of class `cls` "
+    "rebuilt from `aux` and `children`, a list of `(key, child)` pairs",
+    "create": "`create(cls, aux)` must return a new, empty node of class `cls` (its "
+    "children then go in through `init_key`)",
+    "init_key": "`init_key(node, key, child)` must put `child` under `key` of a node `create` made",
+    "init_items": "`init_items(node, items)` must put each `(key, child)` of `items` into "
+    "a node `create` made",
+    "set_key": "`set_key(node, key, child)` must set the child under `key` of a live node",
+    "pop_key": "`pop_key(node, key)` must remove the child under `key` of a live node",
+    "set_aux": "`set_aux(node, aux)` must give a live node the static data `aux`",
+    "static_keys": "`static_keys(node)` must return a container of the keys whose children "
+    "are static (a set, a frozenset), or None",
+    "leaf_metadata": "`leaf_metadata(node)` must return a mapping of Variable metadata "
+    "(`{'out_sharding': ('embed', None)}`) or None",
+    "unchanged": "`unchanged(node)` must return whether `flatten(node)` would still give "
+    "what it gave, cheaply, without raising",
+}
+
+
+def node_callback_failed(
+    node_type: NodeType,
+    field: str,
+    where: str,
+    *,
+    error: BaseException | None = None,
+    returned: str | None = None,
+    unchanged: str = "Your model is unchanged.",
+) -> NoReturn:
+    """Raise the error for `node_type`'s function `field` that raised `error` (raise this
+    inside the `except` clause that caught it) or answered `returned`: it names the
+    plugin that declared the node type, the function, `where` bryo called it (the node's
+    path) and the contract, chaining `error`. The errors of bryo's own node types (of
+    its built-in plugins) are their own messages already: they pass as they are."""
+    if isinstance(error, PluginCallbackError):  # a nested call named it already
+        raise error
+    supplied = _suppliers.get(node_type.type)
+    plugin = supplied[1] if supplied is not None and supplied[0] is node_type else None
+    pm = get_plugin_manager()
+    source = pm.sources.get(plugin) if plugin is not None else None
+    if error is not None and (node_type is JAX_PYTREE or (source is not None and source.builtin)):
+        raise error
+    cls = node_type.type
+    raise callback_error(
+        getattr(node_type, field),
+        role=f"the `{field}` of NodeType({cls.__module__}.{cls.__qualname__})",
+        plugin=plugin,
+        hook="bryo_graph_node_types",
+        contract=_CONTRACTS[field],
+        error=error,
+        returned=returned,
+        where=where,
+        unchanged=unchanged,
+        category=GraphError,
+        pm=pm,
+    ) from error
 
 
 _registry: TypeTable[NodeType] = TypeTable(_declared_node_types, family="graph")

@@ -65,13 +65,19 @@ class GuardedWatch(Watch):
     valid until a node it read changes, or one of those checks says no.
 
     Each guard is `(unchanged, node)`; the root of a cached flattening is held through a
-    weak reference (a cache never keeps its root alive)."""
+    weak reference (a cache never keeps its root alive). `failed(unchanged, node, error)`
+    raises the error for a check that raised (it names the backend)."""
 
-    __slots__ = ("guards",)
+    __slots__ = ("failed", "guards")
 
-    def __init__(self, guards: list[tuple[Callable[[Any], bool], object]]) -> None:
+    def __init__(
+        self,
+        guards: list[tuple[Callable[[Any], bool], object]],
+        failed: Callable[[Callable[[Any], bool], object, Exception], None],
+    ) -> None:
         super().__init__()
         self.guards = guards
+        self.failed = failed
 
     def is_valid(self) -> bool:
         """Whether no node of the flattening changed since it was made (checks included)."""
@@ -83,9 +89,13 @@ class GuardedWatch(Watch):
                 if node is None:  # the root is gone: so is its cache entry
                     self.valid = False
                     return False
-            if not unchanged(node):
-                self.valid = False
-                return False
+            try:
+                if not unchanged(node):
+                    self.valid = False
+                    return False
+            except Exception as error:
+                self.failed(unchanged, node, error)
+                raise
         return True
 
 

@@ -9,7 +9,8 @@ The lowest bryo package; it needs pluggy only and never imports JAX. It owns:
 - how core code asks hooks (`answers`, `first_answer`, `hook_table`, `TypeTable`, and
   `PerEpoch`, the one cache of values made from hook answers): one
   plugin at a time, each answer validated, a failing plugin named, disabled and listed by
-  `plugin_failures()`, conflicts warned with one precedence;
+  `plugin_failures()`, conflicts warned with one precedence; and how core code names a
+  plugin whose function (a `NodeType`'s `unflatten`) fails later (`callback_error`);
 - the `CallRouter` backends wrap their module calls with, so that tools such as
   `make_mox` can intercept them, and `standing_in`, with which a transform says which
   module of the model a rebuilt copy it calls stands for;
@@ -22,6 +23,7 @@ from ._call_router import CallRouter as CallRouter
 from ._call_router import original_call as original_call
 from ._call_router import standing_in as standing_in
 from ._call_router import stood_in_for as stood_in_for
+from ._callbacks import callback_error as callback_error
 from ._calls import Answer as Answer
 from ._calls import PerPlugin as PerPlugin
 from ._calls import answers as answers
@@ -34,6 +36,7 @@ from ._describe import PluginInfo as PluginInfo
 from ._describe import describe_hooks as describe_hooks
 from ._describe import describe_plugins as describe_plugins
 from ._entry_points import PluginEntry as PluginEntry
+from ._failures import PluginCallbackError as PluginCallbackError
 from ._failures import PluginConflictWarning as PluginConflictWarning
 from ._failures import PluginError as PluginError
 from ._failures import PluginFailure as PluginFailure

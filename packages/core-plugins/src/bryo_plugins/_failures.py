@@ -20,6 +20,20 @@ class PluginError(RuntimeError):
     needed (`BryoPluginManager.check_failed`: a class or format only it would know)."""
 
 
+class PluginCallbackError(PluginError):
+    """A function a plugin handed bryo (a `NodeType`'s `unflatten`, an interceptor) raised,
+    or returned something its contract does not allow, while bryo used it.
+
+    The message names the plugin, its distribution and hook, the function, where in the
+    user's model it was called and how to fix it; the original exception is its
+    `__cause__`. An error the function raised keeps its type too (see `callback_error`):
+    `except ValueError` still catches a backend's own `ValueError`.
+    """
+
+    def __str__(self) -> str:  # (KeyError, a possible second base, would quote it)
+        return str(self.args[0]) if self.args else ""
+
+
 class PluginResultError(TypeError):
     """A hook implementation returned something its hook specification does not allow.
 

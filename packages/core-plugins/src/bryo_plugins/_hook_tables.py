@@ -49,6 +49,7 @@ def hook_table(
     family: str | None = None,
     keys: Container[str] | None = None,
     pm: BryoPluginManager | None = None,
+    owners: dict[K, str] | None = None,
 ) -> dict[K, V]:
     """One dict from every plugin's answer to `hook_name` (a hook taking no arguments).
 
@@ -58,6 +59,9 @@ def hook_table(
         family: load this hook family's pending plugins first.
         keys: with `family`, only the entries of these keys (see `load_family`).
         pm: the manager to ask; bryo's current one by default.
+        owners: receives `key -> name of the plugin whose value won`, so that an error
+            in a value (a function the plugin supplied) can name its plugin
+            (`callback_error`).
 
     Returns:
         `key -> value`; for a key several plugins claim, the first plugin's value.
@@ -68,7 +72,7 @@ def hook_table(
         return list(entries(answer))
 
     found = answers(hook_name, validated, family=family, keys=keys, pm=pm)
-    return merge_answers(hook_name, found, pm=pm)
+    return merge_answers(hook_name, found, pm=pm, owners=owners)
 
 
 def merge_answers(
@@ -76,16 +80,18 @@ def merge_answers(
     found: Iterable[Answer[list[tuple[K, V]]]],
     *,
     pm: BryoPluginManager | None = None,
+    owners: dict[K, str] | None = None,
 ) -> dict[K, V]:
     """Merge plugins' `(key, value)` entries, given in call order: the first plugin to
     claim a key keeps it, and a `PluginConflictWarning` names both plugins.
 
     `hook_table` does this for hooks that answer with tables; call it directly when the
-    entries reach the host another way (the `bryo` command's `Commands` facade).
+    entries reach the host another way (the `bryo` command's `Commands` facade). `owners`,
+    when given, receives `key -> the winning plugin's name`.
     """
     pm = get_plugin_manager() if pm is None else pm
     table: dict[K, V] = {}
-    owners: dict[K, str] = {}
+    owners = {} if owners is None else owners
     for answer in found:
         unreachable = _unreachable_types(pm, answer.plugin, [key for key, _ in answer.value])
         if unreachable is not None:
