@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+import jax
+
 from bryo_plugins import (
     PerEpoch,
+    PluginCallbackError,
     PluginError,
     PluginResultError,
     answers,
     callable_answer,
+    callback_error,
     get_plugin_manager,
     hook_table,
+    module_roots,
 )
 
 from ._errors import MoxError
@@ -68,11 +74,12 @@ class Serializer:
 _interceptor = callable_answer("an interceptor `(handler) -> context manager`")
 
 
-_interceptors: PerEpoch[list[Interceptor]] = PerEpoch(
+_interceptors: PerEpoch[list[tuple[str, Interceptor]]] = PerEpoch(
     # Callable is all that can be checked of a plugin's answer before it is called.
-    lambda pm: cast(
-        list[Interceptor], [a.value for a in answers("bryo_mox_interceptor", _interceptor, pm=pm)]
-    )
+    lambda pm: [
+        (a.plugin, cast(Interceptor, a.value))
+        for a in answers("bryo_mox_interceptor", _interceptor, pm=pm)
+    ]
 )
 
 
@@ -82,9 +89,108 @@ def interceptors() -> list[Interceptor]:
     A backend's modules cannot exist before its library is imported, so the `mox`
     plugins keyed by an imported top-level module are all that tracing can need.
     """
+    return [interceptor for _, interceptor in _active()]
+
+
+def _active() -> list[tuple[str, Interceptor]]:
     pm = get_plugin_manager()
     pm.load_family(INTERCEPTORS, sys.modules)
     return _interceptors.get(pm)
+
+
+_INTERCEPTOR_CONTRACT = (
+    "`interceptor(handler)` must return a context manager that routes the backend's "
+    "module calls to `handler` while it is entered (see `bryo_mox.hookspecs`)"
+)
+
+
+def enter_interceptors(stack: contextlib.ExitStack, handler: CallHandler) -> None:
+    """Enter every backend's interceptor with `handler` on `stack`; an interceptor that
+    raises, or answers no context manager, is named with its plugin."""
+    for plugin, interceptor in _active():
+        try:
+            manager = interceptor(handler)
+        except Exception as error:
+            raise _interceptor_error(plugin, interceptor, error=error) from error
+        if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
+            returned = f"{type(manager).__name__} {manager!r:.80}, not a context manager"
+            raise _interceptor_error(plugin, interceptor, returned=returned)
+        try:
+            stack.enter_context(manager)
+        except Exception as error:
+            raise _interceptor_error(plugin, interceptor, error=error, entering=True) from error
+
+
+def _interceptor_error(
+    plugin: str,
+    interceptor: Interceptor,
+    *,
+    error: Exception | None = None,
+    returned: str | None = None,
+    entering: bool = False,
+) -> PluginCallbackError:
+    return callback_error(
+        interceptor,
+        role="the interceptor" + (" (entering its context manager)" if entering else ""),
+        plugin=plugin,
+        hook="bryo_mox_interceptor",
+        contract=_INTERCEPTOR_CONTRACT,
+        error=error,
+        returned=returned,
+        where="when `make_mox` began to trace",
+        unchanged="Nothing was traced.",
+        category=MoxError,
+    )
+
+
+def check_interceptors_for(fun: object, args: tuple, kwargs: Mapping[str, Any]) -> None:
+    """Refuse to trace `fun` with objects of a backend whose `mox` plugin failed (to load,
+    or in `bryo_mox_interceptor`): the MoX would silently lack that backend's module
+    calls. The objects looked at are `fun` (a module, a bound method's module, what a
+    closure or `functools.partial` holds) and the pytree nodes and leaves of its arguments.
+    Costs nothing while no `mox` plugin failed.
+    """
+    _active()  # loads the `mox` plugins of the imported modules: they may fail now
+    pm = get_plugin_manager()
+    if not pm.failures:
+        return
+    failed = pm.failures_for(INTERCEPTORS, _AnyKey())
+    if not failed:
+        return
+    keys = {key for failure in failed for _, key in pm.entry_groups(failure.name) if key}
+    for cls in _classes_of(fun, args, kwargs):
+        roots = module_roots(cls) & keys
+        if roots:
+            pm.check_failed(INTERCEPTORS, roots, f"the module calls of {_name(cls)} in `make_mox`")
+
+
+class _AnyKey:
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+def _classes_of(fun: object, args: tuple, kwargs: Mapping[str, Any]) -> set[type]:
+    found: set[type] = set()
+    held: list[object] = [fun, getattr(fun, "__self__", None), getattr(fun, "func", None)]
+    held += (
+        list(getattr(fun, "args", None) or ()) if not isinstance(fun, types.FunctionType) else []
+    )
+    for cell in getattr(fun, "__closure__", None) or ():
+        try:
+            held.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+
+    def seen(value: object) -> bool:
+        found.add(type(value))
+        return False
+
+    jax.tree_util.tree_flatten((held, args, dict(kwargs)), is_leaf=seen)
+    return found
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _serializer_entries(answer: object) -> list[tuple[str, Serializer]]:

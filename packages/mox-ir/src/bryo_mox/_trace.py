@@ -53,7 +53,7 @@ from bryo_pytree import is_array  # leaves traced as inputs of a call; the rest 
 from ._collector import collector_paused
 from ._compat import DropVar, find_top_trace, new_jaxpr_eqn
 from ._errors import MoxError
-from ._hooks import interceptors
+from ._hooks import check_interceptors_for, enter_interceptors
 from ._ir import (
     Block,
     Equation,
@@ -423,8 +423,7 @@ def intercepting() -> Any:
     token = _session.set(session)
     try:
         with contextlib.ExitStack() as stack:
-            for interceptor in interceptors():
-                stack.enter_context(interceptor(_handle_call))
+            enter_interceptors(stack, _handle_call)
             yield session
     finally:
         _session.reset(token)
@@ -470,6 +469,7 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
     """
 
     def trace(*args: Any, **kwargs: Any) -> Mox:
+        check_interceptors_for(fun, args, kwargs)
         traced_kwargs = {k: v for k, v in kwargs.items() if _holds_arrays(v)}
         static_kwargs = {k: v for k, v in kwargs.items() if k not in traced_kwargs}
         leaves, in_tree = jax.tree_util.tree_flatten(args)
