@@ -240,3 +240,24 @@ def test_the_module_is_reached_from_hax_and_lacks_what_haliax_lacks():
     assert hax.state_dict is sd and sd.to_state_dict is hax.state_dict.to_state_dict
     with pytest.raises(AttributeError, match="reimplements Haliax"):
         sd.not_a_name  # noqa: B018
+
+
+class Flattening(eqx.Module):
+    """A module with Haliax's export methods but not bryo's base class (as
+    `haliax.nn.Linear`, whose base is Haliax's `ModuleWithStateDictSerialization`)."""
+
+    weight: jax.Array
+
+    def flatten_for_export(self):
+        return Flattening(self.weight.reshape(-1))
+
+    def unflatten_from_export(self, template):
+        return Flattening(self.weight.reshape(template.weight.shape))
+
+
+def test_a_module_with_the_export_methods_is_flattened_whatever_its_base():
+    model = {"layer": Flattening(jnp.arange(6.0).reshape(2, 3))}
+    exported = sd.to_torch_compatible_state_dict(model)
+    assert exported["layer.weight"].shape == (6,)
+    back = sd.from_torch_compatible_state_dict(model, {"layer.weight": np.arange(6.0) + 1})
+    np.testing.assert_array_equal(back["layer"].weight, np.arange(6.0).reshape(2, 3) + 1)

@@ -172,3 +172,46 @@ def test_a_variable_adds_no_key_of_its_own():
     assert isinstance(back["layer"]["kernel"], Variable)
     np.testing.assert_array_equal(back["layer"]["kernel"].value, np.zeros(2))
     np.testing.assert_array_equal(tree["layer"]["kernel"].value, np.ones(2))
+
+
+def test_a_stacked_template_of_shape_dtype_structs_reads_arrays():
+    # `eqx.filter_eval_shape(Model.init, ...)` gives such a template: a struct cannot be
+    # sliced into layers, so each layer's shapes come from `jax.eval_shape`.
+    keys = jax.random.split(jax.random.key(0), 3)
+    stack = Stacked.init(LAYERS, Dense.make)(2, key=keys)
+    template = jax.eval_shape(lambda: Stacked.init(LAYERS, Dense.make)(2, key=keys))
+    assert isinstance(template.stacked.w, jax.ShapeDtypeStruct)
+    back = from_state_dict({"h": template}, to_state_dict({"h": stack}))["h"]
+    assert isinstance(back.stacked.w, jax.Array) and back.stacked.activation is jnp.tanh
+    assert leaves_equal(back, stack)
+    with pytest.raises(StateDictError, match=r"no key 'h\.2\.w'"):
+        from_state_dict(
+            {"h": template}, {k: v for k, v in to_state_dict({"h": stack}).items() if k != "h.2.w"}
+        )
+
+
+@pytree_dataclass
+class Gated:
+    w: jax.Array
+    inference: bool = False  # a leaf that is no array, as `haliax.nn.Dropout.inference`
+
+    @classmethod
+    def make(cls, *, key):
+        return cls(jax.random.normal(key, (2,)))
+
+
+def test_a_stacked_writes_a_non_array_leaf_once_as_haliax_does():
+    keys = jax.random.split(jax.random.key(0), 3)
+    stack = Stacked.init(LAYERS, Gated.make)(key=keys)
+    state = to_state_dict({"h": stack})
+    # Haliax writes `h.inference` once; a file with `h.0.inference`, ... is read back by
+    # Haliax as a stacked array of bools, which then fails inside the block.
+    assert sorted(state) == ["h.0.w", "h.1.w", "h.2.w", "h.inference"]
+    assert state["h.inference"] is False
+    back = from_state_dict({"h": stack}, {**state, "h.inference": np.asarray(True)})["h"]
+    assert back.stacked.inference is True
+    np.testing.assert_array_equal(back.stacked.w, stack.stacked.w)
+    per_layer = {k: v for k, v in state.items() if k != "h.inference"}
+    per_layer.update({f"h.{i}.inference": True for i in range(3)})  # bryo's older layout
+    assert from_state_dict({"h": stack}, per_layer)["h"].stacked.inference is True
+    assert from_state_dict(stack, to_state_dict(stack)).stacked.inference is False  # no prefix

@@ -100,12 +100,20 @@ class ModuleWithStateDictSerialization(eqx.Module):
 
 
 def _is_exportable(node: object) -> bool:
-    return isinstance(node, ModuleWithStateDictSerialization)
+    # By the methods, not the class: Haliax's own layers (`haliax.nn.Linear` flattens its
+    # axis tuples) subclass Haliax's base class, not this one.
+    cls = type(node)
+    return isinstance(node, eqx.Module) and all(
+        callable(getattr(cls, name, None)) for name in _EXPORT_METHODS
+    )
+
+
+_EXPORT_METHODS = ("flatten_for_export", "unflatten_from_export")
 
 
 def flatten_modules_for_export(tree: T) -> T:
-    """`tree` with every `ModuleWithStateDictSerialization` in it (outermost first)
-    replaced by its `flatten_for_export()`."""
+    """`tree` with every module in it that has `flatten_for_export` (bryo's or Haliax's
+    `ModuleWithStateDictSerialization`, outermost first) replaced by its result."""
 
     def flatten(node: Any) -> Any:
         if not _is_exportable(node):

@@ -17,6 +17,7 @@ take `is_scanned` to decide otherwise.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 import warnings
@@ -388,20 +389,33 @@ class Stacked(Generic[M]):
         return _sized_axis(self.Block, "Stacked").size  # type: ignore[return-value]  # _sized_axis raised if the size is None
 
     def to_state_dict(self, prefix: str | None = None) -> StateDict:
-        """One state-dict entry per layer, `"{prefix}.{i}.{key}"`: the layout of a
-        `torch.nn.Sequential` of the blocks, as Haliax writes a `Stacked`."""
+        """One state-dict entry per layer and array, `"{prefix}.{i}.{key}"`: the layout of
+        a `torch.nn.Sequential` of the blocks, as Haliax writes a `Stacked`. A leaf that
+        is not an array (a Python number or bool, the same in every layer: a dropout's
+        `inference` flag) is written once, as `"{prefix}.{key}"`, as Haliax does."""
         out: StateDict = {}
+        start = "" if prefix is None else prefix + "."
         for i, block in enumerate(self.unstacked()):
-            merge_state_dict(to_state_dict(block, with_prefix(prefix, str(i))), out)
+            layer = f"{start}{i}"
+            for key, value in to_state_dict(block, layer).items():
+                if not is_array(value):
+                    if i > 0:
+                        continue
+                    key = start + key[len(layer) + 1 :]
+                merge_state_dict({key: value}, out)
         return out
 
     def from_state_dict(self, state_dict: StateDict, prefix: str | None = None) -> Stacked[M]:
         """A new `Stacked` whose layer `i` is read from the keys `"{prefix}.{i}.*"` (the
-        layout `to_state_dict` writes); each layer's arrays are stacked again."""
+        layout `to_state_dict` writes); each layer's arrays are stacked again. A layer's
+        key missing there is also looked up as `"{prefix}.*"` when that holds a single
+        value (the non-array leaves Haliax and `to_state_dict` write once)."""
         info = _sized_axis(self.Block, "Stacked.from_state_dict")
+        shared = _shared_entries(state_dict, prefix, info.size)  # type: ignore[arg-type]  # _sized_axis raised if the size is None
+        entries = collections.ChainMap(dict(state_dict), shared) if shared else state_dict
         layers = [
-            from_state_dict(block, state_dict, with_prefix(prefix, str(i)))
-            for i, block in enumerate(self.unstacked())
+            from_state_dict(block, entries, with_prefix(prefix, str(i)))
+            for i, block in enumerate(self._layer_templates())
         ]
         trees = [block_splitter(layer)(layer)[0] for layer in layers]
         _, rebuild = self._split()
@@ -409,6 +423,52 @@ class Stacked(Generic[M]):
 
     def __iter__(self) -> Iterator[M]:
         return iter(self.unstacked())
+
+    def _layer_templates(self) -> list[M]:
+        """The layers as templates for `from_state_dict`: `unstacked()`, or, when the
+        stack holds `jax.ShapeDtypeStruct`s (`eqx.filter_eval_shape` of a model), each
+        layer's shapes found by `jax.eval_shape` (a struct cannot be sliced)."""
+        leaves, treedef = jax.tree_util.tree_flatten(self)
+        if not any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves):
+            return self.unstacked()
+        shaped = [i for i, leaf in enumerate(leaves) if is_array(leaf) or _is_struct(leaf)]
+        return [_abstract_layer(leaves, treedef, shaped, i) for i in range(len(self))]
+
+
+def _shared_entries(state_dict: StateDict, prefix: str | None, size: int) -> dict[str, Any]:
+    """Each single value under `prefix` that is not a layer's (`"{prefix}.{key}"`, `key`
+    not starting with a layer number), keyed as every layer's `"{prefix}.{i}.{key}"`."""
+    start = "" if prefix is None else prefix + "."
+    shared: dict[str, Any] = {}
+    for key, value in state_dict.items():
+        rest = key[len(start) :]
+        if key.startswith(start) and not rest.split(".", 1)[0].isdigit() and np.ndim(value) == 0:
+            shared.update({f"{start}{i}.{rest}": value for i in range(size)})
+    return shared
+
+
+def _is_struct(leaf: object) -> bool:
+    return isinstance(leaf, jax.ShapeDtypeStruct)
+
+
+def _abstract_layer(leaves: list[Any], treedef: Any, shaped: list[int], index: int) -> Any:
+    """Layer `index` of the `Stacked` flattened to `leaves`, its arrays as
+    `ShapeDtypeStruct`s; its other leaves (functions, numbers) kept as they are."""
+    kept: dict[str, Any] = {}
+
+    def layer(*arrays: Any) -> list[Any]:
+        full = list(leaves)
+        for position, array in zip(shaped, arrays, strict=True):
+            full[position] = array
+        block_leaves, block_def = jax.tree_util.tree_flatten(
+            treedef.unflatten(full).get_layer(index)
+        )
+        kept.update(leaves=block_leaves, treedef=block_def)
+        return [leaf for leaf in block_leaves if isinstance(leaf, jax.Array)]
+
+    structs = iter(jax.eval_shape(layer, *(leaves[i] for i in shaped)))
+    rebuilt = [next(structs) if isinstance(leaf, jax.Array) else leaf for leaf in kept["leaves"]]
+    return kept["treedef"].unflatten(rebuilt)
 
 
 def _vmapped_blocks(build: Callable[..., M], info: AxisInfo, args: tuple, kwargs: dict) -> M:
