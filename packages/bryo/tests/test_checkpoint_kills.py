@@ -304,11 +304,11 @@ needs_flock = pytest.mark.skipif(
 )
 
 
-def _is_locked(folder: Path, shared: bool = False) -> bool:
-    """Whether another open file description can lock `folder` now (as another process)."""
+def _is_locked(lock: Path, shared: bool = False) -> bool:
+    """Whether another open file description can lock `lock` now (as another process)."""
     import fcntl
 
-    descriptor = os.open(folder, os.O_RDONLY)
+    descriptor = os.open(lock, os.O_RDONLY)
     try:
         fcntl.flock(descriptor, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -319,18 +319,19 @@ def _is_locked(folder: Path, shared: bool = False) -> bool:
 
 
 @needs_flock
-def test_saves_and_restores_lock_the_folder_for_other_processes(tmp_path, monkeypatch):
+def test_saves_and_restores_lock_their_checkpoint_for_other_processes(tmp_path, monkeypatch):
     # Two processes saving to one path would each take the other's unfinished folder for
     # a leftover and remove it (FileNotFoundError, and a damaged checkpoint in the end).
+    lock = bryo._checkpoint_files.lock_path(tmp_path / "ckpt")
     seen = {}
     seal, restore_arrays = bryo._checkpoint_files.seal, bryo._checkpoint._restore_arrays
 
     def sealing(folder):
-        seen["save"] = (_is_locked(tmp_path), _is_locked(tmp_path, shared=True))
+        seen["save"] = (_is_locked(lock), _is_locked(lock, shared=True))
         return seal(folder)
 
     def restoring(directory, targets):
-        seen["restore"] = (_is_locked(tmp_path), _is_locked(tmp_path, shared=True))
+        seen["restore"] = (_is_locked(lock), _is_locked(lock, shared=True))
         return restore_arrays(directory, targets)
 
     monkeypatch.setattr(bryo._checkpoint_files, "seal", sealing)
@@ -338,7 +339,58 @@ def test_saves_and_restores_lock_the_folder_for_other_processes(tmp_path, monkey
     save_state(tmp_path / "ckpt", saver.state_for(1))
     assert restored_version(tmp_path / "ckpt", {1}) == 1
     assert seen == {"save": (True, True), "restore": (True, False)}  # exclusive, shared
-    assert not _is_locked(tmp_path)  # released
+    assert not lock.exists()  # released and removed: the folder holds the checkpoint only
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+@needs_flock
+def test_the_lock_is_per_checkpoint(tmp_path, monkeypatch):
+    # A restore of step_1 does not wait while another process saves step_2 beside it.
+    seen = {}
+    seal = bryo._checkpoint_files.seal
+    save_state(tmp_path / "step_1", saver.state_for(1))
+
+    def sealing(folder):
+        beside = bryo._checkpoint_files.lock_path(tmp_path / "step_1")
+        with bryo._checkpoint_files.checkpoint_lock(tmp_path / "step_1", exclusive=False):
+            seen["beside"] = _is_locked(beside)  # only by this shared lock
+            seen["beside_shared"] = _is_locked(beside, shared=True)
+        seen["own"] = _is_locked(bryo._checkpoint_files.lock_path(tmp_path / "step_2"), True)
+        return seal(folder)
+
+    monkeypatch.setattr(bryo._checkpoint_files, "seal", sealing)
+    save_state(tmp_path / "step_2", saver.state_for(2))
+    assert seen == {"beside": True, "beside_shared": False, "own": True}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_1", "step_2"]
+
+
+@needs_flock
+def test_a_lock_file_removed_while_waiting_is_not_trusted(tmp_path):
+    # The last holder removes the lock file; a process that was waiting on it then holds
+    # a lock on a file no one else can find, so it must lock the file at the path again.
+    import fcntl
+
+    files = bryo._checkpoint_files
+    lock = files.lock_path(tmp_path / "ckpt")
+    other = os.open(lock, os.O_RDWR | os.O_CREAT)  # another process holding the lock
+    fcntl.flock(other, fcntl.LOCK_EX)
+    held = threading.Event()
+    seen = []
+
+    def restore():
+        with files.checkpoint_lock(tmp_path / "ckpt", exclusive=False):
+            # what another process finds at the path is locked (not an orphaned file)
+            seen.append(lock.exists() and _is_locked(lock))
+            held.set()
+
+    thread = threading.Thread(target=restore)
+    thread.start()
+    assert not held.wait(0.2)  # waiting for the other process
+    os.unlink(lock)  # the other process releases: removes the file, then unlocks it
+    os.close(other)
+    thread.join(10)
+    assert held.is_set() and seen == [True]
+    assert not lock.exists()
 
 
 def assert_saving(pid: int) -> None:

@@ -179,7 +179,7 @@ def save_state(directory: str | Path, state: State, *, force: bool = False) -> P
     arrays = _nested({path: _value(leaf) for path, leaf in flat.items()})
     document = {"version": INDEX_VERSION, "variables": [e.to_json() for e in index]}
     _make_parent(directory)
-    with files.folder_lock(directory.parent, exclusive=True):  # other processes' saves
+    with files.checkpoint_lock(directory, exclusive=True):  # other processes' saves
         files.recover(directory)
         _check_destination(directory, force)
         staging = files.staging_folder(directory)
@@ -237,7 +237,7 @@ def restore_state(
     if abstract is None and mesh is not None:
         raise CheckpointError("`mesh=` needs `abstract=`: pass the abstract state too.")
     directory = Path(directory).absolute()
-    with files.folder_lock(directory.parent, exclusive=False):  # no save swaps meanwhile
+    with files.checkpoint_lock(directory, exclusive=False):  # no save swaps meanwhile
         checkpoint = _open(directory)
         if abstract is None:
             return _restore_from_index(checkpoint)
@@ -254,7 +254,7 @@ def read_index(directory: str | Path) -> list[IndexEntry]:
     """The index of a checkpoint: each saved Variable's path, type, shape, dtype, metadata
     and checksum (the index file is checked against the manifest first)."""
     directory = Path(directory).absolute()
-    with files.folder_lock(directory.parent, exclusive=False):
+    with files.checkpoint_lock(directory, exclusive=False):
         return _open(directory).index
 
 

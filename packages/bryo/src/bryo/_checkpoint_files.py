@@ -45,6 +45,8 @@ MAX_JSON_BYTES = 64 * 2**20
 MAX_JSON_DEPTH = 32
 #: Marks of an unfinished save: new (being written) and old (being replaced) folders.
 NEW, OLD = "new", "old"
+#: The mark of a checkpoint's lock file (`lock_path`).
+LOCK = "lock"
 _ORBAX_TEMPORARY = ".orbax-checkpoint-tmp"
 _CHUNK = 2**20
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -84,29 +86,66 @@ class Damage(NamedTuple):
 # Taking turns between processes ----------------------------------------------------------
 
 
+def lock_path(directory: Path) -> Path:
+    """The lock file of the checkpoint `directory`: a hidden file beside it, `.NAME.bryo-lock`
+    (never taken for a leftover of a save, and removed by the last process using it)."""
+    return directory.with_name(f".{directory.name}.bryo-{LOCK}")
+
+
 @contextlib.contextmanager
-def folder_lock(folder: Path, *, exclusive: bool) -> Iterator[None]:
-    """Hold an advisory lock (`flock`) on `folder`, the parent of checkpoints, meanwhile.
+def checkpoint_lock(directory: Path, *, exclusive: bool) -> Iterator[None]:
+    """Hold an advisory lock (`flock`) on the checkpoint `directory` meanwhile.
 
     A save holds it exclusively, from finishing what a killed save left to swapping its
     folder in: another process saving to the same path would otherwise take the folder
     it is writing for a leftover and remove it, or swap its own in between its renames.
-    Reads hold it shared, so they never see a folder being swapped. The kernel releases
-    it when the process dies, so a killed save never blocks the next. Where the folder
-    cannot be opened or locked (no such folder, a file system without locks), nothing is
-    held."""
+    Reads hold it shared, so they never see a folder being swapped. The lock is a file
+    beside the checkpoint (`lock_path`), so saves and restores of other checkpoints in
+    the same folder never wait for each other. The kernel releases it when the process
+    dies, so a killed save never blocks the next (its lock file stays until the next
+    lock of that checkpoint removes it). Where the file cannot be created or locked (a
+    read-only folder without one, a file system without locks), nothing is held."""
+    descriptor = _lock(lock_path(directory), exclusive) if fcntl is not None else None
     try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
         yield
-        return
-    try:
-        if fcntl is not None:
+    finally:
+        if descriptor is not None:
+            _unlock(lock_path(directory), descriptor)
+
+
+def _lock(path: Path, exclusive: bool) -> int | None:
+    """An open descriptor of the lock file at `path`, locked; None where none can be."""
+    assert fcntl is not None
+    while True:
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # (a read-only folder: lock the file if one is there)
             try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            except OSError:  # a file system without locks
-                pass
-        yield
+                descriptor = os.open(path, os.O_RDONLY)
+            except OSError:
+                return None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            same = os.path.samestat(os.fstat(descriptor), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        except OSError:  # a file system without locks
+            os.close(descriptor)
+            return None
+        if same:
+            return descriptor
+        # The last holder removed the file while this process waited: lock the new one.
+        os.close(descriptor)
+
+
+def _unlock(path: Path, descriptor: int) -> None:
+    """Release the lock, removing its file first when no other process holds it."""
+    assert fcntl is not None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (the only holder?)
+        os.unlink(path)
+    except OSError:  # others hold it (the last of them removes it), or a read-only folder
+        pass
     finally:
         os.close(descriptor)  # (releases the lock)
 
