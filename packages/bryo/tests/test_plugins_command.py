@@ -203,3 +203,49 @@ def test_python_dash_m_bryo_plugins():
     plugins = _plugin_lines(result.stdout)
     assert plugins["cli"] == (f"bryo {bryo.__version__} (built-in)", "hooks: bryo_cli_commands")
     assert "backend-nnx" not in plugins  # blocked by its distribution's name
+
+
+def _boom(args):
+    raise ZeroDivisionError("boom")
+
+
+@pytest.mark.parametrize(
+    ("handler", "expected"),
+    [
+        (_boom, "raised ZeroDivisionError: boom"),
+        (lambda args: "done", "returned str 'done'"),  # was: invalid literal for int()
+    ],
+)
+def test_a_plugin_command_that_fails_is_named(bryo_plugin_manager, handler, expected):
+    """A plugin's handler raising surfaced as its bare error; one returning a string as
+    "invalid literal for int() with base 10"; neither named the plugin or the command."""
+    from bryo_plugins import PluginCallbackError
+
+    class Hello:
+        @hookimpl
+        def bryo_cli_commands(self, commands: Commands) -> None:
+            commands.add_group("acme", "acme's commands")
+            commands.add_command("acme hello", "say hello", handler)
+
+    bryo_plugin_manager.register(Hello(), name="hello")
+    with pytest.raises(PluginCallbackError) as raised:
+        main(["acme", "hello"])
+    message = str(raised.value)
+    assert "The handler of `bryo acme hello`" in message
+    assert "from plugin 'hello', hook `bryo_cli_commands`" in message
+    assert expected in message
+    assert "returns the exit code, an int (None for 0)" in message
+    assert f"{BLOCK_ENV}=hello" in message
+
+
+def test_a_plugin_command_may_exit_with_its_code(bryo_plugin_manager):
+    class Exits:
+        @hookimpl
+        def bryo_cli_commands(self, commands: Commands) -> None:
+            commands.add_command("bye", "exit 3", lambda args: sys.exit(3))
+            commands.add_command("three", "return 3", lambda args: 3)
+
+    bryo_plugin_manager.register(Exits(), name="exits")
+    with pytest.raises(SystemExit, match="3"):
+        main(["bye"])
+    assert main(["three"]) == 3

@@ -18,7 +18,13 @@ from bryo_filters import (
     WithTag,
     to_predicate,
 )
-from bryo_plugins import PluginError, hookimpl, new_plugin_manager, use_plugin_manager
+from bryo_plugins import (
+    PluginCallbackError,
+    PluginError,
+    hookimpl,
+    new_plugin_manager,
+    use_plugin_manager,
+)
 
 
 class Param:
@@ -204,3 +210,37 @@ def test_not_is_the_complement(path):
         assert Not(predicate)(path, None) is not predicate(path, None)
         assert Any(predicate, Not(predicate))(path, None)
         assert not All(predicate, Not(predicate))(path, None)
+
+
+class _Ambiguous:
+    """What a predicate answering an array answers: no truth value."""
+
+    def __bool__(self):
+        raise ValueError("ambiguous, as an array's truth")
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        (lambda path, value: 1 / 0, "raised ZeroDivisionError: division by zero on the leaf at w"),
+        (lambda path, value: _Ambiguous(), "raised ValueError: ambiguous, as an array's truth"),
+    ],
+)
+def test_a_plugin_predicate_that_fails_on_a_leaf_is_named(bryo_plugin_manager, predicate, expected):
+    """It raised ZeroDivisionError (or numpy's "truth value of an array ... is ambiguous")
+    from inside `split(model, Rank(2), ...)`, naming neither the plugin nor the leaf."""
+
+    class Broken:
+        @hookimpl
+        def bryo_filter_predicate(self, filter):
+            return predicate if isinstance(filter, Rank) else None
+
+    bryo_plugin_manager.register(Broken(), name="rank-filters")
+    with pytest.raises(PluginCallbackError) as raised:
+        to_predicate(Rank(2))(("w",), object())
+    message = str(raised.value)
+    assert "The predicate made of the filter Rank(ndim=2)" in message
+    assert "from plugin 'rank-filters', hook `bryo_filter_predicate`" in message
+    assert expected in message
+    assert isinstance(raised.value.__cause__, ZeroDivisionError | ValueError)
+    assert to_predicate(Rank(2)) == predicate  # the named predicate compares as its own

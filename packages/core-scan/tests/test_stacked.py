@@ -384,3 +384,78 @@ def test_the_block_a_stack_calls_stands_in_for_its_stacked_block():
     stacked.vmap_via(record)(jnp.ones(3))
     assert len(seen) == 3 and all(original is stacked.stacked for original in seen)
     assert stood_in_for(stacked.stacked) is None
+
+
+def _raises(*args):
+    raise ZeroDivisionError("boom")
+
+
+@pytest.mark.parametrize(
+    ("splitter", "expected"),
+    [
+        (_raises, "The block splitter's split for MutableBlock .* raised ZeroDivisionError"),
+        (lambda block: block.weight, "split for MutableBlock .* returned BatchTracer"),
+        (
+            lambda block: (block.weight, _raises),
+            "The block splitter's rebuild for MutableBlock .* raised ZeroDivisionError",
+        ),
+    ],
+)
+def test_a_misbehaving_block_splitter_is_named(bryo_plugin_manager, splitter, expected):
+    """Each failed inside `Stacked` naming nothing ("cannot unpack non-iterable ...", a
+    bare ZeroDivisionError)."""
+    from bryo_plugins import PluginCallbackError
+
+    class Blocks:
+        @hookimpl
+        def bryo_scan_block_splitters(self):
+            return {MutableBlock: splitter}
+
+    bryo_plugin_manager.register(Blocks(), name="acme-blocks")
+    with pytest.raises(PluginCallbackError, match=expected) as raised:
+        Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))
+    message = str(raised.value)
+    assert "from plugin 'acme-blocks', hook `bryo_scan_block_splitters`" in message
+    assert "`split(block)` must return `(pytree, rebuild)`" in message
+
+
+@dataclasses.dataclass(frozen=True)
+class Tagged:
+    """A leaf carrying its own axis (as a named array does)."""
+
+    array: jax.Array
+
+
+class _TaggedLeaf:
+    def __init__(self, unbind):
+        self._unbind = unbind
+
+    def unbind(self, leaf, axis):
+        return self._unbind(leaf, axis)
+
+    def bind(self, element, axis, stacked):
+        return Tagged(stacked)
+
+    def describe(self, leaf):
+        return "Tagged"
+
+
+@pytest.mark.parametrize(
+    ("unbind", "expected"),
+    [
+        (_raises, "The `unbind` of the NamedLeaf for Tagged .* raised ZeroDivisionError"),
+        (lambda leaf, axis: leaf.array, "The `unbind` of the NamedLeaf for Tagged .* returned"),
+    ],
+)
+def test_a_misbehaving_named_leaf_is_named(bryo_plugin_manager, unbind, expected):
+    from bryo_plugins import PluginCallbackError
+
+    class Leaves:
+        @hookimpl
+        def bryo_scan_named_leaves(self):
+            return {Tagged: _TaggedLeaf(unbind)}
+
+    bryo_plugin_manager.register(Leaves(), name="acme-leaves")
+    with pytest.raises(PluginCallbackError, match=expected) as raised:
+        scan(lambda c, x: (c, x.array), LAYERS)(0.0, Tagged(jnp.ones(4)))
+    assert "from plugin 'acme-leaves', hook `bryo_scan_named_leaves`" in str(raised.value)

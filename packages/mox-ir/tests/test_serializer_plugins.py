@@ -118,3 +118,27 @@ def test_a_malformed_serializer_is_refused_naming_the_plugin(bryo_plugin_manager
             bryo_mox.dumps(_mox(), format="nope")
     [failure] = bryo_plugin_manager.failures
     assert message in str(failure.error)
+
+
+def test_a_dumps_that_raises_is_named_with_its_plugin(bryo_plugin_manager):
+    """It raised its bare error from inside `dumps`."""
+    from bryo_plugins import PluginCallbackError
+
+    def dumps(doc):
+        raise ZeroDivisionError("boom")
+
+    class Brk:
+        @hookimpl
+        def bryo_mox_serializers(self):
+            return [Serializer("brk", (".brk",), dumps, lambda data: None)]
+
+    bryo_plugin_manager.register(Brk(), name="acme-brk")
+    with pytest.raises(PluginCallbackError) as raised:
+        bryo_mox.dumps(_mox(), format="brk")
+    message = str(raised.value)
+    assert "The `brk` serializer's dumps" in message
+    assert (
+        "from plugin 'acme-brk', hook `bryo_mox_serializers`, raised ZeroDivisionError" in message
+    )
+    assert "while writing a MoX. `dumps(doc)` must return the document as str or bytes" in message
+    assert isinstance(raised.value, ZeroDivisionError)

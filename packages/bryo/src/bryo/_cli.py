@@ -24,6 +24,7 @@ from bryo_plugins import (
     PluginError,
     PluginResultError,
     answers,
+    callback_error,
     get_plugin_manager,
     merge_answers,
 )
@@ -41,8 +42,11 @@ def _returns_nothing(answer: object) -> None:
     )
 
 
-def collect_commands(pm: BryoPluginManager | None = None) -> dict[str, Command]:
-    """Every plugin's commands by name (`"mox show"`), conflicts resolved and warned."""
+def collect_commands(
+    pm: BryoPluginManager | None = None, owners: dict[str, str] | None = None
+) -> dict[str, Command]:
+    """Every plugin's commands by name (`"mox show"`), conflicts resolved and warned;
+    `owners` receives `name -> the plugin that added it`."""
     pm = get_plugin_manager() if pm is None else pm
     recorded: dict[str, Commands] = {}
 
@@ -55,7 +59,7 @@ def collect_commands(pm: BryoPluginManager | None = None) -> dict[str, Command]:
         for plugin, commands in recorded.items()
         if not pm.is_blocked(plugin)  # a plugin that failed midway adds nothing
     ]
-    return merge_answers(HOOK, found, pm=pm)
+    return merge_answers(HOOK, found, pm=pm, owners=owners)
 
 
 def build_parser(pm: BryoPluginManager | None = None) -> argparse.ArgumentParser:
@@ -64,12 +68,15 @@ def build_parser(pm: BryoPluginManager | None = None) -> argparse.ArgumentParser
         prog="bryo", description="Neural-network modules as data, for JAX."
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands = collect_commands(pm)
+    owners: dict[str, str] = {}
+    commands = collect_commands(pm, owners)
+    pm = get_plugin_manager() if pm is None else pm
     groups: dict[str, argparse._SubParsersAction] = {}
     for name, command in sorted(commands.items(), key=lambda item: len(item[0].split())):
         group_name, _, sub_name = name.partition(" ")
+        plugin = _third_party(pm, owners.get(name))
         if not sub_name:
-            _add(subparsers, name, command, groups)
+            _add(subparsers, name, command, groups, plugin)
             continue
         if group_name in commands and not commands[group_name].is_group:
             warnings.warn(
@@ -81,7 +88,7 @@ def build_parser(pm: BryoPluginManager | None = None) -> argparse.ArgumentParser
             continue
         if group_name not in groups:  # added without `add_group`: a group without help
             _add(subparsers, group_name, Command(group_name, "", None), groups)
-        _add(groups[group_name], sub_name, command, groups)
+        _add(groups[group_name], sub_name, command, groups, plugin)
     return parser
 
 
@@ -90,6 +97,7 @@ def _add(
     name: str,
     command: Command,
     groups: dict[str, argparse._SubParsersAction],
+    plugin: str | None = None,
 ) -> None:
     parser = subparsers.add_parser(
         name, help=command.help, description=command.description or command.help
@@ -102,7 +110,17 @@ def _add(
         return
     for argument in command.arguments:
         argument.add_to(parser)
-    parser.set_defaults(handler=command.handler)
+    parser.set_defaults(handler=command.handler, **{_PLUGIN: plugin, _NAME: command.name})
+
+
+# Where a command's parser keeps, for `main`, the third-party plugin that added it (None
+# for bryo's own commands, whose errors are their own) and the command's name.
+_PLUGIN, _NAME = "_bryo_plugin", "_bryo_command"
+
+
+def _third_party(pm: BryoPluginManager, plugin: str | None) -> str | None:
+    source = pm.sources.get(plugin) if plugin is not None else None
+    return None if source is not None and source.builtin else plugin
 
 
 def _one_line_errors(parser: argparse.ArgumentParser) -> None:
@@ -128,7 +146,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
-    return int(handler(args) or 0)
+    plugin = getattr(args, _PLUGIN, None)
+    if plugin is None:
+        return int(handler(args) or 0)
+    try:
+        code = handler(args)
+    except Exception as error:  # a plugin's command: name the plugin
+        raise _handler_error(args, plugin, error=error) from error
+    if code is None or isinstance(code, int):
+        return int(code or 0)
+    raise _handler_error(args, plugin, returned=f"{type(code).__name__} {code!r:.80}")
+
+
+def _handler_error(
+    args: argparse.Namespace,
+    plugin: str,
+    *,
+    error: Exception | None = None,
+    returned: str | None = None,
+) -> Exception:
+    return callback_error(
+        args.handler,
+        role=f"the handler of `bryo {getattr(args, _NAME)}`",
+        plugin=plugin,
+        hook=HOOK,
+        contract="`handler(args)` gets the parsed `argparse.Namespace` and returns the exit "
+        "code, an int (None for 0)",
+        error=error,
+        returned=returned,
+        category=TypeError,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

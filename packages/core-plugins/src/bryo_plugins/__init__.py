@@ -29,6 +29,7 @@ from ._calls import PerPlugin as PerPlugin
 from ._calls import answers as answers
 from ._calls import callable_answer as callable_answer
 from ._calls import first_answer as first_answer
+from ._calls import first_answer_about as first_answer_about
 from ._calls import first_answer_for as first_answer_for
 from ._calls import module_roots as module_roots
 from ._describe import HookInfo as HookInfo

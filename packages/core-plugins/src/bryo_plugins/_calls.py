@@ -138,13 +138,27 @@ def first_answer_for(
             argument's class failed (to load, or in a hook): the one that would have
             answered is broken (`BryoPluginManager.check_failed`).
     """
+    answer = first_answer_about(hook_name, validate, family=family, pm=pm, **kwargs)
+    return None if answer is None else answer.value
+
+
+def first_answer_about(
+    hook_name: str,
+    validate: Validate[T],
+    *,
+    family: str,
+    pm: BryoPluginManager | None = None,
+    **kwargs: object,
+) -> Answer[T] | None:
+    """`first_answer_for`, with the name of the plugin that answered (`Answer.plugin`):
+    for a host that names it when what the plugin answered fails later
+    (`callback_error`)."""
     keys = frozenset().union(*(module_roots(type(value)) for value in kwargs.values()))
     answer = first_answer(hook_name, validate, family=family, keys=keys, pm=pm, **kwargs)
     if answer is None:
         subject = ", ".join(f"`{name}` {reprlib.repr(value)}" for name, value in kwargs.items())
         (pm or get_plugin_manager()).check_failed(family, keys - {"builtins"}, subject)
-        return None
-    return answer.value
+    return answer
 
 
 def callable_answer(expected: str) -> Validate[Callable[..., object]]:

@@ -18,14 +18,17 @@ import jax
 
 from bryo_graph import is_graph_node, merge, split
 from bryo_plugins import (
+    BryoPluginManager,
+    PluginCallbackError,
     PluginResultError,
     TypeTable,
+    callback_error,
     first_answer_for,
     hook_table,
     type_mapping,
 )
 
-from ._types import AxisInfo, BlockSplitter, NamedLeaf, ScanAxisError
+from ._types import AxisInfo, BlockSplitter, NamedLeaf, Rebuild, ScanAxisError
 
 V = TypeVar("V")
 
@@ -41,20 +44,142 @@ def _is_named_leaf(handler: object) -> bool:
     return all(callable(getattr(handler, name, None)) for name in ("unbind", "bind", "describe"))
 
 
-_named_leaves: TypeTable[NamedLeaf[Any]] = TypeTable(
-    lambda pm: hook_table(
-        "bryo_scan_named_leaves",
-        type_mapping(_is_named_leaf, "a `NamedLeaf` (unbind, bind, describe)"),
-        pm=pm,
-    ),
-    family=FAMILY,
+def _named(
+    pm: BryoPluginManager, table: dict[type, Any], owners: dict[type, str], wrap: Any
+) -> dict[type, Any]:
+    """`table` with each third-party plugin's value wrapped by `wrap(value, plugin, cls)`,
+    which names that plugin when the value's functions fail (bryo's own values pass)."""
+    named = {}
+    for cls, value in table.items():
+        source = pm.sources.get(owners[cls])
+        named[cls] = value if source is not None and source.builtin else wrap(value, owners[cls])
+    return named
+
+
+def _named_leaf_table(pm: BryoPluginManager) -> dict[type, NamedLeaf[Any]]:
+    owners: dict[type, str] = {}
+    check = type_mapping(_is_named_leaf, "a `NamedLeaf` (unbind, bind, describe)")
+    table = hook_table(_LEAVES, check, pm=pm, owners=owners)
+    return _named(pm, table, owners, _NamedLeafOf)
+
+
+def _block_splitter_table(pm: BryoPluginManager) -> dict[type, BlockSplitter]:
+    owners: dict[type, str] = {}
+    check = type_mapping(callable, "a function `split(block)`")
+    table = hook_table(_SPLITTERS, check, pm=pm, owners=owners)
+    return _named(pm, table, owners, _SplitterOf)
+
+
+_LEAVES, _SPLITTERS = "bryo_scan_named_leaves", "bryo_scan_block_splitters"
+_named_leaves: TypeTable[NamedLeaf[Any]] = TypeTable(_named_leaf_table, family=FAMILY)
+_block_splitters: TypeTable[BlockSplitter] = TypeTable(_block_splitter_table, family=FAMILY)
+
+_LEAF_CONTRACTS = {
+    "unbind": "`unbind(leaf, axis)` must return `(array, position of axis or None, "
+    "rebuild)`, or raise saying why the leaf cannot hold that axis",
+    "bind": "`bind(element, axis, stacked)` must return the leaf wrapping `stacked`",
+    "describe": "`describe(leaf)` must return a short description naming its axes",
+}
+_SPLIT_CONTRACT = (
+    "`split(block)` must return `(pytree, rebuild)`: the block's arrays as a pytree and a "
+    "function making a block of such a pytree (stacked or one layer)"
 )
-_block_splitters: TypeTable[BlockSplitter] = TypeTable(
-    lambda pm: hook_table(
-        "bryo_scan_block_splitters", type_mapping(callable, "a function `split(block)`"), pm=pm
-    ),
-    family=FAMILY,
-)
+
+
+class _NamedLeafOf:
+    """A plugin's `NamedLeaf`, whose methods name the plugin when they fail."""
+
+    __slots__ = ("handler", "plugin")
+
+    def __init__(self, handler: NamedLeaf[Any], plugin: str) -> None:
+        self.handler = handler
+        self.plugin = plugin
+
+    def unbind(self, leaf: Any, axis: AxisInfo | None) -> tuple[jax.Array, int | None, Rebuild]:
+        try:
+            found = self.handler.unbind(leaf, axis)
+        except Exception as error:
+            raise self._error("unbind", leaf, error=error) from error
+        if not (isinstance(found, tuple) and len(found) == 3 and callable(found[2])):
+            raise self._error("unbind", leaf, returned=f"{type(found).__name__} {found!r:.80}")
+        return found
+
+    def bind(self, element: Any, axis: AxisInfo, stacked: jax.Array) -> object:
+        try:
+            return self.handler.bind(element, axis, stacked)
+        except Exception as error:
+            raise self._error("bind", element, error=error) from error
+
+    def describe(self, leaf: Any) -> str:
+        try:
+            return self.handler.describe(leaf)
+        except Exception as error:
+            raise self._error("describe", leaf, error=error) from error
+
+    def _error(
+        self, method: str, leaf: object, *, error: Exception | None = None, returned: str = ""
+    ) -> PluginCallbackError:
+        return callback_error(
+            getattr(self.handler, method),
+            role=f"the `{method}` of the NamedLeaf for {type(leaf).__qualname__}",
+            plugin=self.plugin,
+            hook=_LEAVES,
+            contract=_LEAF_CONTRACTS[method],
+            error=error,
+            returned=returned or None,
+            where=f"on a {type(leaf).__qualname__}",
+            category=ScanAxisError,
+        )
+
+
+class _SplitterOf:
+    """A plugin's block splitter (and the rebuilds it returns), naming the plugin when
+    they fail."""
+
+    __slots__ = ("plugin", "split")
+
+    def __init__(self, split: BlockSplitter, plugin: str) -> None:
+        self.split = split
+        self.plugin = plugin
+
+    def __call__(self, block: object) -> tuple[Any, Callable[[Any], object]]:
+        try:
+            found = self.split(block)
+        except Exception as error:
+            raise self._error(self.split, "split", block, error=error) from error
+        if not (isinstance(found, tuple) and len(found) == 2 and callable(found[1])):
+            returned = f"{type(found).__name__} {found!r:.80}"
+            raise self._error(self.split, "split", block, returned=returned)
+        tree, rebuild = found
+        return tree, functools.partial(self._rebuild, rebuild, type(block))
+
+    def _rebuild(self, rebuild: Callable[[Any], object], cls: type, tree: Any) -> object:
+        try:
+            return rebuild(tree)
+        except Exception as error:
+            raise self._error(rebuild, "rebuild", cls, error=error) from error
+
+    def _error(
+        self,
+        function: object,
+        role: str,
+        block: object,
+        *,
+        error: Exception | None = None,
+        returned: str | None = None,
+    ) -> PluginCallbackError:
+        cls = block if isinstance(block, type) else type(block)
+        return callback_error(
+            function,
+            role=f"the block splitter's {role} for {cls.__qualname__}",
+            plugin=self.plugin,
+            hook=_SPLITTERS,
+            contract=_SPLIT_CONTRACT,
+            error=error,
+            returned=returned,
+            where=f"on a {cls.__qualname__} block",
+            category=TypeError,
+        )
 
 
 def _axis_info(answer: object) -> AxisInfo:

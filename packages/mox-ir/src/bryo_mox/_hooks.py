@@ -231,9 +231,19 @@ def _check_serializer(serializer: Serializer) -> None:
             raise PluginResultError(f"{name}: `{field}` must be a function")
 
 
-_serializers: PerEpoch[dict[str, Serializer]] = PerEpoch(
-    lambda pm: hook_table("bryo_mox_serializers", _serializer_entries, pm=pm)
-)
+def _serializer_table(pm: Any) -> tuple[dict[str, Serializer], dict[str, str]]:
+    owners: dict[str, str] = {}
+    return hook_table("bryo_mox_serializers", _serializer_entries, pm=pm, owners=owners), owners
+
+
+# `(format -> Serializer, format -> the name of the plugin that declared it)`
+_serializers: PerEpoch[tuple[dict[str, Serializer], dict[str, str]]] = PerEpoch(_serializer_table)
+
+
+def serializer_plugin(serializer: Serializer) -> str | None:
+    """The name of the plugin whose `bryo_mox_serializers` answer holds `serializer`."""
+    table, owners = _serializers.get()
+    return owners.get(serializer.format) if table.get(serializer.format) is serializer else None
 
 
 def serializers(formats: Container[str] | None = None) -> dict[str, Serializer]:
@@ -241,7 +251,7 @@ def serializers(formats: Container[str] | None = None) -> dict[str, Serializer]:
     keyed by `formats` (all of them when None)."""
     pm = get_plugin_manager()
     pm.load_family(SERIALIZERS, formats)
-    return _serializers.get(pm)
+    return _serializers.get(pm)[0]
 
 
 def serializer_for(format: str | None = None, path: str | None = None) -> Serializer:

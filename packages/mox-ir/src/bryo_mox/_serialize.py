@@ -16,9 +16,11 @@ import io
 import os
 from typing import IO, Any, TypeGuard, cast
 
+from bryo_plugins import callback_error
+
 from ._collector import collector_paused
 from ._errors import MoxError, MoxLimitError, MoxSerializationError
-from ._hooks import Serializer, serializer_for
+from ._hooks import Serializer, serializer_for, serializer_plugin
 from ._ir import Mox, is_root, set_pickler
 from ._limits import Limits, loading, read_file
 from ._load import from_document
@@ -186,7 +188,20 @@ def _write(serializer: Serializer, mox: Mox) -> str | bytes:
     if not is_root(mox):
         raise MoxError(f"`mox` must be a Mox, got {type(mox).__name__}.")
     with collector_paused():
-        data = serializer.dumps(to_document(mox))
+        doc = to_document(mox)
+        try:
+            data = serializer.dumps(doc)
+        except Exception as error:  # (free until it catches) name the plugin
+            raise callback_error(
+                serializer.dumps,
+                role=f"the `{serializer.format}` serializer's dumps",
+                plugin=serializer_plugin(serializer),
+                hook="bryo_mox_serializers",
+                contract="`dumps(doc)` must return the document as str or bytes",
+                error=error,
+                where="while writing a MoX",
+                unchanged="Nothing was written.",
+            ) from error
     if not isinstance(data, (str, bytes)):
         raise MoxError(
             f"the `{serializer.format}` serializer's dumps ({_qualified(serializer.dumps)}) "
