@@ -26,6 +26,7 @@ class _Traces:
 
     jaxprs: list
     starts: list  # the calls each one started without a begin marker
+    ends: list = dataclasses.field(default_factory=list)  # ... and ended without an end marker
 
     def markers(self) -> list:
         return [e.params["call"] for j in self.jaxprs for e in j.eqns if e.primitive is begin_p]
@@ -37,15 +38,23 @@ class _Traces:
     def n_started(self) -> int:
         return sum(map(len, self.starts))
 
+    def n_ended(self) -> int:
+        """The calls that ended without an end marker."""
+        return sum(map(len, self.ends))
+
+    def end_markers(self) -> int:
+        return sum(e.primitive is end_p for j in self.jaxprs for e in j.eqns)
+
 
 def _traces(monkeypatch) -> _Traces:
     seen = _Traces([], [])
     original = _trace.convert
 
-    def spy(jaxpr, consts=(), starts=()):
+    def spy(jaxpr, consts=(), starts=(), ends=()):
         seen.jaxprs.append(jaxpr)
         seen.starts.append(list(starts))
-        return original(jaxpr, consts, starts)
+        seen.ends.append(list(ends))
+        return original(jaxpr, consts, starts, ends)
 
     monkeypatch.setattr(_trace, "convert", spy)
     return seen
@@ -63,7 +72,7 @@ def _with_and_without_recording(monkeypatch, structure, fun, *args):
     jaxprs it converted (`_Traces`)."""
     traces = _traces(monkeypatch)
     recorded = make_mox(fun)(*args)
-    seen = _Traces(list(traces.jaxprs), list(traces.starts))
+    seen = _Traces(list(traces.jaxprs), list(traces.starts), list(traces.ends))
     with monkeypatch.context() as patch:
         _markers_only(patch)
         plain = make_mox(fun)(*args)
@@ -352,16 +361,18 @@ def test_positions_check_every_equation_in_order():
     jaxpr = jax.make_jaxpr(lambda v: jnp.sin(v) * 2.0)(jnp.ones(2)).jaxpr
     lengths = [len(e.outvars) for e in jaxpr.eqns]
     outvars = [v for e in jaxpr.eqns for v in e.outvars]
-    positions = _trace._Positions([], lengths, outvars)
+    positions = _trace._Positions([], [], lengths, outvars)
     assert positions.matches(jaxpr)
-    assert _trace._Positions([], lengths[:1], outvars[:1]).matches(jaxpr)  # (a prefix)
-    assert not _trace._Positions([], lengths[::-1], outvars[::-1]).matches(jaxpr)
-    assert not _trace._Positions([], [*lengths, 1], [*outvars, outvars[0]]).matches(jaxpr)
-    assert not _trace._Positions([], [0, 2], outvars).matches(jaxpr)
+    assert _trace._Positions([], [], lengths[:1], outvars[:1]).matches(jaxpr)  # (a prefix)
+    assert not _trace._Positions([], [], lengths[::-1], outvars[::-1]).matches(jaxpr)
+    assert not _trace._Positions([], [], [*lengths, 1], [*outvars, outvars[0]]).matches(jaxpr)
+    assert not _trace._Positions([], [], [0, 2], outvars).matches(jaxpr)
     dropped = jaxpr.replace(  # (jax 0.7 to 0.9 drop an output nothing reads)
         eqns=[jaxpr.eqns[0].replace(outvars=[DropVar(outvars[0].aval)]), *jaxpr.eqns[1:]]
     )
     assert positions.matches(dropped)
+    ended = positions._replace(ends=[_trace._End(1, None, (outvars[0],), 0)])
+    assert ended.matches(jaxpr) and not ended.matches(dropped)  # (a call's output dropped)
 
 
 class _Identity(Module):
@@ -396,3 +407,113 @@ def test_a_body_without_equations_and_a_call_without_inputs(toy, monkeypatch, mo
     assert first.body.nodes == () and first.body.outvars == first.body.invars[1:]
     assert second.invars[1] is first.outvars[0] and nothing.invars == ()
     np.testing.assert_allclose(eval_mox(mox, *args), np.full(2, 3.0))
+
+
+_ends_by_position = pytest.mark.skipif(
+    not _trace.ENDS_BY_POSITION, reason="calls end with markers on jax before 0.10"
+)
+
+
+@_ends_by_position
+def test_calls_returning_what_their_bodies_compute_bind_no_end_marker(
+    toy, monkeypatch, mlp, x, mox_structure
+):
+    """The MLP and its Linears return values their own equations compute: none of the
+    three calls binds an end marker (their ends are positions, as their starts are), and
+    the MoX is the one the markers give, fresh call outputs included."""
+    mox, seen = _with_and_without_recording(monkeypatch, mox_structure, apply, mlp, x)
+    assert seen.n_started() == seen.n_ended() == 3 and seen.end_markers() == 0
+    (call,) = mox.nodes
+    assert call.outvars[0] is not call.body.outvars[0] and mox.outvars == call.outvars
+    np.testing.assert_allclose(eval_mox(mox, mlp, x), mlp(x), rtol=1e-6)
+
+
+@_ends_by_position
+def test_changed_state_ends_without_a_marker(toy, monkeypatch, mox_structure):
+    """A call that changes its state (`Counter`) returns the new state leaf and its
+    output, both computed by its body: no end marker, and each call's new count is the
+    next call's input."""
+
+    def fun(c, v):
+        return c(c(v))
+
+    mox, seen = _with_and_without_recording(monkeypatch, mox_structure, fun, Counter(), jnp.ones(2))
+    assert seen.n_ended() == 2 and seen.end_markers() == 0
+    first, second = mox.nodes
+    assert first.n_state_out == second.n_state_out == 1
+    assert second.invars[0] is first.outvars[0] and second.invars[1] is first.outvars[1]
+
+
+class _Twice(Module):
+    """Returns one value twice."""
+
+    def __init__(self):
+        self.c = jnp.ones(2)
+
+    def forward(self, v):
+        y = v * self.c
+        return y, y
+
+
+class _Stored(Module):
+    """Returns one of its own state leaves, computed before the call."""
+
+    def __init__(self):
+        self.c = jnp.ones(2)
+
+    def forward(self, v):
+        return self.c
+
+
+@_ends_by_position
+@pytest.mark.parametrize(
+    ("module", "fun"),
+    [
+        (_Identity, lambda m, v: m(v) * 2.0),  # its argument
+        (_Twice, lambda m, v: m(v)),  # one variable twice: only a marker tells them apart
+        (_Stored, lambda m, v: m(v) + v),  # its state leaf, defined before it started
+    ],
+    ids=["argument", "twice", "state-leaf"],
+)
+def test_calls_returning_values_their_bodies_do_not_compute_bind_an_end_marker(
+    toy, monkeypatch, mox_structure, module, fun
+):
+    mox, seen = _with_and_without_recording(monkeypatch, mox_structure, fun, module(), jnp.ones(2))
+    assert seen.n_started() == 1 and seen.n_ended() == 0 and seen.end_markers() == 1
+    call = next(n for n in mox.nodes if hasattr(n, "body"))
+    assert set(call.outvars).isdisjoint(call.body.outvars)  # fresh outputs all the same
+    np.testing.assert_allclose(
+        jax.tree_util.tree_leaves(eval_mox(mox, module(), jnp.ones(2))),
+        jax.tree_util.tree_leaves(fun(module(), jnp.ones(2))),
+    )
+
+
+class _Keeps(Module):
+    """Keeps its own output outside its state as well as returning it."""
+
+    def __init__(self, stash):
+        self.c = jnp.ones(2)
+        self.stash = stash
+
+    def forward(self, v):
+        y = jnp.tanh(v * self.c)
+        self.stash.append(y)
+        return y
+
+
+@_ends_by_position
+def test_an_output_kept_aside_and_read_after_the_call_is_the_calls_output(toy):
+    """Reading the very value a call returned, kept aside by its body, reads the call's
+    output: the call stays a call (with an end marker, the read went around the marker,
+    and the call dissolved as for any value escaping it)."""
+    stash: list = []
+
+    def fun(m, v):
+        stash.clear()
+        y = m(v)
+        return y + stash[0]
+
+    mox = make_mox(fun)(_Keeps(stash), jnp.ones(2))
+    (call, add) = mox.nodes
+    assert call.info.type.endswith("_Keeps") and add.invars == (call.outvars[0],) * 2
+    np.testing.assert_allclose(eval_mox(mox, _Keeps(stash), jnp.ones(2)), 2 * np.tanh(1.0))

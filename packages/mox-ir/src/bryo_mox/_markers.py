@@ -8,7 +8,9 @@ and the outputs. Both are identities. Their param `call` is one `CallMarker` obj
 the backend reported about the call), so the conversion finds each call's equations
 between its two markers and groups them into a `ModuleCall` (see `_trace.convert`). A
 call whose state leaves and arguments are all recorded binds no begin marker: `make_mox`
-records where its equations start instead (`_trace.call_region`).
+records where its equations start instead (`_trace.call_region`); if it also returns only
+values its own equations computed, it binds no end marker either (where it ends is
+recorded too, on jax 0.10 and later).
 
 A marker costs one equation; the `jax.jit` region per call it replaces cost a nested trace.
 Markers lower to nothing and are identities under `vmap`, `jvp` and transposition, so a

@@ -77,12 +77,32 @@ class _Recording(NamedTuple):
     `eqns` is the list that trace appends its equations to (`None` where this jax's trace
     has none to read), and `starts` gets `(len(eqns), marker)` for each call that binds no
     begin marker: the position of its first equation in the jaxpr (checked against the
-    jaxpr by `_Positions`)."""
+    jaxpr by `_Positions`). `ends` gets an `_End` for each such call that binds no end
+    marker either (`None`: calls end with markers)."""
 
     trace: Any
     tracer_class: type
     eqns: list[Any] | None = None
     starts: list[tuple[int, CallMarker]] | None = None
+    ends: list[_End] | None = None
+
+
+class _End(NamedTuple):
+    """A module call that ended without an end marker (`call_region`): where (the number
+    of equations traced when it returned), which call, the variables its body returned
+    (its changed state leaves, then its outputs; each defined by an equation of the
+    body), and how many are state."""
+
+    position: int
+    marker: CallMarker
+    outvars: tuple[Any, ...]
+    n_state_out: int
+
+
+#: Whether calls may end without an end marker: where jax keeps a variable for an output
+#: nothing reads (jax 0.10 on; 0.7 to 0.9 put a `DropVar` there, and a call's output
+#: would then name no variable of the jaxpr).
+ENDS_BY_POSITION = jax.__version_info__ >= (0, 10)
 
 
 def _tracing_eqns(trace: Any) -> list[Any] | None:
@@ -99,6 +119,7 @@ class _Positions(NamedTuple):
     record are then the jaxpr's. The outputs of each equation, by identity."""
 
     starts: list[tuple[int, CallMarker]]
+    ends: list[_End]
     lengths: list[int]  # of each equation's outputs
     outvars: list[Any]  # every equation's outputs, in order
 
@@ -115,7 +136,7 @@ class _Positions(NamedTuple):
                 return None
             lengths.append(len(found))
             outvars.extend(found)
-        return cls(recording.starts, lengths, outvars)
+        return cls(recording.starts, recording.ends or [], lengths, outvars)
 
     def matches(self, jaxpr: jex.Jaxpr) -> bool:
         """Whether `jaxpr` begins with these equations, in this order (an output nothing
@@ -131,6 +152,8 @@ class _Positions(NamedTuple):
             return False
         if all(map(operator.is_, found, self.outvars)):
             return True
+        if self.ends:  # a call's output must be the very variable its body defined
+            return False
         pairs = zip(found, self.outvars, strict=True)
         return all(a is b or a.__class__ is DropVar for a, b in pairs)
 
@@ -192,7 +215,9 @@ def call_region(
     leaf and every argument is recorded (`CallMarker.recorded_args`; no two of them one
     variable), no begin marker is bound at all: the call's start is the position of its
     first equation (`recording.starts`): a bind costs as much as any equation of the
-    trace (JAX's fixed price per bind, about 90,000 instructions on jax 0.10).
+    trace (JAX's fixed price per bind, about 90,000 instructions on jax 0.10). Such a
+    call that returns only distinct values its own equations computed binds no end
+    marker either (`_end_recorded`): its end is a position too (`recording.ends`).
     """
     recorded, operands, recorded_args = None, state_leaves, None
     if recording is not None and find_top_trace(()) is recording.trace:
@@ -202,9 +227,11 @@ def call_region(
             recorded_args = _record_args(arg_leaves, recording, recorded)
     n_state = len(operands)
     marker = CallMarker(info, n_state, recorded, recorded_args)
+    start = -1  # the call's position where it binds no begin marker
     if recorded_args is not None:  # every input recorded: no begin marker, a position
         assert recording is not None and recording.eqns is not None and recording.starts is not None
-        recording.starts.append((len(recording.eqns), marker))
+        start = len(recording.eqns)
+        recording.starts.append((start, marker))
         ins = arg_leaves
     else:
         ins = begin_p.bind(*operands, *arg_leaves, call=marker)
@@ -218,15 +245,58 @@ def call_region(
         ]
     new_state, out = fn(list(body_state), list(ins[n_state:]))
     if len(new_state) == len(body_state) and all(map(operator.is_, new_state, body_state)):
-        outs = end_p.bind(*out, call=marker, n_state_out=0)  # (no state changed)
-        return list(state_leaves), list(outs)
+        if start < 0 or not _end_recorded(recording, start, marker, (), out):  # type: ignore[arg-type]  # a start implies a recording
+            out = end_p.bind(*out, call=marker, n_state_out=0)  # (no state changed)
+        return list(state_leaves), list(out)
     position = {id(leaf): j for j, leaf in enumerate(body_state)}
     unchanged = [position.get(id(leaf)) for leaf in new_state]
     changed = [leaf for leaf, j in zip(new_state, unchanged, strict=True) if j is None]
-    outs = end_p.bind(*changed, *out, call=marker, n_state_out=len(changed))
+    if start >= 0 and _end_recorded(recording, start, marker, changed, out):  # type: ignore[arg-type]  # a start implies a recording
+        outs = [*changed, *out]
+    else:
+        outs = end_p.bind(*changed, *out, call=marker, n_state_out=len(changed))
     changed_outs = iter(outs[: len(changed)])
     final = [state_leaves[j] if j is not None else next(changed_outs) for j in unchanged]
     return final, list(outs[len(changed) :])
+
+
+def _end_recorded(
+    recording: _Recording,
+    start: int,
+    marker: CallMarker,
+    changed: Sequence[Any],
+    out: Sequence[Any],
+) -> bool:
+    """End the call that started at position `start` without an end marker, if the values
+    it returns (`changed` state leaves, then `out`) are distinct variables of
+    `recording`'s trace that equations of its body define: the caller then reads those
+    variables themselves, and the conversion gives the call fresh outputs in their place,
+    as an end marker's would be. Records the end (`recording.ends`) and returns True; else
+    False, and the call binds an end marker (for a value it returns twice, or unchanged,
+    or computed before it started, which only a marker tells apart from the call's own)."""
+    ends, eqns = recording.ends, recording.eqns
+    if ends is None or eqns is None:
+        return False
+    trace, tracer_class = recording.trace, recording.tracer_class
+    outvars = []
+    for leaf in (*changed, *out):
+        if leaf.__class__ is not tracer_class or getattr(leaf, "_trace", None) is not trace:
+            return False
+        var = getattr(leaf, "val", None)
+        if var.__class__ is not Var:
+            return False
+        outvars.append(var)
+    missing = set(outvars)
+    if len(missing) != len(outvars):
+        return False
+    position = i = len(eqns)
+    while missing and i > start:  # (the body's last equations define most outputs)
+        i -= 1
+        missing.difference_update(getattr(eqns[i], "outvars", ()))
+    if missing:
+        return False
+    ends.append(_End(position, marker, tuple(outvars), len(changed)))
+    return True
 
 
 def _record(
@@ -487,14 +557,15 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
                 trace = find_top_trace(flat)
                 eqns = _tracing_eqns(trace)
                 starts = [] if eqns is not None else None
-                recording = session.recording = _Recording(trace, type(flat[0]), eqns, starts)
+                ends = [] if eqns is not None and ENDS_BY_POSITION else None
+                recording = session.recording = _Recording(trace, type(flat[0]), eqns, starts, ends)
             full = list(every)
             for position, value in zip(traced, flat, strict=True):
                 full[position] = value
             call_args = in_tree.unflatten(full[:n_args])
             call_kwargs = kw_tree.unflatten(full[n_args:])
             out = fun(*call_args, **call_kwargs, **static_kwargs)
-            if recording is not None and recording.starts:
+            if recording is not None and (recording.starts or recording.ends):
                 out_store["starts"] = True
                 out_store["positions"] = _Positions.of(recording)
             out_leaves, out_store["tree"] = jax.tree_util.tree_flatten(out)
@@ -510,7 +581,7 @@ def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
                 return convert_closed(closed)
             if positions is None or not positions.matches(closed.jaxpr):
                 raise _StaleRecording  # (jax moved, dropped or rebuilt equations)
-            return convert(closed.jaxpr, closed.consts, positions.starts)
+            return convert(closed.jaxpr, closed.consts, positions.starts, positions.ends)
 
         with collector_paused():
             try:
@@ -595,20 +666,33 @@ def convert_closed(closed: jex.ClosedJaxpr) -> Block:
 
 
 def convert(
-    jaxpr: jex.Jaxpr, consts: Sequence[Any] = (), starts: Sequence[tuple[int, CallMarker]] = ()
+    jaxpr: jex.Jaxpr,
+    consts: Sequence[Any] = (),
+    starts: Sequence[tuple[int, CallMarker]] = (),
+    ends: Sequence[_End] = (),
 ) -> Block:
     """Convert an open jaxpr and its constants into a MoX block (see `convert_closed`).
 
     `starts`: `(position, marker)` of each call that has no begin marker (its first
     equation's index in `jaxpr.eqns`, in the order the calls started; see `call_region`).
+    `ends`: each of those calls that has no end marker either, in the order they ended
+    (at a position, a call ends before another starts).
 
     One pass takes every marker pair for a module call, as a trace's markers nearly always
     are; where one is not (its markers do not pair up, or one of its values escapes it),
     that pass stops and a first pass (`_find_calls`) picks the calls to keep."""
     try:
-        return _Converter(jaxpr, consts, None, starts).run()
+        return _Converter(jaxpr, consts, None, starts, ends).run()
     except _Dissolve:
-        return _Converter(jaxpr, consts, _find_calls(jaxpr, starts), starts).run()
+        return _Converter(jaxpr, consts, _find_calls(jaxpr, starts, ends), starts, ends).run()
+
+
+class _Ending(NamedTuple):
+    """What `_Converter.close` reads of an end marker, for a call that ended without one."""
+
+    invars: tuple[Any, ...]
+    outvars: tuple[Any, ...]
+    params: dict[str, Any]
 
 
 class _Dissolve(Exception):
@@ -635,24 +719,33 @@ class _Call:
 
 class _Kept(NamedTuple):
     """The module calls the conversion keeps (`_find_calls`): the indices of their marker
-    equations, and of their entries in `starts` (the calls without a begin marker)."""
+    equations, and of their entries in `starts` (the calls without a begin marker) and
+    `ends` (without an end marker)."""
 
     eqns: set[int]
     starts: set[int]
+    ends: set[int]
 
 
-def _find_calls(jaxpr: jex.Jaxpr, starts: Sequence[tuple[int, CallMarker]] = ()) -> _Kept:
-    """The marker equations and starts that delimit module calls (the others dissolve).
+def _find_calls(
+    jaxpr: jex.Jaxpr,
+    starts: Sequence[tuple[int, CallMarker]] = (),
+    call_ends: Sequence[_End] = (),
+) -> _Kept:
+    """The marker equations, starts and ends that delimit module calls (the others
+    dissolve).
 
     A call is kept when its begin (or start) and end markers pair up and no value defined
     between them is used after its end other than through the end marker. A start reads
-    its recorded variables, as a begin marker reads its operands.
+    its recorded variables, as a begin marker reads its operands; an end without a marker
+    reads the variables it returns, which are then its caller's.
     """
     stack: list[_Call] = []
     defined_in: dict[Any, _Call] = {}
     begins: dict[int, _Call] = {}
     started: dict[int, _Call] = {}
     ends: dict[int, _Call] = {}
+    ended: dict[int, _Call] = {}  # by index in `call_ends`
 
     def use(atoms: Sequence[Any]) -> None:
         for atom in atoms:
@@ -663,11 +756,35 @@ def _find_calls(jaxpr: jex.Jaxpr, starts: Sequence[tuple[int, CallMarker]] = ())
                 call.kept = False
                 call = call.parent
 
+    def end(k: int, call_end: _End) -> _Call | None:
+        """The call of `call_end` ends (see `_End`); returns the innermost open call."""
+        use(call_end.outvars)
+        marker = call_end.marker
+        if any(c.marker is marker for c in stack):
+            while stack[-1].marker is not marker:  # its inner ends were dropped
+                lost = stack.pop()
+                lost.open = lost.kept = False
+            call = stack.pop()
+            call.open = False
+            ended[k] = call
+        caller = stack[-1] if stack else None
+        for var in call_end.outvars:  # the caller's own now
+            if caller is not None:
+                defined_in[var] = caller
+            else:
+                defined_in.pop(var, None)
+        return caller
+
     top: _Call | None = None  # the innermost open call (`stack[-1]`)
     defined_in_get = defined_in.get
     pending = iter(enumerate(starts))
     next_start = next(pending, None)
+    pending_ends = iter(enumerate(call_ends))
+    next_end = next(pending_ends, None)
     for index, eqn in enumerate(jaxpr.eqns):
+        while next_end is not None and next_end[1].position == index:
+            top = end(*next_end)
+            next_end = next(pending_ends, None)
         while next_start is not None and next_start[1][0] == index:
             k, (_, marker) = next_start
             use([v for v in _recorded_inputs(marker) if v is not None])
@@ -698,14 +815,18 @@ def _find_calls(jaxpr: jex.Jaxpr, starts: Sequence[tuple[int, CallMarker]] = ())
         if top is not None:  # `define`
             for atom in eqn.outvars:
                 defined_in[atom] = top
+    while next_end is not None:  # calls that ended after the last equation
+        top = end(*next_end)
+        next_end = next(pending_ends, None)
     use(jaxpr.outvars)
     for call in stack:  # never ended
         call.kept = False
-    paired = {id(c) for c in ends.values()}
+    paired = {id(c) for c in (*ends.values(), *ended.values())}
     return _Kept(
         {i for i, c in begins.items() if c.kept and id(c) in paired}
         | {i for i, c in ends.items() if c.kept},
         {k for k, c in started.items() if c.kept and id(c) in paired},
+        {k for k, c in ended.items() if c.kept},
     )
 
 
@@ -748,10 +869,12 @@ class _Converter:
         consts: Sequence[Any],
         calls: _Kept | None,
         starts: Sequence[tuple[int, CallMarker]] = (),
+        ends: Sequence[_End] = (),
     ) -> None:
         self.jaxpr = jaxpr
         self.calls = calls
         self.starts = starts
+        self.ends = ends
         self.const_values = dict(zip(jaxpr.constvars, consts, strict=True))
         self.subst: dict[Any, Any] = {}  # dissolved markers and pruned state outputs
         #: scope defining each var (root vars: absent; `_ELSEWHERE`: see `resolve`)
@@ -771,7 +894,14 @@ class _Converter:
         nodes = scope.nodes
         starts, k = self.starts, 0
         next_start = starts[0][0] if starts else -1
+        ends, e = self.ends, 0
+        next_end = ends[0].position if ends else -1
         for index, eqn in enumerate(self.jaxpr.eqns):
+            while next_end == index:  # calls that end here, without a marker
+                scope = self.end_call(scope, e)
+                nodes = scope.nodes
+                e += 1
+                next_end = ends[e].position if e < len(ends) else -1
             while next_start == index:  # calls that start here, without a marker
                 if calls is None or k in calls.starts:
                     scope = _Scope(scope, None, starts[k][1])
@@ -819,24 +949,43 @@ class _Converter:
             if scope is not root:
                 for atom in outvars:
                     owner[atom] = scope
+        for last in range(e, len(ends)):  # calls that end after the last equation
+            scope = self.end_call(scope, last)
         if scope is not root:
             raise _Dissolve  # a begin without its end (`calls` is then `None`)
         outvars = tuple(self.resolve(a, self.root) for a in self.jaxpr.outvars)
         return self.block(self.root, tuple(self.jaxpr.invars), outvars)
+
+    def end_call(self, scope: _Scope, k: int) -> _Scope:
+        """Finish the call of `self.ends[k]` (which has no end marker) as `close` does at
+        an end marker: the call gets fresh outputs, and its caller's readers of the
+        variables the body returned read those instead. Returns the enclosing scope."""
+        end = self.ends[k]
+        if self.calls is not None and k not in self.calls.ends:
+            return scope  # dissolved: what its body defined is its caller's
+        if self.calls is None and scope.marker is not end.marker:
+            raise _Dissolve  # some inner call did not pair up
+        fresh = tuple(jex.Var(v.aval) for v in end.outvars)
+        params = {"call": end.marker, "n_state_out": end.n_state_out}
+        parent = self.close(scope, _Ending(end.outvars, fresh, params))
+        for var, new in zip(end.outvars, fresh, strict=True):
+            self.substitute(var, new)
+            self.owner[new] = parent  # (at the root too: `defines` knows it then)
+        return parent
 
     def enter_recorded(self, scope: _Scope, marker: CallMarker) -> None:
         """Give the body of `scope` a fresh input for each state variable and argument its
         marker recorded (`CallMarker.recorded`, `recorded_args`): the first entries of
         `scope.closed`, so that `resolve` rewrites the body's readers of the variable to
         read the input."""
-        parent, closed, owner, subst = scope.parent, scope.closed, self.owner, self.subst
+        parent, closed, owner = scope.parent, scope.closed, self.owner
         assert parent is not None
         in_parent = parent.closed.get  # (mostly the parent's own recorded state)
         count = 0
         for var in _recorded_inputs(marker):
             if var is None:
                 continue
-            var = subst.get(var, var)
+            var = self.find(var)
             found = in_parent(var)
             if found is not None:
                 outer = found[1]
@@ -868,7 +1017,12 @@ class _Converter:
         return var in self.root_defined
 
     def find(self, atom: Any) -> Any:
-        return self.subst.get(atom, atom) if isinstance(atom, Var) else atom
+        """What `atom` stands for: itself, or what substituted it (in turn, where a call's
+        output substituted the variable that substituted it)."""
+        subst = self.subst
+        while isinstance(atom, Var) and atom in subst:
+            atom = subst[atom]
+        return atom
 
     def own(self, atoms: Sequence[Any], scope: _Scope) -> None:
         if scope is not self.root:
@@ -879,7 +1033,7 @@ class _Converter:
         """Raise `_Dissolve` if one of `atoms` was defined in a call that has ended."""
         for atom in atoms:
             if atom.__class__ is not Literal:
-                if self.owner.get(self.subst.get(atom, atom), self.root).done:
+                if self.owner.get(self.find(atom), self.root).done:
                     raise _Dissolve
 
     def dissolve(self, eqn: jex.JaxprEqn) -> None:
@@ -896,7 +1050,8 @@ class _Converter:
         that carries it in through every call between its definition and `scope`."""
         if atom.__class__ is Literal:
             return atom
-        atom = self.subst.get(atom, atom)
+        if atom in self.subst:
+            atom = self.find(atom)
         if not isinstance(atom, Var):  # a dissolved marker forwarded a literal
             return atom
         if atom in self.const_values:
@@ -943,7 +1098,7 @@ class _Converter:
             )
         return equation_node(eqn, self.params_jaxprs)
 
-    def close(self, scope: _Scope, end: jex.JaxprEqn) -> _Scope:
+    def close(self, scope: _Scope, end: jex.JaxprEqn | _Ending) -> _Scope:
         """Finish the module call of `scope` at its end marker; return the enclosing scope."""
         begin, marker, parent = scope.begin, scope.marker, scope.parent
         assert marker is not None and parent is not None
