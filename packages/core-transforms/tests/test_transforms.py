@@ -570,3 +570,28 @@ def test_jit_writes_back_a_dict_value_written_in_place() -> None:
     step(v)
     assert set(v.get_value()) == {"a", "b"}
     np.testing.assert_allclose(v["a"], 2.0)
+
+
+class Indexed(Object):
+    def __init__(self) -> None:
+        self.linear = Linear(2, 2)
+        self.index = Param(jnp.array([1, 0]))  # an integer array (Equinox: every array a Param)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.linear(x)[:, self.index.value]
+
+
+def test_grad_of_an_integer_state_leaf_names_its_path_and_the_fix() -> None:
+    model = Indexed()
+
+    def loss(model: Indexed, x: jax.Array) -> jax.Array:
+        return model(x).sum()
+
+    with pytest.raises(
+        TypeError, match=r"path \('index',\) of argument 0, an array of int32.*wrt="
+    ):
+        grad(loss)(model, X)
+    grads = grad(loss, wrt=lambda path, v: path[-1] in ("kernel", "bias"))(model, X)
+    assert set(grads.flat_state()) == {("linear", "kernel"), ("linear", "bias")}
+    with pytest.raises(TypeError, match="unsupported operand"):  # other TypeErrors unchanged
+        grad(lambda model, x: model(x).sum() + "1")(Block(), X)

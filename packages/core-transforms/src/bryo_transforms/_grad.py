@@ -253,9 +253,13 @@ def _grad_core(
             groups, direct, out_plan = collect(inner, aux, grouping)
             return loss, (groups, direct, Static(out_plan))
 
-        (loss, (groups, direct, static)), grads = jax.value_and_grad(
-            pure, has_aux=True, **jax_kwargs
-        )(split.values, split.rest_leaves, split.rest_arrays)
+        try:
+            (loss, (groups, direct, static)), grads = jax.value_and_grad(
+                pure, has_aux=True, **jax_kwargs
+            )(split.values, split.rest_leaves, split.rest_arrays)
+        except TypeError as error:
+            _explain_integer_inputs(error, plan, split, per_root, jax_kwargs)
+            raise
         aux = apply(plan, static.value, groups, direct)
         leaf_grads = dict(zip(diff_ks, grads[: len(diff_ks)], strict=False))
         array_grads = list(arrays)
@@ -267,6 +271,28 @@ def _grad_core(
         return loss, aux, result
 
     return run
+
+
+def _explain_integer_inputs(
+    error: TypeError, plan: CallPlan, split: DiffSplit, per_root: dict, jax_kwargs: dict
+) -> None:
+    """Raise a `TypeError` naming the differentiated State leaf that is not a float (JAX's
+    own error names no path), if there is one; return otherwise (the caller re-raises)."""
+    if jax_kwargs.get("allow_int") or jax_kwargs.get("holomorphic"):
+        return
+    values = dict(zip(split.diff_ks, split.values, strict=False))
+    for j, entries in sorted(per_root.items()):
+        for path, k in entries:
+            dtype = getattr(values.get(k), "dtype", None)
+            if dtype is not None and not jax.numpy.issubdtype(dtype, jax.numpy.inexact):
+                argument = plan.sig.root_places[j].argument
+                raise TypeError(
+                    f"`grad` would differentiate the state at path {path!r} of argument "
+                    f"{argument!r}, an array of {dtype}, and JAX differentiates only "
+                    "floating-point values. Leave it out with `wrt=` (a filter that does not "
+                    "select it; for an Equinox model `wrt=eqx.is_inexact_array` differentiates "
+                    "what `eqx.filter_grad` does), or pass `allow_int=True`."
+                ) from error
 
 
 def _plain_argnums(argnums: int | DiffState | Sequence[int | DiffState]) -> int | Sequence[int]:
