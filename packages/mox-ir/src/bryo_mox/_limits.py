@@ -49,6 +49,14 @@ class Limits:
             a load may rebuild by tracing them with JAX; bounds the time and memory of a
             file whose equations all differ (a model's file has a few dozen: a
             transformer's of any depth 46).
+        max_trace_ports: how many inputs and outputs the equations a load traces may
+            have together; bounds the time and memory of tracing and lowering them (about
+            50 µs a port: an equation of 500,000 inputs took 8 s and 550 MB to trace). A
+            transformer's file of any depth traces 117.
+        max_types: how many distinct type strings (`f32[2,3]`) a file may use; bounds
+            the abstract values made for them (a transformer's file of any depth has 23).
+        max_literals: how many distinct scalar literal values (by value and type) a file
+            may use; bounds the arrays made for them (a transformer's file has 9).
     """
 
     max_bytes: int = 256 * (1 << 20)
@@ -56,6 +64,9 @@ class Limits:
     max_nodes: int = 2_000_000
     array_bytes: int | None = None
     max_traces: int = 5_000
+    max_trace_ports: int = 20_000
+    max_types: int = 100_000
+    max_literals: int = 100_000
 
     def array_budget(self, file_bytes: int) -> int:
         """The array budget of a file of `file_bytes` bytes."""
@@ -72,6 +83,9 @@ class Budget:
         self.file_bytes = file_bytes
         self.array_bytes_left = limits.array_budget(file_bytes)
         self.traces = 0
+        self.trace_ports = 0
+        self.types = 0
+        self.literals = 0
 
     def check_size(self, **where: Any) -> None:
         """Refuse a file larger than `max_bytes`."""
@@ -100,8 +114,9 @@ class Budget:
                 **where,
             )
 
-    def spend_trace(self, what: str, **where: Any) -> None:
-        """Count one equation traced to rebuild it, refusing past `max_traces`."""
+    def spend_trace(self, what: str, ports: int = 0, **where: Any) -> None:
+        """Count one equation of `ports` inputs and outputs traced to rebuild it,
+        refusing past `max_traces` equations or `max_trace_ports` ports."""
         self.traces += 1
         if self.traces > self.limits.max_traces:
             raise MoxLimitError(
@@ -109,6 +124,36 @@ class Budget:
                 f"the limit of {self.limits.max_traces} (a model's file has a few dozen); "
                 "pass `limits=Limits(max_traces=...)` to read it.",
                 **where,
+            )
+        self.trace_ports += ports
+        if self.trace_ports > self.limits.max_trace_ports:
+            raise MoxLimitError(
+                f"{what} has {ports} inputs and outputs to trace, which would bring those "
+                f"of the equations the file rebuilds to {self.trace_ports}, over the limit "
+                f"of {self.limits.max_trace_ports} (a model's file traces a few hundred); "
+                "pass `limits=Limits(max_trace_ports=...)` to read it.",
+                **where,
+            )
+
+    def count_type(self, text: str) -> None:
+        """Count one distinct type string, refusing past `max_types`."""
+        self.types += 1
+        if self.types > self.limits.max_types:
+            raise MoxLimitError(
+                f"the type {text!r:.60} would be distinct type number {self.types} of the "
+                f"file, over the limit of {self.limits.max_types} (a model's file has a "
+                "few dozen); pass `limits=Limits(max_types=...)` to read it."
+            )
+
+    def count_literal(self, value: Any, type_text: str) -> None:
+        """Count one distinct scalar literal value, refusing past `max_literals`."""
+        self.literals += 1
+        if self.literals > self.limits.max_literals:
+            raise MoxLimitError(
+                f"the literal {value!r:.40} of type {type_text} would be distinct literal "
+                f"number {self.literals} of the file, over the limit of "
+                f"{self.limits.max_literals} (a model's file has a few dozen); pass "
+                "`limits=Limits(max_literals=...)` to read it."
             )
 
     def spend_array(self, nbytes: int, what: str, **where: Any) -> None:

@@ -580,6 +580,7 @@ class _Builder:
             raise MoxSerializationError(
                 f"a `type` must be a string such as 'f32[2,3]', got {text!r:.40}."
             )
+        self.budget.count_type(text)
         sds = parse_type(text)
         itemsize = 4 if is_key_dtype(sds.dtype) else np.dtype(sds.dtype).itemsize
         array_nbytes(tuple(sds.shape), itemsize)
@@ -596,6 +597,7 @@ class _Builder:
         key = (value_key(value), aval)
         hit = self.literals.get(key)
         if hit is None:
+            self.budget.count_literal(value, type_str(aval))
             hit = self.literals[key] = _literal(value, aval)
         # a strongly typed literal is a 0-d array: each Literal gets its own
         return hit.copy() if isinstance(hit, np.ndarray) else hit
@@ -724,7 +726,8 @@ class _Builder:
 
     def trace(self, node: DocNode, fn: Callable[..., Any], ins: Sequence[Atom]) -> jex.ClosedJaxpr:
         """`jax.make_jaxpr(fn)` on the types of `ins`; errors name the node."""
-        self.budget.spend_trace(f"equation `{node.tag}`", **_where(node.source))
+        # (located by `locate_error` at the node being built: `self.at`)
+        self.budget.spend_trace(f"equation `{node.tag}`", len(ins) + len(node.outputs))
         avals = [
             jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
             for aval in map(array_aval, ins)

@@ -176,6 +176,9 @@ def _unpickle(format: str, data: str | bytes, fields: dict[str, Any]) -> Mox:
         max_bytes=max(Limits.max_bytes, 4 * size),
         max_nodes=max(Limits.max_nodes, size),
         max_traces=max(Limits.max_traces, size),
+        max_trace_ports=max(Limits.max_trace_ports, size),
+        max_types=max(Limits.max_types, size),
+        max_literals=max(Limits.max_literals, size),
     )
     loaded = _read(serializer_for(format), data, limits)
     return Mox(loaded.block, **fields)

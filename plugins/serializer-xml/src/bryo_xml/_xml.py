@@ -65,6 +65,8 @@ _ENCODING = re.compile(rb"""^\s*<\?xml[^>]*?encoding\s*=\s*["']([^"']*)["']""")
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 #: The element of each kind of port (`PortAt.kind`).
 _PORT_TAGS = {"inputs": "input", "outputs": "output", "results": "outputs"}
+#: What `_Reader.literal` returns for a port that is not a plain literal.
+_NOT_PLAIN: Any = object()
 
 
 _ESCAPES = {
@@ -319,6 +321,8 @@ class _Reader:
         # the common ports (a type, a name) share one source, found from their node on
         # an error (`_Text.port`): a port keeps neither its element nor its line
         shared = new_source((None, None, None, PORT_LIST, self.text.port))
+        # one string per distinct type text: ports repeat a few dozen
+        types: dict[Any, Any] = {}  # (lxml's texts are typed str | bytes: str here)
         stack = [(root, top, 1)]
         while stack:
             element, doc, depth = stack.pop()
@@ -347,7 +351,14 @@ class _Reader:
                 if len(items) == 1 and items[0][0] == "type":  # most ports: a type, a name
                     name = child.text
                     if name and not name.isspace():
-                        into.append(Port(name.strip(), items[0][1], None, None, shared))  # type: ignore[arg-type]  # str: the text is parsed as UTF-8
+                        type_ = types.setdefault(items[0][1], items[0][1])
+                        into.append(Port(name.strip(), type_, None, None, shared))  # type: ignore[arg-type]  # str: the text is parsed as UTF-8
+                        continue
+                elif len(items) == 2 and items[1][0] == "value" and items[0][0] == "type":
+                    literal = self.literal(child, items[1][1])  # type: ignore[arg-type]
+                    if literal is not _NOT_PLAIN:  # a literal: a type, a value, no name
+                        type_ = types.setdefault(items[0][1], items[0][1])
+                        into.append(Port(None, type_, literal, None, shared))
                         continue
                 into.append(self.port(child))
         return top
@@ -366,6 +377,17 @@ class _Reader:
                 raise source.error("<eqn> needs a string `primitive` attribute")
         # the lists given, not made by the dataclass's factories (a node per element)
         return DocNode(tag, attrs, [], [], [], [], [], source=source, attrs_key=items)
+
+    def literal(self, element: etree._Element, text: str) -> Any:
+        """The value of a literal port (`value` text, no name), or `_NOT_PLAIN` for a
+        port `port` must read (one with a name, or a value it refuses, located)."""
+        name = element.text
+        if name and not name.isspace():
+            return _NOT_PLAIN
+        try:
+            return self.attr(text)
+        except MoxError:
+            return _NOT_PLAIN
 
     def port(self, element: etree._Element) -> Port:
         """A port (`read` reads the common ones, a type and a name, itself)."""
