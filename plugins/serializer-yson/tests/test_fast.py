@@ -19,7 +19,7 @@ from bryo_mox.document import Budget, Limits, loading, port_source
 from bryo_mox.testing import MLP, Linear
 from bryo_yson import _fast, _lines, _yson
 from bryo_yson._fast import read_fast
-from bryo_yson._text import Attributed, Reader, quote, scalar
+from bryo_yson._text import Attributed, Reader, _first_over, quote, scalar
 
 MAX_NESTING = 100
 DEFAULT = Limits()
@@ -150,6 +150,54 @@ def test_mutated_texts_are_read_the_same_or_left_to_the_exact_reader(text, data)
         else:
             raw[at:at] = what
     agree(bytes(raw))
+
+
+def at_most_what_the_exact_reader_counts(raw: bytes) -> None:
+    """`_first_over`'s bound of the values stays within what `Reader` counts."""
+    reader = Reader(raw, Budget(DEFAULT, len(raw)), MAX_NESTING)
+    try:
+        reader.parse()
+    except MoxSerializationError:
+        return
+    assert _first_over(raw, reader.values) is None, raw
+
+
+@settings(max_examples=300, deadline=None)
+@given(_texts(), st.data())
+def test_the_lower_bound_of_values_never_passes_the_count(text, data):
+    raw = text.encode("utf-8", "surrogatepass")
+    at_most_what_the_exact_reader_counts(raw)
+    at = data.draw(st.integers(0, len(raw)))
+    what = data.draw(st.sampled_from([b"=", b"#", b'"', b"\\", b'\\"', b"<", b"[", b"x", b"1"]))
+    at_most_what_the_exact_reader_counts(raw[:at] + what + raw[at:])
+
+
+@pytest.mark.parametrize("escape", [False, True])
+def test_a_file_of_too_many_values_is_refused_before_it_is_read_value_by_value(
+    toy, monkeypatch, escape
+):
+    model = MLP((4,) * 9, key=jax.random.key(0))
+    text = yax.dumps(yax.make_mox(lambda m, v: m(v))(model, jnp.ones((2, 4))), "yson")
+    if escape:  # outside the fast readers' subset: only the exact reader reads it
+        text = text.replace('"name"="a"', '"name"="\\x61"', 1)
+    assert isinstance(text, str)
+    limits = Limits(max_nodes=300)
+
+    def value_by_value(self: Reader) -> Any:
+        raise AssertionError("read value by value (seconds for a file of millions)")
+
+    monkeypatch.setattr(Reader, "parse", value_by_value)
+    with pytest.raises(MoxLimitError, match=r"more than 300 nodes .*max_nodes") as info:
+        yax.loads(text, "yson", limits=limits)
+    # located where the values read so far are surely more than the limit
+    line = info.value.line
+    assert line is not None and 1 < line < text.count("\n")
+    position = info.value.position
+    assert position is not None
+    monkeypatch.undo()
+    with pytest.raises(MoxLimitError) as exact_info:  # the exact reader: a little before
+        Reader(text.encode(), Budget(limits, len(text)), MAX_NESTING).parse()
+    assert exact_info.value.line is not None and exact_info.value.line <= line
 
 
 def test_the_files_dumps_writes_take_the_fast_path(toy):

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import numpy as np
+
 from bryo_mox import MoxLimitError, MoxSerializationError
 from bryo_mox.document import Budget, Source, decode
 
@@ -149,6 +151,15 @@ class Reader:
                 raise self.fail(f"{text[:40]!r} does not fit a 64-bit integer", offset, stack)
             return int(text)
         return float(text)
+
+    def check_value_count(self) -> None:
+        """Refuse a text that surely holds more than `max_nodes` values before reading
+        it value by value (which would take seconds to get there), located where a
+        lower bound of the values read so far passes the limit (see `_first_over`)."""
+        limit = self.budget.limits.max_nodes
+        offset = _first_over(self.raw, limit + 1)  # (+1: a key counted before its `=`)
+        if offset is not None:
+            self.budget.check_nodes(limit + 1, **self.where(offset))
 
     def locate(self, source: Source) -> Source:
         """`source` (whose `hint` is a byte offset) with its line and column."""
@@ -356,6 +367,44 @@ def scalar(value: bool | int | float | str | None) -> str:
         text = repr(value)
         return text if ("." in text or "e" in text) else text + "."
     return quote(value)
+
+
+_QUOTE = ord('"')
+_ESCAPED = re.compile(rb"\\.", re.DOTALL)
+#: `_first_over`'s count of each byte outside strings: +1 for a value's opener or `#`,
+#: -1 for `=` (the key before it is a string that is no value)
+_VALUE_STEP = np.zeros(256, np.int8)
+_VALUE_STEP[list(b"[{<#")] = 1
+_VALUE_STEP[ord("=")] = -1
+#: Bytes `_first_over` looks at at once (its memory: some 30 bytes per byte of a chunk).
+_COUNT_CHUNK = 1 << 20
+
+
+def _first_over(raw: bytes, limit: int) -> int | None:
+    """The offset where a lower bound of the values `Reader.parse` counts passes
+    `limit`, or `None` when the whole text stays within it.
+
+    `parse` counts openers (`[`, `{`, `<`), `#` and scalars that are not map keys; the
+    bound counts openers, `#` and quoted strings, less one per `=` (each follows a key,
+    quoted or not). Strings are found by the parity of the quotes before each byte, after
+    escapes are blanked (so `\\"` is no quote); counted with numpy, a chunk at a time."""
+    if b"\\" in raw:
+        raw = _ESCAPED.sub(b"__", raw)
+    codes = np.frombuffer(raw, np.uint8)
+    total, parity = 0, 0
+    for begin in range(0, codes.size, _COUNT_CHUNK):
+        chunk = codes[begin : begin + _COUNT_CHUNK]
+        quotes = chunk == _QUOTE
+        inside = ((np.cumsum(quotes, dtype=np.int64) + parity) & 1).astype(np.bool_)
+        steps = np.where(inside | quotes, 0, _VALUE_STEP[chunk]).astype(np.int64)
+        steps += quotes & inside  # an opening quote: a string
+        running = np.cumsum(steps) + total
+        over = np.flatnonzero(running > limit)
+        if over.size:
+            return begin + int(over[0])
+        total = int(running[-1]) if running.size else total
+        parity = int(inside[-1]) if inside.size else parity
+    return None
 
 
 def _group(match: re.Match[bytes]) -> str:

@@ -12,7 +12,9 @@ Reading builds the document line by line when the text is in the layout `dumps` 
 of the text (`_fast.fast_json`: limits checked before `json.loads` allocates anything)
 when it can (`_JsonBuilder`); any other text, and any error, goes through the bounded reader of
 `_text` (text YSON only; size, nesting and value count checked as it reads, so memory
-stays proportional to what the limits allow) and `_Builder`, iteratively. Every error
+stays proportional to what the limits allow) and `_Builder`, iteratively. That reader
+reads a few MB a second, so a text surely over `max_nodes` values (a count of its
+punctuation in numpy, `Reader.check_value_count`) is refused before it. Every error
 names the line, column and the path of the value in the YSON tree (`/0/3/@inputs/1`:
 the second input of the fourth child of the first child). Files written by `yt.yson`
 (its pretty format) read the same.
@@ -200,6 +202,7 @@ def loads(data: str | bytes) -> DocNode:
         if doc is not None:
             return doc
         budget.array_bytes_left = spent  # the exact reader counts the arrays again
+    reader.check_value_count()
     return _Builder(reader.locate).document(reader.parse())
 
 
