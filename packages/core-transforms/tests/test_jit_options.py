@@ -195,3 +195,30 @@ def test_variables_holding_pytrees_of_arrays_come_back_from_jit():
     step(model, jnp.ones((1, 2)))
     seen = model.seen.get_value()
     assert len(seen) == 2 and float(seen[1].sum()) == 4.0
+
+
+def test_jit_of_a_module_takes_it_as_an_argument_not_a_constant() -> None:
+    # As `eqx.filter_jit(model)`: Flax NNX's `nnx.jit(model)` bakes the weights in, so a
+    # later update goes unseen and a layer writing its state raises.
+    from bryo_transforms import jit
+
+    class Scaled(Object):
+        def __init__(self) -> None:
+            self.w = Param(jnp.ones(2))
+            self.calls = BatchStat(jnp.array(0))
+
+        def __call__(self, x: jax.Array, double: bool = False) -> jax.Array:
+            self.calls.value = self.calls.value + 1
+            y = x * self.w.value
+            return y + y if double else y
+
+    model = Scaled()
+    forward = jit(model, static_argnames="double")
+    np.testing.assert_array_equal(forward(jnp.ones(2)), np.ones(2))
+    model.w.value = jnp.full(2, 3.0)
+    np.testing.assert_array_equal(forward(jnp.ones(2)), np.full(2, 3.0))  # not the old w
+    np.testing.assert_array_equal(forward(jnp.ones(2), double=True), np.full(2, 6.0))
+    assert int(model.calls.value) == 3  # written back
+    by_position = jit(model, static_argnums=1)  # the call's own argument 1, `double`
+    np.testing.assert_array_equal(by_position(jnp.ones(2), True), np.full(2, 6.0))
+    assert "3.0" not in forward.lower(jnp.ones(2)).as_text()  # no weight constant

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import jax
 
-from bryo_graph import Variable, check_tree, iter_graph
+from bryo_graph import Variable, check_tree, is_graph_node, iter_graph
 from bryo_pytree import is_array_like
 
 from ._apply import apply
@@ -392,6 +392,8 @@ def jit(
             return BoundJit(given, inputs, simple.pure, simple.jit_kwargs, simple.prepare).prepare
 
         return Jitted(f, simple.prepare, bind)  # type: ignore[return-value]  # Jitted calls like f (and adds lower/eval_shape)
+    if is_graph_node(f):
+        return _jit_module(f, argnums, argnames, in_shardings, donated, options, jit_kwargs)  # type: ignore[return-value]  # Jitted calls like f (its model given)
     unsupported = sorted(set(jit_kwargs) & _JIT_UNSUPPORTED)
     if unsupported:
         raise TypeError(
@@ -410,6 +412,36 @@ def jit(
         jit_kwargs,
     )
     return Jitted(f, graph_jit.prepare)  # type: ignore[return-value]  # Jitted calls like f (and adds lower/eval_shape)
+
+
+def _call_module(module: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    return module(*args, **kwargs)
+
+
+def _jit_module(
+    module: Any,
+    argnums: tuple[int, ...],
+    argnames: tuple[str, ...],
+    in_shardings: object,
+    donated: tuple[int, ...],
+    options: dict[str, Any],
+    jit_kwargs: dict[str, Any],
+) -> Jitted:
+    """`jit(model)`: the model is an argument, as `eqx.filter_jit(model)` makes it, not a
+    constant closed over (Flax NNX's `nnx.jit(model)`: the weights are baked into the
+    compiled function, so an update of the model afterwards goes unseen, and a layer
+    writing its state raises). Argument numbers and shardings count the call's own
+    arguments, so they move by one past the model."""
+    shardings = in_shardings
+    if isinstance(in_shardings, tuple | list):
+        shardings = (None, *in_shardings)
+    lifted = dict(options, in_shardings=shardings)
+    lifted |= {
+        "static_argnums": tuple(n + 1 if n >= 0 else n for n in argnums),
+        "static_argnames": argnames,
+        "donate_argnums": tuple(n + 1 if n >= 0 else n for n in donated),
+    }
+    return jit(_call_module, **lifted, **jit_kwargs).partial(module)
 
 
 def jit_partial(f: Callable[..., Any], *partial_args: Any, **jit_options: Any) -> Jitted:
