@@ -174,6 +174,26 @@ def test_repeated_literals_load_with_their_own_types_and_arrays():
     assert len(strong) >= 2 and len({id(v) for v in strong}) == len(strong)
 
 
+@given(
+    st.one_of(
+        st.floats().map(repr),
+        st.integers(-(2**70), 2**70).map(str),
+        st.text(alphabet="0123456789.-+eE_ ", max_size=22),
+    )
+)
+def test_plain_numbers_are_read_as_ast_reads_them(text):
+    import ast
+
+    from bryo_mox._codec import _eval, plain_number
+
+    number = plain_number(text)
+    if number is None:
+        return
+    want = _eval(ast.parse(text, mode="eval").body)
+    assert type(number) is type(want) and repr(number) == repr(want)
+    assert repr(decode(text)) == repr(decode_attr(text)) == repr(number)
+
+
 def test_attribute_texts_are_decoded_once_per_process_and_arrays_each_time(monkeypatch):
     from bryo_mox import clear_caches, document
 
@@ -186,7 +206,8 @@ def test_attribute_texts_are_decoded_once_per_process_and_arrays_each_time(monke
     assert first(dims) == second(dims) == (((1,), (0,)), ((), ()))
     assert first(name) == second(name) == "relu"
     assert second("1") == 1 and second("True") is True and second("None") is None
-    assert calls == [dims, name, "1", "True", "None"]  # the second file found them decoded
+    # the second file found them decoded; a plain number is read without decode_attr
+    assert calls == [dims, name, "True", "None"]
     array = "array('AACAPw==', dtype('float32'), (1,))"
     a, b = first(array), second(array)
     assert a is not b and calls.count(array) == 2  # made and counted by each load

@@ -178,11 +178,21 @@ def decode_array(
     return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
 
 
+def plain_number(text: str) -> int | float | None:
+    """`decode(text)` when `text` is a plain decimal int or float (as `repr` writes them),
+    read without `ast` (10x faster: a file may hold a literal value per equation); else
+    `None`."""
+    number = _PLAIN_NUMBER.fullmatch(text)
+    if number is None:
+        return None
+    return float(text) if number.group(1) or number.group(2) else int(text)
+
+
 def decode(text: str) -> Any:
     """Parse text written by `encode`. Raises `MoxError` for anything else."""
-    number = _PLAIN_NUMBER.fullmatch(text)
-    if number is not None:  # what `ast` reads it as, without parsing it (10x faster)
-        return float(text) if number.group(1) or number.group(2) else int(text)
+    number = plain_number(text)
+    if number is not None:
+        return number
     compact = _COMPACT_ARRAY.match(text)
     if compact is not None:
         return _compact_array(*compact.groups())

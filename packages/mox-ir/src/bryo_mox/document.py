@@ -49,7 +49,7 @@ from bryo_pytree import BoundedCache, PyTreeDef
 from ._attrs import CUSTOM_ATTRS as CUSTOM_ATTRS
 from ._attrs import JIT_ATTRS as JIT_ATTRS
 from ._attrs import RESERVED_TAGS, equation_attrs, is_xml_name, module_attrs, tree_example
-from ._codec import Unencodable
+from ._codec import Unencodable, plain_number
 from ._codec import decode as decode
 from ._codec import decode_array as decode_array
 from ._codec import decode_attr as decode_attr
@@ -230,6 +230,9 @@ def read_const(name: str, type: str, text: str, source: Source | None = None) ->
 #: 512 characters.
 _DECODED_ATTRS: BoundedCache[tuple[Any]] = BoundedCache(4096)
 _MAX_DECODED_ATTR_TEXT = 512
+#: Plain numbers (`plain_number`) an `AttrReader` keeps at most: a model's file repeats a
+#: few dozen literal values.
+_MAX_FILE_NUMBERS = 1 << 12
 
 
 class AttrReader:
@@ -282,6 +285,11 @@ class AttrReader:
             return self._cache[text]
         except KeyError:
             pass
+        number = plain_number(text)
+        if number is not None:  # read without `ast`, kept for this file only, and only
+            if len(self._cache) < _MAX_FILE_NUMBERS:  # the first ones: a hostile file
+                self._cache[text] = number  # may hold a literal value per equation
+            return number
         shared = len(text) <= _MAX_DECODED_ATTR_TEXT
         found = _DECODED_ATTRS.get(text) if shared else None
         if found is not None:
