@@ -397,3 +397,17 @@ def test_errors_of_built_in_node_types_pass_as_they_are(bryo_plugin_manager):
     with pytest.raises(ZeroDivisionError) as raised:
         split(_model())
     assert not isinstance(raised.value, PluginCallbackError)
+
+
+def test_a_graph_error_a_backend_raises_is_its_message_and_passes(bryo_plugin_manager):
+    """A backend telling the user what to change raises a GraphError: not named as the
+    plugin's bug (Equinox's backend refuses an `update` it cannot do so)."""
+    from bryo_plugins import PluginCallbackError
+
+    def refuses(node):
+        raise GraphError("split the State the last call returned")
+
+    bryo_plugin_manager.register(_node_types({"flatten": refuses}), name="acme-nodes")
+    with pytest.raises(GraphError, match="split the State the last call") as raised:
+        split(_model())
+    assert not isinstance(raised.value, PluginCallbackError)

@@ -459,3 +459,20 @@ def test_a_misbehaving_named_leaf_is_named(bryo_plugin_manager, unbind, expected
     with pytest.raises(PluginCallbackError, match=expected) as raised:
         scan(lambda c, x: (c, x.array), LAYERS)(0.0, Tagged(jnp.ones(4)))
     assert "from plugin 'acme-leaves', hook `bryo_scan_named_leaves`" in str(raised.value)
+
+
+def test_a_scan_error_a_splitter_raises_is_its_message_and_passes(bryo_plugin_manager):
+    from bryo_plugins import PluginCallbackError
+
+    def refuses(block):
+        raise ScanAxisError("this block has no layer axis")
+
+    class Blocks:
+        @hookimpl
+        def bryo_scan_block_splitters(self):
+            return {MutableBlock: refuses}
+
+    bryo_plugin_manager.register(Blocks(), name="acme-blocks")
+    with pytest.raises(ScanAxisError, match="no layer axis") as raised:
+        Stacked.init(LAYERS, MutableBlock)(jnp.arange(1.0, 5.0))
+    assert not isinstance(raised.value, PluginCallbackError)

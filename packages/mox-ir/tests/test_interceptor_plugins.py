@@ -14,6 +14,7 @@ import bryo_mox
 from bryo_mox import MoxError
 from bryo_plugins import (
     BLOCK_ENV,
+    CallRouter,
     PluginCallbackError,
     PluginError,
     hookimpl,
@@ -118,3 +119,112 @@ def test_a_blocked_interceptor_plugin_is_no_failure(bryo_fake_distributions, mon
     with use_plugin_manager(new_plugin_manager()):
         mox = bryo_mox.make_mox(lambda m, x: m(x))(Doubler(), jnp.ones(2))
     assert bryo_mox.query("//module_call", mox) == []
+
+
+# A backend routing its module calls with a `CallRouter`, whose functions misbehave in turn.
+
+
+class Scale:
+    """A module: `x * factor`; `bad=True` makes its own code raise (the user's bug)."""
+
+    def __init__(self, factor, bad=False):
+        self.factor = factor
+        self.bad = bad
+
+    def __call__(self, x):
+        if self.bad:
+            raise ValueError("the model's own bug")
+        return x * self.factor
+
+
+def _routing_plugin(*, info=None, pure_result=None, write_back=None, route_raises=False):
+    from bryo_mox.interception import module_info
+
+    def route(handler, call, module, parent, args, kwargs):
+        if route_raises:
+            raise ZeroDivisionError("route boom")
+
+        def pure(state, *call_args, **call_kwargs):
+            out = call(Scale(state, module.bad), *call_args, **call_kwargs)
+            return (state, out) if pure_result is None else pure_result(out)
+
+        def store(new_state):
+            if write_back is not None:
+                write_back(new_state)
+
+        described = module_info(module, "scale", {}) if info is None else info
+        return handler(described, module.factor, pure, store, args, kwargs)
+
+    router = CallRouter("scale", route)
+
+    @contextlib.contextmanager
+    def intercept(handler):
+        with router.patching(Scale), router.active(handler):
+            yield
+
+    return _interceptor_plugin(intercept)
+
+
+def _fails_once():
+    calls = []
+
+    def write_back(new_state):  # fails with the traced state; the restore goes through
+        calls.append(new_state)
+        if len(calls) == 1:
+            raise ZeroDivisionError("write_back boom")
+
+    return write_back
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (
+            {"route_raises": True},
+            "The route of its CallRouter .* raised ZeroDivisionError: "
+            "route boom for a call of a Scale",
+        ),
+        (
+            {"pure_result": lambda out: out},
+            "The `pure` function .* returned "
+            "DynamicJaxprTracer, not a pair `\\(new_state, out\\)` for the module call 'scale'",
+        ),
+        ({"write_back": _fails_once}, "The `write_back` function .* raised ZeroDivisionError"),
+        (
+            {"info": "scale"},
+            "The interceptor \\(its module-call route\\) .* passed `info` of "
+            "type str to `make_mox`'s handler",
+        ),
+    ],
+)
+def test_a_misbehaving_route_is_named(bryo_plugin_manager, options, expected):
+    """Each failed bare ("route boom"; "not enough values to unpack (expected 2, got 1)";
+    "write_back boom"), or named no plugin ("a backend passed `info` of type str")."""
+    if "write_back" in options:  # a fresh one for each run
+        options = {**options, "write_back": options["write_back"]()}
+    bryo_plugin_manager.register(_routing_plugin(**options), name="acme-scale")
+    with pytest.raises(PluginCallbackError, match=expected) as raised:
+        bryo_mox.make_mox(lambda m, x: m(x))(Scale(jnp.ones(2)), jnp.ones(2))
+    assert "from plugin 'acme-scale', hook `bryo_mox_interceptor`" in str(raised.value)
+
+
+def test_the_model_s_own_error_passes_as_it_is(bryo_plugin_manager):
+    bryo_plugin_manager.register(_routing_plugin(), name="acme-scale")
+    mox = bryo_mox.make_mox(lambda m, x: m(x))(Scale(jnp.ones(2)), jnp.ones(2))
+    assert len(bryo_mox.query("//module_call", mox)) == 1
+    with pytest.raises(ValueError, match="the model's own bug") as raised:
+        bryo_mox.make_mox(lambda m, x: m(x))(Scale(jnp.ones(2), bad=True), jnp.ones(2))
+    assert not isinstance(raised.value, PluginCallbackError)
+
+
+def test_a_backend_s_own_mox_error_passes_as_it_is(bryo_plugin_manager):
+    """A backend telling the user what to change raises a MoxError (Flax NNX's route: a
+    module called at the top level changed its state): not named as the plugin's bug."""
+
+    def refuses(new_state):
+        raise MoxError("pass the module as an argument")
+
+    bryo_plugin_manager.register(_routing_plugin(write_back=refuses), name="acme-scale")
+    with pytest.raises(MoxError, match="pass the module as an argument") as raised:
+        bryo_mox.make_mox(lambda m, x: m(x))(Scale(jnp.ones(2)), jnp.ones(2))
+    assert not isinstance(raised.value, PluginCallbackError)

@@ -220,9 +220,11 @@ def node_callback_failed(
     """Raise the error for `node_type`'s function `field` that raised `error` (raise this
     inside the `except` clause that caught it) or answered `returned`: it names the
     plugin that declared the node type, the function, `where` bryo called it (the node's
-    path) and the contract, chaining `error`. The errors of bryo's own node types (of
-    its built-in plugins) are their own messages already: they pass as they are."""
-    if isinstance(error, PluginCallbackError):  # a nested call named it already
+    path) and the contract, chaining `error`. Errors that are messages already pass as
+    they are: a `GraphError` the function raised (its backend telling the user what to
+    change), one a nested call named, and those of bryo's own node types (of its
+    built-in plugins)."""
+    if isinstance(error, PluginCallbackError | GraphError | RecursionError):
         raise error
     supplied = _suppliers.get(node_type.type)
     plugin = supplied[1] if supplied is not None and supplied[0] is node_type else None

@@ -46,7 +46,10 @@ class CallRouter:
             (None at the top level: what `bryo_mox.interception.module_path` takes as
             `parent`), and `args`/`kwargs` the call's arguments. Run `call` inside
             `running(obj_or_its_copy, name)`, so that nested calls know their parent and
-            `super().__call__` of the same object is not routed again.
+            `super().__call__` of the same object is not routed again. When `route`
+            raises and the handler has a `route_failed(route, obj, error)` method, the
+            error that method returns (None: the error is not the route's) is raised
+            instead, from the original: `make_mox`'s handler names the backend's plugin.
 
     Example (a backend's `bryo_mox_interceptor` answers `router.active`; a base class's
     own `__call__` too: `router.patching(Base)`):
@@ -80,7 +83,14 @@ class CallRouter:
             current = current_var.get()
             if current is not None and current[0] is obj:  # super().__call__ of this call
                 return call(obj, *args, **kwargs)
-            return route(handler, call, obj, current, args, kwargs)
+            try:
+                return route(handler, call, obj, current, args, kwargs)
+            except Exception as error:  # (free until it catches)
+                failed = getattr(handler, "route_failed", None)
+                named = failed(route, obj, error) if failed is not None else None
+                if named is None:
+                    raise
+                raise named from error
 
         setattr(routed, ORIGINAL_ATTRIBUTE, call)
         return routed

@@ -27,6 +27,7 @@ def callback_error(
     contract: str,
     error: BaseException | None = None,
     returned: str | None = None,
+    did: str | None = None,
     where: str = "",
     unchanged: str = "",
     category: type[Exception] | None = None,
@@ -44,6 +45,8 @@ def callback_error(
             must return the rebuilt node"`).
         error: the exception it raised; None when it returned something wrong.
         returned: what is wrong with what it returned (`"None"`), when it did not raise.
+        did: what else it did wrong, in place of `returned` (`"passed `info` of type
+            str"`).
         where: where bryo called it (`"while rebuilding the node at hidden"`).
         unchanged: what the failure left as it was (`"Your model is unchanged."`).
         category: for a wrong answer, the owner's error class the error is also an
@@ -69,7 +72,7 @@ def callback_error(
         if not str(error):
             happened = f"raised {type(error).__name__}"
     else:
-        happened = f"returned {returned}"
+        happened = did if did is not None else f"returned {returned}"
     blame = f"that plugin ({dist or plugin})" if plugin is not None else "that plugin"
     if error is not None:
         fix = (

@@ -28,7 +28,7 @@ from bryo_plugins import (
     type_mapping,
 )
 
-from ._types import AxisInfo, BlockSplitter, NamedLeaf, Rebuild, ScanAxisError
+from ._types import AxisInfo, BlockSplitter, NamedLeaf, Rebuild, ScanAxisError, ScanOutputError
 
 V = TypeVar("V")
 
@@ -86,6 +86,11 @@ _SPLIT_CONTRACT = (
 )
 
 
+# Errors a backend's function raises to tell the user what to change (a named array with
+# an axis twice): messages already, they pass as they are (as do those already named).
+_OWN_ERRORS = (ScanAxisError, ScanOutputError, PluginCallbackError, RecursionError)
+
+
 class _NamedLeafOf:
     """A plugin's `NamedLeaf`, whose methods name the plugin when they fail."""
 
@@ -98,6 +103,8 @@ class _NamedLeafOf:
     def unbind(self, leaf: Any, axis: AxisInfo | None) -> tuple[jax.Array, int | None, Rebuild]:
         try:
             found = self.handler.unbind(leaf, axis)
+        except _OWN_ERRORS:
+            raise
         except Exception as error:
             raise self._error("unbind", leaf, error=error) from error
         if not (isinstance(found, tuple) and len(found) == 3 and callable(found[2])):
@@ -107,12 +114,16 @@ class _NamedLeafOf:
     def bind(self, element: Any, axis: AxisInfo, stacked: jax.Array) -> object:
         try:
             return self.handler.bind(element, axis, stacked)
+        except _OWN_ERRORS:
+            raise
         except Exception as error:
             raise self._error("bind", element, error=error) from error
 
     def describe(self, leaf: Any) -> str:
         try:
             return self.handler.describe(leaf)
+        except _OWN_ERRORS:
+            raise
         except Exception as error:
             raise self._error("describe", leaf, error=error) from error
 
@@ -145,6 +156,8 @@ class _SplitterOf:
     def __call__(self, block: object) -> tuple[Any, Callable[[Any], object]]:
         try:
             found = self.split(block)
+        except _OWN_ERRORS:
+            raise
         except Exception as error:
             raise self._error(self.split, "split", block, error=error) from error
         if not (isinstance(found, tuple) and len(found) == 2 and callable(found[1])):
@@ -156,6 +169,8 @@ class _SplitterOf:
     def _rebuild(self, rebuild: Callable[[Any], object], cls: type, tree: Any) -> object:
         try:
             return rebuild(tree)
+        except _OWN_ERRORS:
+            raise
         except Exception as error:
             raise self._error(rebuild, "rebuild", cls, error=error) from error
 

@@ -10,6 +10,7 @@ of a format.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import types
 from collections.abc import Callable, Container, Mapping, Sequence
@@ -109,7 +110,9 @@ def enter_interceptors(stack: contextlib.ExitStack, handler: CallHandler) -> Non
     raises, or answers no context manager, is named with its plugin."""
     for plugin, interceptor in _active():
         try:
-            manager = interceptor(handler)
+            named = PluginHandler(handler, plugin=plugin, interceptor=interceptor)
+            named.plugin, named.interceptor = plugin, interceptor
+            manager = interceptor(named)
         except Exception as error:
             raise _interceptor_error(plugin, interceptor, error=error) from error
         if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
@@ -117,6 +120,8 @@ def enter_interceptors(stack: contextlib.ExitStack, handler: CallHandler) -> Non
             raise _interceptor_error(plugin, interceptor, returned=returned)
         try:
             stack.enter_context(manager)
+        except MoxError:  # the backend's own message to the user
+            raise
         except Exception as error:
             raise _interceptor_error(plugin, interceptor, error=error, entering=True) from error
 
@@ -139,6 +144,90 @@ def _interceptor_error(
         returned=returned,
         where="when `make_mox` began to trace",
         unchanged="Nothing was traced.",
+        category=MoxError,
+    )
+
+
+PURE_CONTRACT = (
+    "`pure(state, *args, **kwargs)` must return `(new_state, out)`: the module's state after "
+    "the call (the structure of `state`) and the call's result"
+)
+WRITE_BACK_CONTRACT = (
+    "`write_back(new_state)` must store `new_state` into the module, as the call itself would have"
+)
+INFO_CONTRACT = (
+    "A backend's interceptor must hand each module call to `handler(info, state, pure, "
+    "write_back, args, kwargs)` with a `bryo_mox.ModuleInfo` as `info` "
+    "(`bryo_mox.interception.module_info`)"
+)
+
+
+_ROUTE_CONTRACT = (
+    "`route(handler, call, module, parent, args, kwargs)` must hand the call to "
+    "`handler(info, state, pure, write_back, args, kwargs)` and return what it returns"
+)
+
+
+class PluginHandler(functools.partial):
+    """`make_mox`'s handler as one backend's interceptor gets it: `handler(..., plugin=
+    name)`, a `functools.partial` (calling it adds no Python frame: deep models nest one
+    module call in another). The handler names the plugin when the `info`, `pure` or
+    `write_back` its route passes misbehave (`handler_error`), and `CallRouter` asks
+    `route_failed` about an error the route itself raised."""
+
+    plugin: str
+    interceptor: Interceptor
+
+    def route_failed(self, route: object, module: object, error: Exception) -> Exception | None:
+        """The error naming the plugin for an `error` its route raised itself; None for one
+        that passed through the handler (the module's own code, a nested call), for
+        the owner's own errors (MoxError: the backend's message to the user), and for a
+        RecursionError (the model nests too deeply: `make_mox` says so)."""
+        if isinstance(error, MoxError | RecursionError) or _through(error, self.func):
+            return None
+        return handler_error(
+            self.plugin,
+            route,
+            "the route of its CallRouter",
+            _ROUTE_CONTRACT,
+            error=error,
+            where=f"for a call of a {type(module).__qualname__}",
+        )
+
+
+def _through(error: BaseException, function: Any) -> bool:
+    """Whether `error` was raised inside a call of `function` (its traceback shows it)."""
+    code = getattr(function, "__code__", None)
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def handler_error(
+    plugin: str | None,
+    function: object,
+    role: str,
+    contract: str,
+    *,
+    where: str,
+    error: Exception | None = None,
+    returned: str | None = None,
+    did: str | None = None,
+) -> PluginCallbackError:
+    """The error naming `plugin` for a function its interceptor handed `make_mox`."""
+    return callback_error(
+        function,
+        role=role,
+        plugin=plugin,
+        hook="bryo_mox_interceptor",
+        contract=contract,
+        error=error,
+        returned=returned,
+        did=did,
+        where=where,
         category=MoxError,
     )
 

@@ -194,6 +194,8 @@ def _write(serializer: Serializer, mox: Mox) -> str | bytes:
         doc = to_document(mox)
         try:
             data = serializer.dumps(doc)
+        except (MoxError, RecursionError):  # the serializer's own message to the user
+            raise
         except Exception as error:  # (free until it catches) name the plugin
             raise callback_error(
                 serializer.dumps,

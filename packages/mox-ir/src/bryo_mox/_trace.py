@@ -53,7 +53,14 @@ from bryo_pytree import is_array  # leaves traced as inputs of a call; the rest 
 from ._collector import collector_paused
 from ._compat import DropVar, find_top_trace, new_jaxpr_eqn
 from ._errors import MoxError
-from ._hooks import check_interceptors_for, enter_interceptors
+from ._hooks import (
+    INFO_CONTRACT,
+    PURE_CONTRACT,
+    WRITE_BACK_CONTRACT,
+    check_interceptors_for,
+    enter_interceptors,
+    handler_error,
+)
 from ._ir import (
     Block,
     Equation,
@@ -445,20 +452,29 @@ def _handle_call(
     write_back: Callable[[Any], None],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
+    plugin: str | None = None,
+    interceptor: object = None,
 ) -> Any:
-    """The handler given to interceptors: one module call becomes one marked call."""
+    """The handler given to interceptors: one module call becomes one marked call.
+    `plugin` and `interceptor` name the backend when what it passes misbehaves (each
+    interceptor gets its own `PluginHandler`)."""
     if info.__class__ is not ModuleInfo and not isinstance(info, ModuleInfo):
-        raise MoxError(
-            f"a backend passed `info` of type {type(info).__name__}; interceptors must pass "
-            "a `bryo_mox.ModuleInfo`."
-        )
+        did, where = f"passed `info` of type {type(info).__name__}", "to `make_mox`'s handler"
+        raise handler_error(plugin, interceptor, _ROUTE, INFO_CONTRACT, did=did, where=where)
     session = _session.get()
     given_state, given_call = _Flat.of(state), _Flat.of_call(args, kwargs)
     statics: list[_Flat] = []
 
     def fn(dyn_state: list[Any], dyn_args: list[Any]) -> tuple[list[Any], list[Any]]:
         inner_args, inner_kwargs = given_call.rebuild(dyn_args)
-        new_state, out = pure(given_state.rebuild(dyn_state), *inner_args, **inner_kwargs)
+        answer = pure(given_state.rebuild(dyn_state), *inner_args, **inner_kwargs)
+        if not (isinstance(answer, tuple) and len(answer) == 2):
+            returned = f"{type(answer).__name__}, not a pair `(new_state, out)`"
+            where = f"for the module call {info.name or info.type!r}"
+            raise handler_error(
+                plugin, pure, "the `pure` function", PURE_CONTRACT, returned=returned, where=where
+            )
+        new_state, out = answer
         statics.append(new := _Flat.of(new_state))
         statics.append(result := _Flat.of(out))
         return new.arrays, result.arrays
@@ -479,8 +495,19 @@ def _handle_call(
         if session is not None:
             session.depth -= 1
     new, out = statics
-    write_back(new.rebuild(new_dyn))
+    rebuilt = new.rebuild(new_dyn)
+    try:
+        write_back(rebuilt)
+    except (MoxError, RecursionError):  # (a backend's own message to the user)
+        raise
+    except Exception as error:
+        where = f"for the module call {info.name or info.type!r}"
+        role, contract = "the `write_back` function", WRITE_BACK_CONTRACT
+        raise handler_error(plugin, write_back, role, contract, where=where, error=error) from error
     return out.rebuild(out_dyn)
+
+
+_ROUTE = "the interceptor (its module-call route)"
 
 
 @contextlib.contextmanager
