@@ -277,6 +277,26 @@ def test_values_with_own_axis_names(bryo_plugin_manager):
     assert placed["v"].value.array.sharding.spec == P("model")
 
 
+def test_a_raising_axes_function_is_named_with_its_plugin(bryo_plugin_manager):
+    """It surfaced bare from inside `get_partition_spec`, naming neither plugin nor value."""
+    from bryo_plugins import PluginCallbackError
+
+    class Names:
+        @hookimpl
+        def bryo_graph_logical_axes(self):
+            return {Labelled: lambda value: value.missing}
+
+    bryo_plugin_manager.register(Names(), name="acme-names")
+    with pytest.raises(PluginCallbackError) as raised:
+        get_partition_spec({"x": Labelled(jnp.ones((2, 8)), ("batch", "mlp"))})
+    message = str(raised.value)
+    assert "The logical axes function for Labelled" in message
+    assert (
+        "from plugin 'acme-names', hook `bryo_graph_logical_axes`, raised AttributeError" in message
+    )
+    assert isinstance(raised.value, AttributeError)
+
+
 def test_state_with_empty_sharding_is_replicated():
     tree = State({"w": VariableState(Param, jnp.ones((4, 4)), sharding=())})
     assert get_named_sharding(tree, MESH_2x4, RULES)["w"].value.spec == P()

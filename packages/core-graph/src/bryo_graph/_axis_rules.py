@@ -21,10 +21,11 @@ from typing import Any, TypeVar
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bryo_plugins import TypeTable, hook_table, type_mapping
+from bryo_plugins import PluginCallbackError, TypeTable, callback_error, hook_table, type_mapping
 from bryo_pytree import Path, key_to_plain, path_str
 
 from ._eager_sharding import axis_rules_for, sharding_key
+from ._errors import GraphError
 from ._graph import iter_graph, state
 from ._nodes import node_type_of
 from ._variables import Variable
@@ -56,13 +57,37 @@ class ShardingError(ValueError):
 # Walking a tree of VariableStates, Variables and arrays ---------------------------------------
 
 
-# type -> `value -> axis names`, from the `bryo_graph_logical_axes` hook.
+def _declared_axes(pm: Any) -> dict[type, Callable[[Any], Sequence[str | None]]]:
+    global _axes_owners
+    owners: dict[type, str] = {}
+    check: Any = type_mapping(callable, "a function `value -> names`")
+    table: dict[type, Callable[[Any], Sequence[str | None]]]
+    table = hook_table(_AXES_HOOK, check, pm=pm, owners=owners)
+    _axes_owners = owners
+    return table
+
+
+_AXES_HOOK = "bryo_graph_logical_axes"
+# type -> `value -> axis names`, from the `bryo_graph_logical_axes` hook, and the plugin
+# of each type (the table built last), to name when its function fails.
 _value_axes: TypeTable[Callable[[Any], Sequence[str | None]]] = TypeTable(
-    lambda pm: hook_table(
-        "bryo_graph_logical_axes", type_mapping(callable, "a function `value -> names`"), pm=pm
-    ),
-    family="graph",
+    _declared_axes, family="graph"
 )
+_axes_owners: dict[type, str] = {}
+
+
+def _axes_error(reader: object, value: object, where: str, error: Exception) -> Exception:
+    """The error naming the plugin whose `value -> names` function raised `error`."""
+    owner = next((_axes_owners[b] for b in type(value).__mro__ if b in _axes_owners), None)
+    return callback_error(
+        reader,
+        role=f"the logical axes function for {type(value).__qualname__}",
+        plugin=owner,
+        hook=_AXES_HOOK,
+        contract="`value -> names` must return one axis name (or None) per dimension",
+        error=error,
+        where=f"while reading the axes of {where}",
+    )
 
 
 def _is_unit(node: object) -> bool:
@@ -137,7 +162,12 @@ def _logical_axes(unit: object, where: str) -> tuple[tuple[LogicalAxis, ...] | N
         value = unit
     reader = _value_axes.lookup(type(value))
     if reader is not None:
-        return tuple(reader(value)), value
+        try:
+            return tuple(reader(value)), value
+        except (GraphError, PluginCallbackError, RecursionError):
+            raise
+        except Exception as error:  # (free until it catches) name the plugin
+            raise _axes_error(reader, value, where, error) from error
     return None, value
 
 
