@@ -228,3 +228,47 @@ def test_a_backend_s_own_mox_error_passes_as_it_is(bryo_plugin_manager):
     with pytest.raises(MoxError, match="pass the module as an argument") as raised:
         bryo_mox.make_mox(lambda m, x: m(x))(Scale(jnp.ones(2)), jnp.ones(2))
     assert not isinstance(raised.value, PluginCallbackError)
+
+
+def _fails_on_restore(restored, traced):
+    """A `write_back` taking the first `traced` states (the trace's), failing after."""
+    calls = []
+
+    def write_back(new_state):
+        calls.append(new_state)
+        if len(calls) > traced:
+            restored.append(new_state)
+            raise ZeroDivisionError("restore boom")
+
+    return write_back
+
+
+def test_a_write_back_failing_to_restore_the_model_is_named(bryo_plugin_manager):
+    """After tracing, each module called at the top level gets its state back through its
+    `write_back`: one failing there surfaced bare ("restore boom"), and the modules
+    after it in the list were left holding the trace's values."""
+    restored = []
+    plugin = _routing_plugin(write_back=_fails_on_restore(restored, traced=2))
+    bryo_plugin_manager.register(plugin, name="acme-scale")
+    with pytest.raises(PluginCallbackError, match="restore boom") as raised:
+        bryo_mox.make_mox(lambda a, b, x: a(x) + b(x))(
+            Scale(jnp.ones(2)), Scale(jnp.ones(2)), jnp.ones(2)
+        )
+    message = str(raised.value)
+    assert "from plugin 'acme-scale', hook `bryo_mox_interceptor`" in message
+    assert "restoring the state of the module call 'scale' after tracing" in message
+    assert len(restored) == 2  # both calls restored, the first failure notwithstanding
+
+
+def test_a_failing_restore_leaves_the_trace_s_own_error_raised(bryo_plugin_manager):
+    """A trace that fails (here: `pure` answers no pair) and whose restore fails too
+    raises the first error, with the restore's as a note (it masked it before)."""
+    restored = []
+    plugin = _routing_plugin(
+        pure_result=lambda out: out, write_back=_fails_on_restore(restored, traced=0)
+    )
+    bryo_plugin_manager.register(plugin, name="acme-scale")
+    with pytest.raises(PluginCallbackError, match="not a pair") as raised:
+        bryo_mox.make_mox(lambda m, x: m(x))(Scale(jnp.ones(2)), jnp.ones(2))
+    assert any("restore boom" in note for note in raised.value.__notes__)
+    assert len(restored) == 1

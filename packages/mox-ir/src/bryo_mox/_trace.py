@@ -168,7 +168,10 @@ class _Positions(NamedTuple):
 @dataclass
 class _Session:
     depth: int = 0
-    restores: list[tuple[Callable[[Any], None], Any]] = field(default_factory=list)
+    #: (write_back, original state, plugin, module call) of each call at the top level
+    restores: list[tuple[Callable[[Any], None], Any, str | None, ModuleInfo]] = field(
+        default_factory=list
+    )
     # id(calling module) -> its graph, for module paths (see `interception.module_path`)
     paths: dict[int, Any] = field(default_factory=dict)
     recording: _Recording | None = None
@@ -481,7 +484,7 @@ def _handle_call(
 
     if session is not None:
         if session.depth == 0:
-            session.restores.append((write_back, state))
+            session.restores.append((write_back, state, plugin, info))
         session.depth += 1
     try:
         new_dyn, out_dyn = call_region(
@@ -524,8 +527,38 @@ def intercepting() -> Any:
             yield session
     finally:
         _session.reset(token)
-        for write_back, state in reversed(session.restores):
+        _restore(session.restores, sys.exc_info()[1])
+
+
+def _restore(
+    restores: list[tuple[Callable[[Any], None], Any, str | None, ModuleInfo]],
+    raising: BaseException | None,
+) -> None:
+    """Give each module called at the top level its original state back, every one even
+    if some `write_back` fails (none keeps the trace's values). A failure is named (see
+    `handler_error`); while the trace is raising `raising`, it is a note on that error
+    instead, which stays the one raised."""
+    failed: Exception | None = None
+    for write_back, state, plugin, info in reversed(restores):
+        try:
             write_back(state)
+        except Exception as error:
+            where = f"restoring the state of the module call {info.name or info.type!r}"
+            named = handler_error(
+                plugin,
+                write_back,
+                "the `write_back` function",
+                WRITE_BACK_CONTRACT,
+                where=f"{where} after tracing",
+                error=error,
+            )
+            named.__cause__ = error
+            if raising is not None:
+                raising.add_note(f"while tracing ended, {named}")
+            elif failed is None:  # (a backend's own message to the user passes as it is)
+                failed = error if isinstance(error, MoxError | RecursionError) else named
+    if failed is not None:
+        raise failed
 
 
 def make_mox(fun: Callable[..., Any]) -> Callable[..., Mox]:
