@@ -816,16 +816,23 @@ def _find_calls(
                 call.kept = False
                 call = call.parent
 
+    def pop(marker: CallMarker) -> _Call | None:
+        """Close the open call of `marker` (`None` if none is open), and the calls inside
+        it whose ends were dropped."""
+        if not any(c.marker is marker for c in stack):
+            return None
+        while stack[-1].marker is not marker:  # its inner ends were dropped
+            lost = stack.pop()
+            lost.open = lost.kept = False
+        call = stack.pop()
+        call.open = False
+        return call
+
     def end(k: int, call_end: _End) -> _Call | None:
         """The call of `call_end` ends (see `_End`); returns the innermost open call."""
         use(call_end.outvars)
-        marker = call_end.marker
-        if any(c.marker is marker for c in stack):
-            while stack[-1].marker is not marker:  # its inner ends were dropped
-                lost = stack.pop()
-                lost.open = lost.kept = False
-            call = stack.pop()
-            call.open = False
+        call = pop(call_end.marker)
+        if call is not None:
             ended[k] = call
         caller = stack[-1] if stack else None
         for var in call_end.outvars:  # the caller's own now
@@ -863,13 +870,8 @@ def _find_calls(
             begins[index] = top
             stack.append(top)
         elif primitive is end_p:
-            marker = eqn.params["call"]
-            if any(c.marker is marker for c in stack):
-                while stack[-1].marker is not marker:  # its inner ends were dropped
-                    lost = stack.pop()
-                    lost.open = lost.kept = False
-                call = stack.pop()
-                call.open = False
+            call = pop(eqn.params["call"])
+            if call is not None:
                 ends[index] = call
                 top = stack[-1] if stack else None
         if top is not None:  # `define`
