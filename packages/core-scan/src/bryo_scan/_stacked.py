@@ -36,6 +36,7 @@ from ._policy import ScanCheckpointPolicy
 from ._scan import Remat, scan_arguments, split_carry_output
 from ._state_dict import (
     StateDict,
+    _is_struct,
     fields_from_state_dict,
     fields_to_state_dict,
     from_state_dict,
@@ -445,10 +446,6 @@ def _shared_entries(state_dict: StateDict, prefix: str | None, size: int) -> dic
         if key.startswith(start) and not rest.split(".", 1)[0].isdigit() and np.ndim(value) == 0:
             shared.update({f"{start}{i}.{rest}": value for i in range(size)})
     return shared
-
-
-def _is_struct(leaf: object) -> bool:
-    return isinstance(leaf, jax.ShapeDtypeStruct)
 
 
 def _abstract_layer(leaves: list[Any], treedef: Any, shaped: list[int], index: int) -> Any:
